@@ -1,0 +1,20 @@
+// Python module `specdec._C`.
+//
+// Tensor ops are registered with TORCH_LIBRARY(specdec, ...) in csrc/ops/ and become visible as
+// torch.ops.specdec.* when this shared object is loaded. This file holds the pybind11 part: plain
+// C++ objects (the suffix automaton) and build information.
+#include <pybind11/pybind11.h>
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "specdec compiled extension: suffix automaton and tree-attention ops";
+  m.def(
+      "cuda_built",
+      []() {
+#ifdef SPECDEC_WITH_CUDA
+        return true;
+#else
+        return false;
+#endif
+      },
+      "True when the extension was compiled with its CUDA kernels.");
+}

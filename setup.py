@@ -1,0 +1,91 @@
+"""Build script for specdec and its compiled extension ``specdec._C``.
+
+The extension always contains the C++ sources (the suffix automaton, the CPU tree-attention
+kernel, the torch op registrations). CUDA sources are added only when a CUDA toolkit *and* a
+CUDA build of torch are present, because a CPU-only torch cannot link CUDA code;
+``SPECDEC_SKIP_CUDA=1`` forces the CPU-only build even then.
+
+Install with ``pip install --no-build-isolation -e .`` so the build uses the torch that is
+already installed (build isolation would download a different, multi-GB CUDA torch).
+"""
+
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sources(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+def _want_cuda():
+    """CUDA sources are built only with a CUDA toolkit and a CUDA build of torch."""
+    if os.environ.get("SPECDEC_SKIP_CUDA", "0") == "1":
+        return False
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return CUDA_HOME is not None and torch.version.cuda is not None
+
+
+def _extensions():
+    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+
+    cxx_flags = ["-O3", "-std=c++17", "-fvisibility=hidden"]
+    cpp_sources = _sources("csrc/**/*.cpp")
+    include_dirs = [os.path.join(ROOT, "csrc")]
+    if _want_cuda():
+        nvcc_flags = [
+            "-O3",
+            "-std=c++17",
+            "--use_fast_math",
+            "-lineinfo",
+            "-gencode=arch=compute_80,code=sm_80",
+            "-gencode=arch=compute_90,code=sm_90",
+        ]
+        return [
+            CUDAExtension(
+                "specdec._C",
+                cpp_sources + _sources("csrc/**/*.cu"),
+                include_dirs=include_dirs,
+                define_macros=[("SPECDEC_WITH_CUDA", "1")],
+                extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+            )
+        ]
+    return [CppExtension("specdec._C", cpp_sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags})]
+
+
+def _cmdclass():
+    from torch.utils.cpp_extension import BuildExtension
+
+    return {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+setup(
+    name="specdec",
+    version="0.1.0",
+    description="Speculative decoding as drop-in parts: proposers, tree-attention verify, exact rejection sampling",
+    packages=find_packages(include=["specdec", "specdec.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        # Pinned so pip takes the local CPU wheel and never pulls a multi-GB CUDA build.
+        "torch==2.13.0",
+        "numpy>=1.24",
+        "transformers>=5.0,<6",
+        "pybind11>=2.11",
+        "ninja",
+        "safetensors",
+        "tqdm",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy"],
+        "models": ["gguf", "accelerate", "matplotlib"],
+    },
+    entry_points={"console_scripts": ["specdec=specdec.cli:main"]},
+    ext_modules=_extensions(),
+    cmdclass=_cmdclass(),
+    zip_safe=False,
+)

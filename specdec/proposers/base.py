@@ -1,0 +1,170 @@
+"""The Proposer protocol: what every drafter (draft model, trained heads, lookup) implements.
+
+State contract
+--------------
+A proposer serves many requests at once, each identified by a hashable ``req_id``.
+
+* ``begin(req_id, prompt_ids, *, tenant=None, target_hidden=None)`` opens a request. The proposer
+  may keep per-request state from here until ``end``: the committed token sequence, its own KV
+  cache, indices into shared caches. ``tenant`` names the isolation domain for any state shared
+  across requests (a proposer must never draft one tenant's request from another tenant's data
+  unless explicitly configured to). ``target_hidden`` (``[len(prompt_ids), H]``, only passed when
+  ``requires_target_hidden`` is True) holds the target's final hidden state at each prompt position.
+* ``propose(req_ids, budget)`` returns one :class:`~specdec.DraftTree` per request, with at most
+  ``budget`` nodes (an int for all, or one per request). It may return an empty tree when drafting
+  is not worth it. ``propose`` may run speculative computation (a drafter's forward over drafted
+  tokens) but the *committed* state it keeps must stay what the last ``commit`` established:
+  calling ``propose`` twice without a commit is allowed and must not corrupt anything.
+* ``commit(req_id, accepted_ids, *, target_hidden=None)`` tells the proposer which tokens the
+  target emitted this step, in order: the accepted draft tokens followed by exactly one token
+  sampled by the target (bonus or recovery token). The proposer appends them to its committed
+  sequence and **rolls back** everything speculative that disagrees with them (for example it
+  truncates a drafter's KV cache to the committed length and re-feeds the tokens it has not
+  seen). ``target_hidden`` (``[len(accepted_ids), H]``) holds, in row ``j``, the target hidden state
+  that produced the distribution ``accepted_ids[j]`` was verified against.
+* ``end(req_id)`` releases all per-request state. Unknown request ids raise ``KeyError``.
+
+Accounting and lifecycle
+------------------------
+* ``memory_bytes()`` is the device memory the proposer holds now (weights + caches), so serving
+  code and the planner can subtract it from what the target may use for KV cache.
+* ``artifact`` is an :class:`Artifact` manifest saying what the proposer is bound to: nothing (a
+  lookup proposer survives every checkpoint swap), a tokenizer (a draft model), or one target
+  checkpoint (trained heads must be refit on every release).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Literal, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from ..tree import DraftTree
+
+BoundTo = Literal["nothing", "tokenizer", "target"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a proposer is bound to, and the fingerprint of that binding.
+
+    Attributes:
+        name: human-readable proposer name ("suffix", "medusa", "draft:SmolLM2-...").
+        bound_to: ``"nothing"``, ``"tokenizer"`` or ``"target"``.
+        fingerprint: fingerprint of the tokenizer or target checkpoint it is bound to (None when
+            bound to nothing).
+        version: the artifact's own version string (weights fingerprint for trained artifacts).
+        details: free-form facts (training data, measured acceptance, ...).
+    """
+
+    name: str
+    bound_to: BoundTo = "nothing"
+    fingerprint: str | None = None
+    version: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.bound_to not in ("nothing", "tokenizer", "target"):
+            raise ValueError(f"Artifact.bound_to must be 'nothing', 'tokenizer' or 'target', got {self.bound_to!r}")
+        if self.bound_to != "nothing" and not self.fingerprint:
+            raise ValueError(f"Artifact {self.name!r} is bound to a {self.bound_to} but has no fingerprint")
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """Drafts token trees for a batch of requests (see the module docstring for the contract)."""
+
+    artifact: Artifact
+    requires_target_hidden: bool
+
+    def begin(self, req_id: Hashable, prompt_ids: Sequence[int], *, tenant: Hashable | None = None,
+              target_hidden: torch.Tensor | None = None) -> None: ...
+
+    def propose(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[DraftTree]: ...
+
+    def commit(self, req_id: Hashable, accepted_ids: Sequence[int], *,
+               target_hidden: torch.Tensor | None = None) -> None: ...
+
+    def end(self, req_id: Hashable) -> None: ...
+
+    def memory_bytes(self) -> int: ...
+
+
+def normalize_budgets(req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[int]:
+    """One non-negative node budget per request (``budget`` is an int for all, or a sequence)."""
+    if isinstance(budget, int):
+        budgets = [budget] * len(req_ids)
+    else:
+        budgets = [int(b) for b in budget]
+        if len(budgets) != len(req_ids):
+            raise ValueError(f"propose got {len(budgets)} budgets for {len(req_ids)} requests")
+    for b in budgets:
+        if b < 0:
+            raise ValueError(f"propose budget must be >= 0, got {b}")
+    return budgets
+
+
+def as_token_list(ids: Sequence[int] | torch.Tensor, what: str) -> list[int]:
+    """Token ids as a list of non-negative Python ints, or a ValueError naming ``what``."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1 or ids.dtype.is_floating_point:
+            raise ValueError(f"{what} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
+        ids = ids.tolist()
+    out = [int(t) for t in ids]
+    if any(t < 0 for t in out):
+        raise ValueError(f"{what} contains negative token ids")
+    return out
+
+
+class ReplayProposer:
+    """Reference proposer for tests: drafts the next tokens of a fixed script as a chain.
+
+    ``scripts[req_id]`` is the full token sequence the request is expected to produce after its
+    prompt. While the committed output agrees with the script, ``propose`` drafts the next
+    ``budget`` script tokens (deterministic nodes); once the output diverges it drafts nothing.
+    With the target's own greedy output as script, every draft is accepted.
+    """
+
+    requires_target_hidden = False
+
+    def __init__(self, scripts: dict[Hashable, Sequence[int]], vocab_size: int | None = None):
+        self._scripts = {k: as_token_list(v, f"script for request {k!r}") for k, v in scripts.items()}
+        self._vocab_size = vocab_size
+        self._generated: dict[Hashable, list[int]] = {}
+        self.artifact = Artifact(name="replay")
+
+    def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None) -> None:
+        if req_id in self._generated:
+            raise ValueError(f"request {req_id!r} already begun")
+        if req_id not in self._scripts:
+            raise KeyError(f"ReplayProposer has no script for request {req_id!r}")
+        as_token_list(prompt_ids, "prompt_ids")
+        self._generated[req_id] = []
+
+    def _state(self, req_id) -> list[int]:
+        if req_id not in self._generated:
+            raise KeyError(f"unknown request {req_id!r}: call begin() first")
+        return self._generated[req_id]
+
+    def propose(self, req_ids, budget) -> list[DraftTree]:
+        out = []
+        for req_id, b in zip(req_ids, normalize_budgets(req_ids, budget)):
+            done = self._state(req_id)
+            script = self._scripts[req_id]
+            if script[: len(done)] != done:
+                out.append(DraftTree.empty(vocab_size=self._vocab_size))
+                continue
+            nxt = script[len(done) : len(done) + b]
+            out.append(DraftTree.chain(torch.tensor(nxt, dtype=torch.long), vocab_size=self._vocab_size))
+        return out
+
+    def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
+        self._state(req_id).extend(as_token_list(accepted_ids, "accepted_ids"))
+
+    def end(self, req_id) -> None:
+        self._state(req_id)
+        del self._generated[req_id]
+
+    def memory_bytes(self) -> int:
+        return 0

@@ -1,0 +1,362 @@
+"""DraftTree: one request's speculative draft, as flat token / parent arrays.
+
+A tree is stored flat because every consumer wants flat arrays: the verify forward feeds all
+nodes as one sequence, the tree-attention op reads a packed ancestor bitmask, and the rejection
+sampler walks children lists. Node ``i`` has token ``tokens[i]`` and parent ``parents[i]``;
+``-1`` means "child of the last committed token" (the root). Parents precede children, so one
+forward pass over node order visits every parent before its children. A chain is a tree with
+parents ``[-1, 0, 1, ...]``.
+
+Each node also says how it was drafted, because exact verification depends on it:
+
+* ``deterministic[i] = True``: the node was *chosen* (top-k, lookup): its draft distribution is a
+  point mass on ``tokens[i]``.
+* ``deterministic[i] = False``: the node was *sampled* from ``draft_probs[i]`` (the drafter's
+  distribution after the node's parent), independently of its siblings.
+
+Everything derived (depth, positions, children, root-to-leaf paths, ancestor bitmask) is computed
+once on first use and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import torch
+
+_WORD_BITS = 64
+
+
+def _to_signed64(word: int) -> int:
+    """Reinterpret an unsigned 64-bit Python int as a two's-complement int64 value."""
+    return word - (1 << 64) if word >= (1 << 63) else word
+
+
+def _prob_tolerance(dtype: torch.dtype) -> float:
+    """How far a row of ``draft_probs`` may sum from 1 and still count as a distribution."""
+    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+
+
+class DraftTree:
+    """A draft tree of ``n`` nodes for one request.
+
+    Args:
+        tokens: integer tensor ``[n]``, the drafted token ids.
+        parents: integer tensor ``[n]``; ``-1`` = child of the last committed token, otherwise the
+            index of an earlier node (``-1 <= parents[i] < i``).
+        draft_probs: float tensor ``[n, V]`` or None. Row ``i`` is the distribution node ``i`` was
+            sampled from (required for sampled nodes). Rows of deterministic nodes are a point mass
+            on the node's token or all zeros (nothing else, so that nothing is silently ignored).
+        deterministic: bool tensor ``[n]`` or None. Defaults to all True without ``draft_probs``
+            and all False with it.
+        vocab_size: optional vocabulary size ``V``; token ids must lie in ``[0, V)``. Taken from
+            ``draft_probs`` when that is given (both must agree).
+        validate: check the invariants (on by default; internal constructors that build valid
+            trees by construction may skip it).
+
+    Raises:
+        ValueError: naming the first problem found (shape, parent order, vocabulary, not a
+            distribution, mixed devices, ...).
+    """
+
+    __slots__ = ("tokens", "parents", "draft_probs", "deterministic", "vocab_size", "__dict__")
+
+    def __init__(
+        self,
+        tokens,
+        parents,
+        draft_probs: torch.Tensor | None = None,
+        deterministic=None,
+        *,
+        vocab_size: int | None = None,
+        validate: bool = True,
+    ):
+        tokens = torch.as_tensor(tokens)
+        parents = torch.as_tensor(parents, device=tokens.device)
+        if deterministic is None:
+            deterministic = torch.full(tokens.shape, draft_probs is None, dtype=torch.bool, device=tokens.device)
+        else:
+            deterministic = torch.as_tensor(deterministic, device=tokens.device)
+        if validate:
+            vocab_size = _validate(tokens, parents, draft_probs, deterministic, vocab_size)
+        elif draft_probs is not None and vocab_size is None:
+            vocab_size = int(draft_probs.shape[1])
+        self.tokens = tokens.long()
+        self.parents = parents.int()
+        self.draft_probs = draft_probs
+        self.deterministic = deterministic.bool()
+        self.vocab_size = vocab_size
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def chain(cls, tokens, draft_probs: torch.Tensor | None = None, deterministic=None, *, vocab_size=None):
+        """A chain ``t0 -> t1 -> ...``: parents ``[-1, 0, 1, ...]``."""
+        tokens = torch.as_tensor(tokens)
+        parents = torch.arange(-1, tokens.numel() - 1, dtype=torch.int32, device=tokens.device)
+        return cls(tokens, parents, draft_probs, deterministic, vocab_size=vocab_size)
+
+    @classmethod
+    def empty(cls, device=None, vocab_size: int | None = None):
+        """A tree with no nodes: the proposer has nothing worth drafting this step."""
+        return cls(
+            torch.zeros(0, dtype=torch.long, device=device),
+            torch.zeros(0, dtype=torch.int32, device=device),
+            vocab_size=vocab_size,
+        )
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[Sequence[int]], *, vocab_size: int | None = None):
+        """A deterministic tree (a trie) holding each token path; shared prefixes are merged.
+
+        Nodes are numbered in insertion order, so parents precede children and siblings keep
+        the order in which paths were given (the sampler tries siblings in node order).
+        """
+        tokens: list[int] = []
+        parents: list[int] = []
+        index: dict[tuple[int, int], int] = {}
+        for path in paths:
+            parent = -1
+            for tok in path:
+                key = (parent, int(tok))
+                if key not in index:
+                    index[key] = len(tokens)
+                    tokens.append(int(tok))
+                    parents.append(parent)
+                parent = index[key]
+        return cls(
+            torch.tensor(tokens, dtype=torch.long),
+            torch.tensor(parents, dtype=torch.int32),
+            vocab_size=vocab_size,
+        )
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.numel())
+
+    def __len__(self) -> int:
+        return self.num_nodes
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
+    def to(self, device) -> "DraftTree":
+        """A copy on ``device`` (validation is not repeated: the tree is already valid)."""
+        probs = None if self.draft_probs is None else self.draft_probs.to(device)
+        return DraftTree(
+            self.tokens.to(device),
+            self.parents.to(device),
+            probs,
+            self.deterministic.to(device),
+            vocab_size=self.vocab_size,
+            validate=False,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DraftTree(n={self.num_nodes}, tokens={self.tokens.tolist()}, parents={self.parents.tolist()}, "
+            f"sampled={int((~self.deterministic).sum())})"
+        )
+
+    @property
+    def is_chain(self) -> bool:
+        """True when every node's parent is the node before it."""
+        return self._parent_list == list(range(-1, self.num_nodes - 1))
+
+    # ------------------------------------------------------------------ derived, cached
+    @functools.cached_property
+    def _parent_list(self) -> list[int]:
+        return self.parents.tolist()
+
+    @functools.cached_property
+    def depth(self) -> torch.Tensor:
+        """``LongTensor[n]``: 1 for children of the root, parent's depth + 1 otherwise."""
+        return torch.tensor(self._depth_list, dtype=torch.long, device=self.device)
+
+    @functools.cached_property
+    def _depth_list(self) -> list[int]:
+        depth: list[int] = []
+        for p in self._parent_list:
+            depth.append(1 if p < 0 else depth[p] + 1)
+        return depth
+
+    @property
+    def max_depth(self) -> int:
+        return max(self._depth_list, default=0)
+
+    @functools.cached_property
+    def position_offsets(self) -> torch.Tensor:
+        """``LongTensor[n]``: position of each node relative to the first uncommitted position.
+
+        With ``L`` committed tokens (positions ``0..L-1``), node ``i`` sits at position
+        ``L + position_offsets[i]`` (= ``L + depth[i] - 1``).
+        """
+        return self.depth - 1
+
+    @functools.cached_property
+    def children(self) -> list[list[int]]:
+        """``children[i]``: node indices whose parent is ``i``, in node order (the root is ``-1``,
+        so root children are in :attr:`root_children`)."""
+        kids: list[list[int]] = [[] for _ in range(self.num_nodes)]
+        for i, p in enumerate(self._parent_list):
+            if p >= 0:
+                kids[p].append(i)
+        return kids
+
+    @functools.cached_property
+    def root_children(self) -> list[int]:
+        return [i for i, p in enumerate(self._parent_list) if p < 0]
+
+    def children_of(self, node: int) -> list[int]:
+        """Children of ``node``, where ``node = -1`` is the root."""
+        return self.root_children if node < 0 else self.children[node]
+
+    @functools.cached_property
+    def paths(self) -> list[list[int]]:
+        """Root-to-leaf paths as lists of node indices, one per leaf, in leaf order."""
+        has_child = [False] * self.num_nodes
+        for p in self._parent_list:
+            if p >= 0:
+                has_child[p] = True
+        out = []
+        for leaf in range(self.num_nodes):
+            if not has_child[leaf]:
+                out.append(self.path_to(leaf))
+        return out
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root's child down to ``node`` (inclusive)."""
+        path = []
+        parents = self._parent_list
+        while node >= 0:
+            path.append(node)
+            node = parents[node]
+        return path[::-1]
+
+    @functools.cached_property
+    def ancestor_mask(self) -> torch.Tensor:
+        """``int64[n, ceil(n/64)]``: bit ``j`` of row ``i`` is set when ``j == i`` or node ``j`` is an
+        ancestor of node ``i``. Bit ``j`` lives in word ``j // 64`` at bit ``j % 64`` (words are
+        two's-complement int64, so bit 63 makes a word negative). This is what the tree-attention
+        op consumes: it never materialises an ``[n, n]`` mask."""
+        n = self.num_nodes
+        words = (n + _WORD_BITS - 1) // _WORD_BITS
+        sets: list[int] = []
+        for i, p in enumerate(self._parent_list):
+            sets.append((sets[p] if p >= 0 else 0) | (1 << i))
+        full = (1 << _WORD_BITS) - 1
+        rows = [[_to_signed64((s >> (_WORD_BITS * w)) & full) for w in range(words)] for s in sets]
+        return torch.tensor(rows, dtype=torch.int64, device=self.device).reshape(n, words)
+
+    @functools.cached_property
+    def dense_ancestor_mask(self) -> torch.Tensor:
+        """``bool[n, n]``: the unpacked :attr:`ancestor_mask` (for references and small trees)."""
+        return unpack_mask(self.ancestor_mask, self.num_nodes)
+
+
+def unpack_mask(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """Unpack ``int64[..., W]`` bit words into ``bool[..., n]`` (bit j of word j // 64)."""
+    shifts = torch.arange(_WORD_BITS, device=packed.device, dtype=torch.int64)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(*packed.shape[:-1], packed.shape[-1] * _WORD_BITS)[..., :n].bool()
+
+
+def pack_mask(dense: torch.Tensor) -> torch.Tensor:
+    """Pack ``bool[..., n]`` into ``int64[..., ceil(n/64)]`` (inverse of :func:`unpack_mask`)."""
+    n = dense.shape[-1]
+    words = (n + _WORD_BITS - 1) // _WORD_BITS
+    padded = torch.zeros(*dense.shape[:-1], words * _WORD_BITS, dtype=torch.int64, device=dense.device)
+    padded[..., :n] = dense.long()
+    shifts = torch.arange(_WORD_BITS, device=dense.device, dtype=torch.int64)
+    # Bits are disjoint, so a wrapping int64 sum equals a bitwise OR.
+    return (padded.reshape(*dense.shape[:-1], words, _WORD_BITS) << shifts).sum(-1)
+
+
+def _validate(tokens, parents, draft_probs, deterministic, vocab_size):
+    """Check DraftTree invariants; return the vocabulary size (or None when unknown)."""
+    if tokens.dim() != 1:
+        raise ValueError(f"DraftTree tokens must be 1-D [n], got shape {tuple(tokens.shape)}")
+    n = tokens.numel()
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
+        raise ValueError(f"DraftTree tokens must be an integer tensor, got dtype {tokens.dtype}")
+    if parents.shape != (n,):
+        raise ValueError(f"DraftTree parents must have shape [{n}] like tokens, got {tuple(parents.shape)}")
+    if parents.dtype.is_floating_point or parents.dtype == torch.bool:
+        raise ValueError(f"DraftTree parents must be an integer tensor, got dtype {parents.dtype}")
+    if deterministic.shape != (n,) or deterministic.dtype != torch.bool:
+        raise ValueError(
+            f"DraftTree deterministic must be a bool tensor of shape [{n}], "
+            f"got {deterministic.dtype} {tuple(deterministic.shape)}"
+        )
+    devices = {t.device for t in (tokens, parents, deterministic)}
+    if draft_probs is not None:
+        devices.add(draft_probs.device)
+    if len(devices) > 1:
+        raise ValueError(f"DraftTree tensors are on different devices: {sorted(str(d) for d in devices)}")
+    if n:
+        idx = torch.arange(n, device=parents.device)
+        bad = (parents >= idx).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(f"DraftTree parent of node {i} is {int(parents[i])}: parents must precede children (parent < own index)")
+        bad = (parents < -1).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(f"DraftTree parent of node {i} is {int(parents[i])}: must be -1 (the root) or a node index")
+        if int(tokens.min()) < 0:
+            raise ValueError(f"DraftTree token ids must be >= 0, got {int(tokens.min())}")
+    if draft_probs is not None:
+        vocab_size = _validate_probs(tokens, draft_probs, deterministic, vocab_size)
+    if vocab_size is not None and n and int(tokens.max()) >= vocab_size:
+        raise ValueError(f"DraftTree token id {int(tokens.max())} is out of vocabulary (vocab_size={vocab_size})")
+    return vocab_size
+
+
+def _validate_probs(tokens, draft_probs, deterministic, vocab_size):
+    n = tokens.numel()
+    if not isinstance(draft_probs, torch.Tensor) or draft_probs.dim() != 2 or draft_probs.shape[0] != n:
+        shape = tuple(draft_probs.shape) if isinstance(draft_probs, torch.Tensor) else type(draft_probs).__name__
+        raise ValueError(f"DraftTree draft_probs must have shape [n={n}, V], got {shape}")
+    if not draft_probs.dtype.is_floating_point:
+        raise ValueError(f"DraftTree draft_probs must be floating point, got {draft_probs.dtype}")
+    V = int(draft_probs.shape[1])
+    if vocab_size is not None and vocab_size != V:
+        raise ValueError(f"DraftTree vocab_size={vocab_size} but draft_probs has V={V} columns")
+    if not n:
+        return V
+    if not bool(torch.isfinite(draft_probs).all()):
+        raise ValueError("DraftTree draft_probs contain NaN or inf")
+    if bool((draft_probs < 0).any()):
+        raise ValueError("DraftTree draft_probs contain negative values: rows must be probability distributions")
+    if int(tokens.max()) >= V:
+        raise ValueError(f"DraftTree token id {int(tokens.max())} is out of vocabulary (V={V})")
+    sums = draft_probs.double().sum(-1)
+    tol = _prob_tolerance(draft_probs.dtype)
+    sampled = ~deterministic
+    bad = (sampled & ((sums - 1).abs() > tol)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"DraftTree draft_probs row {i} sums to {float(sums[i]):.6g}, not 1 (tolerance {tol})")
+    own = draft_probs.gather(1, tokens.long().unsqueeze(1)).squeeze(1)
+    bad = (sampled & (own <= 0)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(
+            f"DraftTree node {i} is marked sampled but draft_probs[{i}, {int(tokens[i])}] = 0: "
+            "a sampled token must have positive probability under the q it was drawn from"
+        )
+    det_rows = deterministic.nonzero().squeeze(1)
+    if det_rows.numel():
+        rows = draft_probs[det_rows].double()
+        zero = rows.abs().sum(-1) == 0
+        point = ((rows.sum(-1) - 1).abs() <= tol) & ((own[det_rows].double() - 1).abs() <= tol)
+        bad = (~(zero | point)).nonzero()
+        if bad.numel():
+            i = int(det_rows[int(bad[0])])
+            raise ValueError(
+                f"DraftTree node {i} is deterministic but draft_probs row {i} is neither all zeros nor a "
+                f"point mass on its token {int(tokens[i])}"
+            )
+    return V
