@@ -1,0 +1,209 @@
+// CPU kernel of torch.ops.specdec.tree_attention (semantics: specdec/ops/tree_attention.py).
+//
+// Same algorithm as the CUDA kernel: online softmax over key tiles, no materialised mask. One task
+// is (batch b, KV head, block of tree nodes); its rows are every (node, query head) of that KV
+// head's group, so each key/value tile is converted to float once and reused by all G query heads
+// and all nodes of the block. Tasks run in parallel with at::parallel_for. The two inner loops are
+// written to vectorise without reassociation: scores accumulate over d into a key-contiguous row
+// (K tile stored transposed), outputs accumulate over keys into a d-contiguous row. On x86-64 they
+// are compiled for AVX-512 / AVX2+FMA / baseline and picked at load time (target_clones), because
+// the extension itself is built for the baseline ISA.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ops/tree_attention_checks.h"
+
+namespace specdec {
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPECDEC_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SPECDEC_MULTIVERSION
+#endif
+
+constexpr int64_t kKeyTile = 32;   // keys per tile (T)
+constexpr int64_t kMaxRows = 64;   // rows (node x head pairs) per task
+
+// s[j] = sum_d q[d] * kt[d * T + j] for j < T. q: [D], kt: [D, T] (transposed key tile), s: [T].
+SPECDEC_MULTIVERSION void scores_row(const float* q, const float* kt, int64_t dim, float* s) {
+  float acc[kKeyTile] = {};
+  for (int64_t d = 0; d < dim; ++d) {
+    const float qd = q[d];
+    const float* row = kt + d * kKeyTile;
+    for (int64_t j = 0; j < kKeyTile; ++j) acc[j] += qd * row[j];
+  }
+  for (int64_t j = 0; j < kKeyTile; ++j) s[j] = acc[j];
+}
+
+// out[d] = out[d] * alpha + sum_j p[j] * vt[j * D + d]. p: [T], vt: [T, D] value tile, out: [D].
+SPECDEC_MULTIVERSION void accumulate_row(const float* p, const float* vt, int64_t keys, int64_t dim, float alpha,
+                                         float* out) {
+  for (int64_t d = 0; d < dim; ++d) out[d] *= alpha;
+  for (int64_t j = 0; j < keys; ++j) {
+    const float pj = p[j];
+    if (pj == 0.0f) continue;
+    const float* row = vt + j * dim;
+    for (int64_t d = 0; d < dim; ++d) out[d] += pj * row[d];
+  }
+}
+
+inline bool mask_bit(const int64_t* row, int64_t j) {
+  return (static_cast<uint64_t>(row[j >> 6]) >> (j & 63)) & 1u;
+}
+
+// Checks that tree_mask (contiguous int64 [B, N, W]) is an ancestor relation and that prefix_lens
+// fits in S rows: a row is all zero (padding) or holds its own bit, no bit j > i, and every real row
+// equals its parent's row (highest set bit below i) plus its own bit. O(B N W).
+void validate_mask(const int64_t* mask, const int32_t* prefix, const TreeAttentionSizes& sz) {
+  const int64_t n = sz.nodes, w = sz.words;
+  for (int64_t b = 0; b < sz.batch; ++b) {
+    TORCH_CHECK_VALUE(prefix[b] >= 0 && prefix[b] + n <= sz.seq, "tree_attention: prefix_lens[", b, "] = ", prefix[b],
+                      " must lie in [0, S - N] = [0, ", sz.seq - n, "]");
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t* row = mask + (b * n + i) * w;
+      bool any = false;
+      for (int64_t x = 0; x < w; ++x) any = any || row[x] != 0;
+      if (!any) continue;
+      TORCH_CHECK_VALUE(mask_bit(row, i), "tree_attention: tree_mask[", b, ", ", i,
+                        "] has ancestor bits but not its own bit (rows are all-zero padding or include node i itself)");
+      for (int64_t x = i >> 6; x < w; ++x) {
+        uint64_t future = static_cast<uint64_t>(row[x]);
+        if (x == (i >> 6)) future &= (i & 63) == 63 ? 0 : ~((uint64_t{2} << (i & 63)) - 1);
+        TORCH_CHECK_VALUE(future == 0, "tree_attention: tree_mask[", b, ", ", i,
+                          "] has a bit j > i (parents must precede children; bits past N must be zero)");
+      }
+      int64_t parent = -1;
+      for (int64_t j = i - 1; j >= 0 && parent < 0; --j) parent = mask_bit(row, j) ? j : -1;
+      const int64_t* prow = parent >= 0 ? mask + (b * n + parent) * w : nullptr;
+      for (int64_t x = 0; x < w; ++x) {
+        uint64_t expect = prow ? static_cast<uint64_t>(prow[x]) : 0;
+        if (x == (i >> 6)) expect |= uint64_t{1} << (i & 63);
+        TORCH_CHECK_VALUE(static_cast<uint64_t>(row[x]) == expect, "tree_attention: tree_mask[", b, ", ", i,
+                          "] is not its parent's row plus its own bit (not a consistent ancestor relation)");
+      }
+    }
+  }
+}
+
+template <typename T>
+struct CpuTask {
+  const T* q; const T* k; const T* v; T* out;
+  const int64_t* mask; const int32_t* prefix;
+  TreeAttentionSizes sz;
+  int64_t qs[3], ks[3], vs[3];  // strides (elements) of dims 0..2 of q, k, v
+  int64_t node_block;
+
+  // Rows of one task: nodes [n0, n1) x the G query heads of KV head kvh, row r = (node - n0) * G + g.
+  void run(int64_t b, int64_t kvh, int64_t n0, int64_t n1, std::vector<float>& scratch) const {
+    const int64_t dim = sz.head_dim, g_count = sz.q_heads / sz.kv_heads, w = sz.words;
+    const int64_t rows = (n1 - n0) * g_count;
+    const int64_t p_len = prefix[b], keys = p_len + sz.nodes;
+    float* qf = scratch.data();                  // [rows, D], pre-scaled
+    float* acc = qf + rows * dim;                // [rows, D]
+    float* kt = acc + rows * dim;                // [D, T]
+    float* vt = kt + dim * kKeyTile;             // [T, D]
+    float* m = vt + kKeyTile * dim;              // [rows]
+    float* l = m + rows;                         // [rows]
+    float* s = l + rows;                         // [T]
+    std::vector<char> real(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t node = n0 + r / g_count, h = kvh * g_count + r % g_count;
+      real[r] = mask_bit(mask + (b * sz.nodes + node) * w, node);
+      const T* src = q + b * qs[0] + node * qs[1] + h * qs[2];
+      for (int64_t d = 0; d < dim; ++d) qf[r * dim + d] = static_cast<float>(src[d]) * sz.scale;
+      std::fill(acc + r * dim, acc + (r + 1) * dim, 0.0f);
+      m[r] = -std::numeric_limits<float>::infinity();
+      l[r] = 0.0f;
+    }
+    // Keys beyond the last node of this block's tree part are never attended by its rows.
+    const int64_t key_end = p_len + n1;
+    for (int64_t t0 = 0; t0 < key_end; t0 += kKeyTile) {
+      const int64_t tk = std::min(kKeyTile, key_end - t0);
+      for (int64_t j = 0; j < kKeyTile; ++j) {
+        const T* ksrc = k + b * ks[0] + (t0 + j) * ks[1] + kvh * ks[2];
+        const T* vsrc = v + b * vs[0] + (t0 + j) * vs[1] + kvh * vs[2];
+        if (j < tk) {
+          for (int64_t d = 0; d < dim; ++d) kt[d * kKeyTile + j] = static_cast<float>(ksrc[d]);
+          for (int64_t d = 0; d < dim; ++d) vt[j * dim + d] = static_cast<float>(vsrc[d]);
+        } else {
+          for (int64_t d = 0; d < dim; ++d) kt[d * kKeyTile + j] = 0.0f;
+          std::fill(vt + j * dim, vt + (j + 1) * dim, 0.0f);
+        }
+      }
+      const bool tree_tile = t0 + kKeyTile > p_len;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (!real[r]) continue;
+        const int64_t node = n0 + r / g_count;
+        const int64_t* mrow = mask + (b * sz.nodes + node) * w;
+        scores_row(qf + r * dim, kt, dim, s);
+        float tile_max = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < kKeyTile; ++j) {
+          const int64_t t = t0 + j;
+          const bool keep = j < tk && (!tree_tile || t < p_len || mask_bit(mrow, t - p_len));
+          s[j] = keep ? s[j] : -std::numeric_limits<float>::infinity();
+          tile_max = std::max(tile_max, s[j]);
+        }
+        if (tile_max == -std::numeric_limits<float>::infinity()) continue;
+        const float m_new = std::max(m[r], tile_max);
+        const float alpha = std::exp(m[r] - m_new);  // 0 when m[r] was -inf
+        float sum = 0.0f;
+        for (int64_t j = 0; j < kKeyTile; ++j) {
+          s[j] = std::exp(s[j] - m_new);
+          sum += s[j];
+        }
+        l[r] = l[r] * alpha + sum;
+        m[r] = m_new;
+        accumulate_row(s, vt, tk, dim, alpha, acc + r * dim);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t node = n0 + r / g_count, h = kvh * g_count + r % g_count;
+      T* dst = out + ((b * sz.nodes + node) * sz.q_heads + h) * dim;
+      const float inv = (real[r] && l[r] > 0.0f) ? 1.0f / l[r] : 0.0f;
+      for (int64_t d = 0; d < dim; ++d) dst[d] = static_cast<T>(acc[r * dim + d] * inv);
+    }
+  }
+};
+
+at::Tensor tree_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                              const at::Tensor& mask_in, const at::Tensor& prefix_in, std::optional<double> scale) {
+  const TreeAttentionSizes sz = check_tree_attention_inputs(q_in, k_in, v_in, mask_in, prefix_in, scale);
+  const at::Tensor q = last_dim_contiguous(q_in), k = last_dim_contiguous(k_in), v = last_dim_contiguous(v_in);
+  const at::Tensor mask = mask_in.contiguous(), prefix = prefix_in.contiguous();
+  validate_mask(mask.data_ptr<int64_t>(), prefix.data_ptr<int32_t>(), sz);
+  at::Tensor out = at::empty({sz.batch, sz.nodes, sz.q_heads, sz.head_dim}, q.options());
+  if (out.numel() == 0) return out;
+  const int64_t g_count = sz.q_heads / sz.kv_heads;
+  const int64_t node_block = std::max<int64_t>(1, std::min<int64_t>(sz.nodes, kMaxRows / g_count));
+  const int64_t blocks = (sz.nodes + node_block - 1) / node_block;
+  const int64_t tasks = sz.batch * sz.kv_heads * blocks;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "tree_attention_cpu", [&] {
+    CpuTask<scalar_t> task{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                           out.data_ptr<scalar_t>(), mask.data_ptr<int64_t>(), prefix.data_ptr<int32_t>(),
+                           sz, {q.stride(0), q.stride(1), q.stride(2)}, {k.stride(0), k.stride(1), k.stride(2)},
+                           {v.stride(0), v.stride(1), v.stride(2)}, node_block};
+    const int64_t rows_max = node_block * g_count;
+    const size_t scratch_len = 2 * rows_max * sz.head_dim + 2 * sz.head_dim * kKeyTile + 2 * rows_max + kKeyTile;
+    at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scratch(scratch_len);
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t blk = t % blocks, bh = t / blocks;
+        const int64_t n0 = blk * node_block;
+        task.run(bh / sz.kv_heads, bh % sz.kv_heads, n0, std::min(sz.nodes, n0 + node_block), scratch);
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specdec, CPU, m) { m.impl("tree_attention", &tree_attention_cpu); }
+
+}  // namespace specdec

@@ -1,0 +1,16 @@
+// Declares the specdec operator library: the schema of every tensor op in torch.ops.specdec.
+//
+// This is the only TORCH_LIBRARY(specdec, ...) block in the extension (a namespace may be defined
+// once); other files add kernels with TORCH_LIBRARY_IMPL and other ops with TORCH_LIBRARY_FRAGMENT.
+// The fake (shape-only) implementation used by torch.compile lives in Python, in the module named by
+// set_python_module, which torch imports on demand.
+#include <torch/library.h>
+
+TORCH_LIBRARY(specdec, m) {
+  m.set_python_module("specdec.ops.tree_attention");
+  // q [B, N, Hq, D], k/v [B, S, Hkv, D], tree_mask int64 [B, N, ceil(N/64)], prefix_lens int32 [B]
+  // -> out [B, N, Hq, D]. Semantics: specdec/ops/tree_attention.py (tree_attention_reference).
+  m.def(
+      "tree_attention(Tensor q, Tensor k, Tensor v, Tensor tree_mask, Tensor prefix_lens, "
+      "float? scale=None) -> Tensor");
+}
