@@ -1,0 +1,353 @@
+"""Fingerprints, manifests and compatibility checks: the lifecycle cost of a proposer, made explicit.
+
+A proposer artifact is bound to something, and that binding decides when it must be rebuilt:
+
+* trained heads (Medusa, EAGLE-style) read the target's hidden states and share its LM head, so
+  they are bound to **one target checkpoint**: any retrain invalidates them;
+* a draft model only has to speak the target's token ids, so it is bound to a **tokenizer**;
+* a lookup proposer is bound to nothing.
+
+This module computes the fingerprints those bindings name, writes an artifact as
+``<dir>/weights.safetensors`` + ``<dir>/manifest.json``, and refuses to load an artifact against
+something it was not built for (:class:`IncompatibleArtifactError`, naming both fingerprints),
+unless the caller passes an explicit override, which warns.
+
+Fingerprints are short hex digests with a kind prefix (``target-``, ``tok-``, ``weights-``) so a
+reader of a manifest can tell them apart.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from .proposers.base import Artifact
+
+MANIFEST_NAME = "manifest.json"
+WEIGHTS_NAME = "weights.safetensors"
+MANIFEST_FORMAT = 1
+_DIGEST_CHARS = 20
+# Elements hashed per tensor: enough that a retrain (which moves essentially every weight)
+# changes the sample, cheap enough that a 135M-parameter model fingerprints in well under 1 s.
+_SAMPLE_ELEMENTS = 4096
+# Config keys that describe how a checkpoint was loaded or saved, not what it computes.
+_VOLATILE_CONFIG_KEYS = frozenset(
+    {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "_attn_implementation",
+     "_attn_implementation_autoset", "_commit_hash", "use_cache", "output_hidden_states",
+     "output_attentions", "return_dict", "architectures"}
+)
+
+
+class IncompatibleArtifactError(ValueError):
+    """An artifact was loaded against a target or tokenizer other than the one it was built for."""
+
+
+def _digest(kind: str, h: "hashlib._Hash") -> str:
+    return f"{kind}-{h.hexdigest()[:_DIGEST_CHARS]}"
+
+
+def _canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def tensor_checksum(t: torch.Tensor, samples: int = _SAMPLE_ELEMENTS) -> bytes:
+    """Cheap content summary of one tensor: shape, dtype, a strided element sample and moments.
+
+    The strided sample (``samples`` evenly spaced elements, bytes hashed exactly) catches any
+    retrain; the float64 sum and sum of squares over *all* elements catch a change confined to
+    a few rows that the sample misses. Cost: one pass over the tensor, vectorised.
+    """
+    flat = t.detach().reshape(-1)
+    n = flat.numel()
+    head = f"{tuple(t.shape)}|{t.dtype}|".encode()
+    if n == 0:
+        return head
+    stride = max(1, n // samples)
+    sample = flat[::stride][:samples].contiguous().cpu()
+    sample_bytes = sample.view(torch.uint8).numpy().tobytes()
+    wide = flat if flat.dtype.is_floating_point else flat.to(torch.float64)
+    total = float(wide.sum(dtype=torch.float64))
+    norm = float(torch.linalg.vector_norm(wide, dtype=torch.float64))
+    moments = f"{total:.17g}|{norm:.17g}".encode()
+    return head + sample_bytes + b"|" + moments
+
+
+def tensors_fingerprint(named: Iterable[tuple[str, torch.Tensor]], kind: str = "weights") -> str:
+    """Fingerprint of named tensors (order-independent: names are sorted)."""
+    h = hashlib.sha256()
+    for name, t in sorted(named, key=lambda kv: kv[0]):
+        h.update(name.encode() + b"\0")
+        h.update(tensor_checksum(t))
+    return _digest(kind, h)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A model config as a plain dict without load/save bookkeeping keys."""
+    raw = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    return {k: v for k, v in raw.items() if k not in _VOLATILE_CONFIG_KEYS}
+
+
+def target_fingerprint(model: torch.nn.Module) -> str:
+    """Fingerprint of a target checkpoint: its config plus a checksum of every parameter/buffer.
+
+    Tied weights (the LM head sharing the embedding) are counted once. Changing any weight
+    materially, the architecture, or the dtype changes the fingerprint.
+    """
+    h = hashlib.sha256()
+    cfg = getattr(model, "config", None)
+    h.update(_canonical_json(config_dict(cfg) if cfg is not None else {}))
+    seen: set[int] = set()
+    named = []
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        key = t.data_ptr()
+        if key in seen and t.numel():
+            continue
+        seen.add(key)
+        named.append((name, t))
+    h.update(tensors_fingerprint(named, "x").encode())
+    return _digest("target", h)
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What a tokenizer fingerprint covers: the id of every token string and the special tokens.
+
+    Attributes:
+        vocab: token string -> id (all ids the tokenizer can produce, added tokens included).
+        special: role (``"bos_token"``, ``"eos_token"``, ``"additional_special_tokens"``, ...)
+            -> token string(s).
+    """
+
+    vocab: Mapping[str, int]
+    special: Mapping[str, Any]
+
+    @property
+    def size(self) -> int:
+        return len(self.vocab)
+
+
+def tokenizer_info(tokenizer: Any) -> TokenizerInfo:
+    """Normalise a Hugging Face tokenizer (or a :class:`TokenizerInfo`) into a :class:`TokenizerInfo`."""
+    if isinstance(tokenizer, TokenizerInfo):
+        return tokenizer
+    if not hasattr(tokenizer, "get_vocab"):
+        raise TypeError(
+            f"expected a tokenizer with get_vocab() (Hugging Face) or a TokenizerInfo, got {type(tokenizer).__name__}"
+        )
+    vocab = dict(tokenizer.get_vocab())
+    special = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+    return TokenizerInfo(vocab=vocab, special={k: special[k] for k in sorted(special)})
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Fingerprint of a tokenizer's vocabulary (string -> id) and special tokens."""
+    info = tokenizer_info(tokenizer)
+    h = hashlib.sha256()
+    h.update(_canonical_json(sorted(info.vocab.items(), key=lambda kv: (kv[1], kv[0]))))
+    h.update(_canonical_json(info.special))
+    return _digest("tok", h)
+
+
+def tokenizer_mismatch(a: Any, b: Any, *, max_listed: int = 10) -> list[str]:
+    """Human-readable differences between two tokenizers; an empty list means identical.
+
+    Lists the vocabulary sizes, up to ``max_listed`` ids whose token string differs (or is
+    missing on one side), and every special-token role that differs.
+    """
+    ia, ib = tokenizer_info(a), tokenizer_info(b)
+    out: list[str] = []
+    if ia.size != ib.size:
+        out.append(f"vocabulary size {ia.size} != {ib.size}")
+    by_id_a = {i: s for s, i in ia.vocab.items()}
+    by_id_b = {i: s for s, i in ib.vocab.items()}
+    diff_ids = sorted(i for i in set(by_id_a) | set(by_id_b) if by_id_a.get(i) != by_id_b.get(i))
+    if diff_ids:
+        shown = ", ".join(f"{i}: {by_id_a.get(i)!r} vs {by_id_b.get(i)!r}" for i in diff_ids[:max_listed])
+        more = f" (+{len(diff_ids) - max_listed} more)" if len(diff_ids) > max_listed else ""
+        out.append(f"{len(diff_ids)} ids map to different tokens: {shown}{more}")
+    for role in sorted(set(ia.special) | set(ib.special)):
+        if ia.special.get(role) != ib.special.get(role):
+            out.append(f"special token {role}: {ia.special.get(role)!r} vs {ib.special.get(role)!r}")
+    return out
+
+
+def check_tokenizers_identical(draft_tokenizer: Any, target_tokenizer: Any) -> None:
+    """Raise :class:`IncompatibleArtifactError` listing every mismatch unless both are identical.
+
+    There is deliberately no re-mapping: a draft token id must mean the same string to the target.
+    """
+    problems = tokenizer_mismatch(draft_tokenizer, target_tokenizer)
+    if problems:
+        raise IncompatibleArtifactError(
+            "draft tokenizer differs from the target tokenizer (draft vs target): " + "; ".join(problems)
+            + ". A draft model must share the target's vocabulary exactly."
+        )
+
+
+@dataclass
+class Manifest:
+    """JSON manifest stored beside an artifact's safetensors weights.
+
+    Attributes:
+        kind: ``"medusa"``, ``"draft_model"``, ``"eagle"``.
+        name: human-readable name.
+        bound_to: ``"target"`` (fingerprint = target checkpoint) or ``"tokenizer"``.
+        fingerprint: the target or tokenizer fingerprint the artifact was built for.
+        weights_fingerprint: fingerprint of the artifact's own tensors (its version).
+        config: what is needed to rebuild the module (hidden size, number of heads, ...).
+        training: how it was trained (data, steps, seed, losses, wall time, command).
+        measured: measurements appended later (acceptance per step, with date and command).
+        created: ISO-8601 UTC timestamp.
+    """
+
+    kind: str
+    name: str
+    bound_to: str
+    fingerprint: str
+    weights_fingerprint: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    measured: list[dict[str, Any]] = field(default_factory=list)
+    created: str = ""
+    format: int = MANIFEST_FORMAT
+
+    def __post_init__(self):
+        if self.bound_to not in ("target", "tokenizer"):
+            raise ValueError(f"Manifest.bound_to must be 'target' or 'tokenizer', got {self.bound_to!r}")
+        if not self.fingerprint:
+            raise ValueError(f"Manifest {self.name!r} is bound to a {self.bound_to} but has no fingerprint")
+        if not self.created:
+            self.created = utc_now()
+
+    def to_artifact(self) -> Artifact:
+        """The proposer-facing :class:`~specdec.Artifact` view of this manifest."""
+        details = {"kind": self.kind, "config": self.config, "training": self.training}
+        if self.measured:
+            details["last_measured"] = self.measured[-1]
+        return Artifact(self.name, self.bound_to, self.fingerprint, self.weights_fingerprint, details)
+
+    def last_measured(self) -> dict[str, Any] | None:
+        return self.measured[-1] if self.measured else None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
+        fmt = d.get("format")
+        if fmt != MANIFEST_FORMAT:
+            raise ValueError(f"manifest format {fmt!r} is not supported (expected {MANIFEST_FORMAT})")
+        missing = [k for k in ("kind", "name", "bound_to", "fingerprint") if k not in d]
+        if missing:
+            raise ValueError(f"manifest is missing required keys {missing}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"manifest has unknown keys {unknown} (expected a subset of {sorted(known)})")
+        return cls(**dict(d))
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def save_artifact(directory: str, tensors: Mapping[str, torch.Tensor], manifest: Manifest) -> Manifest:
+    """Write ``weights.safetensors`` and ``manifest.json`` into ``directory`` (created if needed).
+
+    The manifest's ``weights_fingerprint`` is (re)computed from ``tensors`` so it always
+    describes the file written beside it. Returns the manifest written.
+    """
+    from safetensors.torch import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    flat = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    manifest.weights_fingerprint = tensors_fingerprint(flat.items())
+    save_file(flat, os.path.join(directory, WEIGHTS_NAME))
+    write_manifest(directory, manifest)
+    return manifest
+
+
+def write_manifest(directory: str, manifest: Manifest) -> None:
+    path = os.path.join(directory, MANIFEST_NAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(asdict(manifest), f, indent=2, sort_keys=True, default=_json_default)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any):
+    if isinstance(o, float) and not math.isfinite(o):
+        return str(o)
+    return str(o)
+
+
+def read_manifest(directory: str) -> Manifest:
+    path = os.path.join(directory, MANIFEST_NAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {MANIFEST_NAME} in {directory!r}: not a specdec artifact directory")
+    with open(path) as f:
+        return Manifest.from_dict(json.load(f))
+
+
+def load_artifact(directory: str, *, verify_weights: bool = True) -> tuple[dict[str, torch.Tensor], Manifest]:
+    """Read an artifact; with ``verify_weights`` the weights must match the manifest's fingerprint."""
+    from safetensors.torch import load_file
+
+    manifest = read_manifest(directory)
+    tensors = load_file(os.path.join(directory, WEIGHTS_NAME))
+    if verify_weights:
+        got = tensors_fingerprint(tensors.items())
+        if got != manifest.weights_fingerprint:
+            raise IncompatibleArtifactError(
+                f"{directory}: weights fingerprint {got} does not match the manifest's "
+                f"{manifest.weights_fingerprint} (weights edited or manifest from another run)"
+            )
+    return tensors, manifest
+
+
+def check_compatible(manifest: Manifest, fingerprint: str, *, allow_mismatch: bool = False) -> bool:
+    """Check that ``manifest`` was built for ``fingerprint`` (a target or tokenizer fingerprint).
+
+    Returns True when they match. On a mismatch raises :class:`IncompatibleArtifactError` naming
+    both fingerprints, or, with ``allow_mismatch=True``, warns (``RuntimeWarning``) and returns
+    False: the caller has explicitly accepted drafts from a stale artifact (still exact, since
+    verification never trusts the drafter, but acceptance will usually collapse).
+    """
+    expected_kind = "target-" if manifest.bound_to == "target" else "tok-"
+    if not fingerprint.startswith(expected_kind):
+        raise ValueError(
+            f"artifact {manifest.name!r} is bound to a {manifest.bound_to}; expected a {expected_kind}... "
+            f"fingerprint to check against, got {fingerprint!r}"
+        )
+    if manifest.fingerprint == fingerprint:
+        return True
+    msg = (
+        f"artifact {manifest.name!r} ({manifest.kind}) was built for {manifest.bound_to} "
+        f"{manifest.fingerprint}, but the loaded {manifest.bound_to} is {fingerprint}"
+    )
+    if manifest.bound_to == "target":
+        msg += ": trained heads must be refit after every checkpoint change (`specdec train heads`)"
+    if allow_mismatch:
+        warnings.warn(msg + " (allow_mismatch=True: loading anyway)", RuntimeWarning, stacklevel=2)
+        return False
+    raise IncompatibleArtifactError(msg + ". Pass allow_mismatch=True to load it anyway.")
+
+
+def record_measurement(directory: str, **facts: Any) -> Manifest:
+    """Append a measurement (e.g. ``mean_accepted=2.4, prompts=..., command=...``) to a manifest.
+
+    A ``date`` (UTC) is added when not given. Returns the updated manifest.
+    """
+    if not facts:
+        raise ValueError("record_measurement needs at least one fact (e.g. mean_accepted=...)")
+    manifest = read_manifest(directory)
+    entry = {"date": utc_now(), **facts}
+    manifest.measured.append(entry)
+    write_manifest(directory, manifest)
+    return manifest
