@@ -5,6 +5,10 @@
 // C++ objects (the suffix automaton) and build information.
 #include <pybind11/pybind11.h>
 
+namespace specdec {
+void bind_suffix(pybind11::module_& m);  // csrc/suffix/bind_suffix.cpp
+}  // namespace specdec
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "specdec compiled extension: suffix automaton and tree-attention ops";
   m.def(
@@ -17,4 +21,5 @@ PYBIND11_MODULE(_C, m) {
 #endif
       },
       "True when the extension was compiled with its CUDA kernels.");
+  specdec::bind_suffix(m);
 }

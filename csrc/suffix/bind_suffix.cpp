@@ -1,0 +1,162 @@
+// pybind11 bindings for the suffix automaton: class SuffixAutomaton and build_suffix_draft().
+//
+// Token arrays are read in place (zero-copy) from any 1-D C-contiguous int32 buffer: numpy arrays
+// directly, CPU torch tensors through Tensor.numpy() (a view). Anything else is refused with a
+// TypeError/ValueError that says what was expected, never silently converted.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "suffix/draft_tree.h"
+#include "suffix/suffix_automaton.h"
+
+namespace py = pybind11;
+using specdec::suffix::Draft;
+using specdec::suffix::DraftParams;
+using specdec::suffix::DraftSource;
+using specdec::suffix::Match;
+using specdec::suffix::SuffixAutomaton;
+
+namespace {
+
+// A read-only view of a 1-D int32 buffer; holds the Python buffer (and so the memory) alive.
+struct Int32View {
+  py::buffer_info info;
+  const int32_t* data() const { return static_cast<const int32_t*>(info.ptr); }
+  size_t size() const { return static_cast<size_t>(info.size); }
+};
+
+std::string type_name(const py::handle& obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
+
+Int32View as_int32(py::object obj, const char* what) {
+  if (!py::isinstance<py::buffer>(obj) && py::hasattr(obj, "__dlpack__") && py::hasattr(obj, "numpy")) {
+    const std::string device = py::str(obj.attr("device").attr("type"));
+    if (device != "cpu") {
+      throw py::type_error(std::string(what) + ": expected a CPU int32 tensor, got a tensor on device '" + device + "'");
+    }
+    obj = obj.attr("numpy")();
+  }
+  if (!py::isinstance<py::buffer>(obj)) {
+    throw py::type_error(std::string(what) + ": expected a 1-D contiguous int32 numpy array or CPU torch tensor, got " +
+                         type_name(obj));
+  }
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
+  std::string fmt = info.format;
+  if (!fmt.empty() && (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@')) fmt = fmt.substr(1);
+  if (info.itemsize != 4 || !(fmt == "i" || (fmt == "l" && sizeof(long) == 4))) {
+    throw py::type_error(std::string(what) + ": expected dtype int32, got buffer format '" + info.format +
+                         "' with itemsize " + std::to_string(info.itemsize) + " (convert with .astype(np.int32) / .to(torch.int32))");
+  }
+  if (info.ndim != 1) {
+    throw py::value_error(std::string(what) + ": expected a 1-D array, got " + std::to_string(info.ndim) + " dimensions");
+  }
+  if (info.size > 1 && info.strides[0] != 4) {
+    throw py::value_error(std::string(what) + ": expected a contiguous array (stride 4 bytes), got stride " +
+                          std::to_string(info.strides[0]) + " (use np.ascontiguousarray / .contiguous())");
+  }
+  return Int32View{std::move(info)};
+}
+
+template <class T>
+py::array_t<T> to_numpy(const std::vector<T>& v) {
+  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
+py::tuple transitions(const SuffixAutomaton& sam, int32_t state) {
+  sam.check_state(state);
+  std::vector<std::pair<int32_t, int32_t>> edges;
+  sam.for_each_transition(state, [&](int32_t tok, int32_t dst) {
+    if (tok != SuffixAutomaton::kSeparator) edges.emplace_back(tok, dst);
+  });
+  std::sort(edges.begin(), edges.end());
+  std::vector<int32_t> toks, dsts, counts;
+  for (const auto& e : edges) {
+    toks.push_back(e.first);
+    dsts.push_back(e.second);
+    counts.push_back(sam.count(e.second));
+  }
+  return py::make_tuple(to_numpy(toks), to_numpy(dsts), to_numpy(counts));
+}
+
+}  // namespace
+
+namespace specdec {
+
+void bind_suffix(py::module_& m) {
+  py::class_<SuffixAutomaton>(m, "SuffixAutomaton",
+                              "Online suffix automaton over int32 token ids with exact occurrence counts.\n\n"
+                              "Token arrays: 1-D contiguous int32 numpy arrays or CPU torch tensors (read in place).\n"
+                              "States are ints (0 = root). A match is (length, state).")
+      .def(py::init<int64_t>(), py::arg("vocab_size"), "ids must lie in [0, vocab_size)")
+      .def(
+          "extend", [](SuffixAutomaton& s, py::object tokens) {
+            Int32View v = as_int32(tokens, "tokens");
+            s.extend(v.data(), v.size());
+          },
+          py::arg("tokens"), "Append tokens (amortised O(1) each; counts stay exact).")
+      .def(
+          "add_document", [](SuffixAutomaton& s, py::object tokens) {
+            Int32View v = as_int32(tokens, "document");
+            s.add_document(v.data(), v.size());
+          },
+          py::arg("tokens"), "Append a whole document and a separator: no match spans two documents.")
+      .def(
+          "longest_match", [](const SuffixAutomaton& s, py::object ctx) {
+            Int32View v = as_int32(ctx, "context");
+            const Match mt = s.longest_match(v.data(), v.size());
+            return py::make_tuple(mt.length, mt.state);
+          },
+          py::arg("context"), "(length, state) of the longest suffix of context that occurs in the text.")
+      .def(
+          "advance", [](const SuffixAutomaton& s, int32_t length, int32_t state, py::object tokens) {
+            Int32View v = as_int32(tokens, "tokens");
+            const Match mt = s.advance(Match{length, state}, v.data(), v.size());
+            return py::make_tuple(mt.length, mt.state);
+          },
+          py::arg("length"), py::arg("state"), py::arg("tokens"),
+          "Continue a (length, state) match over more context tokens; valid across later extends.")
+      .def(
+          "repeat_match", [](const SuffixAutomaton& s) {
+            const Match mt = s.repeat_match();
+            return py::make_tuple(mt.length, mt.state);
+          },
+          "(length, state) of the longest suffix of the text that also occurs earlier in it.")
+      .def("count", &SuffixAutomaton::count, py::arg("state"), "Occurrences (end positions) of the state's strings.")
+      .def("transition", &SuffixAutomaton::transition, py::arg("state"), py::arg("token"), "Target state or -1.")
+      .def("transitions", &transitions, py::arg("state"),
+           "(tokens, targets, counts) int32 arrays of the state's transitions, sorted by token, separators excluded.")
+      .def("state_len", [](const SuffixAutomaton& s, int32_t st) { s.check_state(st); return s.state_len(st); }, py::arg("state"))
+      .def("state_link", [](const SuffixAutomaton& s, int32_t st) { s.check_state(st); return s.state_link(st); }, py::arg("state"))
+      .def("memory_bytes", &SuffixAutomaton::memory_bytes, "Bytes held (capacities included).")
+      .def("check_integrity", &SuffixAutomaton::check_integrity, "Verify invariants and counts; raises RuntimeError.")
+      .def_property_readonly("vocab_size", &SuffixAutomaton::vocab_size)
+      .def_property_readonly("num_states", &SuffixAutomaton::num_states)
+      .def_property_readonly("num_transitions", &SuffixAutomaton::num_transitions)
+      .def_property_readonly("num_tokens", &SuffixAutomaton::num_tokens, "Tokens indexed, separators included.")
+      .def("__len__", &SuffixAutomaton::num_tokens);
+
+  m.def(
+      "build_suffix_draft",
+      [](const std::vector<py::tuple>& sources, int32_t budget, int32_t min_match_len, double min_prob,
+         int32_t max_depth, double depth_factor) {
+        std::vector<DraftSource> srcs;
+        for (const py::tuple& t : sources) {
+          if (t.size() != 3) throw py::value_error("build_suffix_draft: each source must be (automaton, length, state)");
+          srcs.push_back(DraftSource{t[0].cast<const SuffixAutomaton*>(), Match{t[1].cast<int32_t>(), t[2].cast<int32_t>()}});
+        }
+        const Draft d = specdec::suffix::build_draft(srcs, DraftParams{budget, min_match_len, min_prob, max_depth, depth_factor});
+        return py::make_tuple(to_numpy(d.tokens), to_numpy(d.parents), to_numpy(d.probs));
+      },
+      py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 2, py::arg("min_prob") = 0.1,
+      py::arg("max_depth") = 32, py::arg("depth_factor") = 1.0,
+      "Best-first draft tree over [(automaton, match_length, match_state), ...].\n"
+      "Returns (tokens int32[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).");
+}
+
+}  // namespace specdec
