@@ -1,0 +1,334 @@
+"""Exact verification of draft trees: the rejection sampler.
+
+Public entry points (shapes in each docstring):
+
+* :func:`rejection_sample` — one :class:`~specdec.DraftTree` and its target rows ``[n + 1, V]``.
+* :func:`rejection_sample_batch` — many trees; target rows as one padded tensor ``[B, R, V]`` (the
+  batched verify output, read without copying) or one ``[n_b + 1, V]`` tensor per tree.
+* :func:`rejection_sample_padded` — the same on already padded tensors (no DraftTree objects);
+  what the engine and the conformance suite's Monte-Carlo loop use.
+
+Row ``0`` of a request's target rows is the target distribution after the committed prefix, row
+``i + 1`` the distribution after node ``i``. The result holds the accepted path and the emitted
+tokens: the accepted draft tokens followed by exactly one token drawn from the target (bonus) or
+from a residual (recovery). Guarantee (every :class:`Rule` with ``exact=True``): whatever the
+draft, the emitted tokens are distributed exactly as drawing them one at a time from the target
+rows given, provided each sampled node's token was drawn from its ``draft_probs`` row independently
+of the target's randomness. The argument for each rule is in docs/exactness.md, and
+:mod:`specdec.conformance` tests it statistically.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .logits import check_distributions
+from .sampling_core import Drafts, Outcome, Rows, TreeSpeculative, chain_speculative, greedy_verify
+from .tree import DraftTree
+
+
+class Rule(enum.Enum):
+    """Acceptance rules. ``exact`` says whether the rule preserves the target distribution."""
+
+    GREEDY = ("greedy", True, "target argmax; drafts accepted while they equal it (temperature 0)")
+    CHAIN = ("chain", True, "Leviathan/Chen speculative sampling: accept min(1, p/q), residual norm(max(0, p - q)), bonus from p")
+    TREE_SAMPLED = ("tree_sampled", True, "SpecInfer multi-step speculative sampling over siblings drawn from their q")
+    TREE_DETERMINISTIC = ("tree_deterministic", True, "point-mass siblings: accept with p(x), residual removes x")
+    TREE_MIXED = ("tree_mixed", True, "sampled and deterministic siblings, each tested with its own q")
+
+    def __init__(self, label: str, exact: bool, summary: str):
+        self.label = label
+        self.exact = exact
+        self.summary = summary
+
+    def __repr__(self) -> str:
+        return f"Rule.{self.name}(exact={self.exact})"
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """Outcome of verifying one draft.
+
+    Attributes:
+        tokens: ``LongTensor[k + 1]`` emitted tokens: ``k`` accepted draft tokens, then one token from
+            the target (bonus) or from a residual (recovery).
+        path: ``LongTensor[k]`` accepted node indices, root to leaf.
+        rule: the :class:`Rule` applied.
+    """
+
+    tokens: torch.Tensor
+    path: torch.Tensor
+    rule: Rule
+
+    @property
+    def num_accepted(self) -> int:
+        return int(self.path.numel())
+
+
+@dataclass(frozen=True)
+class BatchAcceptResult:
+    """Padded outcome for ``B`` drafts with at most ``N`` nodes each.
+
+    Attributes:
+        tokens: ``LongTensor[B, N + 1]`` emitted tokens, ``-1`` after the ``num_accepted + 1`` real ones.
+        path: ``LongTensor[B, N]`` accepted node indices, ``-1`` padded.
+        num_accepted: ``LongTensor[B]``.
+        rules: the :class:`Rule` applied to each request.
+    """
+
+    tokens: torch.Tensor
+    path: torch.Tensor
+    num_accepted: torch.Tensor
+    rules: tuple[Rule, ...]
+
+    def unbind(self) -> list[AcceptResult]:
+        """One :class:`AcceptResult` per request (one device sync for the counts)."""
+        ks = self.num_accepted.tolist()
+        return [AcceptResult(self.tokens[b, : k + 1], self.path[b, :k], self.rules[b]) for b, k in enumerate(ks)]
+
+
+def _resolve_rule(rule) -> bool:
+    """True for the greedy rule, False for the speculative family; anything else is refused."""
+    if rule in ("greedy", Rule.GREEDY):
+        return True
+    if rule in ("auto", "speculative") or (isinstance(rule, Rule) and rule is not Rule.GREEDY):
+        return False
+    raise ValueError(f"rule must be 'auto', 'greedy' or a specdec.sampling.Rule, got {rule!r}")
+
+
+def _classify(greedy: bool, chain: list[bool], sampled: list[bool], det: list[bool], requested) -> tuple[Rule, ...]:
+    rules = []
+    for b, (is_chain, s, d) in enumerate(zip(chain, sampled, det)):
+        if greedy:
+            r = Rule.GREEDY
+        elif is_chain:
+            r = Rule.CHAIN
+        else:
+            r = Rule.TREE_MIXED if (s and d) else Rule.TREE_SAMPLED if s else Rule.TREE_DETERMINISTIC
+        if isinstance(requested, Rule) and requested is not r and not greedy:
+            raise ValueError(f"rule={requested.name} was requested but draft {b} needs {r.name}")
+        rules.append(r)
+    return tuple(rules)
+
+
+def _check_target(target_probs, greedy: bool, valid_rows: torch.Tensor | None, name: str) -> None:
+    if greedy:
+        # Greedy reads only the argmax: logits (with -inf masks) or probabilities both work.
+        if bool(torch.isnan(target_probs).any()) or bool((target_probs == float("inf")).any()):
+            raise ValueError(f"{name} contains NaN or +inf: the target produced invalid scores")
+    else:
+        check_distributions(target_probs, valid_rows, name)
+
+
+def _run(d: Drafts, vocab: int, greedy: bool, all_chains: bool, argmax, generator) -> Outcome:
+    if greedy:
+        return greedy_verify(d, argmax, all_chains)
+    if all_chains:
+        return chain_speculative(d, vocab, generator)
+    return TreeSpeculative()(d, vocab, generator)
+
+
+def rejection_sample_batch(
+    trees: Sequence[DraftTree],
+    target_probs: torch.Tensor | Sequence[torch.Tensor],
+    *,
+    generator: torch.Generator | None = None,
+    rule="auto",
+    validate: bool = True,
+) -> list[AcceptResult]:
+    """Verify ``B`` drafts at once.
+
+    Args:
+        trees: ``B`` :class:`~specdec.DraftTree` (sizes may differ; empty trees allowed).
+        target_probs: ``[B, R, V]`` with ``R >= max(n_b) + 1`` (rows past ``n_b + 1`` are padding and
+            never read), or a sequence of ``[n_b + 1, V]`` tensors. Processed target probabilities
+            (see :func:`specdec.process_logits`); for ``rule="greedy"`` logits work too.
+        generator: torch.Generator for every random draw (seeded = bit-identical results).
+        rule: ``"auto"`` (speculative family, chosen per tree from its structure), ``"greedy"`` /
+            ``Rule.GREEDY``, or a specific :class:`Rule` that every tree must match.
+        validate: check that target rows are distributions (two reductions over the valid rows).
+
+    Chains take a loop-free path; any tree in the batch makes the whole batch take the tree path
+    (a Python loop over sibling tests, at most ``max(n_b) + 1`` iterations, vectorised over batch
+    and vocabulary).
+
+    Raises:
+        ValueError: shape, vocabulary or device mismatches, NaN/inf or non-distribution rows, a
+            sampled node without ``draft_probs``.
+    """
+    greedy = _resolve_rule(rule)
+    trees = list(trees)
+    if not trees:
+        raise ValueError("rejection_sample_batch needs at least one DraftTree")
+    for b, t in enumerate(trees):
+        if not isinstance(t, DraftTree):
+            raise TypeError(f"trees[{b}] is a {type(t).__name__}, expected DraftTree")
+    sizes = [t.num_nodes for t in trees]
+    N = max(sizes)
+    dev = trees[0].device
+    if isinstance(target_probs, torch.Tensor):
+        if target_probs.dim() != 3 or target_probs.shape[0] != len(trees) or target_probs.shape[1] < N + 1:
+            raise ValueError(
+                f"target_probs must have shape [B={len(trees)}, R >= max nodes + 1 = {N + 1}, V], "
+                f"got {tuple(target_probs.shape)}"
+            )
+        vocab = int(target_probs.shape[2])
+        devices = {target_probs.device}
+    else:
+        target_probs = list(target_probs)
+        if len(target_probs) != len(trees):
+            raise ValueError(f"got {len(target_probs)} target_probs tensors for {len(trees)} trees")
+        for b, (t, n) in enumerate(zip(target_probs, sizes)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != n + 1:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"target_probs[{b}] must have shape [n + 1 = {n + 1}, V], got {shape}")
+        vocab = int(target_probs[0].shape[1])
+        for b, t in enumerate(target_probs):
+            if int(t.shape[1]) != vocab:
+                raise ValueError(f"target_probs[{b}] has V={int(t.shape[1])} but target_probs[0] has V={vocab}")
+        devices = {t.device for t in target_probs}
+    devices |= {t.device for t in trees}
+    if len(devices) > 1:
+        raise ValueError(f"trees and target_probs are on different devices: {sorted(str(x) for x in devices)}")
+    for b, t in enumerate(trees):
+        if t.vocab_size is not None and t.vocab_size != vocab:
+            raise ValueError(f"trees[{b}] has vocab_size {t.vocab_size} but target_probs has V={vocab}")
+        if t.num_nodes and int(t.tokens.max()) >= vocab:
+            raise ValueError(f"trees[{b}] token {int(t.tokens.max())} is out of vocabulary (V={vocab})")
+    pad = torch.nn.utils.rnn.pad_sequence
+    tokens = pad([t.tokens for t in trees], batch_first=True, padding_value=0) if N else torch.zeros(len(trees), 0, dtype=torch.long, device=dev)
+    parents = pad([t.parents.long() for t in trees], batch_first=True, padding_value=-1) if N else tokens.clone()
+    det = pad([t.deterministic for t in trees], batch_first=True, padding_value=True) if N else tokens.bool()
+    size_t = torch.tensor(sizes, dtype=torch.long, device=dev)
+    valid_nodes = torch.arange(N, device=dev).unsqueeze(0) < size_t.unsqueeze(1)
+    sampled_any = (~det & valid_nodes).any(1).tolist()
+    det_any = (det & valid_nodes).any(1).tolist()
+    for b, t in enumerate(trees):
+        if sampled_any[b] and t.draft_probs is None:
+            raise ValueError(f"trees[{b}] has sampled (non-deterministic) nodes but no draft_probs")
+    chain = [t.is_chain for t in trees]
+    rules = _classify(greedy, chain, sampled_any, det_any, rule)
+    if isinstance(target_probs, torch.Tensor):
+        if validate:
+            rows = torch.arange(target_probs.shape[1], device=dev).unsqueeze(0) <= size_t.unsqueeze(1)
+            _check_target(target_probs, greedy, rows, "target_probs")
+        argmax = target_probs.argmax(-1) if greedy else None
+    else:
+        if validate:
+            for b, t in enumerate(target_probs):
+                _check_target(t, greedy, None, f"target_probs[{b}]")
+        argmax = pad([t.argmax(-1) for t in target_probs], batch_first=True) if greedy else None
+    has_q = any(t.draft_probs is not None for t in trees)
+    d = Drafts(tokens, parents, size_t, det, Rows(target_probs), Rows([t.draft_probs for t in trees]) if has_q else None, sizes)
+    out = _run(d, vocab, greedy, all(chain), argmax, generator)
+    return BatchAcceptResult(out.tokens, out.path, out.num_accepted, rules).unbind()
+
+
+def rejection_sample(
+    tree: DraftTree,
+    target_probs: torch.Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    rule="auto",
+    validate: bool = True,
+) -> AcceptResult:
+    """Verify one draft. ``target_probs: [n + 1, V]`` (see :func:`rejection_sample_batch`)."""
+    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 2:
+        shape = tuple(target_probs.shape) if isinstance(target_probs, torch.Tensor) else type(target_probs).__name__
+        raise ValueError(f"target_probs must have shape [n + 1, V], got {shape}")
+    if target_probs.shape[0] != tree.num_nodes + 1:
+        raise ValueError(
+            f"target_probs has {target_probs.shape[0]} rows but the tree has {tree.num_nodes} nodes: "
+            f"expected n + 1 = {tree.num_nodes + 1} rows (row 0 after the prefix, row i + 1 after node i)"
+        )
+    return rejection_sample_batch([tree], [target_probs], generator=generator, rule=rule, validate=validate)[0]
+
+
+def rejection_sample_padded(
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    sizes: torch.Tensor,
+    target_probs: torch.Tensor,
+    *,
+    draft_probs: torch.Tensor | None = None,
+    deterministic: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    rule="auto",
+    validate: bool = True,
+) -> BatchAcceptResult:
+    """Verify ``B`` padded drafts without building DraftTree objects.
+
+    Args:
+        tokens: ``LongTensor[B, N]``; parents: ``[B, N]`` (``-1`` = root, ``parents[b, i] < i``);
+        sizes: ``[B]`` real nodes per request (entries past ``sizes[b]`` are padding, never read);
+        target_probs: ``[B, R >= N + 1, V]``; draft_probs: ``[B, N, V]`` or None (all deterministic);
+        deterministic: ``BoolTensor[B, N]``; default all True without ``draft_probs``, else all False.
+
+    ``validate`` checks structure (parent order, token range, sizes) and that target rows and
+    sampled nodes' draft rows are distributions; turn it off only for inputs built by trusted code.
+    """
+    greedy = _resolve_rule(rule)
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must have shape [B, N], got {tuple(tokens.shape)}")
+    B, N = tokens.shape
+    dev = tokens.device
+    if deterministic is None:
+        deterministic = torch.full((B, N), draft_probs is None, dtype=torch.bool, device=dev)
+    if parents.shape != (B, N) or sizes.shape != (B,) or deterministic.shape != (B, N):
+        raise ValueError(
+            f"parents {tuple(parents.shape)} / deterministic {tuple(deterministic.shape)} must be [B, N] = "
+            f"{[B, N]} and sizes {tuple(sizes.shape)} must be [B]"
+        )
+    if target_probs.dim() != 3 or target_probs.shape[0] != B or target_probs.shape[1] < N + 1:
+        raise ValueError(f"target_probs must have shape [B={B}, R >= N + 1 = {N + 1}, V], got {tuple(target_probs.shape)}")
+    vocab = int(target_probs.shape[2])
+    if draft_probs is not None and (draft_probs.dim() != 3 or draft_probs.shape[:2] != (B, N) or draft_probs.shape[2] != vocab):
+        raise ValueError(f"draft_probs must have shape [B={B}, N={N}, V={vocab}], got {tuple(draft_probs.shape)}")
+    sizes = sizes.long()
+    parents = parents.long()
+    tokens = tokens.long()
+    valid = torch.arange(N, device=dev).unsqueeze(0) < sizes.unsqueeze(1)
+    det = deterministic.bool() | ~valid
+    if validate:
+        _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab)
+        rows = torch.arange(target_probs.shape[1], device=dev).unsqueeze(0) <= sizes.unsqueeze(1)
+        _check_target(target_probs, greedy, rows, "target_probs")
+    idx = torch.arange(N, device=dev).unsqueeze(0)
+    is_chain = ((parents == idx - 1) | ~valid).all(1)
+    sampled_any = (~det).any(1)
+    det_any = (det & valid).any(1)
+    rules = _classify(greedy, is_chain.tolist(), sampled_any.tolist(), det_any.tolist(), rule)
+    d = Drafts(tokens, parents, sizes, det, Rows(target_probs), None if draft_probs is None else Rows(draft_probs), sizes.tolist())
+    argmax = target_probs.argmax(-1) if greedy else None
+    out = _run(d, vocab, greedy, bool(is_chain.all()), argmax, generator)
+    return BatchAcceptResult(out.tokens, out.path, out.num_accepted, rules)
+
+
+def _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab) -> None:
+    B, N = tokens.shape
+    if bool(((sizes < 0) | (sizes > N)).any()):
+        raise ValueError(f"sizes must lie in [0, N={N}], got {sizes.tolist()}")
+    idx = torch.arange(N, device=tokens.device).unsqueeze(0)
+    bad = valid & ((parents >= idx) | (parents < -1))
+    if bool(bad.any()):
+        b, i = bad.nonzero()[0].tolist()
+        raise ValueError(f"parents[{b}, {i}] = {int(parents[b, i])}: must be -1 (root) or an earlier node index (< {i})")
+    bad = valid & ((tokens < 0) | (tokens >= vocab))
+    if bool(bad.any()):
+        b, i = bad.nonzero()[0].tolist()
+        raise ValueError(f"tokens[{b}, {i}] = {int(tokens[b, i])} is out of vocabulary [0, {vocab})")
+    sampled = valid & ~det
+    if not bool(sampled.any()):
+        return
+    if draft_probs is None:
+        raise ValueError("some nodes are sampled (deterministic=False) but draft_probs is None")
+    check_distributions(draft_probs, sampled, "draft_probs")
+    own = draft_probs.gather(2, tokens.unsqueeze(2)).squeeze(2)
+    bad = sampled & (own <= 0)
+    if bool(bad.any()):
+        b, i = bad.nonzero()[0].tolist()
+        raise ValueError(f"node [{b}, {i}] is sampled but its draft_probs give its token probability 0")

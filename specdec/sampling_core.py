@@ -1,0 +1,310 @@
+"""Vectorised verification kernels (pure torch) behind :mod:`specdec.sampling`.
+
+Everything here works on a batch of ``B`` padded drafts: ``tokens [B, N]``, ``parents [B, N]``
+(``-1`` = root), ``sizes [B]`` and ``deterministic [B, N]``. Target rows and draft rows are read
+through :class:`Rows`, which hides whether they arrive as one padded tensor (the engine's batched
+verify output, zero copies) or as one tensor per request (no padding copy of ``[B, N, V]``).
+
+Three kernels:
+
+* :func:`chain_speculative` — chains. All acceptance tests at once, first rejection by cumprod,
+  then one batched residual/bonus draw. No Python loop over tokens.
+* :class:`TreeSpeculative` — trees (SpecInfer multi-step speculative sampling, deterministic
+  siblings, mixtures). One Python iteration per *test* (at most ``N + 1``), each vectorised over
+  the batch and the vocabulary. Its steps are methods so that the conformance suite's deliberately
+  broken samplers can override exactly one step (see :mod:`specdec.conformance_mutants`).
+* :func:`greedy_verify` — argmax rule for chains and trees.
+
+All randomness comes from ``torch.rand`` on the given generator, so a seeded generator gives
+bit-identical results for identical inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+class Rows:
+    """Read access to per-request row tables ``[B][R_b, V]``.
+
+    Built from a padded tensor ``[B, R, V]`` (``R >= R_b``) or a sequence of ``B`` tensors
+    ``[R_b, V]`` (entries may be ``None`` when no row of that request is ever read).
+    """
+
+    def __init__(self, data: torch.Tensor | Sequence[torch.Tensor | None]):
+        self.padded = data if isinstance(data, torch.Tensor) else None
+        self.items = None if isinstance(data, torch.Tensor) else list(data)
+
+    def rows(self, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """``[k, V]``: row ``r[j]`` of request ``b[j]`` (``b, r``: LongTensor ``[k]``)."""
+        if self.padded is not None:
+            return self.padded[b, r]
+        return torch.stack([self.items[bi][ri] for bi, ri in zip(b.tolist(), r.tolist())])
+
+    def values(self, r: torch.Tensor, cols: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+        """``[B, N]``: entry ``(r[b, i], cols[b, i])`` of request ``b``; 0 for ``i >= sizes[b]``."""
+        if self.padded is not None:
+            b = torch.arange(r.shape[0], device=r.device).unsqueeze(1)
+            return self.padded[b, r, cols]
+        out = torch.zeros(r.shape, dtype=torch.float64, device=r.device)
+        for b, n in enumerate(sizes):
+            if n:
+                out[b, :n] = self.items[b][r[b, :n], cols[b, :n]].double()
+        return out
+
+
+@dataclass
+class Drafts:
+    """A padded batch of drafts plus its row sources (see the module docstring for shapes)."""
+
+    tokens: torch.Tensor  # LongTensor[B, N]
+    parents: torch.Tensor  # LongTensor[B, N]
+    sizes: torch.Tensor  # LongTensor[B]
+    deterministic: torch.Tensor  # BoolTensor[B, N] (True in padding)
+    target: Rows  # [B][n_b + 1, V]
+    draft: Rows | None  # [B][n_b, V], None when every node is deterministic
+    size_list: list[int]
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """``BoolTensor[B, N]``: real (non-padding) nodes."""
+        N = self.tokens.shape[1]
+        return torch.arange(N, device=self.tokens.device).unsqueeze(0) < self.sizes.unsqueeze(1)
+
+    def q_rows(self, b: torch.Tensor, node: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[k, V]`` draft distribution of node ``node[j]`` of request ``b[j]``: the stored row for a
+        sampled node, the point mass on its token for a deterministic one, zeros when ``node < 0``."""
+        k = b.shape[0]
+        if self.tokens.shape[1] == 0:
+            return torch.zeros(k, vocab, dtype=dtype, device=b.device)
+        has = node >= 0
+        safe = node.clamp(min=0)
+        det = self.deterministic[b, safe]
+        tok = self.tokens[b, safe]
+        onehot = torch.zeros(k, vocab, dtype=dtype, device=b.device).scatter_(1, tok.unsqueeze(1), 1.0)
+        out = torch.where((has & det).unsqueeze(1), onehot, torch.zeros_like(onehot))
+        sampled = has & ~det
+        if self.draft is not None and bool(sampled.any()):
+            if self.draft.padded is not None:
+                rows = self.draft.rows(b, safe).to(dtype)
+                out = torch.where(sampled.unsqueeze(1), rows, out)
+            else:
+                idx = sampled.nonzero().squeeze(1)
+                out[idx] = self.draft.rows(b[idx], safe[idx]).to(dtype)
+        return out
+
+    def q_at_token(self) -> torch.Tensor:
+        """``float64 [B, N]``: q(token) of every node (1 for deterministic nodes and padding)."""
+        ones = torch.ones(self.tokens.shape, dtype=torch.float64, device=self.tokens.device)
+        if self.draft is None:
+            return ones
+        nodes = torch.arange(self.tokens.shape[1], device=self.tokens.device).expand_as(self.tokens)
+        q = self.draft.values(nodes, self.tokens, self.size_list)
+        return torch.where(self.deterministic, ones, q.double())
+
+
+def sample_rows(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from unnormalised non-negative ``weights [B, V]`` (rows with positive mass).
+
+    Inverse CDF in float64 with one uniform per row: ``u = (1 - U) * total`` lies in ``(0, total]``,
+    and the first index whose cumulative mass reaches ``u`` never has zero weight (its cumulative
+    mass would equal its predecessor's). One ``rand`` per row instead of ``V`` exponentials.
+    """
+    cdf = weights.double().cumsum(-1)
+    total = cdf[:, -1:]
+    u = (1.0 - torch.rand(weights.shape[0], 1, dtype=torch.float64, device=weights.device, generator=generator)) * total
+    return torch.searchsorted(cdf, u).squeeze(1).clamp(max=weights.shape[1] - 1)
+
+
+def residual(p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unnormalised ``max(0, p/p_mass - q)`` (as ``max(0, p - p_mass * q)``) and its mass.
+
+    ``p [k, V]`` may be unnormalised with mass ``p_mass [k]``. When the residual has no mass
+    (``p <= q`` everywhere in floating point, i.e. ``p == q`` up to rounding), ``p`` itself is
+    returned: in exact arithmetic that rejection has probability ``TV(p, q) = 0`` and the residual
+    is never used; in floating point its probability is at most the rounding mass, and drawing from
+    ``p`` keeps the emitted law ``min(p, q) + TV * p``, within ``TV`` (a few ulps) of ``p``.
+    """
+    r = (p - p_mass.unsqueeze(1) * q).clamp_(min=0)
+    r_mass = r.sum(1)
+    ok = r_mass > 0
+    return torch.where(ok.unsqueeze(1), r, p), torch.where(ok, r_mass, p_mass)
+
+
+@dataclass
+class Outcome:
+    """Padded per-request result: ``tokens [B, N + 1]`` (-1 padded), ``path [B, N]`` (-1 padded),
+    ``num_accepted [B]``."""
+
+    tokens: torch.Tensor
+    path: torch.Tensor
+    num_accepted: torch.Tensor
+
+
+def _assemble(d: Drafts, path: torch.Tensor, k: torch.Tensor, final: torch.Tensor) -> Outcome:
+    """Emitted tokens = tokens along ``path`` (first ``k`` entries) + ``final``."""
+    B, N = d.tokens.shape
+    cols = torch.arange(N + 1, device=k.device).unsqueeze(0)
+    safe = path.clamp(min=0)
+    drafted = torch.cat([d.tokens.gather(1, safe), torch.zeros(B, 1, dtype=torch.long, device=k.device)], 1)
+    kk = k.unsqueeze(1)
+    tokens = torch.where(cols < kk, drafted, torch.where(cols == kk, final.unsqueeze(1), torch.full_like(drafted, -1)))
+    return Outcome(tokens=tokens, path=torch.where(cols[:, :N] < kk, path, torch.full_like(path, -1)), num_accepted=k)
+
+
+def chain_speculative(d: Drafts, vocab: int, generator: torch.Generator | None) -> Outcome:
+    """Leviathan/Chen speculative sampling for a batch of chains (parents ``[-1, 0, 1, ...]``).
+
+    Node ``i`` is checked against target row ``i``: accept iff ``u_i * q_i(x_i) < p_i(x_i)``
+    (probability ``min(1, p/q)``). ``k`` = number of leading acceptances (cumprod). The last token
+    is drawn from ``norm(max(0, p_k - q_k))`` if ``k < n`` (rejection) or from ``p_n`` (bonus).
+    """
+    B, N = d.tokens.shape
+    dev = d.tokens.device
+    ar = torch.arange(B, device=dev)
+    rows = torch.arange(N, device=dev).unsqueeze(0).expand(B, N)
+    valid = d.valid
+    p_tok = d.target.values(rows, d.tokens, d.size_list).double()
+    q_tok = d.q_at_token()
+    u = torch.rand(B, N, dtype=torch.float64, device=dev, generator=generator)
+    accept = (u * q_tok < p_tok) & valid
+    k = accept.long().cumprod(1).sum(1)
+    p = d.target.rows(ar, k)
+    work = torch.float64 if p.dtype == torch.float64 else torch.float32
+    p = p.to(work)
+    node = torch.where(k < d.sizes, k, torch.full_like(k, -1))
+    q = d.q_rows(ar, node, vocab, work)
+    r, _ = residual(p, torch.ones(B, dtype=work, device=dev), q)
+    final = sample_rows(r, generator)
+    path = torch.arange(N, device=dev).unsqueeze(0).expand(B, N).clone()
+    return _assemble(d, path, k, final)
+
+
+def sibling_links(parents: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``first_child [B, N + 1]`` (column 0 = root, column ``i + 1`` = node ``i``) and
+    ``next_sibling [B, N]``, both ``-1`` for none; siblings in node order; padding excluded."""
+    B, N = parents.shape
+    dev = parents.device
+    idx = torch.arange(N, device=dev).unsqueeze(0).expand(B, N)
+    valid = idx < sizes.unsqueeze(1)
+    slot = torch.where(valid, parents.long() + 1, torch.full_like(idx, N + 1))  # N + 1 = "no parent"
+    first = torch.full((B, N + 2), N, dtype=torch.long, device=dev)
+    first.scatter_reduce_(1, slot, idx.contiguous(), reduce="amin")
+    first = first[:, : N + 1]
+    first = torch.where(first >= N, torch.full_like(first, -1), first)
+    key = slot * (N + 1) + idx
+    order = key.argsort(1)
+    slot_sorted = slot.gather(1, order)
+    nxt_sorted = torch.full_like(order, -1)
+    if N > 1:
+        same = (slot_sorted[:, 1:] == slot_sorted[:, :-1]) & (slot_sorted[:, :-1] <= N)
+        nxt_sorted[:, :-1] = torch.where(same, order[:, 1:], torch.full_like(order[:, 1:], -1))
+    nxt = torch.full_like(order, -1).scatter_(1, order, nxt_sorted)
+    return first, nxt
+
+
+class TreeSpeculative:
+    """Multi-step speculative sampling over token trees (exact for sampled, deterministic and mixed
+    siblings).
+
+    At a node with working target distribution ``p`` (initially the target row after that node),
+    children are tried in node order. Child ``c`` with token ``x`` and draft distribution ``q_c``
+    (its stored row, or the point mass on ``x`` when deterministic) is accepted with probability
+    ``min(1, p(x) / q_c(x))``; accepting moves to ``c`` with ``p`` = target row after ``c``. A
+    rejection replaces ``p`` by ``norm(max(0, p - q_c))`` and tries the next sibling. When no child is
+    left, the emitted token is drawn from ``p``. Each step is one standard speculative-sampling step
+    whose output law is the current ``p``, so by induction the emitted token at every position has
+    the target's law (see docs/exactness.md).
+
+    Subclasses (the conformance mutants) override single steps: :meth:`accept`,
+    :meth:`after_rejection`, :meth:`after_acceptance`.
+    """
+
+    def __call__(self, d: Drafts, vocab: int, generator: torch.Generator | None) -> Outcome:
+        B, N = d.tokens.shape
+        dev = d.tokens.device
+        ar = torch.arange(B, device=dev)
+        first, nxt = sibling_links(d.parents, d.sizes)
+        p = d.target.rows(ar, torch.zeros(B, dtype=torch.long, device=dev))
+        work = torch.float64 if p.dtype == torch.float64 else torch.float32
+        p = p.to(work)
+        p_mass = p.sum(1)
+        cand = first[:, 0].clone()
+        k = torch.zeros(B, dtype=torch.long, device=dev)
+        path = torch.full((B, N + 1), -1, dtype=torch.long, device=dev)
+        last_q = torch.zeros_like(p)
+        for _ in range(N + 1):
+            testing = cand >= 0
+            if not bool(testing.any()):
+                break
+            c = cand.clamp(min=0)
+            x = d.tokens[ar, c]
+            q = d.q_rows(ar, torch.where(testing, cand, torch.full_like(cand, -1)), vocab, work)
+            u = torch.rand(B, dtype=torch.float64, device=dev, generator=generator)
+            acc = testing & self.accept(u, p.gather(1, x.unsqueeze(1)).squeeze(1).double(),
+                                        p_mass.double(), q.gather(1, x.unsqueeze(1)).squeeze(1).double())
+            rej = testing & ~acc
+            path[ar, k] = torch.where(acc, c, path[ar, k])
+            k = k + acc.long()
+            p_child, m_child = self.after_acceptance(d, ar, c, work)
+            p_rej, m_rej = self.after_rejection(p, p_mass, q)
+            p = torch.where(acc.unsqueeze(1), p_child, torch.where(rej.unsqueeze(1), p_rej, p))
+            p_mass = torch.where(acc, m_child, torch.where(rej, m_rej, p_mass))
+            last_q = torch.where(rej.unsqueeze(1), q, torch.where(acc.unsqueeze(1), torch.zeros_like(q), last_q))
+            cand = torch.where(acc, first[ar, c + 1], torch.where(rej, nxt[ar, c], cand))
+        final = sample_rows(self.final_distribution(p, p_mass, last_q), generator)
+        return _assemble(d, path[:, :N], k, final)
+
+    def accept(self, u: torch.Tensor, p_x: torch.Tensor, p_mass: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+        """Accept with probability ``min(1, (p_x / p_mass) / q_x)``: ``u * q_x * p_mass < p_x``."""
+        return u * q_x * p_mass < p_x
+
+    def after_rejection(self, p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor):
+        """Working distribution for the next sibling: ``norm(max(0, p - q))`` (unnormalised + mass)."""
+        return residual(p, p_mass, q)
+
+    def after_acceptance(self, d: Drafts, ar: torch.Tensor, c: torch.Tensor, work: torch.dtype):
+        """Working distribution after accepting node ``c``: the target row after ``c``."""
+        row = d.target.rows(ar, torch.where(c < d.sizes, c + 1, torch.zeros_like(c))).to(work)
+        return row, row.sum(1)
+
+    def final_distribution(self, p: torch.Tensor, p_mass: torch.Tensor, last_q: torch.Tensor) -> torch.Tensor:
+        """What the emitted token is drawn from: the working distribution ``p`` (unnormalised).
+        ``last_q`` (the last rejected child's q, zeros after an acceptance) is only for mutants."""
+        return p
+
+
+def greedy_verify(d: Drafts, argmax: torch.Tensor, chain: bool) -> Outcome:
+    """Greedy rule: follow the first child (node order) whose token equals the target argmax of its
+    parent's row; emit the argmax of the row where no child matches.
+
+    ``argmax: LongTensor[B, N + 1]`` = ``target_probs.argmax(-1)`` (first maximal index).
+    ``chain=True`` (every draft is a chain) takes the loop-free path: cumprod of matches.
+    """
+    B, N = d.tokens.shape
+    dev = d.tokens.device
+    ar = torch.arange(B, device=dev)
+    if chain:
+        accept = (d.tokens == argmax[:, :N]) & d.valid
+        k = accept.long().cumprod(1).sum(1)
+        return _assemble(d, torch.arange(N, device=dev).expand(B, N), k, argmax[ar, k])
+    first, nxt = sibling_links(d.parents, d.sizes)
+    row = torch.zeros(B, dtype=torch.long, device=dev)
+    cand = first[:, 0].clone()
+    k = torch.zeros(B, dtype=torch.long, device=dev)
+    path = torch.full((B, N + 1), -1, dtype=torch.long, device=dev)
+    for _ in range(N + 1):
+        testing = cand >= 0
+        if not bool(testing.any()):
+            break
+        c = cand.clamp(min=0)
+        acc = testing & (d.tokens[ar, c] == argmax[ar, row])
+        rej = testing & ~acc
+        path[ar, k] = torch.where(acc, c, path[ar, k])
+        k = k + acc.long()
+        row = torch.where(acc, c + 1, row)
+        cand = torch.where(acc, first[ar, c + 1], torch.where(rej, nxt[ar, c], cand))
+    return _assemble(d, path[:, :N], k, argmax[ar, row])

@@ -1,0 +1,240 @@
+"""Unit tests for the rejection sampler: rules, edge cases, bad input, determinism.
+
+The statistical exactness tests live in tests/test_conformance.py; the few law checks here are
+single-position checks with closed-form expectations, so a failure points at one rule.
+"""
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from specdec import DraftTree
+from specdec.sampling import (
+    AcceptResult,
+    Rule,
+    rejection_sample,
+    rejection_sample_batch,
+    rejection_sample_padded,
+)
+from specdec.sampling_core import residual, sample_rows, sibling_links
+
+V = 5
+
+
+def _dist(*shape, seed=0, scale=1.5):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=g) * scale, -1)
+
+
+def _gtest(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """p-value of a G test of ``counts`` against ``probs`` (cells with zero probability must be empty)."""
+    n = counts.sum().item()
+    assert counts[probs == 0].sum() == 0, "a zero-probability token was emitted"
+    keep = probs > 0
+    c, e = counts[keep].double(), probs[keep].double() * n
+    g = 2 * (c[c > 0] * (c[c > 0] / e[c > 0]).log()).sum().item()
+    return stats.chi2.sf(g, int(keep.sum()) - 1) if keep.sum() > 1 else 1.0
+
+
+def test_rules_are_labelled_exact():
+    assert {r.name for r in Rule} >= {"GREEDY", "CHAIN", "TREE_SAMPLED", "TREE_DETERMINISTIC", "TREE_MIXED"}
+    assert all(r.exact for r in Rule)
+
+
+def test_greedy_chain_matches_argmax_and_stops_at_first_mismatch():
+    p = _dist(4, V)
+    am = p.argmax(-1)
+    tokens = torch.stack([am[0], am[1], (am[2] + 1) % V])
+    res = rejection_sample(DraftTree.chain(tokens), p, rule="greedy")
+    assert res.tokens.tolist() == [am[0].item(), am[1].item(), am[2].item()]
+    assert res.path.tolist() == [0, 1]
+    assert res.rule is Rule.GREEDY
+
+
+def test_greedy_ties_follow_torch_argmax_first_index():
+    logits = torch.tensor([[0.0, 3.0, 3.0, -math.inf, 1.0]])
+    res = rejection_sample(DraftTree.empty(vocab_size=V), logits, rule="greedy")
+    assert res.tokens.tolist() == [1] == [int(torch.argmax(logits[0]))]
+
+
+def test_greedy_tree_takes_first_matching_child():
+    p = _dist(4, V, seed=3)
+    am = p.argmax(-1).tolist()
+    other = (am[0] + 1) % V
+    # node0 (wrong) and node1 (= argmax of row 0) under the root; node2 (= argmax of row 2) under node1
+    tree = DraftTree(torch.tensor([other, am[0], am[2]]), torch.tensor([-1, -1, 1]), vocab_size=V)
+    res = rejection_sample(tree, p, rule="greedy")
+    assert res.path.tolist() == [1, 2]
+    assert res.tokens.tolist() == [am[0], am[2], am[3]]
+
+
+def test_one_hot_target_equals_greedy_for_sampled_drafts():
+    p = _dist(4, V, seed=5)
+    onehot = torch.nn.functional.one_hot(p.argmax(-1), V).float()
+    q = _dist(3, V, seed=6)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        toks = torch.multinomial(q, 1, generator=g).squeeze(1)
+        tree = DraftTree.chain(toks, q)
+        a = rejection_sample(tree, onehot, generator=g)
+        b = rejection_sample(tree, p, rule="greedy")
+        assert a.tokens.tolist() == b.tokens.tolist()
+
+
+def test_p_equals_q_accepts_every_draft():
+    q = _dist(4, V, seed=1)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        toks = torch.multinomial(q[:3], 1, generator=g).squeeze(1)
+        res = rejection_sample(DraftTree.chain(toks, q[:3]), q, generator=g)
+        assert res.num_accepted == 3
+
+
+def test_token_with_zero_target_probability_is_never_emitted():
+    p = _dist(3, V, seed=2)
+    p[:, 1] = 0
+    p = p / p.sum(-1, keepdim=True)
+    q = torch.zeros(2, V)
+    q[:, 1] = 1.0  # q only proposes what p forbids
+    g = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        res = rejection_sample(DraftTree.chain(torch.tensor([1, 1]), q), p, generator=g)
+        assert res.num_accepted == 0 and res.tokens.item() != 1
+
+
+def test_residual_underflow_falls_back_to_p():
+    p = torch.tensor([[0.2, 0.3, 0.5]])
+    r, m = residual(p, torch.ones(1), p.clone())
+    assert torch.equal(r, p) and m.item() == 1.0
+    r, m = residual(p, torch.ones(1), torch.tensor([[0.1, 0.3, 0.6]]))
+    assert torch.allclose(r, torch.tensor([[0.1, 0.0, 0.0]])) and abs(m.item() - 0.1) < 1e-7
+
+
+def test_sample_rows_never_picks_zero_weight():
+    w = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0]]).repeat(200, 1)
+    out = sample_rows(w, torch.Generator().manual_seed(0)).view(200, 3)
+    assert (out == torch.tensor([1, 3, 0])).all()
+
+
+def test_sibling_links():
+    parents = torch.tensor([[-1, -1, 0, 0, 1, -1], [-1, 0, -1, 0, 0, 0]])
+    first, nxt = sibling_links(parents, torch.tensor([6, 3]))
+    assert first[0].tolist() == [0, 2, 4, -1, -1, -1, -1]
+    assert nxt[0].tolist() == [1, 5, 3, -1, -1, -1]
+    assert first[1].tolist() == [0, 1, -1, -1, -1, -1, -1]
+    assert nxt[1].tolist() == [2, -1, -1, -1, -1, -1]
+
+
+def test_first_token_law_chain_and_tree():
+    """Emitted first token ~ p[0] for a sampled chain and a mixed tree (G test, alpha 1e-4 each)."""
+    T = 40000
+    g = torch.Generator().manual_seed(7)
+    p = _dist(5, V, seed=8)
+    q = _dist(4, V, seed=9, scale=1.0)
+    qs = q.unsqueeze(0).expand(T, 4, V)
+    tok = torch.multinomial(qs.reshape(-1, V), 1, generator=g).view(T, 4)
+    tok[:, 2] = 3  # deterministic node
+    det = torch.tensor([False, False, True, False]).expand(T, 4)
+    for parents in ([-1, 0, 1, 2], [-1, -1, -1, 0]):
+        if parents[1] == -1:
+            tok_b = tok.clone()
+            tok_b[:, 1] = torch.multinomial(q[0].expand(T, V), 1, generator=g).squeeze(1)
+            dp = qs.clone()
+            dp[:, 1] = q[0]
+        else:
+            tok_b, dp = tok, qs
+        dp = torch.where(det.unsqueeze(2), torch.nn.functional.one_hot(tok_b, V).float(), dp)
+        res = rejection_sample_padded(
+            tok_b, torch.tensor(parents).expand(T, 4), torch.full((T,), 4), p.expand(T, 5, V),
+            draft_probs=dp, deterministic=det, generator=g,
+        )
+        counts = torch.bincount(res.tokens[:, 0], minlength=V)
+        assert _gtest(counts, p[0]) > 1e-4
+
+
+def test_seeded_generator_is_bit_identical():
+    trees = [
+        DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=1)),
+        DraftTree(torch.tensor([1, 2, 0]), torch.tensor([-1, -1, 0]), _dist(3, V, seed=2)),
+    ]
+    targets = [_dist(4, V, seed=3), _dist(4, V, seed=4)]
+
+    def run():
+        g = torch.Generator().manual_seed(1234)
+        return [[r.tokens.tolist() for r in rejection_sample_batch(trees, targets, generator=g)] for _ in range(30)]
+
+    assert run() == run()
+
+
+def test_batch_result_structure():
+    trees = [DraftTree.chain(torch.tensor([1, 2])), DraftTree.empty(vocab_size=V)]
+    res = rejection_sample_batch(trees, _dist(2, 3, V), generator=torch.Generator().manual_seed(0))
+    assert all(isinstance(r, AcceptResult) for r in res)
+    for r in res:
+        assert r.tokens.numel() == r.num_accepted + 1 and r.path.numel() == r.num_accepted
+        assert r.tokens.dtype == torch.long
+
+
+# ---------------------------------------------------------------- bad input
+def test_wrong_number_of_rows_is_refused():
+    with pytest.raises(ValueError, match="n \\+ 1 = 3"):
+        rejection_sample(DraftTree.chain(torch.tensor([1, 2])), _dist(2, V))
+
+
+def test_vocab_mismatch_is_refused():
+    tree = DraftTree.chain(torch.tensor([1, 2]), _dist(2, V))
+    with pytest.raises(ValueError, match="V=6"):
+        rejection_sample(tree, _dist(3, 6))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1])
+def test_non_distribution_target_is_refused(bad):
+    p = _dist(3, V)
+    p[1, 2] = bad
+    with pytest.raises(ValueError, match="row"):
+        rejection_sample(DraftTree.chain(torch.tensor([1, 2])), p)
+
+
+def test_logits_passed_as_probs_are_refused():
+    with pytest.raises(ValueError, match="sums to"):
+        rejection_sample(DraftTree.chain(torch.tensor([1])), torch.rand(2, V) * 3)
+
+
+def test_greedy_refuses_nan():
+    logits = torch.randn(2, V)
+    logits[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        rejection_sample(DraftTree.chain(torch.tensor([1])), logits, rule="greedy")
+
+
+def test_sampled_node_without_draft_probs_is_refused():
+    tree = DraftTree(torch.tensor([1]), torch.tensor([-1]), deterministic=torch.tensor([False]), vocab_size=V)
+    with pytest.raises(ValueError, match="draft_probs"):
+        rejection_sample(tree, _dist(2, V))
+
+
+def test_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="rule"):
+        rejection_sample(DraftTree.chain(torch.tensor([1])), _dist(2, V), rule="typical")
+
+
+def test_requested_rule_must_match_tree():
+    tree = DraftTree(torch.tensor([1, 2]), torch.tensor([-1, -1]), vocab_size=V)
+    with pytest.raises(ValueError, match="TREE_DETERMINISTIC"):
+        rejection_sample(tree, _dist(3, V), rule=Rule.CHAIN)
+
+
+def test_padded_validation():
+    T = torch.tensor
+    with pytest.raises(ValueError, match="earlier node"):
+        rejection_sample_padded(T([[1, 2]]), T([[-1, 1]]), T([2]), _dist(1, 3, V))
+    with pytest.raises(ValueError, match="out of vocabulary"):
+        rejection_sample_padded(T([[1, 9]]), T([[-1, 0]]), T([2]), _dist(1, 3, V))
+    with pytest.raises(ValueError, match="draft_probs is None"):
+        rejection_sample_padded(T([[1]]), T([[-1]]), T([1]), _dist(1, 2, V), deterministic=T([[False]]))
+    with pytest.raises(ValueError, match="probability 0"):
+        q = torch.zeros(1, 1, V)
+        q[..., 0] = 1
+        rejection_sample_padded(T([[1]]), T([[-1]]), T([1]), _dist(1, 2, V), draft_probs=q)
