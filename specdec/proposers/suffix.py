@@ -1,0 +1,379 @@
+"""SuffixProposer: draft trees by lookup in suffix automata of the request and of past responses.
+
+No weights, no training, no tokenizer binding: the proposer survives every checkpoint swap.
+Two caches are consulted at every step:
+
+* the **request cache**: one automaton over the request's prompt + committed tokens, extended on
+  every ``commit``; its lookup is the longest suffix of the context that occurred earlier in it.
+* the **global cache**: per tenant partition, an automaton over the responses (and optionally the
+  prompts) of finished requests, one document each (documents are separated, so a match never
+  spans two of them), under a hard byte cap. When a partition exceeds its cap it is rebuilt from
+  its most recent documents filling half the cap (amortised O(1) per indexed token).
+
+Drafting (C++, ``build_suffix_draft``) expands a tree best-first by estimated acceptance
+probability: each child's probability is its continuation count over the pooled continuation
+counts of its parent in both caches, multiplied along the path. Nodes below ``min_prob`` are not
+drafted, caches matching fewer than ``min_match_len`` tokens contribute nothing, and the depth is
+capped at ``ceil(depth_factor * match length)``, so short matches draft little or nothing. Every
+node is deterministic (a point-mass draft), so exact verification applies at any temperature.
+
+Tenancy: a request only drafts from its tenant's partition unless ``share_across_tenants=True``.
+Verification keeps outputs exact either way, but acceptance (and so latency) would otherwise
+reveal whether another tenant's responses contain a given text; see docs/proposers/suffix.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+from ..suffix import SuffixAutomaton, build_suffix_draft
+from ..tree import DraftTree
+from .base import Artifact, normalize_budgets
+
+_MIN_CACHE_BYTES = 64 * 1024
+_DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds
+
+
+def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
+    """Token ids as a 1-D contiguous int32 numpy array, validated against ``[0, vocab_size)``.
+
+    Accepts a sequence of ints, an integer numpy array or an integer torch tensor (CPU).
+
+    Raises:
+        TypeError: floating-point / boolean / non-integer input.
+        ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
+    """
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
+        arr = ids.detach().cpu().numpy()
+    else:
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got shape {tuple(arr.shape)}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= vocab_size):
+        bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
+        raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class ScoredDraft:
+    """A draft tree with the proposer's acceptance estimate for each node.
+
+    Attributes:
+        tree: the :class:`DraftTree` (deterministic nodes).
+        node_probs: ``FloatTensor[n]``, estimated probability that node ``i`` is accepted
+            (product of estimated conditional probabilities along its path).
+        expected_accepted: ``node_probs.sum()``, the expected number of accepted draft tokens
+            (the target always adds one more token per step on top of this).
+    """
+
+    tree: DraftTree
+    node_probs: torch.Tensor
+    expected_accepted: float
+
+
+class _Partition:
+    """One tenant's global cache: an automaton over its documents, under a byte cap."""
+
+    def __init__(self, vocab_size: int, cap_bytes: int, next_stamp: Callable[[], int]):
+        self.vocab_size = vocab_size
+        self.cap_bytes = cap_bytes
+        self.sam = SuffixAutomaton(vocab_size)
+        self.docs: deque[np.ndarray] = deque()
+        self.doc_tokens = 0
+        # A stamp unique across all partitions of the proposer, renewed on every change, so a
+        # request knows its match must be redone (also when a dropped partition is recreated).
+        self._next_stamp = next_stamp
+        self.version = next_stamp()
+        self.rebuilds = 0
+
+    def memory_bytes(self) -> int:
+        return self.sam.memory_bytes() + _DOC_BYTES_PER_TOKEN * self.doc_tokens
+
+    def add(self, doc: np.ndarray) -> None:
+        """Index ``doc`` (int32[m]); rebuild from recent documents if the cap is exceeded."""
+        if doc.size == 0:
+            return
+        self.sam.add_document(doc)
+        self.docs.append(doc)
+        self.doc_tokens += doc.size
+        self.version = self._next_stamp()
+        if self.memory_bytes() > self.cap_bytes:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Keep the most recent documents that fill about half the cap, and re-index them.
+
+        Rebuilding to half the cap means the next rebuild is at least half a cap of insertions
+        away, so the rebuild cost is amortised O(1) per indexed token. If the byte estimate was
+        optimistic the oldest kept documents are dropped until the cap holds.
+        """
+        per_token = self.sam.memory_bytes() / max(1, self.sam.num_tokens) + _DOC_BYTES_PER_TOKEN
+        budget_tokens = int(self.cap_bytes // 2 / per_token)
+        kept: deque[np.ndarray] = deque()
+        total = 0
+        for doc in reversed(self.docs):
+            room = budget_tokens - total - 1
+            if room <= 0:
+                break
+            if doc.size > room:
+                if not kept:
+                    kept.appendleft(np.ascontiguousarray(doc[-room:]))
+                    total += room + 1
+                break
+            kept.appendleft(doc)
+            total += doc.size + 1
+        while True:
+            self.sam = SuffixAutomaton(self.vocab_size)
+            for doc in kept:
+                self.sam.add_document(doc)
+            self.docs = kept
+            self.doc_tokens = sum(d.size for d in kept)
+            if self.memory_bytes() <= self.cap_bytes or not kept:
+                break
+            kept.popleft()
+        self.version = self._next_stamp()
+        self.rebuilds += 1
+
+
+class _Request:
+    """Per-request state: the request automaton, the committed tokens, the global-cache match."""
+
+    __slots__ = ("sam", "buf", "n", "prompt_len", "partition", "g_version", "g_len", "g_state")
+
+    def __init__(self, vocab_size: int, prompt: np.ndarray, partition: Hashable):
+        self.sam = SuffixAutomaton(vocab_size)
+        self.sam.extend(prompt)
+        self.buf = np.empty(max(16, 2 * prompt.size), dtype=np.int32)
+        self.buf[: prompt.size] = prompt
+        self.n = prompt.size
+        self.prompt_len = prompt.size
+        self.partition = partition
+        self.g_version = -1  # partition version the global match refers to (-1: never matched)
+        self.g_len = 0
+        self.g_state = 0
+
+    def append(self, ids: np.ndarray) -> None:
+        if self.n + ids.size > self.buf.size:
+            grown = np.empty(max(2 * self.buf.size, self.n + ids.size), dtype=np.int32)
+            grown[: self.n] = self.buf[: self.n]
+            self.buf = grown
+        self.buf[self.n : self.n + ids.size] = ids
+        self.n += ids.size
+
+    def memory_bytes(self) -> int:
+        return self.sam.memory_bytes() + self.buf.nbytes
+
+
+class SuffixProposer:
+    """Lookup proposer over suffix automata of the request and of past responses (per tenant).
+
+    Args:
+        vocab_size: token ids must lie in ``[0, vocab_size)``.
+        min_match_len: a cache whose current match is shorter than this drafts nothing (>= 1).
+        min_prob: nodes whose estimated acceptance probability is below this are not drafted.
+        max_depth: hard cap on draft depth.
+        depth_factor: depth is also capped at ``ceil(depth_factor * match length)``; ``<= 0``
+            disables the adaptive cap.
+        use_global: consult and fill the global (cross-request) cache.
+        global_cache_bytes: hard byte cap of each tenant partition of the global cache.
+        max_partitions: tenant partitions kept; the least recently used one is dropped beyond it,
+            so the global cache holds at most ``global_cache_bytes * max_partitions`` bytes.
+        index_prompts: also index prompts (as part of their request's document) in the global cache.
+        share_across_tenants: all tenants draft from one shared partition (opt-in; see the module
+            docstring for the latency side channel this opens).
+        rematch_window: when a partition changed since a request last matched against it, the
+            request re-matches over this many most recent tokens (bounds that re-match's cost).
+
+    Raises:
+        ValueError: for out-of-range arguments.
+    """
+
+    requires_target_hidden = False
+
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        min_match_len: int = 2,
+        min_prob: float = 0.1,
+        max_depth: int = 32,
+        depth_factor: float = 1.0,
+        use_global: bool = True,
+        global_cache_bytes: int = 256 << 20,
+        max_partitions: int = 64,
+        index_prompts: bool = False,
+        share_across_tenants: bool = False,
+        rematch_window: int = 1024,
+    ):
+        if not isinstance(vocab_size, int) or not 1 <= vocab_size < 2**31:
+            raise ValueError(f"vocab_size must be an int in [1, 2^31), got {vocab_size!r}")
+        if min_match_len < 1:
+            raise ValueError(f"min_match_len must be >= 1, got {min_match_len}")
+        if not 0.0 <= min_prob <= 1.0:
+            raise ValueError(f"min_prob must be in [0, 1], got {min_prob}")
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+        if global_cache_bytes < _MIN_CACHE_BYTES:
+            raise ValueError(f"global_cache_bytes must be >= {_MIN_CACHE_BYTES}, got {global_cache_bytes}")
+        if max_partitions < 1:
+            raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
+        if rematch_window < 1:
+            raise ValueError(f"rematch_window must be >= 1, got {rematch_window}")
+        self.vocab_size = vocab_size
+        self.min_match_len = int(min_match_len)
+        self.min_prob = float(min_prob)
+        self.max_depth = int(max_depth)
+        self.depth_factor = float(depth_factor)
+        self.use_global = bool(use_global)
+        self.global_cache_bytes = int(global_cache_bytes)
+        self.max_partitions = int(max_partitions)
+        self.index_prompts = bool(index_prompts)
+        self.share_across_tenants = bool(share_across_tenants)
+        self.rematch_window = int(rematch_window)
+        self._requests: dict[Hashable, _Request] = {}
+        self._partitions: OrderedDict[Hashable, _Partition] = OrderedDict()
+        self._stamps = itertools.count()
+        self.artifact = Artifact(
+            name="suffix",
+            bound_to="nothing",
+            details={"global_cache_bytes": self.global_cache_bytes, "share_across_tenants": self.share_across_tenants},
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self, req_id: Hashable, prompt_ids, *, tenant: Hashable | None = None, target_hidden=None) -> None:
+        """Open ``req_id`` with ``prompt_ids`` (ints, int array or tensor) under ``tenant``."""
+        if target_hidden is not None:
+            raise ValueError("SuffixProposer does not use target_hidden (requires_target_hidden is False)")
+        if req_id in self._requests:
+            raise ValueError(f"request {req_id!r} already begun")
+        prompt = as_token_array(prompt_ids, self.vocab_size, "prompt_ids")
+        key = self._partition_key(tenant)
+        self._requests[req_id] = _Request(self.vocab_size, prompt, key)
+
+    def commit(self, req_id: Hashable, accepted_ids, *, target_hidden=None) -> None:
+        """Append the emitted tokens (accepted drafts + the target's token) to the request."""
+        if target_hidden is not None:
+            raise ValueError("SuffixProposer does not use target_hidden (requires_target_hidden is False)")
+        req = self._get(req_id)
+        ids = as_token_array(accepted_ids, self.vocab_size, "accepted_ids")
+        req.sam.extend(ids)
+        req.append(ids)
+        part = self._partitions.get(req.partition) if self.use_global else None
+        if part is not None and req.g_version == part.version:
+            req.g_len, req.g_state = part.sam.advance(req.g_len, req.g_state, ids)
+
+    def end(self, req_id: Hashable) -> None:
+        """Close ``req_id``; its response (and prompt if ``index_prompts``) joins its tenant's cache."""
+        req = self._get(req_id)
+        del self._requests[req_id]
+        if not self.use_global:
+            return
+        start = 0 if self.index_prompts else req.prompt_len
+        doc = np.array(req.buf[start : req.n], dtype=np.int32)
+        if doc.size:
+            self._partition(req.partition, create=True).add(doc)
+
+    # ------------------------------------------------------------------ drafting
+    def propose(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[DraftTree]:
+        """One deterministic :class:`DraftTree` per request with at most ``budget`` nodes (may be empty)."""
+        return [d.tree for d in self.propose_scored(req_ids, budget)]
+
+    def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]:
+        """Like :meth:`propose`, with each node's estimated acceptance probability.
+
+        ``ScoredDraft.expected_accepted`` (sum of node probabilities) is the cost model's input
+        for choosing the budget: the expected accepted draft tokens per step.
+        """
+        budgets = normalize_budgets(req_ids, budget)
+        out = []
+        for req_id, b in zip(req_ids, budgets):
+            toks, parents, probs = self._draft(self._get(req_id), b)
+            tree = DraftTree(
+                torch.from_numpy(toks).long(),
+                torch.from_numpy(parents),
+                deterministic=torch.ones(toks.size, dtype=torch.bool),
+                vocab_size=self.vocab_size,
+                validate=False,
+            )
+            node_probs = torch.from_numpy(probs)
+            out.append(ScoredDraft(tree, node_probs, float(probs.sum())))
+        return out
+
+    def _draft(self, req: _Request, budget: int):
+        """(tokens int32[n], parents int32[n], probs float32[n]) for one request."""
+        sources = []
+        length, state = req.sam.repeat_match()
+        if length >= self.min_match_len:
+            sources.append((req.sam, length, state))
+        part = self._partitions.get(req.partition) if self.use_global else None
+        if part is not None:
+            if req.g_version != part.version:
+                window = req.buf[max(0, req.n - self.rematch_window) : req.n]
+                req.g_len, req.g_state = part.sam.longest_match(window)
+                req.g_version = part.version
+            if req.g_len >= self.min_match_len:
+                sources.append((part.sam, req.g_len, req.g_state))
+        return build_suffix_draft(
+            sources, budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor
+        )
+
+    # ------------------------------------------------------------------ accounting
+    def memory_bytes(self) -> int:
+        """Host bytes held by all request and global caches (this proposer holds no device memory)."""
+        return sum(r.memory_bytes() for r in self._requests.values()) + self.global_memory_bytes()
+
+    def global_memory_bytes(self) -> int:
+        """Host bytes held by the global cache (all tenant partitions)."""
+        return sum(p.memory_bytes() for p in self._partitions.values())
+
+    def global_stats(self, tenant: Hashable | None = None) -> dict:
+        """Size facts for ``tenant``'s partition: tokens, documents, bytes, rebuilds (zeros if none)."""
+        part = self._partitions.get(self._partition_key(tenant))
+        if part is None:
+            return {"tokens": 0, "documents": 0, "bytes": 0, "rebuilds": 0}
+        return {"tokens": part.doc_tokens, "documents": len(part.docs), "bytes": part.memory_bytes(),
+                "rebuilds": part.rebuilds}
+
+    @property
+    def active_requests(self) -> int:
+        return len(self._requests)
+
+    # ------------------------------------------------------------------ internals
+    def _get(self, req_id: Hashable) -> _Request:
+        try:
+            return self._requests[req_id]
+        except KeyError:
+            raise KeyError(f"unknown request {req_id!r}: call begin() first") from None
+
+    def _partition_key(self, tenant: Hashable | None) -> tuple:
+        if self.share_across_tenants:
+            return ("shared",)
+        try:
+            hash(tenant)
+        except TypeError:
+            raise TypeError(f"tenant must be hashable, got {type(tenant).__name__}") from None
+        return ("tenant", tenant)
+
+    def _partition(self, key: tuple, create: bool) -> _Partition | None:
+        part = self._partitions.get(key)
+        if part is None and create:
+            part = _Partition(self.vocab_size, self.global_cache_bytes, lambda: next(self._stamps))
+            self._partitions[key] = part
+            while len(self._partitions) > self.max_partitions:
+                self._partitions.popitem(last=False)
+        if part is not None:
+            self._partitions.move_to_end(key)
+        return part

@@ -1,0 +1,25 @@
+"""``SuffixAutomaton`` and ``build_suffix_draft``: the C++ suffix automaton, re-exported.
+
+The automaton lives in the compiled extension (``csrc/suffix/``) because the proposer's hot path
+(extend per committed token, draft per step) must not make per-token Python calls.
+
+``SuffixAutomaton(vocab_size)``
+    ``extend(tokens)``, ``add_document(tokens)`` (appends a separator so no match spans two
+    documents), ``longest_match(context) -> (length, state)``, ``advance(length, state, tokens)``,
+    ``repeat_match() -> (length, state)`` (longest suffix of the text that occurs earlier),
+    ``count(state)`` (exact occurrences), ``transitions(state) -> (tokens, targets, counts)``,
+    ``state_len``, ``state_link``, ``memory_bytes()``, ``check_integrity()``, ``num_states``,
+    ``num_transitions``, ``num_tokens``. Token arrays are 1-D contiguous int32 numpy arrays or CPU
+    torch tensors, read in place; other dtypes/layouts raise TypeError/ValueError.
+
+``build_suffix_draft(sources, budget, min_match_len=2, min_prob=0.1, max_depth=32, depth_factor=1.0)``
+    Best-first draft tree over ``[(automaton, match_length, match_state), ...]``; returns
+    ``(tokens int32[n], parents int32[n], probs float32[n])``.
+"""
+
+from ._ext import load
+
+SuffixAutomaton = load().SuffixAutomaton
+build_suffix_draft = load().build_suffix_draft
+
+__all__ = ["SuffixAutomaton", "build_suffix_draft"]
