@@ -1,0 +1,245 @@
+"""SuffixProposer: drafts vs brute-force continuation counts, global cache, tenancy, memory, bad input."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdec.proposers.base import Proposer
+from specdec.proposers.suffix import SuffixProposer
+from specdec.tree import DraftTree
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def occurs(text, pattern):
+    m = len(pattern)
+    return any(text[i : i + m] == pattern for i in range(len(text) - m + 1))
+
+
+def ref_root_distribution(text, min_match_len):
+    """Longest suffix occurring earlier, and {next token: probability} of its earlier occurrences."""
+    n = len(text)
+    length = max((k for k in range(n) if occurs(text[:-1], text[n - k :])), default=0)
+    if length < min_match_len:
+        return length, {}
+    pattern = text[n - length :]
+    counts = {}
+    for i in range(n - length):
+        if text[i : i + length] == pattern:
+            counts[text[i + length]] = counts.get(text[i + length], 0) + 1
+    total = sum(counts.values())
+    return length, {t: c / total for t, c in counts.items()}
+
+
+def assert_valid_tree(tree, vocab):
+    DraftTree(tree.tokens, tree.parents, deterministic=tree.deterministic, vocab_size=vocab)  # validates
+    assert bool(tree.deterministic.all())
+
+
+@SETTINGS
+@given(text=st.lists(st.integers(0, 3), min_size=1, max_size=70), budget=st.integers(0, 12),
+       min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.1, 0.3]))
+def test_request_draft_matches_reference(text, budget, min_match, min_prob):
+    prop = SuffixProposer(4, min_match_len=min_match, min_prob=min_prob, max_depth=8, use_global=False)
+    prop.begin("r", text)
+    (scored,) = prop.propose_scored(["r"], budget)
+    tree, probs = scored.tree, scored.node_probs.tolist()
+    assert_valid_tree(tree, 4)
+    assert tree.num_nodes <= budget
+    assert math.isclose(scored.expected_accepted, sum(probs), rel_tol=1e-5, abs_tol=1e-6)
+    length, dist = ref_root_distribution(text, min_match)
+    parents, tokens = tree.parents.tolist(), tree.tokens.tolist()
+    roots = {tokens[i]: probs[i] for i in range(len(tokens)) if parents[i] == -1}
+    kept = {t: p for t, p in dist.items() if p >= min_prob and p > 0}
+    if budget == 0 or not kept:
+        assert tree.num_nodes == 0
+        return
+    # Root children are the best continuations in probability order, with the reference probabilities.
+    for t, p in roots.items():
+        assert math.isclose(p, kept[t], rel_tol=1e-5)
+    if len(roots) < len(kept):
+        assert tree.num_nodes == budget
+    # Best-first: a node is never less likely than a later node, children never likelier than parents.
+    assert all(probs[i] >= probs[i + 1] - 1e-6 for i in range(len(probs) - 1))
+    for i, p in enumerate(parents):
+        assert probs[i] >= min_prob - 1e-6
+        if p >= 0:
+            assert probs[i] <= probs[p] + 1e-6
+    assert tree.max_depth <= max(1, math.ceil(length))
+    # Repeating the proposal without a commit gives the same tree.
+    again = prop.propose(["r"], budget)[0]
+    assert again.tokens.tolist() == tokens and again.parents.tolist() == parents
+
+
+def test_looping_text_drafts_beyond_one_period():
+    prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0)
+    prop.begin("r", [7, 8, 9] * 4)
+    tree = prop.propose(["r"], 10)[0]
+    assert tree.tokens.tolist() == [7, 8, 9, 7, 8, 9, 7, 8, 9, 7]
+    assert tree.is_chain
+
+
+def test_short_matches_draft_little_or_nothing():
+    prop = SuffixProposer(100, min_match_len=3, use_global=False)
+    prop.begin("r", [1, 2, 50, 60, 1, 2])  # longest repeated suffix "1 2": below min_match_len
+    assert prop.propose(["r"], 8)[0].num_nodes == 0
+    prop.commit("r", [50])  # now "1 2 50" repeats: a 3-token match, so depth <= ceil(1.0 * 3)
+    tree = prop.propose(["r"], 8)[0]
+    assert tree.tokens.tolist() == [60, 1, 2]
+    prop2 = SuffixProposer(100, min_match_len=3, depth_factor=0.5, use_global=False)
+    prop2.begin("r", [1, 2, 50, 60, 1, 2, 50])
+    assert prop2.propose(["r"], 8)[0].tokens.tolist() == [60, 1]
+
+
+def test_global_cache_drafts_previous_responses_without_crossing_documents():
+    prop = SuffixProposer(100)
+    prop.begin("a", [90, 91])
+    prop.commit("a", [1, 2, 3, 4, 5])
+    prop.end("a")
+    prop.begin("b", [92])
+    prop.commit("b", [6, 7, 8])
+    prop.end("b")
+    prop.begin("c", [93, 2, 3])
+    assert prop.propose(["c"], 8)[0].tokens.tolist() == [4, 5]  # stops at the end of document "a"
+    prop.commit("c", [4, 5])
+    assert prop.propose(["c"], 8)[0].num_nodes == 0  # "4 5" then "6" would span two documents
+    prop.commit("c", [6])
+    prop.commit("c", [7])
+    # A document added while "c" runs is found (its match is redone when the partition changes).
+    prop.begin("d", [94])
+    prop.commit("d", [6, 7, 11, 12])
+    prop.end("d")
+    tree = prop.propose(["c"], 8)[0]
+    assert sorted(tree.tokens[tree.parents == -1].tolist()) == [8, 11]
+    assert prop.global_stats()["documents"] == 3
+
+
+def test_prompts_are_indexed_only_when_asked():
+    for index_prompts, expect in [(False, 0), (True, 2)]:
+        prop = SuffixProposer(100, index_prompts=index_prompts)
+        prop.begin("a", [10, 11, 12, 13])
+        prop.commit("a", [1])
+        prop.end("a")
+        prop.begin("b", [10, 11])
+        assert prop.propose(["b"], 2)[0].num_nodes == expect
+
+
+def test_tenants_are_isolated_unless_sharing_is_configured():
+    response = [5, 6, 7, 8, 9]
+    for share in (False, True):
+        prop = SuffixProposer(100, share_across_tenants=share)
+        prop.begin("a", [1], tenant="acme")
+        prop.commit("a", response)
+        prop.end("a")
+        prop.begin("same", [2, 5, 6, 7], tenant="acme")
+        prop.begin("other", [2, 5, 6, 7], tenant="globex")
+        prop.begin("anon", [2, 5, 6, 7])
+        drafts = {r: t.tokens.tolist() for r, t in zip(["same", "other", "anon"], prop.propose(["same", "other", "anon"], 4))}
+        assert drafts["same"] == [8, 9]
+        assert drafts["other"] == ([8, 9] if share else [])
+        assert drafts["anon"] == ([8, 9] if share else [])
+
+
+def test_global_memory_cap_is_honoured_and_recent_documents_survive():
+    cap = 256 * 1024
+    prop = SuffixProposer(49152, global_cache_bytes=cap)
+    rng = np.random.default_rng(0)
+    last = None
+    for i in range(200):
+        prop.begin(i, rng.integers(0, 49152, size=8))
+        last = rng.integers(0, 49152, size=150)
+        prop.commit(i, last)
+        prop.end(i)
+        assert prop.global_memory_bytes() <= cap
+    stats = prop.global_stats()
+    assert stats["rebuilds"] > 0 and 0 < stats["tokens"] < 200 * 150
+    prop.begin("probe", last[:20])
+    assert prop.propose(["probe"], 4)[0].tokens.tolist() == last[20:24].tolist()
+
+
+def test_partitions_beyond_max_are_dropped_least_recent_first():
+    prop = SuffixProposer(100, max_partitions=2)
+    for tenant in ("t1", "t2", "t3"):
+        prop.begin(tenant, [1], tenant=tenant)
+        prop.commit(tenant, [2, 3, 4])
+        prop.end(tenant)
+    assert prop.global_stats("t1")["documents"] == 0
+    assert prop.global_stats("t3")["documents"] == 1
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_rss_flat_over_10000_request_cycles():
+    prop = SuffixProposer(49152, global_cache_bytes=1 << 20)
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(0, 49152, size=(64, 48)).astype(np.int32)
+    outs = rng.integers(0, 49152, size=(64, 24)).astype(np.int32)
+
+    def cycle(i):
+        prop.begin(i, prompts[i % 64])
+        prop.propose([i], 8)
+        prop.commit(i, outs[i % 64][:12])
+        prop.propose([i], 8)
+        prop.commit(i, outs[(i * 7) % 64][12:])
+        prop.end(i)
+
+    for i in range(1000):
+        cycle(i)
+    before = rss_bytes()
+    for i in range(1000, 10_000):
+        cycle(i)
+    assert prop.active_requests == 0
+    assert prop.global_memory_bytes() <= 1 << 20
+    assert rss_bytes() - before < 4 << 20
+
+
+def test_follows_the_proposer_protocol():
+    prop = SuffixProposer(10)
+    assert isinstance(prop, Proposer)
+    assert prop.artifact.bound_to == "nothing"
+    prop.begin("x", torch.tensor([1, 2, 1, 2]))
+    prop.begin("y", np.array([3, 3, 3], dtype=np.int64))
+    trees = prop.propose(["x", "y"], [3, 0])
+    assert [t.tokens.tolist() for t in trees] == [[1, 2], []]  # depth <= match length 2; budget 0
+    assert prop.memory_bytes() > 0
+
+
+@pytest.mark.parametrize(
+    "call,exc,msg",
+    [
+        (lambda p: p.propose(["nope"], 4), KeyError, "unknown request"),
+        (lambda p: p.commit("nope", [1]), KeyError, "unknown request"),
+        (lambda p: p.end("nope"), KeyError, "unknown request"),
+        (lambda p: p.begin("r", [1]), ValueError, "already begun"),
+        (lambda p: p.begin("s", [1, -2]), ValueError, r"token id -2, expected ids in \[0, 10\)"),
+        (lambda p: p.begin("s", [10]), ValueError, r"\[0, 10\)"),
+        (lambda p: p.begin("s", torch.tensor([1.0])), TypeError, "integer token ids"),
+        (lambda p: p.begin("s", [[1, 2]]), ValueError, "1-D"),
+        (lambda p: p.commit("r", np.array([0.5])), TypeError, "integer token ids"),
+        (lambda p: p.propose(["r"], -1), ValueError, "budget"),
+        (lambda p: p.propose(["r"], [1, 2]), ValueError, "budgets"),
+        (lambda p: p.begin("s", [1], tenant=[1]), TypeError, "tenant must be hashable"),
+    ],
+)
+def test_bad_input_raises_clear_errors(call, exc, msg):
+    prop = SuffixProposer(10)
+    prop.begin("r", [1, 2])
+    with pytest.raises(exc, match=msg):
+        call(prop)
+
+
+@pytest.mark.parametrize(
+    "kwargs,msg",
+    [({"min_match_len": 0}, "min_match_len"), ({"min_prob": 1.5}, "min_prob"), ({"max_depth": -1}, "max_depth"),
+     ({"global_cache_bytes": 10}, "global_cache_bytes"), ({"max_partitions": 0}, "max_partitions")],
+)
+def test_bad_configuration_is_refused(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        SuffixProposer(10, **kwargs)
