@@ -1,0 +1,102 @@
+// CUDA launcher of torch.ops.specdec.tree_attention: tensor checks, workspace, stream, dispatch to
+// the torch-free kernels in csrc/kernels/. Compiled only in the CUDA build (SPECDEC_WITH_CUDA),
+// because a CPU-only torch has no CUDA runtime to link against.
+//
+// The ancestor bitmask and prefix lengths are NOT validated here (that would cost a device-to-host
+// sync per call): specdec.ops.tree_attention(validate=True) checks them on the device with torch ops.
+// Kernel reads stay in bounds for any mask bits (tree keys are clamped to the tree rows of
+// prefix_lens[b] + N <= S only by that validation, so an unvalidated out-of-range prefix length is
+// the caller's contract to keep).
+#ifdef SPECDEC_WITH_CUDA
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include "kernels/tree_attention_params.h"
+#include "ops/tree_attention_checks.h"
+
+namespace specdec {
+namespace {
+
+// cp.async copies 16-byte chunks of K/V rows: base pointer and row/batch/head strides must keep
+// every row 16-byte aligned, else a contiguous copy is used.
+at::Tensor rows_16b_aligned(const at::Tensor& t) {
+  const int64_t elems = 16 / t.element_size();
+  const bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % elems == 0 &&
+                  t.stride(1) % elems == 0 && t.stride(2) % elems == 0;
+  return ok ? t : t.contiguous();
+}
+
+kernels::DType kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return kernels::DType::kFloat16;
+    case at::kBFloat16:
+      return kernels::DType::kBFloat16;
+    default:
+      return kernels::DType::kFloat32;
+  }
+}
+
+at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                               const at::Tensor& mask_in, const at::Tensor& prefix_in, std::optional<double> scale) {
+  const TreeAttentionSizes sz = check_tree_attention_inputs(q_in, k_in, v_in, mask_in, prefix_in, scale);
+  TORCH_CHECK_VALUE(sz.head_dim <= kernels::kMaxHeadDim, "tree_attention: the CUDA kernel takes head dims up to ",
+                    kernels::kMaxHeadDim, ", got ", sz.head_dim, " (use impl='reference')");
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const at::Tensor q = last_dim_contiguous(q_in);
+  const at::Tensor k = rows_16b_aligned(last_dim_contiguous(k_in));
+  const at::Tensor v = rows_16b_aligned(last_dim_contiguous(v_in));
+  const at::Tensor mask = mask_in.contiguous(), prefix = prefix_in.contiguous();
+  at::Tensor out = at::empty({sz.batch, sz.nodes, sz.q_heads, sz.head_dim}, q.options());
+  if (out.numel() == 0) return out;
+
+  kernels::TreeAttentionParams p{};
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.out = out.data_ptr();
+  p.mask = mask.data_ptr<int64_t>();
+  p.prefix = prefix.data_ptr<int32_t>();
+  p.batch = static_cast<int>(sz.batch);
+  p.nodes = static_cast<int>(sz.nodes);
+  p.q_heads = static_cast<int>(sz.q_heads);
+  p.kv_heads = static_cast<int>(sz.kv_heads);
+  p.head_dim = static_cast<int>(sz.head_dim);
+  p.seq = static_cast<int>(sz.seq);
+  p.words = static_cast<int>(sz.words);
+  for (int i = 0; i < 3; ++i) {
+    p.q_stride[i] = q.stride(i);
+    p.k_stride[i] = k.stride(i);
+    p.v_stride[i] = v.stride(i);
+  }
+  p.scale = sz.scale;
+  const auto dtype = kernel_dtype(q.scalar_type());
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.get_device()));
+  const kernels::TreeAttentionPlan plan = kernels::plan_tree_attention(p, dtype, sms);
+  p.num_splits = plan.num_splits;
+  p.split_keys = plan.split_keys;
+  at::Tensor partial_out, partial_lse;
+  if (plan.num_splits > 1) {
+    const auto f32 = q.options().dtype(at::kFloat);
+    partial_out = at::empty({plan.num_splits, sz.batch, sz.nodes, sz.q_heads, sz.head_dim}, f32);
+    partial_lse = at::empty({plan.num_splits, sz.batch, sz.nodes, sz.q_heads}, f32);
+    p.partial_out = partial_out.data_ptr<float>();
+    p.partial_lse = partial_lse.data_ptr<float>();
+  }
+  const int err = kernels::launch_tree_attention(p, dtype, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "tree_attention: CUDA kernel launch failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specdec, CUDA, m) { m.impl("tree_attention", &tree_attention_cuda); }
+
+}  // namespace specdec
+
+#endif  // SPECDEC_WITH_CUDA
