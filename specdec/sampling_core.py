@@ -235,7 +235,8 @@ class TreeSpeculative:
         cand = first[:, 0].clone()
         k = torch.zeros(B, dtype=torch.long, device=dev)
         path = torch.full((B, N + 1), -1, dtype=torch.long, device=dev)
-        last_q = torch.zeros_like(p)
+        last_node = torch.full((B,), -1, dtype=torch.long, device=dev)
+        last_accepted = torch.zeros(B, dtype=torch.bool, device=dev)
         for _ in range(N + 1):
             testing = cand >= 0
             if not bool(testing.any()):
@@ -244,8 +245,7 @@ class TreeSpeculative:
             x = d.tokens[ar, c]
             q = d.q_rows(ar, torch.where(testing, cand, torch.full_like(cand, -1)), vocab, work)
             u = torch.rand(B, dtype=torch.float64, device=dev, generator=generator)
-            acc = testing & self.accept(u, p.gather(1, x.unsqueeze(1)).squeeze(1).double(),
-                                        p_mass.double(), q.gather(1, x.unsqueeze(1)).squeeze(1).double())
+            acc = testing & self.accept(u, p, p_mass, x, q.gather(1, x.unsqueeze(1)).squeeze(1).double())
             rej = testing & ~acc
             path[ar, k] = torch.where(acc, c, path[ar, k])
             k = k + acc.long()
@@ -253,14 +253,17 @@ class TreeSpeculative:
             p_rej, m_rej = self.after_rejection(p, p_mass, q)
             p = torch.where(acc.unsqueeze(1), p_child, torch.where(rej.unsqueeze(1), p_rej, p))
             p_mass = torch.where(acc, m_child, torch.where(rej, m_rej, p_mass))
-            last_q = torch.where(rej.unsqueeze(1), q, torch.where(acc.unsqueeze(1), torch.zeros_like(q), last_q))
+            last_node = torch.where(testing, c, last_node)
+            last_accepted = torch.where(testing, acc, last_accepted)
             cand = torch.where(acc, first[ar, c + 1], torch.where(rej, nxt[ar, c], cand))
-        final = sample_rows(self.final_distribution(p, p_mass, last_q), generator)
+        final = sample_rows(self.final_distribution(d, p, p_mass, last_node, last_accepted, vocab), generator)
         return _assemble(d, path[:, :N], k, final)
 
-    def accept(self, u: torch.Tensor, p_x: torch.Tensor, p_mass: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
-        """Accept with probability ``min(1, (p_x / p_mass) / q_x)``: ``u * q_x * p_mass < p_x``."""
-        return u * q_x * p_mass < p_x
+    def accept(self, u: torch.Tensor, p: torch.Tensor, p_mass: torch.Tensor, x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+        """Accept token ``x [B]`` with probability ``min(1, (p(x) / p_mass) / q_x)``, i.e. iff
+        ``u * q_x * p_mass < p(x)`` (``u [B]`` uniform in [0, 1), ``p [B, V]`` unnormalised)."""
+        p_x = p.gather(1, x.unsqueeze(1)).squeeze(1).double()
+        return u * q_x * p_mass.double() < p_x
 
     def after_rejection(self, p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor):
         """Working distribution for the next sibling: ``norm(max(0, p - q))`` (unnormalised + mass)."""
@@ -271,9 +274,11 @@ class TreeSpeculative:
         row = d.target.rows(ar, torch.where(c < d.sizes, c + 1, torch.zeros_like(c))).to(work)
         return row, row.sum(1)
 
-    def final_distribution(self, p: torch.Tensor, p_mass: torch.Tensor, last_q: torch.Tensor) -> torch.Tensor:
-        """What the emitted token is drawn from: the working distribution ``p`` (unnormalised).
-        ``last_q`` (the last rejected child's q, zeros after an acceptance) is only for mutants."""
+    def final_distribution(self, d: Drafts, p: torch.Tensor, p_mass: torch.Tensor, last_node: torch.Tensor,
+                           last_accepted: torch.Tensor, vocab: int) -> torch.Tensor:
+        """Weights ``[B, V]`` the emitted token is drawn from: the working distribution ``p`` (the
+        bonus row after full acceptance, the residual after rejections). ``last_node`` / ``last_accepted``
+        (the last node tested and whether it was accepted) are there for the conformance mutants."""
         return p
 
 
