@@ -1,0 +1,193 @@
+"""Per-proposer acceptance distributions: how many draft tokens the target accepts per step.
+
+Why: the value of speculation is ``E[tokens emitted per step]``, which depends on the proposer
+and the workload (a lookup proposer shines on summarisation, fails on translation). The
+simulator and the gate need the whole distribution, not an assumed rate.
+
+An :class:`AcceptanceDist` holds ``counts[a]`` = number of measured steps that accepted exactly
+``a`` drafted tokens, measured with a draft budget of ``max_budget`` chain tokens. For a smaller
+budget ``k`` the accepted count is ``min(a, k)``: chain drafts at budget ``k`` are the first
+``k`` tokens of the draft at budget ``max_budget`` (true for lookup and greedy drafters), so the
+target rejects them at the same place.
+
+Two ways to measure:
+
+* :func:`measure_by_replay` -- replays the target's cached greedy outputs through any
+  :class:`~specdec.Proposer`: at each position the proposer drafts, the draft is compared with
+  what the target actually produced next (greedy verification accepts exactly the matching
+  prefix of the chain's first path), and the proposer is told the accepted tokens plus the
+  target's next token. Exact for greedy decoding, and needs no verify forwards.
+* :func:`from_histogram` -- from a decoder's per-request metrics (accepted tokens per step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class AcceptanceDist:
+    """Histogram of accepted draft tokens per speculative step.
+
+    Attributes:
+        counts: ``[max_budget + 1]`` step counts; ``counts[a]`` steps accepted ``a`` drafted tokens.
+        propose_s_per_req: measured proposer wall time per request per step (seconds).
+        name: what was measured (proposer name, category).
+    """
+
+    counts: np.ndarray
+    propose_s_per_req: float = 0.0
+    name: str = ""
+
+    def __post_init__(self):
+        c = np.asarray(self.counts, dtype=np.float64)
+        if c.ndim != 1 or c.size < 1:
+            raise ValueError(f"AcceptanceDist counts must be a 1-D array [max_budget + 1], got shape {c.shape}")
+        if np.any(c < 0) or not np.all(np.isfinite(c)):
+            raise ValueError("AcceptanceDist counts must be finite and >= 0")
+        if c.sum() <= 0:
+            raise ValueError(f"AcceptanceDist {self.name!r} has no measured steps")
+        if self.propose_s_per_req < 0:
+            raise ValueError(f"propose_s_per_req must be >= 0, got {self.propose_s_per_req}")
+        self.counts = c
+
+    @property
+    def max_budget(self) -> int:
+        return self.counts.size - 1
+
+    @property
+    def steps(self) -> int:
+        return int(self.counts.sum())
+
+    def pmf(self, budget: int | None = None) -> np.ndarray:
+        """``[k + 1]`` probabilities of accepting ``0..k`` tokens at draft budget ``k``."""
+        k = self.max_budget if budget is None else self._check_budget(budget)
+        p = self.counts / self.counts.sum()
+        out = p[: k + 1].copy()
+        out[k] += p[k + 1:].sum()
+        return out
+
+    def expected_accepted(self, budget: int) -> float:
+        """``E[min(A, k)]``: mean accepted drafted tokens per step at budget ``k``."""
+        p = self.pmf(budget)
+        return float(np.arange(p.size) @ p)
+
+    def expected_tokens(self, budget: int) -> float:
+        """Mean tokens emitted per step at budget ``k``: accepted drafts + the target's own token."""
+        return 1.0 + self.expected_accepted(budget)
+
+    def sample(self, rng: np.random.Generator, budget: int, size: int | None = None):
+        """Draw accepted-token counts at budget ``k`` (int, or ``[size]`` array)."""
+        p = self.pmf(budget)
+        return rng.choice(p.size, size=size, p=p)
+
+    def token_acceptance_rate(self) -> float:
+        """Per-token acceptance ``alpha`` of a geometric model with the same mean at full budget."""
+        k = self.max_budget
+        mean = self.expected_accepted(k)
+        lo, hi = 0.0, 1.0
+        for _ in range(60):  # E[min(Geom, k)] = sum_{j=1..k} alpha^j is increasing in alpha
+            mid = (lo + hi) / 2
+            if sum(mid ** j for j in range(1, k + 1)) < mean:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    def _check_budget(self, budget: int) -> int:
+        if not isinstance(budget, (int, np.integer)) or budget < 0:
+            raise ValueError(f"draft budget must be an int >= 0, got {budget!r}")
+        if budget > self.max_budget:
+            raise ValueError(f"draft budget {budget} exceeds the measured max_budget {self.max_budget} of {self.name!r}; "
+                             "re-measure acceptance with a larger budget")
+        return int(budget)
+
+    # ------------------------------------------------------------------ persistence / merging
+    def to_dict(self) -> dict:
+        return {"name": self.name, "counts": self.counts.tolist(), "propose_s_per_req": self.propose_s_per_req}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "AcceptanceDist":
+        missing = {"counts"} - set(d)
+        if missing:
+            raise ValueError(f"acceptance record lacks {sorted(missing)}")
+        return cls(np.asarray(d["counts"]), float(d.get("propose_s_per_req", 0.0)), str(d.get("name", "")))
+
+    @classmethod
+    def merge(cls, dists: Sequence["AcceptanceDist"], name: str = "") -> "AcceptanceDist":
+        """Pool several histograms (same max_budget), e.g. categories into one workload."""
+        if not dists:
+            raise ValueError("merge needs at least one AcceptanceDist")
+        k = {d.max_budget for d in dists}
+        if len(k) != 1:
+            raise ValueError(f"cannot merge acceptance histograms with different max_budget {sorted(k)}")
+        steps = np.array([d.steps for d in dists], dtype=np.float64)
+        prop = float(np.average([d.propose_s_per_req for d in dists], weights=steps))
+        return cls(sum(d.counts for d in dists), prop, name)
+
+
+def from_histogram(accepted_per_step: Sequence[int], max_budget: int, name: str = "", propose_s_per_req: float = 0.0) -> AcceptanceDist:
+    """Build a distribution from raw per-step accepted counts (e.g. a decoder's metrics)."""
+    a = np.asarray(list(accepted_per_step), dtype=np.int64)
+    if a.size and (a.min() < 0 or a.max() > max_budget):
+        raise ValueError(f"accepted counts must lie in [0, {max_budget}], got range [{a.min()}, {a.max()}]")
+    return AcceptanceDist(np.bincount(a, minlength=max_budget + 1).astype(np.float64), propose_s_per_req, name)
+
+
+def _greedy_accepted(tree, truth: Sequence[int]) -> int:
+    """Drafted tokens greedy verification accepts: the longest root path matching ``truth``."""
+    if tree.num_nodes == 0:
+        return 0
+    toks = tree.tokens.tolist()
+    node, depth = -1, 0
+    while depth < len(truth):
+        nxt = [c for c in tree.children_of(node) if toks[c] == truth[depth]]
+        if not nxt:
+            break
+        node, depth = nxt[0], depth + 1
+    return depth
+
+
+def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outputs: Mapping[Hashable, Sequence[int]],
+                      budget: int, name: str = "") -> AcceptanceDist:
+    """Acceptance histogram of ``proposer`` on the target's greedy ``outputs`` (see module docstring).
+
+    Args:
+        proposer: any object following the Proposer protocol (must not need target hidden states;
+            such proposers are measured through the decoder instead).
+        prompts: request id -> prompt token ids.
+        outputs: request id -> the target's greedy continuation of that prompt.
+        budget: draft budget (tree nodes) per step; the histogram has ``budget + 1`` bins.
+    """
+    if getattr(proposer, "requires_target_hidden", False):
+        raise ValueError(f"proposer {getattr(proposer, 'artifact', None)} needs target hidden states; "
+                         "measure it with the SpeculativeDecoder's metrics instead of replay")
+    if budget < 1:
+        raise ValueError(f"measure_by_replay budget must be >= 1, got {budget}")
+    missing = set(prompts) - set(outputs)
+    if missing:
+        raise ValueError(f"no target output for requests {sorted(map(str, missing))[:5]}")
+    accepted: list[int] = []
+    propose_s = 0.0
+    for rid, prompt in prompts.items():
+        out = list(outputs[rid])
+        proposer.begin(rid, list(prompt))
+        try:
+            pos = 0
+            while pos < len(out):
+                t0 = time.perf_counter()
+                tree = proposer.propose([rid], budget)[0]
+                propose_s += time.perf_counter() - t0
+                a = min(_greedy_accepted(tree, out[pos:]), len(out) - pos - 1)
+                accepted.append(a)
+                proposer.commit(rid, out[pos: pos + a + 1])
+                pos += a + 1
+        finally:
+            proposer.end(rid)
+    if not accepted:
+        raise ValueError("measure_by_replay got no target output tokens to replay")
+    return from_histogram(accepted, budget, name, propose_s / len(accepted))

@@ -1,0 +1,255 @@
+"""Step-time cost model of a target model, fitted from short calibration runs on this machine.
+
+Why: whether speculation pays depends on what one more verified token costs at the current
+batch size and context length. On a GPU at small batch a verify step of 8 tokens costs about the
+same as a decode step of 1 (weights dominate); on a CPU, or at large batch, extra tokens cost
+nearly linearly. That ratio must be measured, not assumed.
+
+Model. One target forward over a batch of ``B`` sequences, each feeding ``n`` new tokens on top
+of ``C`` cached tokens, is predicted as a non-negative combination of five work terms::
+
+    t(B, n, C) = w0                      # fixed per-step overhead (kernel launches, Python)
+               + w1 * B                  # per-sequence overhead (cache bookkeeping, sampling)
+               + w2 * B * n              # per-token work (the matmuls over the weights)
+               + w3 * B * n * (C + (n + 1) / 2)   # attention: each new token reads C + its own prefix
+               + w4 * B * C              # reading the KV cache once per sequence
+
+Prefill of a prompt of ``P`` tokens is the same formula with ``n = P`` and ``C = 0``. The weights
+are fitted by non-negative least squares on *relative* error (each row divided by its measured
+time), so short steps count as much as long ones; the fit's mean and worst relative error, and a
+leave-one-out error, are stored with the model so a report can say how far to trust it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read")
+
+
+def features(batch: float, tokens: float, context: float) -> np.ndarray:
+    """Work terms ``[5]`` of one forward (see the module docstring for their meaning)."""
+    b, n, c = float(batch), float(tokens), float(context)
+    return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c])
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One timed forward: ``batch`` sequences x ``tokens`` new tokens on ``context`` cached ones."""
+
+    batch: int
+    tokens: int
+    context: int
+    seconds: float
+
+
+@dataclasses.dataclass
+class StepCostModel:
+    """Predicts target forward time in seconds; see the module docstring.
+
+    Attributes:
+        weights: the five non-negative coefficients, in :data:`FEATURE_NAMES` order.
+        mean_rel_error / max_rel_error: fit error on the calibration samples, as fractions.
+        loo_rel_error: mean leave-one-out relative error (error on points the fit did not see).
+        samples: the calibration measurements (kept so a report can plot fit vs measurement).
+        meta: where it was measured (model name, dtype, threads, host).
+    """
+
+    weights: np.ndarray
+    mean_rel_error: float = float("nan")
+    max_rel_error: float = float("nan")
+    loo_rel_error: float = float("nan")
+    samples: list[Sample] = dataclasses.field(default_factory=list)
+    meta: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        w = np.asarray(self.weights, dtype=np.float64)
+        if w.shape != (len(FEATURE_NAMES),):
+            raise ValueError(f"StepCostModel weights must have {len(FEATURE_NAMES)} entries {FEATURE_NAMES}, got shape {w.shape}")
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError(f"StepCostModel weights must be finite and >= 0, got {w.tolist()}")
+        if w.sum() <= 0:
+            raise ValueError("StepCostModel weights are all zero: the model would predict free steps")
+        self.weights = w
+
+    # ------------------------------------------------------------------ prediction
+    def step_time(self, batch: int, tokens_per_seq: int, context: float) -> float:
+        """Seconds for one forward of ``batch`` x ``tokens_per_seq`` new tokens over ``context`` cached."""
+        if batch < 0 or tokens_per_seq < 0 or context < 0:
+            raise ValueError(f"step_time needs batch, tokens_per_seq, context >= 0, got {batch}, {tokens_per_seq}, {context}")
+        if batch == 0 or tokens_per_seq == 0:
+            return 0.0
+        return float(features(batch, tokens_per_seq, context) @ self.weights)
+
+    def prefill_time(self, prompt_lens: Sequence[int]) -> float:
+        """Seconds to prefill a group of prompts in one padded forward (``n`` = longest prompt)."""
+        lens = [int(p) for p in prompt_lens]
+        if not lens:
+            return 0.0
+        if min(lens) <= 0:
+            raise ValueError(f"prefill_time needs prompt lengths >= 1, got {lens}")
+        return self.step_time(len(lens), max(lens), 0)
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(cls, samples: Sequence[Sample], meta: dict | None = None) -> "StepCostModel":
+        """Non-negative least squares on relative error, plus leave-one-out error."""
+        samples = list(samples)
+        if len(samples) < len(FEATURE_NAMES) + 1:
+            raise ValueError(f"StepCostModel.fit needs at least {len(FEATURE_NAMES) + 1} samples, got {len(samples)}")
+        for s in samples:
+            if not (s.seconds > 0 and math.isfinite(s.seconds)):
+                raise ValueError(f"calibration sample has a non-positive or non-finite time: {s}")
+        X = np.stack([features(s.batch, s.tokens, s.context) for s in samples])
+        y = np.array([s.seconds for s in samples])
+        w = _nnls_relative(X, y)
+        rel = np.abs(X @ w - y) / y
+        loo = []
+        for i in range(len(samples)):
+            keep = np.arange(len(samples)) != i
+            wi = _nnls_relative(X[keep], y[keep])
+            loo.append(abs(float(X[i] @ wi) - y[i]) / y[i])
+        return cls(w, float(rel.mean()), float(rel.max()), float(np.mean(loo)), samples, dict(meta or {}))
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict:
+        return {
+            "kind": "specdec.StepCostModel",
+            "features": list(FEATURE_NAMES),
+            "weights": self.weights.tolist(),
+            "mean_rel_error": self.mean_rel_error,
+            "max_rel_error": self.max_rel_error,
+            "loo_rel_error": self.loo_rel_error,
+            "samples": [dataclasses.asdict(s) for s in self.samples],
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepCostModel":
+        if not isinstance(d, dict) or d.get("kind") != "specdec.StepCostModel":
+            raise ValueError("not a StepCostModel file: expected a JSON object with kind='specdec.StepCostModel'")
+        if list(d.get("features", [])) != list(FEATURE_NAMES):
+            raise ValueError(f"cost model features {d.get('features')} differ from this version's {list(FEATURE_NAMES)}; recalibrate")
+        return cls(
+            np.asarray(d["weights"], dtype=np.float64),
+            float(d.get("mean_rel_error", "nan")),
+            float(d.get("max_rel_error", "nan")),
+            float(d.get("loo_rel_error", "nan")),
+            [Sample(**s) for s in d.get("samples", [])],
+            dict(d.get("meta", {})),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StepCostModel":
+        try:
+            d = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cost model file {path} is not valid JSON: {e}") from e
+        return cls.from_dict(d)
+
+
+def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2, with columns rescaled for conditioning."""
+    from scipy.optimize import nnls
+
+    A = X / y[:, None]
+    scale = np.abs(A).max(axis=0)
+    scale[scale == 0] = 1.0
+    w, _ = nnls(A / scale, np.ones_like(y), maxiter=50 * X.shape[1])
+    return w / scale
+
+
+# ---------------------------------------------------------------------- calibration
+DEFAULT_GRID = {
+    "batch": (1, 2, 4, 8),
+    "tokens": (1, 2, 4, 8, 16),
+    "context": (32, 256, 512),
+    "prefill": (16, 64, 192, 384),
+}
+
+
+def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: Iterable[int] = DEFAULT_GRID["tokens"],
+              contexts: Iterable[int] = DEFAULT_GRID["context"], prefills: Iterable[int] = DEFAULT_GRID["prefill"],
+              repeats: int = 3, meta: dict | None = None, progress=None) -> StepCostModel:
+    """Time real forwards of a Hugging Face causal LM and fit a :class:`StepCostModel`.
+
+    For every ``(batch, context)`` the cache is prefilled once with random tokens, then each
+    ``tokens`` size is timed ``repeats`` times (median kept), cropping the cache back to
+    ``context`` after each forward so every timing sees the same prefix. Prefill of single
+    prompts of each length in ``prefills`` is timed the same way (``context = 0``).
+
+    Args:
+        model: a ``transformers`` causal LM (anything whose forward takes ``input_ids``,
+            ``past_key_values`` and ``use_cache``).
+        progress: optional callable ``progress(done, total)``.
+    """
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    batches, tokens, contexts, prefills = list(batches), list(tokens), list(contexts), list(prefills)
+    if repeats < 1:
+        raise ValueError(f"calibrate repeats must be >= 1, got {repeats}")
+    for name, vals in (("batches", batches), ("tokens", tokens), ("contexts", contexts)):
+        if not vals or min(vals) < 1:
+            raise ValueError(f"calibrate {name} must be a non-empty list of ints >= 1, got {vals}")
+    vocab = int(model.config.vocab_size)
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    total = len(batches) * len(contexts) * len(tokens) + len(prefills)
+    done = 0
+    samples: list[Sample] = []
+    # transformers >= 5.2x names the cache argument ``cache``; older versions ``past_key_values``
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    with torch.inference_mode():
+        for B in batches:
+            for C in contexts:
+                cache = DynamicCache()
+                ids = torch.randint(vocab, (B, C), generator=gen).to(device)
+                model(input_ids=ids, use_cache=True, **{cache_kw: cache})
+                for n in tokens:
+                    new = torch.randint(vocab, (B, n), generator=gen).to(device)
+                    pos = torch.arange(C, C + n, device=device).expand(B, n)
+
+                    def step():
+                        model(input_ids=new, position_ids=pos, use_cache=True, **{cache_kw: cache})
+                        cache.crop(C - cache.get_seq_length())  # negative: tokens to drop
+
+                    step()  # warm-up (allocator, kernels) at this shape
+                    samples.append(Sample(B, n, C, timed(step)))
+                    done += 1
+                    if progress:
+                        progress(done, total)
+        for P in prefills:
+            ids = torch.randint(vocab, (1, P), generator=gen).to(device)
+            samples.append(Sample(1, P, 0, timed(lambda: model(input_ids=ids, use_cache=True))))
+            done += 1
+            if progress:
+                progress(done, total)
+    info = {"model": getattr(model.config, "name_or_path", "") or type(model).__name__,
+            "dtype": str(next(model.parameters()).dtype), "device": str(device),
+            "threads": torch.get_num_threads(), "repeats": repeats}
+    info.update(meta or {})
+    return StepCostModel.fit(samples, info)

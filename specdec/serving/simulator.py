@@ -1,0 +1,217 @@
+"""Discrete-event simulation of a continuous-batching server with optional speculation.
+
+Why: whether speculation pays for a fleet is a question about load -- queueing, batch size,
+memory -- that a single-stream benchmark cannot answer and a real load test on every candidate
+is too expensive to answer. The simulator replays a workload against a *measured* cost model and
+*measured* acceptance distributions, so each policy can be compared at every load level.
+
+Server model (iteration-level scheduling, as in vLLM/Orca):
+
+* Requests wait in FCFS order. A request is admitted when the KV cache can hold its prompt, its
+  whole output and the policy's largest draft (the verify step writes tree tokens before
+  compaction), plus the proposer's own per-token memory when the policy uses a proposer; and
+  the running batch is below ``max_batch``. Reserving the whole output up front stands in for a
+  real server's paging + preemption: it admits the same steady-state concurrency without
+  simulating evictions.
+* An iteration either prefills all newly admitted requests in one padded forward (each emits its
+  first token at the end: time to first token), or runs one decode step for the whole running
+  batch: the policy picks a budget ``k`` (opted-out requests get 0); the step costs
+  ``t_target(B, 1 + max k, mean context)`` plus the proposer's time for each drafting request;
+  each request emits ``1 + a`` tokens, ``a`` drawn from its category's acceptance distribution
+  truncated at its budget.
+* The clock jumps to the next arrival when nothing is running.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .acceptance import AcceptanceDist
+from .cost import StepCostModel
+from .metrics import RequestRecord
+from .policies import Policy
+from .workload import SimRequest
+
+
+@dataclasses.dataclass
+class ServerConfig:
+    """What the simulated server is made of.
+
+    Attributes:
+        cost: target step-time model.
+        acceptance: one distribution for all requests, or one per category (a category missing
+            from the mapping falls back to key ``"all"``, else is an error).
+        kv_capacity_tokens: target KV tokens that fit in memory with the proposer loaded
+            (None: unlimited). See :mod:`specdec.serving.memory`.
+        kv_capacity_tokens_off: the same without the proposer (used by policies that never
+            draft, which do not load it); defaults to ``kv_capacity_tokens``.
+        proposer_token_overhead: proposer bytes per cached token / target KV bytes per token
+            (a draft model's own KV cache); charged only when the policy uses a proposer.
+        max_batch: cap on running requests (None: memory is the only limit).
+        seed: RNG seed for acceptance draws.
+    """
+
+    cost: StepCostModel
+    acceptance: AcceptanceDist | Mapping[str, AcceptanceDist]
+    kv_capacity_tokens: int | None = None
+    kv_capacity_tokens_off: int | None = None
+    proposer_token_overhead: float = 0.0
+    max_batch: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.max_batch is not None and self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 or None, got {self.max_batch}")
+        for name in ("kv_capacity_tokens", "kv_capacity_tokens_off"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {v}")
+        if self.proposer_token_overhead < 0:
+            raise ValueError(f"proposer_token_overhead must be >= 0, got {self.proposer_token_overhead}")
+
+    def dist_for(self, category: str) -> AcceptanceDist:
+        if isinstance(self.acceptance, AcceptanceDist):
+            return self.acceptance
+        if category in self.acceptance:
+            return self.acceptance[category]
+        if "all" in self.acceptance:
+            return self.acceptance["all"]
+        raise ValueError(f"no acceptance distribution for category {category!r} (have {sorted(self.acceptance)}) and no 'all' fallback")
+
+
+@dataclasses.dataclass
+class SimResult:
+    """Per-request records plus server-side counters of one simulated run."""
+
+    records: list[RequestRecord]
+    busy_s: float
+    decode_steps: int
+    mean_batch: float
+    max_batch: int
+    drafted: int
+    accepted: int
+    switches: int
+
+
+@dataclasses.dataclass
+class _Running:
+    req: SimRequest
+    reserved: float
+    generated: int
+    context: int
+    first: float
+
+
+class _Sampler:
+    """Vectorised draws of accepted counts with cached CDFs per (distribution, budget)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self._cdf: dict[tuple[int, int], np.ndarray] = {}
+
+    def draw(self, dist: AcceptanceDist, budget: int) -> int:
+        if budget == 0:
+            return 0
+        key = (id(dist), budget)
+        cdf = self._cdf.get(key)
+        if cdf is None:
+            cdf = np.cumsum(dist.pmf(budget))
+            cdf[-1] = 1.0
+            self._cdf[key] = cdf
+        return int(np.searchsorted(cdf, self.rng.random(), side="right"))
+
+
+def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
+    """Run ``requests`` (sorted by arrival) through the server under ``policy``; see module docstring."""
+    reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
+    if not reqs:
+        raise ValueError("simulate needs at least one request")
+    policy.reset()
+    sampler = _Sampler(server.seed)
+    capacity = server.kv_capacity_tokens if policy.uses_proposer else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
+    overhead = server.proposer_token_overhead if policy.uses_proposer else 0.0
+    reserve_draft = policy.max_budget
+    dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if policy.uses_proposer else {}
+    prop_s = {c: d.propose_s_per_req for c, d in dists.items()}
+
+    waiting: collections.deque[SimRequest] = collections.deque()
+    running: list[_Running] = []
+    records: list[RequestRecord] = []
+    t = busy = 0.0
+    reserved = 0.0
+    nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
+
+    def need(r: SimRequest) -> float:
+        toks = r.item.prompt_len + r.item.output_len
+        return toks * (1.0 + overhead) + reserve_draft
+
+    def finish(run: _Running) -> None:
+        nonlocal reserved
+        reserved -= run.reserved
+        records.append(RequestRecord(run.req.rid, run.req.arrival, run.first, t, run.generated, run.req.item.category, run.req.opt_out))
+
+    while nxt < len(reqs) or waiting or running:
+        if not waiting and not running:
+            t = max(t, reqs[nxt].arrival)
+        while nxt < len(reqs) and reqs[nxt].arrival <= t:
+            waiting.append(reqs[nxt])
+            nxt += 1
+        admitted: list[SimRequest] = []
+        while waiting and (server.max_batch is None or len(running) + len(admitted) < server.max_batch):
+            n = need(waiting[0])
+            if capacity is not None and reserved + n > capacity:
+                if not running and not admitted:
+                    raise ValueError(f"request {waiting[0].rid} needs {n:.0f} KV tokens but the cache holds {capacity}: "
+                                     "it can never be admitted; raise the memory budget or shorten the workload")
+                break
+            reserved += n
+            admitted.append(waiting.popleft())
+        if admitted:
+            dt = server.cost.prefill_time([r.item.prompt_len for r in admitted])
+            t += dt
+            busy += dt
+            for r in admitted:
+                run = _Running(r, need(r), 1, r.item.prompt_len + 1, t)
+                if r.item.output_len <= 1:
+                    finish(run)
+                else:
+                    running.append(run)
+            continue
+        if not running:
+            continue
+        B = len(running)
+        ctx = float(np.mean([r.context for r in running]))
+        k = int(policy.decide(B, ctx))
+        if not 0 <= k <= reserve_draft:
+            raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
+        budgets = [0 if r.req.opt_out else k for r in running]
+        kmax = max(budgets)
+        dt = server.cost.step_time(B, 1 + kmax, ctx)
+        dt += sum(prop_s[r.req.item.category] for r, b in zip(running, budgets) if b > 0)
+        t += dt
+        busy += dt
+        steps += 1
+        batch_sum += B
+        max_b = max(max_b, B)
+        drafted = accepted = 0
+        still: list[_Running] = []
+        for run, b in zip(running, budgets):
+            a = sampler.draw(dists[run.req.item.category], b) if b else 0
+            drafted += b
+            accepted += a
+            emit = min(1 + a, run.req.item.output_len - run.generated)
+            run.generated += emit
+            run.context += emit
+            if run.generated >= run.req.item.output_len:
+                finish(run)
+            else:
+                still.append(run)
+        running = still
+        drafted_total += drafted
+        accepted_total += accepted
+        policy.observe(drafted, accepted)
+    return SimResult(records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches)

@@ -1,0 +1,135 @@
+"""Workloads: what requests look like (prompt and output lengths, category) and when they arrive.
+
+Why: speculation's value and cost both depend on the traffic -- output length sets how many
+decode steps there are to shorten, prompt length sets the KV footprint and prefill cost, and the
+category sets the acceptance (lookup drafts shine on summarisation, not on translation). A plan
+must be made for *this* workload, so the simulator draws requests from measured items, not from
+assumed averages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadItem:
+    """One request template: prompt tokens, output tokens and a category (selects acceptance)."""
+
+    prompt_len: int
+    output_len: int
+    category: str = "all"
+
+    def __post_init__(self):
+        if self.prompt_len < 1 or self.output_len < 1:
+            raise ValueError(f"WorkloadItem needs prompt_len >= 1 and output_len >= 1, got {self}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimRequest:
+    """A request as the simulator sees it: arrival time (s) + its item + per-request opt-out."""
+
+    rid: int
+    arrival: float
+    item: WorkloadItem
+    opt_out: bool = False
+
+
+def poisson_arrivals(rate: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``[n]`` arrival times (s) of a Poisson process with ``rate`` requests per second."""
+    if not rate > 0:
+        raise ValueError(f"arrival rate must be > 0 requests/s, got {rate}")
+    if n < 1:
+        raise ValueError(f"number of requests must be >= 1, got {n}")
+    return np.cumsum(rng.exponential(1.0 / rate, size=n))
+
+
+def make_requests(items: Sequence[WorkloadItem], arrivals: Sequence[float], rng: np.random.Generator,
+                  opt_out_fraction: float = 0.0) -> list[SimRequest]:
+    """Pair each arrival time with a workload item drawn uniformly (and an opt-out coin flip)."""
+    if not items:
+        raise ValueError("workload has no items")
+    if not 0.0 <= opt_out_fraction <= 1.0:
+        raise ValueError(f"opt_out_fraction must be in [0, 1], got {opt_out_fraction}")
+    arrivals = np.asarray(arrivals, dtype=np.float64)
+    if arrivals.size and (np.any(np.diff(arrivals) < 0) or arrivals[0] < 0):
+        raise ValueError("arrival times must be >= 0 and non-decreasing")
+    idx = rng.integers(len(items), size=arrivals.size)
+    opt = rng.random(arrivals.size) < opt_out_fraction
+    return [SimRequest(i, float(t), items[int(j)], bool(o)) for i, (t, j, o) in enumerate(zip(arrivals, idx, opt))]
+
+
+def load_prompts(path: str | Path, categories: Sequence[str] | None = None, per_category: int | None = None) -> list[dict]:
+    """Read a Spec-Bench style JSONL (``question_id``, ``category``, ``turns``), optionally a subset.
+
+    Returns the records in file order, at most ``per_category`` of each selected category.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"workload file {path} does not exist")
+    out, seen = [], {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        if not isinstance(rec, dict) or "category" not in rec or not isinstance(rec.get("turns"), list) or not rec["turns"]:
+            raise ValueError(f"{path}:{lineno}: expected an object with 'category' and a non-empty 'turns' list")
+        cat = rec["category"]
+        if categories is not None and cat not in categories:
+            continue
+        if per_category is not None and seen.get(cat, 0) >= per_category:
+            continue
+        seen[cat] = seen.get(cat, 0) + 1
+        out.append(rec)
+    if categories is not None:
+        absent = sorted(set(categories) - set(seen))
+        if absent:
+            raise ValueError(f"categories {absent} not found in {path}; present: {sorted(seen)}")
+    if not out:
+        raise ValueError(f"no prompts selected from {path}")
+    return out
+
+
+def encode_prompt(tokenizer, record: dict) -> list[int]:
+    """Token ids of a record's first turn, through the tokenizer's chat template when it has one."""
+    text = record["turns"][0]
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:
+    """The target's greedy continuation of each prompt (``model.generate(do_sample=False)``).
+
+    These are what a lookup/draft proposer is replayed against; with greedy verification the
+    speculative decoder emits exactly these tokens whatever the proposer.
+    """
+    import torch
+
+    out = {}
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for i, (rid, ids) in enumerate(prompts.items()):
+            x = torch.tensor([ids], device=device)
+            y = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
+                               eos_token_id=eos_token_id, pad_token_id=eos_token_id)
+            out[rid] = y[0, x.shape[1]:].tolist()
+            if progress:
+                progress(i + 1, len(prompts))
+    return out
+
+
+def items_from(prompts: dict, outputs: dict, categories: dict) -> list[WorkloadItem]:
+    """Workload items from tokenised prompts, their outputs and each request's category."""
+    return [WorkloadItem(len(prompts[r]), max(1, len(outputs[r])), categories[r]) for r in prompts]

@@ -1,0 +1,58 @@
+"""Acceptance distributions: truncation to smaller budgets, replay measurement, merging."""
+
+import numpy as np
+import pytest
+
+from specdec import DraftTree, ReplayProposer
+from specdec.serving.acceptance import AcceptanceDist, _greedy_accepted, from_histogram, measure_by_replay
+
+
+def test_truncation_to_smaller_budget_moves_tail_mass_to_the_cap():
+    d = AcceptanceDist(np.array([10, 20, 30, 40]))
+    assert d.pmf(1).tolist() == pytest.approx([0.1, 0.9])
+    assert d.expected_accepted(3) == pytest.approx(0.2 + 0.6 + 1.2)
+    assert d.expected_tokens(0) == 1.0
+    with pytest.raises(ValueError, match="exceeds the measured max_budget"):
+        d.pmf(4)
+    rng = np.random.default_rng(0)
+    draws = d.sample(rng, 2, size=20000)
+    assert np.bincount(draws, minlength=3) / 20000 == pytest.approx([0.1, 0.2, 0.7], abs=0.02)
+
+
+def test_replay_with_the_targets_own_output_accepts_everything():
+    prompts = {0: [1, 2, 3], 1: [4, 5]}
+    outputs = {0: list(range(10, 30)), 1: list(range(40, 47))}
+    d = measure_by_replay(ReplayProposer(outputs), prompts, outputs, budget=4)
+    # 20 tokens: 4 steps of 4+1, then done; 7 tokens: one step of 4+1, then 1 accepted + 1 bonus
+    assert d.counts.tolist() == [0, 1, 0, 0, 5]
+    assert d.steps == 6
+
+
+def test_replay_with_a_wrong_script_accepts_nothing():
+    prompts = {0: [1, 2, 3]}
+    outputs = {0: list(range(10, 20))}
+    d = measure_by_replay(ReplayProposer({0: list(range(50, 60))}), prompts, outputs, budget=3)
+    assert d.counts.tolist() == [10, 0, 0, 0]
+
+
+def test_greedy_accepted_walks_tree_branches():
+    tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9]])
+    assert _greedy_accepted(tree, [5, 8, 1]) == 2
+    assert _greedy_accepted(tree, [9, 9]) == 1
+    assert _greedy_accepted(tree, [1]) == 0
+    assert _greedy_accepted(DraftTree.empty(), [1]) == 0
+
+
+def test_histogram_roundtrip_merge_and_errors():
+    a = from_histogram([0, 1, 2, 2], 3, "a", 0.001)
+    b = from_histogram([3, 3], 3, "b", 0.004)
+    m = AcceptanceDist.merge([a, b], "ab")
+    assert m.counts.tolist() == [1, 1, 2, 2] and m.propose_s_per_req == pytest.approx(0.002)
+    assert AcceptanceDist.from_dict(m.to_dict()).counts.tolist() == m.counts.tolist()
+    with pytest.raises(ValueError, match=r"\[0, 3\]"):
+        from_histogram([4], 3)
+    with pytest.raises(ValueError, match="no measured steps"):
+        AcceptanceDist(np.zeros(3))
+    with pytest.raises(ValueError, match="different max_budget"):
+        AcceptanceDist.merge([a, from_histogram([1], 2)])
+    assert 0 < m.token_acceptance_rate() < 1
