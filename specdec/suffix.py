@@ -14,7 +14,7 @@ The automaton lives in the compiled extension (``csrc/suffix/``) because the pro
 
 ``build_suffix_draft(sources, budget, min_match_len=2, min_prob=0.1, max_depth=32, depth_factor=1.0)``
     Best-first draft tree over ``[(automaton, match_length, match_state), ...]``; returns
-    ``(tokens int32[n], parents int32[n], probs float32[n])``.
+    ``(tokens int64[n], parents int32[n], probs float32[n])``.
 """
 
 from ._ext import load

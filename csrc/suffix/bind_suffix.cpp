@@ -151,12 +151,14 @@ void bind_suffix(py::module_& m) {
           srcs.push_back(DraftSource{t[0].cast<const SuffixAutomaton*>(), Match{t[1].cast<int32_t>(), t[2].cast<int32_t>()}});
         }
         const Draft d = specdec::suffix::build_draft(srcs, DraftParams{budget, min_match_len, min_prob, max_depth, depth_factor});
-        return py::make_tuple(to_numpy(d.tokens), to_numpy(d.parents), to_numpy(d.probs));
+        // Tokens as int64: DraftTree holds LongTensor tokens, so torch.from_numpy needs no cast.
+        return py::make_tuple(to_numpy(std::vector<int64_t>(d.tokens.begin(), d.tokens.end())), to_numpy(d.parents),
+                              to_numpy(d.probs));
       },
       py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 2, py::arg("min_prob") = 0.1,
       py::arg("max_depth") = 32, py::arg("depth_factor") = 1.0,
       "Best-first draft tree over [(automaton, match_length, match_state), ...].\n"
-      "Returns (tokens int32[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).");
+      "Returns (tokens int64[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).");
 }
 
 }  // namespace specdec

@@ -61,9 +61,12 @@ def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
         raise TypeError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{what} must be 1-D, got shape {tuple(arr.shape)}")
-    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= vocab_size):
-        bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
-        raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
+    if arr.size:
+        # Python's min/max are cheaper than numpy reductions on the few ids of a commit.
+        lo, hi = (min(ids), max(ids)) if isinstance(ids, list) else (int(arr.min()), int(arr.max()))
+        if lo < 0 or hi >= vocab_size:
+            bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
+            raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
@@ -302,18 +305,17 @@ class SuffixProposer:
         for req_id, b in zip(req_ids, budgets):
             toks, parents, probs = self._draft(self._get(req_id), b)
             tree = DraftTree(
-                torch.from_numpy(toks).long(),
+                torch.from_numpy(toks),
                 torch.from_numpy(parents),
-                deterministic=torch.ones(toks.size, dtype=torch.bool),
+                deterministic=torch.from_numpy(np.ones(toks.size, dtype=np.bool_)),
                 vocab_size=self.vocab_size,
-                validate=False,
+                validate=False,  # valid by construction: parents precede children, ids from the caches
             )
-            node_probs = torch.from_numpy(probs)
-            out.append(ScoredDraft(tree, node_probs, float(probs.sum())))
+            out.append(ScoredDraft(tree, torch.from_numpy(probs), sum(probs.tolist())))
         return out
 
     def _draft(self, req: _Request, budget: int):
-        """(tokens int32[n], parents int32[n], probs float32[n]) for one request."""
+        """(tokens int64[n], parents int32[n], probs float32[n]) for one request."""
         sources = []
         length, state = req.sam.repeat_match()
         if length >= self.min_match_len:
