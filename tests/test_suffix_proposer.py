@@ -161,6 +161,19 @@ def test_global_memory_cap_is_honoured_and_recent_documents_survive():
     assert prop.propose(["probe"], 4)[0].tokens.tolist() == last[20:24].tolist()
 
 
+def test_oversized_document_keeps_its_tail_under_the_cap():
+    cap = 128 * 1024
+    prop = SuffixProposer(49152, global_cache_bytes=cap)
+    doc = np.random.default_rng(3).integers(0, 49152, size=100_000)
+    prop.begin("big", [1])
+    prop.commit("big", doc)
+    prop.end("big")
+    assert prop.global_memory_bytes() <= cap
+    assert 0 < prop.global_stats()["tokens"] < doc.size
+    prop.begin("probe", doc[-40:-30])
+    assert prop.propose(["probe"], 3)[0].tokens.tolist() == doc[-30:-27].tolist()
+
+
 def test_partitions_beyond_max_are_dropped_least_recent_first():
     prop = SuffixProposer(100, max_partitions=2)
     for tenant in ("t1", "t2", "t3"):

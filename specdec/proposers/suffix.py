@@ -38,6 +38,7 @@ from .base import Artifact, normalize_budgets
 
 _MIN_CACHE_BYTES = 64 * 1024
 _DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds
+_MAX_BYTES_PER_TOKEN = 256  # generous bound on automaton + document bytes per indexed token
 
 
 def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
@@ -109,6 +110,9 @@ class _Partition:
         """Index ``doc`` (int32[m]); rebuild from recent documents if the cap is exceeded."""
         if doc.size == 0:
             return
+        limit = self.cap_bytes // (2 * _MAX_BYTES_PER_TOKEN)
+        if doc.size > limit:  # only the tail of an oversized document can be kept anyway
+            doc = np.ascontiguousarray(doc[-limit:])
         self.sam.add_document(doc)
         self.docs.append(doc)
         self.doc_tokens += doc.size

@@ -1,0 +1,110 @@
+"""Acceptance of the suffix proposer on the target's own greedy outputs, beside HF's prompt lookup.
+
+Replays ``benchmarks/data/greedy_smollm2.jsonl`` (made by ``gen_greedy_outputs.py``): at each step
+the drafter proposes from prompt + committed tokens, the greedy target accepts the longest tree
+path that equals its own next tokens, and the accepted tokens plus the target's one token are
+committed. Under greedy verification this is exactly what the decode loop would accept, without
+running the model. Reported per category: mean accepted draft tokens per step and the share of
+steps that drafted anything, for
+
+* ``suffix-req``: SuffixProposer with the request cache only,
+* ``suffix+global``: plus the global cache, filled with earlier replayed responses (file order),
+* ``hf-lookup``: HF ``PromptLookupCandidateGenerator`` (10 tokens, n-gram <= 2) as a chain.
+
+    python benchmarks/replay_suffix_acceptance.py [--data ...] [--budget 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+
+import torch
+
+from specdec.proposers.suffix import SuffixProposer
+
+DEFAULT_DATA = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
+VOCAB = 49152
+
+
+def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> int:
+    """Length of the longest root path whose tokens equal ``truth``'s prefix (greedy acceptance)."""
+    node, depth = -1, 0
+    while depth < len(truth):
+        nxt = next((i for i, p in enumerate(parents) if p == node and tokens[i] == truth[depth]), None)
+        if nxt is None:
+            break
+        node, depth = nxt, depth + 1
+    return depth
+
+
+def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int], budget: int) -> tuple[int, int, int]:
+    """(steps, accepted draft tokens, steps that drafted) for one request."""
+    prop.begin(rid, prompt)
+    pos = steps = accepted = drafted = 0
+    while pos < len(output):
+        tree = prop.propose([rid], budget)[0]
+        a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), output[pos:])
+        a = min(a, len(output) - pos - 1)  # the last output token is always the target's own
+        steps += 1
+        accepted += a
+        drafted += tree.num_nodes > 0
+        prop.commit(rid, output[pos : pos + a + 1])
+        pos += a + 1
+    prop.end(rid)
+    return steps, accepted, drafted
+
+
+def replay_hf(prompt: list[int], output: list[int]) -> tuple[int, int, int]:
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    seq = torch.tensor([prompt + output], dtype=torch.long)
+    hf = PromptLookupCandidateGenerator(num_output_tokens=10, max_matching_ngram_size=2,
+                                        max_length=seq.shape[1] + 16, vocab_size=VOCAB)
+    pos = steps = accepted = drafted = 0
+    while pos < len(output):
+        cand, _ = hf.get_candidates(seq[:, : len(prompt) + pos])
+        draft = cand[0, len(prompt) + pos :].tolist()
+        a = 0
+        while a < len(draft) and pos + a < len(output) - 1 and draft[a] == output[pos + a]:
+            a += 1
+        steps += 1
+        accepted += a
+        drafted += len(draft) > 0
+        pos += a + 1
+    return steps, accepted, drafted
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--budget", type=int, default=16)
+    args = ap.parse_args(argv)
+    rows = [json.loads(line) for line in open(args.data)]
+    req_only = SuffixProposer(VOCAB, use_global=False)
+    with_global = SuffixProposer(VOCAB)
+    table = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0, 0]))
+    for i, row in enumerate(rows):
+        results = {
+            "suffix-req": replay_suffix(req_only, i, row["prompt_ids"], row["output_ids"], args.budget),
+            "suffix+global": replay_suffix(with_global, i, row["prompt_ids"], row["output_ids"], args.budget),
+            "hf-lookup": replay_hf(row["prompt_ids"], row["output_ids"]),
+        }
+        for name, (steps, acc, drafted) in results.items():
+            for key in (row["category"], "ALL"):
+                cell = table[key][name]
+                cell[0] += steps
+                cell[1] += acc
+                cell[2] += drafted
+    names = ["suffix-req", "suffix+global", "hf-lookup"]
+    print(f"{len(rows)} requests, budget {args.budget}; cells: mean accepted draft tokens per step / share of steps drafting")
+    print(f"{'category':>15} | " + " | ".join(f"{n:>18}" for n in names))
+    for cat in sorted(table, key=lambda c: (c == "ALL", c)):
+        cells = [table[cat][n] for n in names]
+        print(f"{cat:>15} | " + " | ".join(f"{c[1] / c[0]:>9.3f} / {c[2] / c[0]:>5.2f}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
