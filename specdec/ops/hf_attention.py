@@ -1,0 +1,131 @@
+"""Hugging Face integration of the tree-attention op through transformers' attention registry.
+
+How an adapter uses it (transformers 5.x, decoder models whose attention calls
+``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, ...)``, e.g. Llama / Qwen2):
+
+1. ``enable(model)`` once: registers :func:`tree_attention_forward` under ``ATTENTION_NAME``
+   (``"specdec_tree"``) in ``AttentionInterface`` and transformers' SDPA mask builder under the same
+   name in ``AttentionMaskInterface``, then switches the model to it. Every forward WITHOUT tree
+   kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) runs exactly
+   transformers' SDPA path, so enabling costs nothing there.
+2. For a verify step whose new K/V rows directly follow each request's committed prefix (the cache
+   holds ``[B, Hkv, S, D]`` with no holes, every request at length ``S``), call the base model with
+   ``**tree_kwargs(ancestor_mask, prefix_lens)`` added to its usual arguments (``input_ids`` of the
+   ``T`` new tokens, ``position_ids`` = prefix length + depth, the cache). The model appends the
+   ``T`` rows at ``[S, S + T)`` and every layer's attention becomes one
+   ``specdec.ops.tree_attention`` call: new token i attends to rows ``[0, prefix_lens[b])`` and to
+   the new rows of its ancestors and itself. The mask is validated once here, not per layer.
+   ``tree_kwargs(..., add_root=True)`` prepends a root node (a pending token fed before the tree,
+   the parent of every root of the tree), for adapters that feed ``1 + N`` tokens per step.
+3. Ragged batches whose new rows do not directly follow every prefix (holes in a right-padded cache)
+   cannot be expressed as (prefix, tree) rows: the adapter passes its dense 4-D mask instead and
+   omits the tree kwargs, which is the fallback (transformers' SDPA with that mask).
+
+In tree mode the model still builds its causal mask (the SDPA builder); it is not used, because the
+tree kwargs define visibility. Dropout (training), soft-capping, sliding windows and sinks are not
+supported in tree mode and raise ValueError rather than being dropped. Where the compiled op is
+missing, ``specdec.ops.tree_attention`` runs its plain-torch reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+_ta = importlib.import_module("specdec.ops.tree_attention")
+
+ATTENTION_NAME = "specdec_tree"
+TREE_MASK_KWARG = "specdec_tree_mask"
+PREFIX_LENS_KWARG = "specdec_prefix_lens"
+_UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "sinks")
+
+
+def _sdpa_forward():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward
+
+
+def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Attention function for transformers' ``AttentionInterface``.
+
+    Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S + T, D]`` (cache after update).
+    With ``specdec_tree_mask`` (``int64 [B, T, ceil(T/64)]``) and ``specdec_prefix_lens``
+    (``int32 [B]``) in kwargs, runs the tree-attention op and returns ``([B, T, Hq, D], None)``;
+    without them, delegates to transformers' SDPA attention unchanged.
+    """
+    tree_mask = kwargs.pop(TREE_MASK_KWARG, None)
+    prefix_lens = kwargs.pop(PREFIX_LENS_KWARG, None)
+    if tree_mask is None and prefix_lens is None:
+        return _sdpa_forward()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    if tree_mask is None or prefix_lens is None:
+        raise ValueError(f"tree attention needs both {TREE_MASK_KWARG} and {PREFIX_LENS_KWARG} kwargs")
+    if dropout and module.training:
+        raise ValueError(f"tree attention does not support attention dropout in training (dropout={dropout})")
+    for name in _UNSUPPORTED:
+        if kwargs.get(name) is not None:
+            raise ValueError(f"tree attention does not support {name}={kwargs[name]!r}")
+    q = query.transpose(1, 2)  # [B, T, Hq, D] view
+    k = key.transpose(1, 2)  # [B, S + T, Hkv, D] view: the op reads strides, no copy
+    v = value.transpose(1, 2)
+    out = _ta.tree_attention(
+        q, k, v, tree_mask.to(q.device), prefix_lens.to(q.device), scale=scaling, validate=False
+    )
+    return out, None
+
+
+def pack_rows(dense: torch.Tensor) -> torch.Tensor:
+    """``bool [..., n]`` -> ``int64 [..., ceil(n/64)]`` (bit j of word j // 64)."""
+    n = dense.shape[-1]
+    words = (n + 63) // 64
+    padded = torch.zeros(*dense.shape[:-1], words * 64, dtype=torch.int64, device=dense.device)
+    padded[..., :n] = dense.to(torch.int64)
+    shifts = torch.arange(64, device=dense.device, dtype=torch.int64)
+    return (padded.reshape(*dense.shape[:-1], words, 64) << shifts).sum(-1)
+
+
+def add_root(tree_mask: torch.Tensor) -> torch.Tensor:
+    """``int64 [B, N, W]`` -> ``int64 [B, 1 + N, W']``: node 0 becomes a root that is the parent of
+    every root of the tree (every real node gains ancestor 0; padded rows stay all zero)."""
+    b, n, _ = tree_mask.shape
+    bits = _ta.unpack_bits(tree_mask)[..., :n]  # [B, N, N]
+    idx = torch.arange(n, device=tree_mask.device)
+    real = bits[:, idx, idx] if n else bits.new_zeros((b, 0))
+    dense = torch.zeros(b, 1 + n, 1 + n, dtype=torch.bool, device=tree_mask.device)
+    dense[:, 0, 0] = True
+    dense[:, 1:, 0] = real
+    dense[:, 1:, 1:] = bits
+    return pack_rows(dense)
+
+
+def tree_kwargs(ancestor_mask, prefix_lens, *, add_root_node=False, total_rows=None) -> dict:
+    """Model-forward kwargs that switch every layer to tree attention for one verify step.
+
+    ``ancestor_mask``: ``int64 [B, N, ceil(N/64)]`` (e.g. ``TreeBatch.ancestor_mask``);
+    ``prefix_lens``: committed K/V rows per request (sequence or ``int32 [B]``), which must equal the
+    cache length before this step for every request (no holes). ``add_root_node``: prepend the
+    pending token as node 0. ``total_rows``: if given, the cache length after the step, to check
+    ``prefix_lens + nodes <= total_rows``. The mask is validated here, once per step.
+    """
+    mask = add_root(ancestor_mask) if add_root_node else ancestor_mask
+    lens = torch.as_tensor(prefix_lens, dtype=torch.int32, device=mask.device)
+    rows = int(total_rows) if total_rows is not None else int(lens.max()) + mask.shape[1] if lens.numel() else 0
+    _ta.validate_tree_mask(mask, lens, rows)
+    return {TREE_MASK_KWARG: mask, PREFIX_LENS_KWARG: lens}
+
+
+def register() -> str:
+    """Registers the attention function and its (SDPA) mask builder; returns ``ATTENTION_NAME``."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, tree_attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    return ATTENTION_NAME
+
+
+def enable(model) -> None:
+    """Registers the function and switches ``model`` (a ``PreTrainedModel``) to it."""
+    register()
+    model.set_attn_implementation(ATTENTION_NAME)
