@@ -56,3 +56,24 @@ def test_histogram_roundtrip_merge_and_errors():
     with pytest.raises(ValueError, match="different max_budget"):
         AcceptanceDist.merge([a, from_histogram([1], 2)])
     assert 0 < m.token_acceptance_rate() < 1
+
+
+def test_replay_records_drafted_nodes_and_sim_pays_only_for_them():
+    from serving_fixtures import gpu_like_cost
+
+    from specdec.serving.policies import AlwaysOn
+    from specdec.serving.simulator import ServerConfig, simulate
+    from specdec.serving.workload import SimRequest, WorkloadItem
+
+    prompts = {0: [1, 2, 3]}
+    outputs = {0: list(range(10, 20))}
+    # script diverges after 4 tokens: afterwards the replay proposer drafts nothing
+    d = measure_by_replay(ReplayProposer({0: list(range(10, 14)) + [99] * 6}), prompts, outputs, budget=3)
+    assert d.drafted is not None and d.drafted[0] > 0 and np.all(np.cumsum(d.drafted) <= np.cumsum(d.counts))
+    assert d.expected_max_drafted(3, 1) < 3 and d.expected_max_drafted(3, 64) > d.expected_max_drafted(3, 1)
+    full = AcceptanceDist(d.counts)  # same acceptance, but assumed to draft the full budget
+    reqs = [SimRequest(i, 0.0, WorkloadItem(8, 40)) for i in range(4)]
+    sparse = simulate(reqs, AlwaysOn(3), ServerConfig(gpu_like_cost(), d, seed=1))
+    dense = simulate(reqs, AlwaysOn(3), ServerConfig(gpu_like_cost(), full, seed=1))
+    assert sparse.accepted <= sparse.drafted < dense.drafted
+    assert sparse.busy_s < dense.busy_s

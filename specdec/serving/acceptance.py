@@ -18,6 +18,11 @@ Two ways to measure:
   prefix of the chain's first path), and the proposer is told the accepted tokens plus the
   target's next token. Exact for greedy decoding, and needs no verify forwards.
 * :func:`from_histogram` -- from a decoder's per-request metrics (accepted tokens per step).
+
+Proposers do not always fill their budget (a lookup proposer drafts nothing without a match), and
+what a verify step costs depends on how many nodes were drafted, so replay also records the
+*drafted* count per step: ``drafted[d]`` steps drafted ``d`` nodes. Without it every step is
+assumed to draft the full budget (the conservative choice for cost).
 """
 
 from __future__ import annotations
@@ -37,11 +42,13 @@ class AcceptanceDist:
         counts: ``[max_budget + 1]`` step counts; ``counts[a]`` steps accepted ``a`` drafted tokens.
         propose_s_per_req: measured proposer wall time per request per step (seconds).
         name: what was measured (proposer name, category).
+        drafted: ``[max_budget + 1]`` or None; ``drafted[d]`` steps drafted ``d`` nodes.
     """
 
     counts: np.ndarray
     propose_s_per_req: float = 0.0
     name: str = ""
+    drafted: np.ndarray | None = None
 
     def __post_init__(self):
         c = np.asarray(self.counts, dtype=np.float64)
@@ -54,6 +61,30 @@ class AcceptanceDist:
         if self.propose_s_per_req < 0:
             raise ValueError(f"propose_s_per_req must be >= 0, got {self.propose_s_per_req}")
         self.counts = c
+        if self.drafted is not None:
+            d = np.asarray(self.drafted, dtype=np.float64)
+            if d.shape != c.shape or np.any(d < 0) or d.sum() <= 0:
+                raise ValueError(f"AcceptanceDist drafted must be a non-negative, non-empty histogram of shape {c.shape}, got {d.shape}")
+            self.drafted = d
+
+    def drafted_pmf(self, budget: int) -> np.ndarray:
+        """``[k + 1]`` probabilities of drafting ``0..k`` nodes at budget ``k`` (all ``k`` without a record)."""
+        k = self._check_budget(budget)
+        if self.drafted is None:
+            out = np.zeros(k + 1)
+            out[k] = 1.0
+            return out
+        p = self.drafted / self.drafted.sum()
+        out = p[: k + 1].copy()
+        out[k] += p[k + 1:].sum()
+        return out
+
+    def expected_max_drafted(self, budget: int, batch: int) -> float:
+        """``E[max of batch draws of drafted nodes]``: the padded tree width a verify step pays for."""
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        cdf = np.cumsum(self.drafted_pmf(budget))
+        return float(np.sum(1.0 - np.clip(cdf[:-1], 0.0, 1.0) ** batch))
 
     @property
     def max_budget(self) -> int:
@@ -108,14 +139,17 @@ class AcceptanceDist:
 
     # ------------------------------------------------------------------ persistence / merging
     def to_dict(self) -> dict:
-        return {"name": self.name, "counts": self.counts.tolist(), "propose_s_per_req": self.propose_s_per_req}
+        return {"name": self.name, "counts": self.counts.tolist(), "propose_s_per_req": self.propose_s_per_req,
+                "drafted": None if self.drafted is None else self.drafted.tolist()}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "AcceptanceDist":
         missing = {"counts"} - set(d)
         if missing:
             raise ValueError(f"acceptance record lacks {sorted(missing)}")
-        return cls(np.asarray(d["counts"]), float(d.get("propose_s_per_req", 0.0)), str(d.get("name", "")))
+        drafted = d.get("drafted")
+        return cls(np.asarray(d["counts"]), float(d.get("propose_s_per_req", 0.0)), str(d.get("name", "")),
+                   None if drafted is None else np.asarray(drafted))
 
     @classmethod
     def merge(cls, dists: Sequence["AcceptanceDist"], name: str = "") -> "AcceptanceDist":
@@ -127,15 +161,25 @@ class AcceptanceDist:
             raise ValueError(f"cannot merge acceptance histograms with different max_budget {sorted(k)}")
         steps = np.array([d.steps for d in dists], dtype=np.float64)
         prop = float(np.average([d.propose_s_per_req for d in dists], weights=steps))
-        return cls(sum(d.counts for d in dists), prop, name)
+        drafted = None
+        if all(d.drafted is not None for d in dists):
+            drafted = sum(d.drafted for d in dists)
+        return cls(sum(d.counts for d in dists), prop, name, drafted)
 
 
-def from_histogram(accepted_per_step: Sequence[int], max_budget: int, name: str = "", propose_s_per_req: float = 0.0) -> AcceptanceDist:
-    """Build a distribution from raw per-step accepted counts (e.g. a decoder's metrics)."""
+def from_histogram(accepted_per_step: Sequence[int], max_budget: int, name: str = "", propose_s_per_req: float = 0.0,
+                   drafted_per_step: Sequence[int] | None = None) -> AcceptanceDist:
+    """Build a distribution from raw per-step accepted (and optionally drafted) counts."""
     a = np.asarray(list(accepted_per_step), dtype=np.int64)
     if a.size and (a.min() < 0 or a.max() > max_budget):
         raise ValueError(f"accepted counts must lie in [0, {max_budget}], got range [{a.min()}, {a.max()}]")
-    return AcceptanceDist(np.bincount(a, minlength=max_budget + 1).astype(np.float64), propose_s_per_req, name)
+    drafted = None
+    if drafted_per_step is not None:
+        d = np.asarray(list(drafted_per_step), dtype=np.int64)
+        if d.shape != a.shape or (d.size and (d.min() < 0 or d.max() > max_budget or np.any(d < a))):
+            raise ValueError(f"drafted counts must be one per step, in [accepted, {max_budget}]")
+        drafted = np.bincount(d, minlength=max_budget + 1).astype(np.float64)
+    return AcceptanceDist(np.bincount(a, minlength=max_budget + 1).astype(np.float64), propose_s_per_req, name, drafted)
 
 
 def _greedy_accepted(tree, truth: Sequence[int]) -> int:
@@ -172,6 +216,7 @@ def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outpu
     if missing:
         raise ValueError(f"no target output for requests {sorted(map(str, missing))[:5]}")
     accepted: list[int] = []
+    drafted: list[int] = []
     propose_s = 0.0
     for rid, prompt in prompts.items():
         out = list(outputs[rid])
@@ -184,10 +229,11 @@ def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outpu
                 propose_s += time.perf_counter() - t0
                 a = min(_greedy_accepted(tree, out[pos:]), len(out) - pos - 1)
                 accepted.append(a)
+                drafted.append(max(a, min(tree.num_nodes, budget)))
                 proposer.commit(rid, out[pos: pos + a + 1])
                 pos += a + 1
         finally:
             proposer.end(rid)
     if not accepted:
         raise ValueError("measure_by_replay got no target output tokens to replay")
-    return from_histogram(accepted, budget, name, propose_s / len(accepted))
+    return from_histogram(accepted, budget, name, propose_s / len(accepted), drafted)

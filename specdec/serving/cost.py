@@ -58,7 +58,8 @@ class StepCostModel:
         weights: the five non-negative coefficients, in :data:`FEATURE_NAMES` order.
         mean_rel_error / max_rel_error: fit error on the calibration samples, as fractions.
         loo_rel_error: mean leave-one-out relative error (error on points the fit did not see).
-        samples: the calibration measurements (kept so a report can plot fit vs measurement).
+        samples: the calibration measurements kept for the fit.
+        outliers: measurements dropped as disturbed (see the module docstring).
         meta: where it was measured (model name, dtype, threads, host).
     """
 
@@ -68,6 +69,7 @@ class StepCostModel:
     loo_rel_error: float = float("nan")
     samples: list[Sample] = dataclasses.field(default_factory=list)
     meta: dict = dataclasses.field(default_factory=dict)
+    outliers: list[Sample] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         w = np.asarray(self.weights, dtype=np.float64)
@@ -99,8 +101,13 @@ class StepCostModel:
 
     # ------------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, samples: Sequence[Sample], meta: dict | None = None) -> "StepCostModel":
-        """Non-negative least squares on relative error, plus leave-one-out error."""
+    def fit(cls, samples: Sequence[Sample], meta: dict | None = None, *, trim: bool = True) -> "StepCostModel":
+        """Non-negative least squares on relative error, plus leave-one-out error.
+
+        With ``trim``, points slower than the first fit by more than ``max(0.25, 4 x median
+        relative error)`` are set aside as disturbed (at most a quarter of them) and the model is
+        refitted on the rest.
+        """
         samples = list(samples)
         if len(samples) < len(FEATURE_NAMES) + 1:
             raise ValueError(f"StepCostModel.fit needs at least {len(FEATURE_NAMES) + 1} samples, got {len(samples)}")
@@ -110,13 +117,24 @@ class StepCostModel:
         X = np.stack([features(s.batch, s.tokens, s.context) for s in samples])
         y = np.array([s.seconds for s in samples])
         w = _nnls_relative(X, y)
+        outliers: list[Sample] = []
+        if trim:
+            excess = (y - X @ w) / y  # > 0: slower than the fit
+            limit = max(0.25, 4 * float(np.median(np.abs(excess))))
+            worst = np.argsort(-excess)[: len(samples) // 4]
+            drop = {int(i) for i in worst if excess[i] > limit}
+            if drop and len(samples) - len(drop) >= len(FEATURE_NAMES) + 1:
+                outliers = [samples[i] for i in sorted(drop)]
+                keep = np.array([i not in drop for i in range(len(samples))])
+                samples, X, y = [s for i, s in enumerate(samples) if keep[i]], X[keep], y[keep]
+                w = _nnls_relative(X, y)
         rel = np.abs(X @ w - y) / y
         loo = []
         for i in range(len(samples)):
             keep = np.arange(len(samples)) != i
             wi = _nnls_relative(X[keep], y[keep])
             loo.append(abs(float(X[i] @ wi) - y[i]) / y[i])
-        return cls(w, float(rel.mean()), float(rel.max()), float(np.mean(loo)), samples, dict(meta or {}))
+        return cls(w, float(rel.mean()), float(rel.max()), float(np.mean(loo)), samples, dict(meta or {}), outliers)
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict:
@@ -128,6 +146,7 @@ class StepCostModel:
             "max_rel_error": self.max_rel_error,
             "loo_rel_error": self.loo_rel_error,
             "samples": [dataclasses.asdict(s) for s in self.samples],
+            "outliers": [dataclasses.asdict(s) for s in self.outliers],
             "meta": self.meta,
         }
 
@@ -144,6 +163,7 @@ class StepCostModel:
             float(d.get("loo_rel_error", "nan")),
             [Sample(**s) for s in d.get("samples", [])],
             dict(d.get("meta", {})),
+            [Sample(**s) for s in d.get("outliers", [])],
         )
 
     def save(self, path: str | Path) -> None:
@@ -173,8 +193,8 @@ def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 DEFAULT_GRID = {
     "batch": (1, 2, 4, 8),
     "tokens": (1, 2, 4, 8, 16),
-    "context": (32, 256, 512),
-    "prefill": (16, 64, 192, 384),
+    "context": (64, 384),
+    "prefill": (32, 128, 320),
 }
 
 
@@ -184,8 +204,9 @@ def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: 
     """Time real forwards of a Hugging Face causal LM and fit a :class:`StepCostModel`.
 
     For every ``(batch, context)`` the cache is prefilled once with random tokens, then each
-    ``tokens`` size is timed ``repeats`` times (median kept), cropping the cache back to
-    ``context`` after each forward so every timing sees the same prefix. Prefill of single
+    ``tokens`` size is timed ``repeats`` times, cropping the cache back to
+    ``context`` after each forward so every timing sees the same prefix; the fastest of ``repeats``
+    timings is kept (the least disturbed by other processes). Prefill of single
     prompts of each length in ``prefills`` is timed the same way (``context = 0``).
 
     Args:
@@ -221,7 +242,7 @@ def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: 
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - t0)
-        return float(np.median(times))
+        return float(min(times))
 
     with torch.inference_mode():
         for B in batches:

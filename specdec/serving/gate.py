@@ -38,7 +38,7 @@ class GateDecision:
 class BudgetOptimizer:
     """Chooses the draft budget that maximises expected emitted tokens per second of a batch.
 
-    ``rate(B, k, C) = B * E[tokens per step | k] / (t_target(B, 1 + k, C) + B * t_propose(k))``
+    ``rate(B, k, C) = B * E[tokens per step | k] / (t_target(B, 1 + E[max drafted], C) + B * t_propose(k))``
     with ``t_propose(0) = 0`` (no drafting, no proposer call). ``k = 0`` is plain decoding, so
     the optimum never does worse than off *under the model*.
     """
@@ -51,7 +51,9 @@ class BudgetOptimizer:
             raise ValueError(f"BudgetOptimizer max_budget must be in [0, {acceptance.max_budget}] (the measured range), got {max_budget}")
 
     def step_time(self, batch: int, budget: int, context: float) -> float:
-        t = self.cost.step_time(batch, 1 + budget, context)
+        """Expected seconds of one step: verify over the widest draft in the batch + proposer time."""
+        width = self.acceptance.expected_max_drafted(budget, batch) if budget > 0 else 0.0
+        t = self.cost.step_time(batch, 1 + width, context)
         return t + (batch * self.acceptance.propose_s_per_req if budget > 0 else 0.0)
 
     def rate(self, batch: int, budget: int, context: float) -> float:

@@ -15,10 +15,11 @@ Server model (iteration-level scheduling, as in vLLM/Orca):
   simulating evictions.
 * An iteration either prefills all newly admitted requests in one padded forward (each emits its
   first token at the end: time to first token), or runs one decode step for the whole running
-  batch: the policy picks a budget ``k`` (opted-out requests get 0); the step costs
-  ``t_target(B, 1 + max k, mean context)`` plus the proposer's time for each drafting request;
-  each request emits ``1 + a`` tokens, ``a`` drawn from its category's acceptance distribution
-  truncated at its budget.
+  batch: the policy picks a budget ``k`` (opted-out requests get 0); each drafting request drafts
+  ``d`` nodes and the target accepts ``a <= d`` of them, both drawn from its category's measured
+  histograms truncated at ``k`` (coupled through one uniform draw, so long drafts go with long
+  acceptances); the step costs ``t_target(B, 1 + max d, mean context)`` (trees are padded to the
+  widest) plus the proposer's time for each drafting request; each request emits ``1 + a`` tokens.
 * The clock jumps to the next arrival when nothing is running.
 """
 
@@ -107,22 +108,31 @@ class _Running:
 
 
 class _Sampler:
-    """Vectorised draws of accepted counts with cached CDFs per (distribution, budget)."""
+    """Draws ``(drafted, accepted)`` per request-step with cached CDFs per (distribution, budget).
+
+    One uniform ``u`` feeds both inverse CDFs (a comonotone coupling): since every measured step
+    has ``accepted <= drafted``, the accepted CDF lies above the drafted one and the coupled
+    draw keeps ``accepted <= drafted``.
+    """
 
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
-        self._cdf: dict[tuple[int, int], np.ndarray] = {}
+        self._cdf: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
-    def draw(self, dist: AcceptanceDist, budget: int) -> int:
+    def draw(self, dist: AcceptanceDist, budget: int) -> tuple[int, int]:
         if budget == 0:
-            return 0
+            return 0, 0
         key = (id(dist), budget)
-        cdf = self._cdf.get(key)
-        if cdf is None:
-            cdf = np.cumsum(dist.pmf(budget))
-            cdf[-1] = 1.0
-            self._cdf[key] = cdf
-        return int(np.searchsorted(cdf, self.rng.random(), side="right"))
+        cdfs = self._cdf.get(key)
+        if cdfs is None:
+            cdfs = (np.cumsum(dist.drafted_pmf(budget)), np.cumsum(dist.pmf(budget)))
+            for c in cdfs:
+                c[-1] = 1.0
+            self._cdf[key] = cdfs
+        u = self.rng.random()
+        d = int(np.searchsorted(cdfs[0], u, side="right"))
+        a = int(np.searchsorted(cdfs[1], u, side="right"))
+        return max(d, a), a
 
 
 def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
@@ -189,8 +199,9 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         if not 0 <= k <= reserve_draft:
             raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
         budgets = [0 if r.req.opt_out else k for r in running]
-        kmax = max(budgets)
-        dt = server.cost.step_time(B, 1 + kmax, ctx)
+        draws = [sampler.draw(dists[r.req.item.category], b) if b else (0, 0) for r, b in zip(running, budgets)]
+        width = max(d for d, _ in draws)
+        dt = server.cost.step_time(B, 1 + width, ctx)
         dt += sum(prop_s[r.req.item.category] for r, b in zip(running, budgets) if b > 0)
         t += dt
         busy += dt
@@ -199,9 +210,8 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         max_b = max(max_b, B)
         drafted = accepted = 0
         still: list[_Running] = []
-        for run, b in zip(running, budgets):
-            a = sampler.draw(dists[run.req.item.category], b) if b else 0
-            drafted += b
+        for run, (d, a) in zip(running, draws):
+            drafted += d
             accepted += a
             emit = min(1 + a, run.req.item.output_len - run.generated)
             run.generated += emit

@@ -1,0 +1,180 @@
+"""Measurements a plan is built on: the target, the workload, each proposer's acceptance and memory.
+
+Why a separate step: ``plan`` and ``review`` must measure the same things the same way -- review
+re-runs exactly this on the current target and artifacts and compares the numbers.
+
+Proposer specs (command-line strings):
+
+* ``suffix`` -- :class:`~specdec.proposers.suffix.SuffixProposer` (bound to nothing);
+* ``draft:<model path>`` -- :class:`~specdec.proposers.draft_model.DraftModelProposer` over a
+  Hugging Face checkpoint sharing the target's tokenizer (bound to the tokenizer);
+* ``medusa:<artifact dir>`` -- trained heads (bound to the target checkpoint); measured through
+  the :class:`~specdec.SpeculativeDecoder` because they need the target's hidden states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+from .acceptance import AcceptanceDist, from_histogram, measure_by_replay
+from .memory import ProposerMemory, kv_bytes_per_token, measure_proposer_memory, model_weight_bytes
+from .workload import WorkloadItem, encode_prompt, greedy_outputs, items_from, load_prompts
+
+
+def default_workload_path() -> Path:
+    """The dev-prompt sample shipped with the package (Spec-Bench format, 4 prompts per category)."""
+    return Path(__file__).resolve().parent.parent / "data" / "prompts_dev_sample.jsonl"
+
+
+def load_target(spec: str):
+    """``(model, tokenizer, name)`` for ``"default"`` (embedded SmolLM2) or a HF checkpoint path."""
+    if spec == "default":
+        from ..models import DEFAULT_NAME, load_default
+
+        model, tok = load_default()
+        return model, tok, DEFAULT_NAME
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(spec).exists():
+        raise ValueError(f"target {spec!r} is neither 'default' nor an existing model directory")
+    model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True).eval()
+    return model, AutoTokenizer.from_pretrained(spec, local_files_only=True), Path(spec).name
+
+
+def make_proposer(spec: str, model, tokenizer):
+    """A fresh proposer from a spec string (see the module docstring)."""
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    if spec == "suffix":
+        from ..proposers.suffix import SuffixProposer
+
+        return SuffixProposer(vocab)
+    kind, _, arg = spec.partition(":")
+    if kind == "draft" and arg:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from ..proposers.draft_model import DraftModelProposer
+
+        if not Path(arg).exists():
+            raise ValueError(f"draft model directory {arg!r} does not exist")
+        draft = AutoModelForCausalLM.from_pretrained(arg, local_files_only=True).eval()
+        return DraftModelProposer(draft, target_tokenizer=tokenizer, draft_tokenizer=AutoTokenizer.from_pretrained(arg),
+                                  target_vocab_size=vocab)
+    if kind == "medusa" and arg:
+        from ..proposers.heads import MedusaProposer
+
+        return MedusaProposer.load(arg, model)
+    raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'draft:<model dir>' or 'medusa:<artifact dir>'")
+
+
+def fingerprints(model, tokenizer) -> dict:
+    """Target checkpoint and tokenizer fingerprints (what a release changes)."""
+    from ..artifacts import target_fingerprint, tokenizer_fingerprint
+
+    return {"target": target_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer)}
+
+
+@dataclasses.dataclass
+class Workload:
+    """Tokenised prompts, the target's greedy outputs and each request's category."""
+
+    prompts: dict[str, list[int]]
+    outputs: dict[str, list[int]]
+    categories: dict[str, str]
+
+    def items(self) -> list[WorkloadItem]:
+        return items_from(self.prompts, self.outputs, self.categories)
+
+    def by_category(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for rid, cat in self.categories.items():
+            out.setdefault(cat, []).append(rid)
+        return out
+
+
+def build_workload(model, tokenizer, path: str | Path, *, categories: Sequence[str] | None, per_category: int,
+                   max_new_tokens: int, target_fp: str, cache_dir: Path | None = None, progress=None) -> Workload:
+    """Select prompts, tokenise them and get the target's greedy outputs (cached per target fingerprint)."""
+    if max_new_tokens < 2:
+        raise ValueError(f"max_new_tokens must be >= 2, got {max_new_tokens}")
+    records = load_prompts(path, categories, per_category)
+    prompts, cats = {}, {}
+    for rec in records:
+        rid = f"{rec['category']}-{rec.get('question_id', len(prompts))}"
+        prompts[rid] = encode_prompt(tokenizer, rec)
+        cats[rid] = rec["category"]
+    key = hashlib.sha256(json.dumps([target_fp, max_new_tokens, prompts], sort_keys=True).encode()).hexdigest()[:16]
+    cache = None if cache_dir is None else Path(cache_dir) / f"greedy-{key}.json"
+    if cache is not None and cache.exists():
+        outputs = json.loads(cache.read_text())
+    else:
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        outputs = greedy_outputs(model, prompts, max_new_tokens, eos, progress)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(outputs))
+    return Workload(prompts, outputs, cats)
+
+
+def measure_with_decoder(model, proposer, prompts: Sequence[Sequence[int]], max_new_tokens: int, budget: int,
+                         name: str = "") -> AcceptanceDist:
+    """Acceptance histogram from the SpeculativeDecoder's per-request metrics (any proposer)."""
+    from ..decoding import SpeculativeDecoder
+
+    dec = SpeculativeDecoder(model, proposer, max_budget=budget, budget=budget)
+    hist: list[int] = []
+    propose_s = steps = 0
+    for res in dec.generate_batch([list(p) for p in prompts], max_new_tokens):
+        m = res.metrics
+        for a, c in enumerate(m.accepted_hist):
+            hist += [a] * c
+        propose_s += m.propose_s
+        steps += m.steps
+    if not hist:
+        raise ValueError(f"decoder run of {name!r} produced no speculative steps to measure")
+    return from_histogram([min(a, budget) for a in hist], budget, name, propose_s / max(1, steps))
+
+
+@dataclasses.dataclass
+class ProposerMeasurement:
+    """What a plan needs about one proposer."""
+
+    spec: str
+    artifact: dict
+    acceptance: dict[str, AcceptanceDist]  # by category, plus "all"
+    memory: ProposerMemory
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec, "artifact": self.artifact, "memory": dataclasses.asdict(self.memory),
+                "acceptance": {c: d.to_dict() for c, d in self.acceptance.items()}}
+
+
+def artifact_dict(proposer) -> dict:
+    a = proposer.artifact
+    return {"name": a.name, "bound_to": a.bound_to, "fingerprint": a.fingerprint, "version": a.version}
+
+
+def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: int) -> ProposerMeasurement:
+    """Acceptance per category (replay when possible, else the decoder) and memory of one proposer."""
+    proposer = make_proposer(spec, model, tokenizer)
+    first = next(iter(workload.prompts.values()))
+    memory = measure_proposer_memory(make_proposer(spec, model, tokenizer), first)
+    per_cat: dict[str, AcceptanceDist] = {}
+    for cat, rids in workload.by_category().items():
+        if getattr(proposer, "requires_target_hidden", False):
+            max_new = max(len(workload.outputs[r]) for r in rids)
+            per_cat[cat] = measure_with_decoder(model, proposer, [workload.prompts[r] for r in rids], max_new, budget, f"{spec}/{cat}")
+        else:
+            per_cat[cat] = measure_by_replay(proposer, {r: workload.prompts[r] for r in rids},
+                                             {r: workload.outputs[r] for r in rids}, budget, f"{spec}/{cat}")
+    per_cat["all"] = AcceptanceDist.merge(list(per_cat.values()), f"{spec}/all")
+    return ProposerMeasurement(spec, artifact_dict(proposer), per_cat, memory)
+
+
+def target_memory(model, dtype: str | None = None) -> dict:
+    """Weights bytes and KV bytes per token of the target (KV in the weights' dtype unless given)."""
+    dt = dtype or str(next(model.parameters()).dtype)
+    return {"weights_bytes": model_weight_bytes(model), "kv_bytes_per_token": kv_bytes_per_token(model.config, dt), "kv_dtype": dt}

@@ -1,0 +1,212 @@
+"""``specdec plan``: measure, simulate every policy at every load, and recommend a setting per pool.
+
+The recommendation rule, per pool and proposer: each policy's goodput curve is compared, level by
+level, with the best policy at that level; the policy whose *worst* ratio is highest wins (ties go
+to the simpler policy: off, gated, adaptive, always). Across proposers, speculation is recommended
+only when it loses no more than 2% goodput at any load and gains somewhere: more than
+``min_gain`` (default 3%) goodput, or ``min_tpot_gain`` (default 10%) lower median time per output
+token (at light load every policy meets loose objectives, so latency is what speculation buys
+there); otherwise the pool is told to leave it off -- a proposer that does not clearly pay is
+still a lifecycle cost (a second artifact to version, heads to refit on every release).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .acceptance import AcceptanceDist
+from .cost import StepCostModel
+from .gate import BudgetOptimizer
+from .memory import ProposerMemory, admitted_concurrency
+from .metrics import SLO
+from .policies import AlwaysOn, Off, adaptive, gated, hysteresis_band
+from .pools import GateSpec, Pool
+from .simulator import ServerConfig
+from .sweep import capacity_rps, sweep
+from .workload import WorkloadItem
+
+POLICY_ORDER = ("off", "gated", "adaptive", "always")
+DEFAULT_FRACTIONS = (0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 1.0, 1.15)
+
+
+@dataclasses.dataclass
+class PlanSettings:
+    """Simulation settings of a plan."""
+
+    memory_budget_bytes: int
+    max_budget: int = 8
+    n_requests: int = 200
+    load_fractions: Sequence[float] = DEFAULT_FRACTIONS
+    replications: int = 2
+    seed: int = 0
+    min_gain: float = 0.03
+    min_tpot_gain: float = 0.10
+    max_batch: int | None = None
+
+    def __post_init__(self):
+        if self.memory_budget_bytes <= 0:
+            raise ValueError(f"memory budget must be > 0 bytes, got {self.memory_budget_bytes}")
+        if self.max_budget < 1:
+            raise ValueError(f"max_budget must be >= 1, got {self.max_budget}")
+        if not self.load_fractions or min(self.load_fractions) <= 0:
+            raise ValueError(f"load fractions must be positive, got {list(self.load_fractions)}")
+
+
+@dataclasses.dataclass
+class ProposerPlan:
+    """Simulation outcome for one pool x proposer."""
+
+    proposer: str
+    budget: int
+    threshold: int
+    on_below: int
+    admitted_off: int
+    admitted_on: int
+    rows: list[dict]
+    chosen_policy: str
+    worst_ratio: dict[str, float]
+    best_gain: float
+    tpot_gain: float
+
+
+@dataclasses.dataclass
+class PoolPlan:
+    pool: Pool
+    capacity_rps: float
+    proposers: list[ProposerPlan]
+    recommended: Pool
+    verdict: str
+
+
+def server_for(cost: StepCostModel, acceptance: Mapping[str, AcceptanceDist], items: Sequence[WorkloadItem], *,
+               memory_budget_bytes: int, weights_bytes: int, kv_bytes_token: int, proposer_memory: ProposerMemory,
+               max_budget: int, max_batch: int | None, seed: int) -> tuple[ServerConfig, int, int]:
+    """The simulated server plus admitted concurrency without / with the proposer loaded."""
+    mean_tokens = float(np.mean([i.prompt_len + i.output_len for i in items]))
+    free_off = memory_budget_bytes - weights_bytes
+    free_on = free_off - proposer_memory.fixed_bytes
+    if free_on <= 0:
+        raise ValueError(f"memory budget {memory_budget_bytes} B leaves no room for the KV cache after weights "
+                         f"({weights_bytes} B) and the proposer ({proposer_memory.fixed_bytes} B)")
+    off = admitted_concurrency(memory_budget_bytes, weights_bytes=weights_bytes, kv_bytes_token=kv_bytes_token,
+                               tokens_per_seq=mean_tokens)
+    on = admitted_concurrency(memory_budget_bytes, weights_bytes=weights_bytes, kv_bytes_token=kv_bytes_token,
+                              tokens_per_seq=mean_tokens, proposer=proposer_memory, draft_budget=max_budget)
+    server = ServerConfig(cost, dict(acceptance), kv_capacity_tokens=int(free_on // kv_bytes_token),
+                          kv_capacity_tokens_off=int(free_off // kv_bytes_token),
+                          proposer_token_overhead=proposer_memory.bytes_per_token / kv_bytes_token,
+                          max_batch=max_batch, seed=seed)
+    return server, off.sequences, on.sequences
+
+
+def choose(rows: Sequence[dict]) -> tuple[str, dict[str, float]]:
+    """The policy whose worst goodput ratio to the best policy at each load is highest."""
+    by_rate: dict[float, dict[str, float]] = {}
+    for r in rows:
+        by_rate.setdefault(r["rate"], {})[r["policy"]] = r["goodput_rps"]
+    worst = {}
+    for p in POLICY_ORDER:
+        ratios = []
+        for g in by_rate.values():
+            if p not in g:
+                break
+            best = max(g.values())
+            ratios.append(1.0 if best <= 0 else g[p] / best)
+        else:
+            worst[p] = min(ratios)
+    if not worst:
+        raise ValueError("no policy was simulated at every load level")
+    top = max(worst.values())
+    chosen = next(p for p in POLICY_ORDER if p in worst and worst[p] >= top - 1e-3)
+    return chosen, worst
+
+
+def plan_proposer(pool: Pool, spec: str, acceptance: Mapping[str, AcceptanceDist], memory: ProposerMemory,
+                  cost: StepCostModel, items: Sequence[WorkloadItem], rates: Sequence[float], settings: PlanSettings,
+                  weights_bytes: int, kv_bytes_token: int) -> ProposerPlan:
+    """Sweep off / always / gated / adaptive for one proposer in one pool."""
+    server, adm_off, adm_on = server_for(cost, acceptance, items, memory_budget_bytes=settings.memory_budget_bytes,
+                                         weights_bytes=weights_bytes, kv_bytes_token=kv_bytes_token,
+                                         proposer_memory=memory, max_budget=settings.max_budget,
+                                         max_batch=settings.max_batch, seed=settings.seed)
+    context = float(np.mean([i.prompt_len + i.output_len / 2 for i in items]))
+    opt = BudgetOptimizer(cost, acceptance["all"], min(settings.max_budget, acceptance["all"].max_budget))
+    budget, _ = opt.best(1, context)
+    budget = max(1, budget)
+    threshold = opt.crossover_batch(budget, context)
+    band = hysteresis_band(threshold)
+    policies = {"off": Off(), "always": AlwaysOn(budget), "adaptive": adaptive(opt)}
+    if threshold >= 1:
+        policies["gated"] = gated(threshold, budget, band)
+    rows = sweep(items, policies, server, rates, settings.n_requests, pool.slo, settings.seed,
+                 replications=settings.replications)
+    for r in rows:
+        r["proposer"] = spec
+    chosen, worst = choose(rows)
+    gains, tpot_gains = [], []
+    by_rate: dict[float, dict[str, dict]] = {}
+    for r in rows:
+        by_rate.setdefault(r["rate"], {})[r["policy"]] = r
+    for g in by_rate.values():
+        if g["off"]["goodput_rps"] > 0:
+            gains.append(g[chosen]["goodput_rps"] / g["off"]["goodput_rps"] - 1.0)
+        if g["off"]["tpot_p50"] > 0:
+            tpot_gains.append(1.0 - g[chosen]["tpot_p50"] / g["off"]["tpot_p50"])
+    return ProposerPlan(spec, budget, threshold, band, adm_off, adm_on, rows, chosen, worst, max(gains, default=0.0),
+                        max(tpot_gains, default=0.0))
+
+
+def plan_pool(pool: Pool, measured: Mapping[str, tuple[Mapping[str, AcceptanceDist], ProposerMemory]],
+              cost: StepCostModel, items: Sequence[WorkloadItem], settings: PlanSettings, weights_bytes: int,
+              kv_bytes_token: int) -> PoolPlan:
+    """Plan one pool: every candidate proposer (or only the pool's own, when it names one)."""
+    candidates = [pool.proposer] if pool.proposer else list(measured)
+    missing = [c for c in candidates if c not in measured]
+    if missing:
+        raise ValueError(f"pool {pool.name!r} names proposer(s) {missing} that were not measured; measured: {sorted(measured)}")
+    probe_acc, probe_mem = measured[candidates[0]] if candidates else (None, ProposerMemory())
+    if probe_acc is None:
+        raise ValueError(f"pool {pool.name!r}: no candidate proposers to plan")
+    server, _, _ = server_for(cost, probe_acc, items, memory_budget_bytes=settings.memory_budget_bytes,
+                              weights_bytes=weights_bytes, kv_bytes_token=kv_bytes_token, proposer_memory=probe_mem,
+                              max_budget=settings.max_budget, max_batch=settings.max_batch, seed=settings.seed)
+    cap = capacity_rps(items, server, seed=settings.seed)
+    rates = [f * cap for f in settings.load_fractions]
+    plans = [plan_proposer(pool, c, *measured[c], cost, items, rates, settings, weights_bytes, kv_bytes_token) for c in candidates]
+    good = [p for p in plans if p.chosen_policy != "off" and p.worst_ratio.get(p.chosen_policy, 0) >= 0.98
+            and (p.best_gain >= settings.min_gain or p.tpot_gain >= settings.min_tpot_gain)]
+    if not good:
+        rec = dataclasses.replace(pool, policy="off", proposer=None, gate=None)
+        verdict = (f"do not speculate: no proposer gains {settings.min_gain:.0%} goodput or {settings.min_tpot_gain:.0%} "
+                   f"median time per token at any load without losing more than 2% goodput at another")
+        return PoolPlan(pool, cap, plans, rec, verdict)
+    best = max(good, key=lambda p: (round(p.worst_ratio[p.chosen_policy], 2), p.best_gain, p.tpot_gain))
+    gate = GateSpec(best.threshold, best.on_below, 0.0) if best.chosen_policy in ("gated", "adaptive") and best.threshold >= 1 else None
+    if best.chosen_policy == "adaptive":
+        gate = None
+    rec = dataclasses.replace(pool, policy=best.chosen_policy, proposer=best.proposer, budget=best.budget, gate=gate)
+    where = (f"while at most {best.threshold} requests run (resume at {best.on_below})" if best.chosen_policy == "gated"
+             else "with the draft budget chosen per step from the cost model" if best.chosen_policy == "adaptive"
+             else "at every load")
+    verdict = (f"speculate with {best.proposer} ({best.chosen_policy}) {where}: up to {best.best_gain:+.0%} goodput and "
+               f"{best.tpot_gain:.0%} lower median time per token vs off; "
+               f"admitted concurrency {best.admitted_on} vs {best.admitted_off} without the proposer")
+    return PoolPlan(pool, cap, plans, rec, verdict)
+
+
+def gated_goal(rows: Sequence[dict], tolerance: float = 0.02) -> tuple[bool, float]:
+    """Whether gated goodput >= max(off, always) - tolerance at every load level; and the worst ratio."""
+    by_rate: dict[float, dict[str, float]] = {}
+    for r in rows:
+        by_rate.setdefault(r["rate"], {})[r["policy"]] = r["goodput_rps"]
+    worst = math.inf
+    for g in by_rate.values():
+        if "gated" not in g:
+            continue
+        ref = max(g["off"], g["always"])
+        worst = min(worst, 1.0 if ref <= 0 else g["gated"] / ref)
+    return worst >= 1 - tolerance, worst

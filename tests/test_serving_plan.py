@@ -1,0 +1,92 @@
+"""Plan on synthetic measurements: recommendation logic, report files, review flags."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+from serving_fixtures import good_acceptance, gpu_like_cost, items, zero_acceptance
+
+from specdec.serving.commands import register
+from specdec.serving.memory import ProposerMemory
+from specdec.serving.metrics import SLO
+from specdec.serving.plan import PlanSettings, choose, plan_pool
+from specdec.serving.pools import Pool, load_pools
+from specdec.serving.report import write_report
+from specdec.serving.review import compare, load_trigger, make_trigger
+
+SETTINGS = PlanSettings(memory_budget_bytes=2_000_000_000, max_budget=6, n_requests=80,
+                        load_fractions=(0.1, 0.5, 0.9), replications=1)
+POOL = Pool("interactive", SLO(2.0, 0.08))
+
+
+@pytest.fixture(scope="module")
+def good_plan():
+    return _plan(good_acceptance())
+
+
+def _plan(acc):
+    measured = {"lookup": ({"a": acc, "b": acc, "all": acc}, ProposerMemory(10_000_000, 0.0))}
+    return plan_pool(POOL, measured, gpu_like_cost(), items(), SETTINGS, weights_bytes=500_000_000, kv_bytes_token=100_000)
+
+
+def test_useless_proposer_is_not_recommended_and_useful_one_is(good_plan):
+    bad = _plan(zero_acceptance())
+    assert bad.recommended.policy == "off" and "do not speculate" in bad.verdict
+    good = good_plan
+    assert good.recommended.policy in ("gated", "adaptive", "always") and good.recommended.proposer == "lookup"
+    prop = good.proposers[0]
+    assert prop.admitted_on <= prop.admitted_off  # the proposer's fixed memory and draft reserve cost concurrency
+    assert {r["policy"] for r in prop.rows} >= {"off", "always", "adaptive"}
+
+
+def test_choose_prefers_the_policy_with_the_best_worst_case():
+    rows = [dict(rate=1, policy="off", goodput_rps=1.0), dict(rate=1, policy="always", goodput_rps=2.0),
+            dict(rate=1, policy="gated", goodput_rps=2.0), dict(rate=9, policy="off", goodput_rps=5.0),
+            dict(rate=9, policy="always", goodput_rps=2.0), dict(rate=9, policy="gated", goodput_rps=4.95)]
+    chosen, worst = choose(rows)
+    assert chosen == "gated" and worst["gated"] == pytest.approx(0.99) and worst["off"] == pytest.approx(0.5)
+
+
+def test_report_review_trigger_and_flags(tmp_path, good_plan):
+    pp = good_plan
+    acc = {"all": good_acceptance(), "a": good_acceptance()}
+    art = {"name": "lookup", "bound_to": "target", "fingerprint": "target-aaa", "version": "weights-1"}
+    described = [{"spec": "lookup", "artifact": art, "acceptance": acc, "memory": ProposerMemory(10, 0.0)}]
+    fps = {"target": "target-aaa", "tokenizer": "tok-1"}
+    trig = make_trigger(target_spec="default", fingerprints=fps, workload={"path": "x"}, budget=6,
+                        proposers={"lookup": described[0]}, tolerance=0.1)
+    path = write_report(tmp_path, title="t", context={"k": "v"}, cost=gpu_like_cost(), proposers=described,
+                        pool_plans=[pp], trigger=trig)
+    text = path.read_text()
+    assert "## Pool `interactive`" in text and "Verdict" in text and "bound to one target checkpoint" in text
+    assert (tmp_path / "goodput_interactive.png").stat().st_size > 1000
+    assert load_pools(tmp_path / "pools.recommended.toml")["interactive"].policy == pp.recommended.policy
+    json.loads((tmp_path / "plan.json").read_text())
+    back = load_trigger(tmp_path)
+    assert compare(back, fps, {"lookup": art}, {"lookup": acc}) == []
+    # a new target release: the target changed and heads bound to the old one are stale
+    flags = compare(back, {"target": "target-bbb", "tokenizer": "tok-1"}, {"lookup": art}, {"lookup": acc})
+    assert {f.kind for f in flags} == {"target-changed", "artifact-stale"}
+    # acceptance drift beyond the tolerance, in one category only
+    worse = dict(acc, a=zero_acceptance())
+    flags = compare(back, fps, {"lookup": art}, {"lookup": worse})
+    assert [(f.kind, f.subject) for f in flags] == [("acceptance-drift", "lookup/a")]
+
+
+def test_bad_trigger_files(tmp_path):
+    with pytest.raises(ValueError, match="run `specdec plan` first"):
+        load_trigger(tmp_path)
+    (tmp_path / "review.json").write_text(json.dumps({"kind": "nope"}))
+    with pytest.raises(ValueError, match="not a specdec review trigger"):
+        load_trigger(tmp_path)
+
+
+def test_register_adds_plan_and_review():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["plan", "--memory-gb", "1", "--proposer", "suffix", "--proposer", "draft:/x"])
+    assert args.proposers == ["suffix", "draft:/x"] and args.func.__name__ == "run_plan"
+    assert parser.parse_args(["review", "rep"]).func.__name__ == "run_review"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plan"])  # --memory-gb is required
