@@ -45,13 +45,14 @@ class Rows:
         return torch.stack([self.items[bi][ri] for bi, ri in zip(b.tolist(), r.tolist())])
 
     def values(self, r: torch.Tensor, cols: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-        """``[B, N]``: entry ``(r[b, i], cols[b, i])`` of request ``b``; 0 for ``i >= sizes[b]``."""
+        """``[B, N]``: entry ``(r[b, i], cols[b, i])`` of request ``b``; 0 for ``i >= sizes[b]`` and for
+        requests whose table is ``None``."""
         if self.padded is not None:
             b = torch.arange(r.shape[0], device=r.device).unsqueeze(1)
             return self.padded[b, r, cols]
         out = torch.zeros(r.shape, dtype=torch.float64, device=r.device)
         for b, n in enumerate(sizes):
-            if n:
+            if n and self.items[b] is not None:
                 out[b, :n] = self.items[b][r[b, :n], cols[b, :n]].double()
         return out
 
@@ -78,22 +79,17 @@ class Drafts:
         """``[k, V]`` draft distribution of node ``node[j]`` of request ``b[j]``: the stored row for a
         sampled node, the point mass on its token for a deterministic one, zeros when ``node < 0``."""
         k = b.shape[0]
-        if self.tokens.shape[1] == 0:
-            return torch.zeros(k, vocab, dtype=dtype, device=b.device)
+        out = torch.zeros(k, vocab, dtype=dtype, device=b.device)
+        if self.tokens.shape[1] == 0 or k == 0:
+            return out
         has = node >= 0
         safe = node.clamp(min=0)
         det = self.deterministic[b, safe]
-        tok = self.tokens[b, safe]
-        onehot = torch.zeros(k, vocab, dtype=dtype, device=b.device).scatter_(1, tok.unsqueeze(1), 1.0)
-        out = torch.where((has & det).unsqueeze(1), onehot, torch.zeros_like(onehot))
-        sampled = has & ~det
-        if self.draft is not None and bool(sampled.any()):
-            if self.draft.padded is not None:
-                rows = self.draft.rows(b, safe).to(dtype)
-                out = torch.where(sampled.unsqueeze(1), rows, out)
-            else:
-                idx = sampled.nonzero().squeeze(1)
-                out[idx] = self.draft.rows(b[idx], safe[idx]).to(dtype)
+        point = (has & det).nonzero().squeeze(1)
+        out[point, self.tokens[b[point], safe[point]]] = 1.0
+        sampled = (has & ~det).nonzero().squeeze(1)
+        if self.draft is not None and sampled.numel():
+            out[sampled] = self.draft.rows(b[sampled], safe[sampled]).to(dtype)
         return out
 
     def q_at_token(self) -> torch.Tensor:
@@ -106,17 +102,33 @@ class Drafts:
         return torch.where(self.deterministic, ones, q.double())
 
 
-def sample_rows(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def sample_rows(weights: torch.Tensor, generator: torch.Generator | None, block: int = 256) -> torch.Tensor:
     """One draw per row from unnormalised non-negative ``weights [B, V]`` (rows with positive mass).
 
     Inverse CDF in float64 with one uniform per row: ``u = (1 - U) * total`` lies in ``(0, total]``,
     and the first index whose cumulative mass reaches ``u`` never has zero weight (its cumulative
-    mass would equal its predecessor's). One ``rand`` per row instead of ``V`` exponentials.
+    mass would equal its predecessor's). For large ``V`` the CDF is two-level (block sums, then the
+    chosen block of ``block`` entries), so the float64 work is ``V / block + block`` per row instead
+    of ``V``; the law is the same. One ``rand`` per row instead of ``V`` exponentials.
     """
-    cdf = weights.double().cumsum(-1)
-    total = cdf[:, -1:]
-    u = (1.0 - torch.rand(weights.shape[0], 1, dtype=torch.float64, device=weights.device, generator=generator)) * total
-    return torch.searchsorted(cdf, u).squeeze(1).clamp(max=weights.shape[1] - 1)
+    B, V = weights.shape
+    u = 1.0 - torch.rand(B, 1, dtype=torch.float64, device=weights.device, generator=generator)
+    if V <= 16 * block:
+        cdf = weights.double().cumsum(-1)
+        return torch.searchsorted(cdf, u * cdf[:, -1:]).squeeze(1).clamp(max=V - 1)
+    nb = -(-V // block)
+    padded = weights if nb * block == V else torch.nn.functional.pad(weights, (0, nb * block - V))
+    blocks = padded.view(B, nb, block)
+    # float32 block sums (pairwise, relative error ~1e-7, below the float32 inputs' own rounding);
+    # the chosen block is resolved exactly in float64.
+    outer = blocks.sum(-1).double().cumsum(-1)  # [B, nb]
+    target = u * outer[:, -1:]
+    j = torch.searchsorted(outer, target).clamp(max=nb - 1)  # first block whose cdf reaches target
+    before = torch.where(j > 0, outer.gather(1, (j - 1).clamp(min=0)), torch.zeros_like(target))
+    inner = blocks[torch.arange(B, device=weights.device), j.squeeze(1)].double().cumsum(-1)  # [B, block]
+    rest = torch.minimum(target - before, inner[:, -1:])  # > 0 because target > before
+    i = torch.searchsorted(inner, rest).clamp(max=block - 1)
+    return (j * block + i).squeeze(1)
 
 
 def residual(p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,9 +140,11 @@ def residual(p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor) -> tuple[to
     is never used; in floating point its probability is at most the rounding mass, and drawing from
     ``p`` keeps the emitted law ``min(p, q) + TV * p``, within ``TV`` (a few ulps) of ``p``.
     """
-    r = (p - p_mass.unsqueeze(1) * q).clamp_(min=0)
+    r = torch.addcmul(p, q, p_mass.unsqueeze(1).to(p.dtype), value=-1).clamp_(min=0)  # one [k, V] allocation
     r_mass = r.sum(1)
     ok = r_mass > 0
+    if bool(ok.all()):  # the usual case: skip a [k, V] select
+        return r, r_mass
     return torch.where(ok.unsqueeze(1), r, p), torch.where(ok, r_mass, p_mass)
 
 
@@ -230,29 +244,33 @@ class TreeSpeculative:
         first, nxt = sibling_links(d.parents, d.sizes)
         p = d.target.rows(ar, torch.zeros(B, dtype=torch.long, device=dev))
         work = torch.float64 if p.dtype == torch.float64 else torch.float32
-        p = p.to(work)
-        p_mass = p.sum(1)
+        p = p.to(work).clone()
+        p_mass = torch.ones(B, dtype=work, device=dev)  # target rows are validated distributions
         cand = first[:, 0].clone()
         k = torch.zeros(B, dtype=torch.long, device=dev)
         path = torch.full((B, N + 1), -1, dtype=torch.long, device=dev)
         last_node = torch.full((B,), -1, dtype=torch.long, device=dev)
         last_accepted = torch.zeros(B, dtype=torch.bool, device=dev)
+        q_tok = d.q_at_token()
         for _ in range(N + 1):
             testing = cand >= 0
             if not bool(testing.any()):
                 break
             c = cand.clamp(min=0)
             x = d.tokens[ar, c]
-            q = d.q_rows(ar, torch.where(testing, cand, torch.full_like(cand, -1)), vocab, work)
             u = torch.rand(B, dtype=torch.float64, device=dev, generator=generator)
-            acc = testing & self.accept(u, p, p_mass, x, q.gather(1, x.unsqueeze(1)).squeeze(1).double())
+            acc = testing & self.accept(u, p, p_mass, x, q_tok[ar, c])
             rej = testing & ~acc
             path[ar, k] = torch.where(acc, c, path[ar, k])
             k = k + acc.long()
-            p_child, m_child = self.after_acceptance(d, ar, c, work)
-            p_rej, m_rej = self.after_rejection(p, p_mass, q)
-            p = torch.where(acc.unsqueeze(1), p_child, torch.where(rej.unsqueeze(1), p_rej, p))
-            p_mass = torch.where(acc, m_child, torch.where(rej, m_rej, p_mass))
+            # Only rows whose state changes are touched: the cost per test is O(V) per request,
+            # like the per-node loop, but one batched op for all requests.
+            ri = rej.nonzero().squeeze(1)
+            if ri.numel():
+                p[ri], p_mass[ri] = self.after_rejection(p[ri], p_mass[ri], d.q_rows(ri, c[ri], vocab, work))
+            ai = acc.nonzero().squeeze(1)
+            if ai.numel():
+                p[ai], p_mass[ai] = self.after_acceptance(d, ai, c[ai], work)
             last_node = torch.where(testing, c, last_node)
             last_accepted = torch.where(testing, acc, last_accepted)
             cand = torch.where(acc, first[ar, c + 1], torch.where(rej, nxt[ar, c], cand))
@@ -266,13 +284,14 @@ class TreeSpeculative:
         return u * q_x * p_mass.double() < p_x
 
     def after_rejection(self, p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor):
-        """Working distribution for the next sibling: ``norm(max(0, p - q))`` (unnormalised + mass)."""
+        """(Rows of rejecting requests only, ``[k, V]``.) Working distribution for the next sibling: ``norm(max(0, p - q))`` (unnormalised + mass)."""
         return residual(p, p_mass, q)
 
-    def after_acceptance(self, d: Drafts, ar: torch.Tensor, c: torch.Tensor, work: torch.dtype):
-        """Working distribution after accepting node ``c``: the target row after ``c``."""
-        row = d.target.rows(ar, torch.where(c < d.sizes, c + 1, torch.zeros_like(c))).to(work)
-        return row, row.sum(1)
+    def after_acceptance(self, d: Drafts, b: torch.Tensor, c: torch.Tensor, work: torch.dtype):
+        """Working distribution after request ``b[j]`` accepted node ``c[j]``: the target row after
+        that node (``[k, V]``), mass 1."""
+        row = d.target.rows(b, c + 1).to(work)
+        return row, torch.ones(b.shape[0], dtype=work, device=b.device)
 
     def final_distribution(self, d: Drafts, p: torch.Tensor, p_mass: torch.Tensor, last_node: torch.Tensor,
                            last_accepted: torch.Tensor, vocab: int) -> torch.Tensor:

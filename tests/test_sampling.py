@@ -238,3 +238,51 @@ def test_padded_validation():
         q = torch.zeros(1, 1, V)
         q[..., 0] = 1
         rejection_sample_padded(T([[1]]), T([[-1]]), T([1]), _dist(1, 2, V), draft_probs=q)
+
+
+def test_two_level_sampler_law_and_zero_weights():
+    """Large-V path of sample_rows (block CDF): right law, zero-weight entries never drawn."""
+    Vb = 8192
+    g = torch.Generator().manual_seed(3)
+    w = torch.zeros(Vb)
+    hot = torch.tensor([0, 255, 256, 4000, 8191])  # block edges included
+    w[hot] = torch.tensor([0.1, 0.3, 0.2, 0.15, 0.25])
+    draws = sample_rows(w.expand(50000, Vb), g)
+    assert set(draws.unique().tolist()) <= set(hot.tolist())
+    counts = torch.bincount(draws, minlength=Vb)[hot]
+    assert _gtest(counts, w[hot]) > 1e-4
+
+
+def test_list_and_padded_targets_give_identical_results():
+    trees = [DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=1)), DraftTree.chain(torch.tensor([4]), _dist(1, V, seed=2))]
+    padded = _dist(2, 4, V, seed=3)
+    listed = [padded[0], padded[1, :2]]
+    for _ in range(5):
+        a = rejection_sample_batch(trees, padded, generator=torch.Generator().manual_seed(9))
+        b = rejection_sample_batch(trees, listed, generator=torch.Generator().manual_seed(9))
+        assert [r.tokens.tolist() for r in a] == [r.tokens.tolist() for r in b]
+
+
+def test_padding_rows_are_not_validated_or_read():
+    tree = DraftTree.chain(torch.tensor([1]), _dist(1, V, seed=1))
+    padded = _dist(1, 4, V, seed=2)
+    padded[0, 2:] = float("nan")  # rows past n + 1 = 2 are padding
+    res = rejection_sample_batch([tree], padded, generator=torch.Generator().manual_seed(0))
+    assert 0 <= res[0].tokens.min() and res[0].tokens.max() < V
+
+
+def test_bfloat16_targets_are_accepted():
+    p = _dist(3, V, seed=4).bfloat16()
+    q = _dist(2, V, seed=5)
+    res = rejection_sample(DraftTree.chain(torch.tensor([0, 1]), q), p, generator=torch.Generator().manual_seed(0))
+    assert res.tokens.numel() >= 1
+
+
+def test_mixed_batch_of_chains_and_trees_uses_tree_path_correctly():
+    trees = [DraftTree.chain(torch.tensor([1, 2]), _dist(2, V, seed=1)),
+             DraftTree(torch.tensor([3, 4, 0]), torch.tensor([-1, -1, 1]), vocab_size=V)]
+    p = _dist(2, 4, V, seed=2)
+    p[1] = torch.nn.functional.one_hot(torch.tensor([4, 0, 0, 2]), V).float()  # forces path 1 -> 2
+    res = rejection_sample_batch(trees, p, generator=torch.Generator().manual_seed(0))
+    assert res[1].path.tolist() == [1, 2] and res[1].tokens.tolist() == [4, 0, 2]
+    assert [r.rule for r in res] == [Rule.CHAIN, Rule.TREE_DETERMINISTIC]
