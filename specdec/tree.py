@@ -73,10 +73,11 @@ class DraftTree:
         validate: bool = True,
     ):
         tokens = torch.as_tensor(tokens)
-        parents = torch.as_tensor(parents, device=tokens.device)
+        # Tensors keep their device (a mismatch is an error below); lists follow the tokens.
+        parents = parents if isinstance(parents, torch.Tensor) else torch.as_tensor(parents, device=tokens.device)
         if deterministic is None:
             deterministic = torch.full(tokens.shape, draft_probs is None, dtype=torch.bool, device=tokens.device)
-        else:
+        elif not isinstance(deterministic, torch.Tensor):
             deterministic = torch.as_tensor(deterministic, device=tokens.device)
         if validate:
             vocab_size = _validate(tokens, parents, draft_probs, deterministic, vocab_size)
@@ -276,6 +277,11 @@ def pack_mask(dense: torch.Tensor) -> torch.Tensor:
 
 def _validate(tokens, parents, draft_probs, deterministic, vocab_size):
     """Check DraftTree invariants; return the vocabulary size (or None when unknown)."""
+    devices = {t.device for t in (tokens, parents, deterministic)}
+    if draft_probs is not None and isinstance(draft_probs, torch.Tensor):
+        devices.add(draft_probs.device)
+    if len(devices) > 1:
+        raise ValueError(f"DraftTree tensors are on different devices: {sorted(str(d) for d in devices)}")
     if tokens.dim() != 1:
         raise ValueError(f"DraftTree tokens must be 1-D [n], got shape {tuple(tokens.shape)}")
     n = tokens.numel()
@@ -290,11 +296,6 @@ def _validate(tokens, parents, draft_probs, deterministic, vocab_size):
             f"DraftTree deterministic must be a bool tensor of shape [{n}], "
             f"got {deterministic.dtype} {tuple(deterministic.shape)}"
         )
-    devices = {t.device for t in (tokens, parents, deterministic)}
-    if draft_probs is not None:
-        devices.add(draft_probs.device)
-    if len(devices) > 1:
-        raise ValueError(f"DraftTree tensors are on different devices: {sorted(str(d) for d in devices)}")
     if n:
         idx = torch.arange(n, device=parents.device)
         bad = (parents >= idx).nonzero()

@@ -185,11 +185,6 @@ def test_mixed_devices_draft_probs():
         DraftTree(torch.tensor([1, 2]), torch.tensor([-1, 0]), torch.full((2, V), 1 / V, device="meta"))
 
 
-@pytest.mark.xfail(strict=True, raises=(NotImplementedError,),
-                   reason="tree.py bug reported to the lead: parents/deterministic are moved with "
-                          "torch.as_tensor(..., device=tokens.device) before the device check, so a "
-                          "tensor on another device is silently copied (cpu/cuda) or fails with "
-                          "NotImplementedError (meta) instead of ValueError")
 @pytest.mark.parametrize("which", ["parents", "deterministic"])
 def test_mixed_devices_parents_or_flags(which):
     kwargs = dict(parents=torch.tensor([-1, 0]), deterministic=torch.tensor([True, True]))
