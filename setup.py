@@ -31,16 +31,25 @@ def _want_cuda():
     return CUDA_HOME is not None and torch.version.cuda is not None
 
 
+def _cxx_standard():
+    """torch >= 2.14's headers use C++20 features (requires-clauses); older ones build as C++17."""
+    import torch
+
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    return "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
+
+
 def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
-    cxx_flags = ["-O3", "-std=c++17", "-fvisibility=hidden"]
+    std = _cxx_standard()
+    cxx_flags = ["-O3", std, "-fvisibility=hidden"]
     cpp_sources = _sources("csrc/**/*.cpp")
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
         nvcc_flags = [
             "-O3",
-            "-std=c++17",
+            std,
             "--use_fast_math",
             "-lineinfo",
             "-gencode=arch=compute_80,code=sm_80",
