@@ -13,8 +13,8 @@
 //   padded by 16 bytes so the fragment loads below are bank-conflict free; rows past the last key are
 //   zero-filled so no garbage reaches P.V).
 // * each warp holds 16 query rows as mma A fragments; S = Q K^T and O += P V use
-//   mma.sync.m16n8k16 with fp32 accumulation (K fragments through ldmatrix, V fragments through
-//   ldmatrix.trans); the softmax is online in the log2 domain.
+//   mma.sync.m16n8k16 with fp32 accumulation (V fragments through ldmatrix.trans); the softmax is
+//   online in the log2 domain.
 // * masking needs no materialised mask: prefix keys are visible to every real node, tree key j to
 //   node i when bit j of tree_mask[b, i] is set (read from the packed words, only in tiles that reach
 //   the tree part). Padded nodes (own bit clear) see nothing and output zeros.
@@ -87,13 +87,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -196,15 +189,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) tree_attention_mma_kernel(cons
 #pragma unroll
       for (int nt = 0; nt < kKeyTile / 8; ++nt) {
         s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        // ldmatrix.x4: lane l addresses key nt*8 + l%8, dims kk*16 + (l/8)*8, giving the B fragments
-        // (b0, b1) of k-steps kk and kk + 1.
-        const T* krow = ks + (nt * 8 + (lane & 7)) * kLds + (lane >> 3) * 8;
+        const T* krow = ks + (nt * 8 + (lane >> 2)) * kLds + 2 * (lane & 3);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk += 2) {
-          uint32_t kb[4];
-          ldmatrix_x4(kb, krow + kk * 16);
-          MmaOps<T>::mma(s[nt], qa[kk], kb[0], kb[1]);
-          MmaOps<T>::mma(s[nt], qa[kk + 1], kb[2], kb[3]);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + kk * 16);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + kk * 16 + 8);
+          MmaOps<T>::mma(s[nt], qa[kk], b0, b1);
         }
       }
       // Mask, scale to the log2 domain, and take the tile's row maxima.
