@@ -23,7 +23,9 @@ LOCAL_INDEXES=(--no-index --find-links /opt/pypi-more/files --find-links /opt/wh
 export PIP_CONSTRAINT=""  # the machine-wide cap (torch<=2.14.1) is honoured anyway; nothing else pins
 start=$SECONDS
 
-command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+# torch derives CUDA_HOME from `which nvcc`, wrong when nvcc is a wrapper script outside the toolkit
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+command -v nvcc >/dev/null || export PATH="$CUDA_HOME/bin:$PATH"
 command -v nvcc >/dev/null || { echo "ci_cuda_build: nvcc not found, skipping"; exit 0; }
 [ -f "$WHEEL" ] || { echo "ci_cuda_build: $WHEEL missing"; exit 1; }
 

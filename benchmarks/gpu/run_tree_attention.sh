@@ -9,6 +9,7 @@ OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="8.0;9.0"
 PY="${PYTHON:-python3}"
+export PATH="$PATH:/usr/local/cuda/bin"
 
 {
   date -u
@@ -27,6 +28,15 @@ if [ $rc -ne 0 ]; then tail -60 "$OUT/build.log"; exit $rc; fi
 start=$SECONDS
 "$PY" -m pytest tests/test_tree_attention.py -q -x -m cuda -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -25
 echo "cuda tests rc=${PIPESTATUS[0]} in $((SECONDS - start)) s"
+
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    start=$SECONDS
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$PY" benchmarks/gpu/sanitize_tree_attention.py \
+      >"$OUT/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$? in $((SECONDS - start)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)"
+  done
+fi
 
 start=$SECONDS
 "$PY" benchmarks/gpu/bench_tree_attention_gpu.py --out "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log" | grep -v '^{'
