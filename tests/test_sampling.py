@@ -5,9 +5,13 @@ single-position checks with closed-form expectations, so a failure points at one
 """
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from specdec import DraftTree
@@ -286,3 +290,75 @@ def test_mixed_batch_of_chains_and_trees_uses_tree_path_correctly():
     res = rejection_sample_batch(trees, p, generator=torch.Generator().manual_seed(0))
     assert res[1].path.tolist() == [1, 2] and res[1].tokens.tolist() == [4, 0, 2]
     assert [r.rule for r in res] == [Rule.CHAIN, Rule.TREE_DETERMINISTIC]
+
+
+# ---------------------------------------------------------------- properties
+@st.composite
+def _drafts(draw):
+    """A random tree (parents precede children), per-node sampled / deterministic flags, rows."""
+    n = draw(st.integers(0, 9))
+    parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
+    det = [draw(st.booleans()) for _ in range(n)]
+    seed = draw(st.integers(0, 2**31 - 1))
+    zero_p = draw(st.booleans())
+    return parents, det, seed, zero_p
+
+
+@settings(max_examples=60, deadline=None)
+@given(_drafts())
+def test_result_is_a_valid_path_with_one_extra_token(spec):
+    parents, det, seed, zero_p = spec
+    n = len(parents)
+    g = torch.Generator().manual_seed(seed)
+    q = torch.softmax(torch.randn(n, V, generator=g) * 2, -1)
+    tokens = torch.multinomial(q, 1, generator=g).squeeze(1) if n else torch.zeros(0, dtype=torch.long)
+    det_t = torch.tensor(det, dtype=torch.bool)
+    q = torch.where(det_t.unsqueeze(1), torch.nn.functional.one_hot(tokens, V).float(), q)
+    p = torch.softmax(torch.randn(n + 1, V, generator=g) * 2, -1)
+    if zero_p:
+        p[:, 0] = 0
+        p = p / p.sum(-1, keepdim=True)
+    tree = DraftTree(tokens, torch.tensor(parents, dtype=torch.int32), q, det_t)
+    for rule in ("auto", "greedy"):
+        res = rejection_sample(tree, p, generator=g, rule=rule)
+        path = res.path.tolist()
+        assert res.tokens.numel() == len(path) + 1
+        assert res.tokens[:-1].tolist() == [int(tokens[i]) for i in path]
+        assert all(parents[a] == b for a, b in zip(path, [-1] + path[:-1]))
+        last_row = p[path[-1] + 1] if path else p[0]
+        assert last_row[res.tokens[-1]] > 0, "emitted a token the target gives probability 0"
+        if rule == "greedy":
+            assert res.tokens[-1] == last_row.argmax()
+
+
+def test_bit_identical_across_processes():
+    """Same seed, separate interpreter: identical tokens (no hidden global RNG state is used)."""
+    code = (
+        "import sys, torch\n"
+        "torch.manual_seed(int(sys.argv[1]))  # the global RNG state must not matter\n"
+        "from specdec import DraftTree\n"
+        "from specdec.sampling import rejection_sample_batch\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "q = torch.softmax(torch.randn(2, 3, 50, generator=g), -1)\n"
+        "p = torch.softmax(torch.randn(2, 4, 50, generator=g), -1)\n"
+        "trees = [DraftTree.chain(torch.tensor([1, 2, 3]), q[0]), DraftTree(torch.tensor([4, 5, 6]), torch.tensor([-1, -1, 0]), q[1])]\n"
+        "g = torch.Generator().manual_seed(42)\n"
+        "print([[r.tokens.tolist() for r in rejection_sample_batch(trees, p, generator=g)] for _ in range(20)])\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code, str(s)], capture_output=True, text=True, check=True).stdout for s in (1, 2)]
+    assert runs[0] == runs[1] and runs[0].strip()
+
+
+@pytest.mark.cuda
+def test_cuda_first_token_law():
+    T = 20000
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    p = _dist(4, V, seed=8).to(dev)
+    q = _dist(3, V, seed=9, scale=1.0).to(dev)
+    tok = torch.multinomial(q.repeat(T, 1), 1, generator=g).view(T, 3)
+    res = rejection_sample_padded(tok, torch.tensor([-1, -1, 0], device=dev).expand(T, 3), torch.full((T,), 3, device=dev),
+                                  p.expand(T, 4, V), draft_probs=q.expand(T, 3, V), generator=g)
+    assert res.tokens.device.type == "cuda"
+    counts = torch.bincount(res.tokens[:, 0], minlength=V).cpu()
+    assert _gtest(counts, p[0].cpu()) > 1e-4
