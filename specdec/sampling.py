@@ -197,14 +197,16 @@ def rejection_sample_batch(
     for b, t in enumerate(trees):
         if t.vocab_size is not None and t.vocab_size != vocab:
             raise ValueError(f"trees[{b}] has vocab_size {t.vocab_size} but target_probs has V={vocab}")
-        if t.num_nodes and int(t.tokens.max()) >= vocab:
-            raise ValueError(f"trees[{b}] token {int(t.tokens.max())} is out of vocabulary (V={vocab})")
     pad = torch.nn.utils.rnn.pad_sequence
     tokens = pad([t.tokens for t in trees], batch_first=True, padding_value=0) if N else torch.zeros(len(trees), 0, dtype=torch.long, device=dev)
     parents = pad([t.parents.long() for t in trees], batch_first=True, padding_value=-1) if N else tokens.clone()
     det = pad([t.deterministic for t in trees], batch_first=True, padding_value=True) if N else tokens.bool()
     size_t = torch.tensor(sizes, dtype=torch.long, device=dev)
     valid_nodes = torch.arange(N, device=dev).unsqueeze(0) < size_t.unsqueeze(1)
+    out_of_vocab = valid_nodes & (tokens >= vocab)
+    if bool(out_of_vocab.any()):
+        b, i = out_of_vocab.nonzero()[0].tolist()
+        raise ValueError(f"trees[{b}] token {int(tokens[b, i])} at node {i} is out of vocabulary (V={vocab})")
     sampled_any = (~det & valid_nodes).any(1).tolist()
     det_any = (det & valid_nodes).any(1).tolist()
     for b, t in enumerate(trees):

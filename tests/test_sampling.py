@@ -362,3 +362,9 @@ def test_cuda_first_token_law():
     assert res.tokens.device.type == "cuda"
     counts = torch.bincount(res.tokens[:, 0], minlength=V).cpu()
     assert _gtest(counts, p[0].cpu()) > 1e-4
+
+
+def test_tree_token_outside_target_vocab_is_refused():
+    tree = DraftTree(torch.tensor([1, 6]), torch.tensor([-1, 0]), vocab_size=None)
+    with pytest.raises(ValueError, match="out of vocabulary"):
+        rejection_sample_batch([tree], [_dist(3, V)])
