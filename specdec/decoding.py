@@ -24,7 +24,7 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from .cost_model import AcceptanceEstimator, VerifyCostModel, node_path_probs, prune_tree
+from .cost_model import AcceptanceEstimator, VerifyCostModel, prune_tree
 from .logits import SamplingParams
 from .metrics import RequestMetrics
 from .target.hf import HFTarget
@@ -199,24 +199,31 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ steps
     def _propose(self, req_ids: list[Hashable]) -> list[DraftTree]:
-        """Draft, then keep the cost-optimal part of each deterministic tree."""
-        trees = self.proposer.propose(req_ids, self.max_budget)
-        if len(trees) != len(req_ids):
-            raise ValueError(f"proposer returned {len(trees)} trees for {len(req_ids)} requests")
+        """Draft, then keep the cost-optimal part of each deterministic tree.
+
+        Node path probabilities come from the proposer when it offers ``propose_scored`` (as the
+        suffix proposer does: ``ScoredDraft(tree, node_probs)``), else from this decoder's running
+        per-depth acceptance rates for the proposer.
+        """
+        scored = getattr(self.proposer, "propose_scored", None)
+        if scored is not None:
+            drafts = [(d.tree, d.node_probs.tolist()) for d in scored(req_ids, self.max_budget)]
+        else:
+            drafts = [(t, None) for t in self.proposer.propose(req_ids, self.max_budget)]
+        if len(drafts) != len(req_ids):
+            raise ValueError(f"proposer returned {len(drafts)} trees for {len(req_ids)} requests")
         out = []
-        for tree in trees:
+        for tree, probs in drafts:
             if not isinstance(tree, DraftTree):
                 raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
             if tree.num_nodes > self.max_budget:
                 raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {self.max_budget}")
-            if self.budget != "auto":
-                k = self.budget
-                probs = node_path_probs(tree, self.estimator)
-            elif tree.num_nodes:
-                probs = node_path_probs(tree, self.estimator)
-                k = self.cost_model.best_size(probs)
-            else:
-                k, probs = 0, []
+            if not tree.num_nodes:
+                out.append(tree)
+                continue
+            if probs is None:
+                probs = self.estimator.path_probs(tree)
+            k = self.budget if self.budget != "auto" else self.cost_model.best_size(probs)
             if k < tree.num_nodes and bool(tree.deterministic.all()):
                 tree = prune_tree(tree, probs, k)
             out.append(tree)
@@ -226,11 +233,11 @@ class SpeculativeDecoder:
         """The token after each prompt, from the prefill logits ``[B, V]``."""
         if sampling is None:
             return logits.argmax(-1).tolist()
-        from .sampling import rejection_sample
+        from .sampling import rejection_sample_batch
 
-        probs = sampling.process(logits)
-        empty = DraftTree.empty(vocab_size=logits.shape[-1])
-        return [int(rejection_sample(empty, probs[b : b + 1], generator=generator).tokens[0]) for b in range(len(probs))]
+        probs = sampling.process(logits).unsqueeze(1)  # [B, 1, V]: an empty tree's root row
+        empty = [DraftTree.empty(vocab_size=logits.shape[-1])] * len(probs)
+        return [int(r.tokens[0]) for r in rejection_sample_batch(empty, probs, generator=generator)]
 
     def _accept(self, logits: torch.Tensor, trees: Sequence[DraftTree], sampling: SamplingParams | None, generator):
         """Accepted node paths and emitted tokens per request from verify logits ``[B, 1 + N, V]``."""
@@ -242,13 +249,12 @@ class SpeculativeDecoder:
                 paths.append(path)
                 emitted.append(toks)
             return paths, emitted
-        from .sampling import rejection_sample
+        from .sampling import rejection_sample_batch
 
-        for row, tree in enumerate(trees):
-            probs = sampling.process(logits[row, : 1 + tree.num_nodes])
-            res = rejection_sample(tree, probs, generator=generator)
-            paths.append([int(i) for i in res.path.tolist()])
-            emitted.append([int(t) for t in res.tokens.tolist()])
+        # Padded rows past a tree's n + 1 are processed too but never read by the sampler.
+        for res in rejection_sample_batch(trees, sampling.process(logits), generator=generator):
+            paths.append(res.path.tolist())
+            emitted.append(res.tokens.tolist())
         return paths, emitted
 
     def _emit(self, b, tokens, produced, metrics, stops, max_new_tokens) -> StepEvent:

@@ -1,0 +1,204 @@
+"""End-to-end decoding benchmark: plain, specdec proposers and Hugging Face assisted generation.
+
+Every method decodes the same prompts in the same process, interleaved prompt by prompt (so
+machine-load drift hits all methods alike), greedy, with the same ``max_new_tokens``. Speedups are
+ratios of wall time against specdec's plain decoding measured in that run; greedy outputs of
+exact methods are compared token for token against plain decoding and mismatches are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from .decoding import SpeculativeDecoder
+from .metrics import RequestMetrics
+
+SAMPLE_PROMPTS = Path(__file__).parent / "data" / "prompts_dev_sample.jsonl"
+
+
+@dataclass
+class Prompt:
+    category: str
+    question_id: int
+    text: str
+    ids: list[int]
+
+
+def load_prompts(path: str | Path, tokenizer, *, categories: Sequence[str] | None = None,
+                 per_category: int | None = None) -> list[Prompt]:
+    """First turn of each Spec-Bench-format record, chat-templated and tokenized.
+
+    Raises:
+        ValueError: an unknown category was asked for, or nothing was selected.
+    """
+    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    known = sorted({r["category"] for r in records})
+    if categories:
+        unknown = sorted(set(categories) - set(known))
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}; {path} has {known}")
+    taken: dict[str, int] = defaultdict(int)
+    out = []
+    for r in records:
+        cat = r["category"]
+        if categories and cat not in categories:
+            continue
+        if per_category is not None and taken[cat] >= per_category:
+            continue
+        taken[cat] += 1
+        text = r["turns"][0]
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        out.append(Prompt(cat, int(r.get("question_id", len(out))), text, [int(t) for t in ids]))
+    if not out:
+        raise ValueError(f"no prompts selected from {path} (categories={categories}, per_category={per_category})")
+    return out
+
+
+@dataclass
+class Run:
+    """One method on one prompt."""
+
+    method: str
+    category: str
+    seconds: float
+    tokens: list[int]
+    metrics: RequestMetrics | None = None
+
+
+@dataclass
+class Method:
+    """A named way to decode: ``fn(prompt_ids, max_new_tokens) -> (tokens, metrics or None)``."""
+
+    name: str
+    fn: Callable[[list[int], int], tuple[list[int], RequestMetrics | None]]
+    exact: bool = True
+
+
+def specdec_method(name: str, decoder: SpeculativeDecoder, stop_tokens: Sequence[int]) -> Method:
+    def fn(ids, n):
+        res = decoder.generate(ids, n, stop_tokens=stop_tokens)
+        return res.tokens, res.metrics
+
+    return Method(name, fn)
+
+
+def hf_method(name: str, model, stop_tokens: Sequence[int], **generate_kwargs) -> Method:
+    """``model.generate`` greedy (plus assisted-generation kwargs), same stop tokens."""
+    eos = list(stop_tokens) or None
+
+    def fn(ids, n):
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=eos,
+                                 pad_token_id=eos[0] if eos else 0, **generate_kwargs)
+        return out[0, len(ids):].tolist(), None
+
+    return Method(name, fn)
+
+
+def run_benchmark(methods: Sequence[Method], prompts: Sequence[Prompt], max_new_tokens: int,
+                  progress: Callable[[Iterable], Iterable] = lambda x: x) -> list[Run]:
+    """Each prompt through every method in turn (after one warm-up generation per method)."""
+    for m in methods:
+        m.fn(prompts[0].ids, 4)
+    runs = []
+    for p in progress(prompts):
+        for m in methods:
+            t0 = time.perf_counter()
+            tokens, metrics = m.fn(p.ids, max_new_tokens)
+            runs.append(Run(m.name, p.category, time.perf_counter() - t0, tokens, metrics))
+    return runs
+
+
+@dataclass
+class Row:
+    method: str
+    tokens: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+    accepted: int = 0
+    mismatches: int = 0
+    speedup: float = field(default=float("nan"))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def mean_accepted(self) -> float | None:
+        return self.accepted / self.steps if self.steps else None
+
+
+def summarize(runs: Sequence[Run], baseline: str = "plain") -> dict[str, dict[str, Row]]:
+    """``{category (and "overall"): {method: Row}}``; speedup = baseline seconds / method seconds."""
+    reference = {}
+    for r in runs:
+        if r.method == baseline:
+            reference.setdefault(r.category, []).append(r.tokens)
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    table: dict[str, dict[str, Row]] = defaultdict(dict)
+    for r in runs:
+        i = seen[(r.method, r.category)]
+        seen[(r.method, r.category)] += 1
+        for cat in (r.category, "overall"):
+            row = table[cat].setdefault(r.method, Row(r.method))
+            row.tokens += len(r.tokens)
+            row.seconds += r.seconds
+            if r.metrics is not None:
+                row.steps += r.metrics.steps
+                row.accepted += r.metrics.accepted
+            ref = reference.get(r.category)
+            if ref is not None and ref[i] != r.tokens:
+                row.mismatches += 1
+    for rows in table.values():
+        base = rows.get(baseline)
+        for row in rows.values():
+            if base is not None and row.seconds:
+                row.speedup = base.seconds / row.seconds
+    return dict(table)
+
+
+def markdown(table: dict[str, dict[str, Row]], header: str = "") -> str:
+    """One markdown table per category (then overall)."""
+    lines = [header] if header else []
+    cats = sorted(c for c in table if c != "overall") + (["overall"] if "overall" in table else [])
+    for cat in cats:
+        lines += [f"\n### {cat}\n", "| method | tokens/s | speedup vs plain | mean accepted/step | output mismatches |",
+                  "|---|---:|---:|---:|---:|"]
+        for row in table[cat].values():
+            acc = "-" if row.mean_accepted is None else f"{row.mean_accepted:.2f}"
+            lines.append(f"| {row.method} | {row.tokens_per_s:.1f} | {row.speedup:.2f}x | {acc} | {row.mismatches} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: dict[str, dict[str, Row]], path: str | Path) -> None:
+    """Grouped bar chart of speedup vs plain per category and method (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = sorted(c for c in table if c != "overall") + ["overall"]
+    methods = [m for m in next(iter(table.values())) if m != "plain"]
+    width = 0.8 / max(1, len(methods))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cats)), 4))
+    for j, m in enumerate(methods):
+        vals = [table[c][m].speedup if m in table[c] else 0 for c in cats]
+        ax.bar([i + j * width for i in range(len(cats))], vals, width, label=m)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cats))])
+    ax.set_xticklabels(cats, rotation=30, ha="right")
+    ax.set_ylabel("speedup vs specdec plain (wall time)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
