@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from .logits import check_distributions
+from .logits import SamplingParams, check_distributions
 from .sampling_core import Drafts, Outcome, Rows, TreeSpeculative, chain_speculative, greedy_verify
 from .tree import DraftTree
 
@@ -118,8 +118,11 @@ def _classify(greedy: bool, chain: list[bool], sampled: list[bool], det: list[bo
 def _check_target(target_probs, greedy: bool, valid_rows: torch.Tensor | None, name: str) -> None:
     if greedy:
         # Greedy reads only the argmax: logits (with -inf masks) or probabilities both work.
-        if bool(torch.isnan(target_probs).any()) or bool((target_probs == float("inf")).any()):
-            raise ValueError(f"{name} contains NaN or +inf: the target produced invalid scores")
+        bad = (torch.isnan(target_probs) | (target_probs == float("inf"))).any(-1)
+        if valid_rows is not None:
+            bad &= valid_rows
+        if bool(bad.any()):
+            raise ValueError(f"{name} row {bad.nonzero()[0].tolist()} contains NaN or +inf: the target produced invalid scores")
     else:
         check_distributions(target_probs, valid_rows, name)
 
@@ -334,3 +337,30 @@ def _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab) -> 
     if bool(bad.any()):
         b, i = bad.nonzero()[0].tolist()
         raise ValueError(f"node [{b}, {i}] is sampled but its draft_probs give its token probability 0")
+
+
+def verify_logits(
+    trees: Sequence[DraftTree],
+    target_logits: torch.Tensor | Sequence[torch.Tensor],
+    sampling: SamplingParams | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> list[AcceptResult]:
+    """Verify drafts from raw target logits: the decoder's one call per step.
+
+    ``sampling`` None or temperature 0 routes to the greedy rule on the logits themselves (bit
+    parity with Hugging Face greedy search); otherwise the logits go through
+    ``sampling.process`` (temperature, top-k, top-p; refuses NaN / +inf) and the speculative rules
+    verify against that processed distribution, which is then known to be valid (no second check).
+
+    ``target_logits``: ``[B, R >= max(n_b) + 1, V]`` or one ``[n_b + 1, V]`` tensor per tree.
+    """
+    if sampling is not None and not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
+    if sampling is None or sampling.greedy:
+        return rejection_sample_batch(trees, target_logits, generator=generator, rule="greedy")
+    if isinstance(target_logits, torch.Tensor):
+        probs = sampling.process(target_logits)
+    else:
+        probs = [sampling.process(t) for t in target_logits]
+    return rejection_sample_batch(trees, probs, generator=generator, validate=False)
