@@ -190,11 +190,14 @@ def tree_attention(q, k, v, tree_mask, prefix_lens, *, scale=None, validate=True
     """
     if impl not in ("auto", "op", "reference"):
         raise ValueError(f"tree_attention: impl must be 'auto', 'op' or 'reference', got {impl!r}")
-    check_inputs(q, k, v, tree_mask, prefix_lens, scale)
-    use_op = impl == "op" or (impl == "auto" and op_available(q.device))
-    if impl == "op" and not op_available(q.device):
-        raise ValueError(f"tree_attention: the compiled op has no kernel for device {q.device}")
-    if validate and not (use_op and q.device.type == "cpu"):
+    device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
+    use_op = impl == "op" or (impl == "auto" and op_available(device))
+    if impl == "op" and not op_available(device):
+        raise ValueError(f"tree_attention: the compiled op has no kernel for device {device}")
+    if validate and not (use_op and device.type == "cpu"):
+        # The compiled op repeats these checks in C++; done here only before validating, so the
+        # per-layer hot path (validate=False, e.g. hf_attention) pays no Python-side checks.
+        check_inputs(q, k, v, tree_mask, prefix_lens, scale)
         validate_tree_mask(tree_mask, prefix_lens, k.shape[1])
     if use_op:
         return torch.ops.specdec.tree_attention(q, k, v, tree_mask, prefix_lens, None if scale is None else float(scale))
