@@ -135,7 +135,7 @@ def simulate(sampler: BatchSamplerFn, case: Case, *, length: int = 3, seed: int 
     N = len(nodes)
     ranks = case.draft.top_rank
     parents_list = [p for p, _ in nodes]
-    det_list = [k == "top" for k, in ((kind,) for _, kind in nodes)]
+    det_list = [kind == "top" for _, kind in nodes]
     out = torch.full((T, length), -1, dtype=torch.long)
     count = torch.zeros(T, dtype=torch.long)
     code = torch.zeros(T, dtype=torch.long)
@@ -191,7 +191,7 @@ def _depth(parents: list[int], node: int) -> int:
 
 
 @dataclass(frozen=True)
-class TestResult:
+class GTestResult:
     """One G test: ``case``, number of leading tokens ``k``, statistic, degrees of freedom, p-value."""
 
     case: str
@@ -241,7 +241,7 @@ def g_test(observed: torch.Tensor, probs: torch.Tensor, *, min_expected: float =
     return g, dof, float(stats.chi2.sf(g, dof)), 0
 
 
-def test_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: Sequence[int] = (1, 2, 3)) -> list[TestResult]:
+def check_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: Sequence[int] = (1, 2, 3)) -> list[GTestResult]:
     """Simulate ``case`` once and G-test the joint law of the first ``k`` tokens for each ``k``."""
     L = max(lengths)
     seqs = simulate(sampler, case, length=L, seed=seed)
@@ -254,18 +254,15 @@ def test_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: Se
         observed = torch.bincount(idx, minlength=case.vocab ** k)
         probs = law.sum(dim=tuple(range(k, L))).reshape(-1) if k < L else law.reshape(-1)
         g, dof, p, imp = g_test(observed, probs)
-        results.append(TestResult(case.name, k, g, dof, p, imp))
+        results.append(GTestResult(case.name, k, g, dof, p, imp))
     return results
-
-
-test_case.__test__ = False  # a library function, not a pytest test
 
 
 @dataclass
 class SuiteReport:
     """All test results and the verdict at the Bonferroni per-test level ``alpha``."""
 
-    results: list[TestResult] = field(default_factory=list)
+    results: list[GTestResult] = field(default_factory=list)
     alpha: float = FAMILY_ALPHA
     planned_tests: int = 0
 
@@ -274,7 +271,7 @@ class SuiteReport:
         return self.alpha / max(self.planned_tests, 1)
 
     @property
-    def failures(self) -> list[TestResult]:
+    def failures(self) -> list[GTestResult]:
         return [r for r in self.results if r.p_value < self.per_test_alpha]
 
     @property
@@ -297,7 +294,7 @@ def run_suite(sampler: BatchSamplerFn, cases: Sequence[Case] | None = None, *, a
     cases = default_cases() if cases is None else list(cases)
     report = SuiteReport(alpha=alpha, planned_tests=3 * len(cases))
     for i, case in enumerate(cases):
-        report.results.extend(test_case(sampler, case, seed=seed + 1000 * i))
+        report.results.extend(check_case(sampler, case, seed=seed + 1000 * i))
         if stop_at_first_failure and not report.passed:
             break
     return report

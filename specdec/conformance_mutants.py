@@ -10,6 +10,8 @@ Use ``kernel_sampler(MUTANTS["always_accept"]())`` to get a conformance sampler.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 
 from .conformance import DraftBatch
@@ -121,7 +123,7 @@ class BonusRowOffByOne(TreeSpeculative):
         return torch.where(last_accepted.unsqueeze(1), row, p)
 
 
-MUTANTS: dict[str, type[TreeSpeculative]] = {
+MUTANTS: "MappingProxyType[str, type[TreeSpeculative]]" = MappingProxyType({
     "always_accept": AlwaysAccept,
     "ratio_q_over_p": RatioInverted,
     "accept_if_p_ge_q": AcceptIfTargetAtLeastDraft,
@@ -132,5 +134,5 @@ MUTANTS: dict[str, type[TreeSpeculative]] = {
     "sibling_residual_not_updated": SiblingResidualNotUpdated,
     "bonus_from_draft_q": BonusFromDraft,
     "bonus_row_off_by_one": BonusRowOffByOne,
-}
-"""Name -> mutant class (read-only by convention; build a sampler with ``kernel_sampler(cls())``)."""
+})
+"""Name -> mutant class (read-only); build a sampler with ``kernel_sampler(cls())``."""

@@ -131,3 +131,20 @@ def test_family_alpha_is_documented_value():
     assert FAMILY_ALPHA == 0.01
     report = run_suite(padded_sampler(rejection_sample_padded), _cases(["chain1"], trials=200))
     assert report.per_test_alpha == pytest.approx(FAMILY_ALPHA / 3)
+
+
+def test_malformed_sampler_output_is_refused():
+    case = _cases(["chain2"], trials=50)[0]
+
+    def emits_nothing(batch, generator):
+        B = batch.tokens.shape[0]
+        return torch.full((B, 1), -1), torch.zeros(B, dtype=torch.long)
+
+    def emits_out_of_vocab(batch, generator):
+        B = batch.tokens.shape[0]
+        return torch.full((B, 1), case.vocab), torch.ones(B, dtype=torch.long)
+
+    with pytest.raises(ValueError, match="between 1 and"):
+        simulate(emits_nothing, case)
+    with pytest.raises(ValueError, match="outside"):
+        simulate(emits_out_of_vocab, case)
