@@ -63,6 +63,14 @@ class GreedyOnDeterministic(TreeSpeculative):
         return torch.where(point_mass, greedy, super().accept(u, p, p_mass, x, q_x))
 
 
+class SlightlyInflatedRatio(TreeSpeculative):
+    """Accepts with ``min(1, 1.02 p/q)``: a target row whose mass is 1.02 (stale normalisation).
+    The subtlest mutant: a 2 % error in one factor of the acceptance test."""
+
+    def accept(self, u, p, p_mass, x, q_x):
+        return super().accept(u, p * 1.02, p_mass, x, q_x)
+
+
 class ResampleFromTarget(TreeSpeculative):
     """After a rejection draws from ``p`` again instead of ``norm(max(0, p - q))``."""
 
@@ -127,6 +135,7 @@ MUTANTS: "MappingProxyType[str, type[TreeSpeculative]]" = MappingProxyType({
     "always_accept": AlwaysAccept,
     "ratio_q_over_p": RatioInverted,
     "accept_if_p_ge_q": AcceptIfTargetAtLeastDraft,
+    "ratio_inflated_2pct": SlightlyInflatedRatio,
     "greedy_on_deterministic": GreedyOnDeterministic,
     "resample_from_target": ResampleFromTarget,
     "residual_abs_not_clamped": AbsResidual,
