@@ -140,6 +140,10 @@ def simulate(sampler: BatchSamplerFn, case: Case, *, length: int = 3, seed: int 
     count = torch.zeros(T, dtype=torch.long)
     code = torch.zeros(T, dtype=torch.long)
     base = V + 1
+    longest = length - 1 + max((_depth(parents_list, i) for i in range(N)), default=0)
+    if base ** (longest + 1) >= 2 ** 63:
+        raise ValueError(f"vocab {V} with prefixes of up to {longest} tokens overflows the int64 prefix codes: "
+                         "the suite is for small vocabularies (V <= ~10) and shallow trees")
     for _ in range(length):
         active = (count < length).nonzero().squeeze(1)
         A = active.numel()

@@ -148,3 +148,9 @@ def test_malformed_sampler_output_is_refused():
         simulate(emits_nothing, case)
     with pytest.raises(ValueError, match="outside"):
         simulate(emits_out_of_vocab, case)
+
+
+def test_vocabulary_too_large_for_prefix_codes_is_refused():
+    big = Case("big", TableModel(200, 1), DraftSpec.chain(TableModel(200, 2), 6), 200, trials=10)
+    with pytest.raises(ValueError, match="overflows"):
+        simulate(padded_sampler(rejection_sample_padded), big)
