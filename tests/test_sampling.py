@@ -389,3 +389,20 @@ def test_verify_logits_routes_temperature_zero_to_greedy_and_processes_otherwise
         verify_logits(trees, bad, sp)
     with pytest.raises(TypeError, match="SamplingParams"):
         verify_logits(trees, logits, {"temperature": 1.0})
+
+
+def test_chain_batches_never_enter_the_tree_loop(monkeypatch):
+    """Chains take the loop-free path (all tests at once, cumprod), trees the per-test loop."""
+    import specdec.sampling as sampling_mod
+
+    class Forbidden:
+        def __call__(self, *args, **kwargs):
+            raise AssertionError("chain batch went through the tree loop")
+
+    monkeypatch.setattr(sampling_mod, "TreeSpeculative", Forbidden)
+    trees = [DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=b)) for b in range(4)] + [DraftTree.empty(vocab_size=V)]
+    res = rejection_sample_batch(trees, _dist(5, 4, V, seed=9), generator=torch.Generator().manual_seed(0))
+    assert len(res) == 5
+    tree = DraftTree(torch.tensor([1, 2]), torch.tensor([-1, -1]), vocab_size=V)
+    with pytest.raises(AssertionError, match="tree loop"):
+        rejection_sample_batch([tree], _dist(1, 3, V))
