@@ -39,8 +39,10 @@ _DIGEST_CHARS = 20
 # changes the sample, cheap enough that a 135M-parameter model fingerprints in well under 1 s.
 _SAMPLE_ELEMENTS = 4096
 # Config keys that describe how a checkpoint was loaded or saved, not what it computes.
+# ``quantization_config`` is among them because quantized weights already show in the tensor
+# checksums (dtype, shape, bytes), and a GGUF file dequantized at load leaves it behind.
 _VOLATILE_CONFIG_KEYS = frozenset(
-    {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "_attn_implementation",
+    {"quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "_attn_implementation",
      "_attn_implementation_autoset", "_commit_hash", "use_cache", "output_hidden_states",
      "output_attentions", "return_dict", "architectures"}
 )
@@ -59,11 +61,11 @@ def _canonical_json(obj: Any) -> bytes:
 
 
 def tensor_checksum(t: torch.Tensor, samples: int = _SAMPLE_ELEMENTS) -> bytes:
-    """Cheap content summary of one tensor: shape, dtype, a strided element sample and moments.
+    """Cheap content summary of one tensor: shape, dtype, a strided element sample and checksums.
 
     The strided sample (``samples`` evenly spaced elements, bytes hashed exactly) catches any
-    retrain; the float64 sum and sum of squares over *all* elements catch a change confined to
-    a few rows that the sample misses. Cost: one pass over the tensor, vectorised.
+    retrain; exact integer checksums over *all* elements' bits catch a change confined to a few
+    rows that the sample misses. Cost: one vectorised pass over the tensor.
     """
     flat = t.detach().reshape(-1)
     n = flat.numel()
@@ -73,11 +75,24 @@ def tensor_checksum(t: torch.Tensor, samples: int = _SAMPLE_ELEMENTS) -> bytes:
     stride = max(1, n // samples)
     sample = flat[::stride][:samples].contiguous().cpu()
     sample_bytes = sample.view(torch.uint8).numpy().tobytes()
-    wide = flat if flat.dtype.is_floating_point else flat.to(torch.float64)
-    total = float(wide.sum(dtype=torch.float64))
-    norm = float(torch.linalg.vector_norm(wide, dtype=torch.float64))
-    moments = f"{total:.17g}|{norm:.17g}".encode()
-    return head + sample_bytes + b"|" + moments
+    return head + sample_bytes + b"|" + _exact_moments(flat)
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _exact_moments(flat: torch.Tensor) -> bytes:
+    """Order-independent integer checksum of every element's bit pattern.
+
+    The sum of the raw bits in wrapping int64 arithmetic is exact, so it does not depend on device,
+    thread count or reduction order (a float sum would), and changing any single element changes it.
+    """
+    size = flat.element_size()
+    if flat.dtype == torch.bool or size not in _INT_OF_SIZE:
+        flat = flat.to(torch.int64)
+        size = 8
+    total = flat.contiguous().view(_INT_OF_SIZE[size]).sum(dtype=torch.int64)
+    return str(int(total)).encode()
 
 
 def tensors_fingerprint(named: Iterable[tuple[str, torch.Tensor]], kind: str = "weights") -> str:

@@ -1,0 +1,94 @@
+"""``specdec check``: is this proposer artifact usable with this target, and how well did it do?
+
+Reports what the artifact is bound to (nothing, a tokenizer, a target checkpoint), the fingerprint
+it names against the one computed now, and the last acceptance measurement stored in its manifest.
+Exit status 0 when compatible, 1 when not (``--allow-mismatch`` reports but exits 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .artifacts import (MANIFEST_NAME, read_manifest, target_fingerprint, tokenizer_fingerprint,
+                        tokenizer_mismatch)
+
+LOOKUP_PROPOSERS = ("suffix",)
+
+
+def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
+    """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target."""
+    from .training.commands import load_target
+
+    if proposer in LOOKUP_PROPOSERS:
+        return {"proposer": proposer, "bound_to": "nothing", "compatible": True,
+                "reason": "lookup proposers hold no weights: they survive every checkpoint swap"}
+    if not os.path.isdir(proposer):
+        raise FileNotFoundError(f"--proposer {proposer!r} is neither {LOOKUP_PROPOSERS} nor a directory")
+    model, tok = load_target(target_spec, device)
+    if os.path.isfile(os.path.join(proposer, MANIFEST_NAME)):
+        m = read_manifest(proposer)
+        now = target_fingerprint(model) if m.bound_to == "target" else tokenizer_fingerprint(tok)
+        ok = now == m.fingerprint
+        report = {"proposer": proposer, "name": m.name, "kind": m.kind, "bound_to": m.bound_to,
+                  "artifact_fingerprint": m.fingerprint, "current_fingerprint": now, "compatible": ok,
+                  "version": m.weights_fingerprint, "created": m.created,
+                  "last_measured": m.last_measured()}
+        held = m.training.get("heldout", {})
+        if held:
+            report["heldout_top1"] = held.get("top1")
+        if not ok:
+            report["reason"] = (f"built for {m.bound_to} {m.fingerprint}, current is {now}"
+                                + ("; retrain with `specdec train heads`" if m.bound_to == "target" else ""))
+        return report
+    if os.path.isfile(os.path.join(proposer, "config.json")):
+        from transformers import AutoTokenizer
+
+        draft_tok = AutoTokenizer.from_pretrained(proposer, local_files_only=True)
+        problems = tokenizer_mismatch(draft_tok, tok)
+        return {"proposer": proposer, "kind": "draft_model", "bound_to": "tokenizer",
+                "artifact_fingerprint": tokenizer_fingerprint(draft_tok), "current_fingerprint": tokenizer_fingerprint(tok),
+                "compatible": not problems, "mismatch": problems, "last_measured": None}
+    raise ValueError(f"{proposer} holds neither {MANIFEST_NAME} (a specdec artifact) nor config.json (a HF drafter)")
+
+
+def check_main(args) -> int:
+    report = check(args.target, args.proposer, device=args.device)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        status = "COMPATIBLE" if report["compatible"] else "INCOMPATIBLE"
+        print(f"{report['proposer']}: {status} (bound to {report['bound_to']})")
+        for key in ("artifact_fingerprint", "current_fingerprint", "reason", "mismatch", "heldout_top1", "last_measured"):
+            if report.get(key) is not None:
+                print(f"  {key}: {report[key]}")
+        if report.get("last_measured") is None and report["bound_to"] != "nothing":
+            print("  last_measured: none recorded")
+    if not report["compatible"] and args.allow_mismatch:
+        print("warning: incompatible, but --allow-mismatch was given", file=sys.stderr)
+        return 0
+    return 0 if report["compatible"] else 1
+
+
+def register(subparsers) -> None:
+    """Add ``check`` to a ``specdec`` argparse sub-parser collection."""
+    p = subparsers.add_parser("check", help="report a proposer artifact's compatibility and last measured acceptance")
+    p.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
+    p.add_argument("--proposer", required=True, help="artifact directory, HF drafter directory, or 'suffix'")
+    p.add_argument("--allow-mismatch", action="store_true", help="report an incompatible artifact but exit 0")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=check_main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specdec")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""``specdec train heads``: self-distil the target, train Medusa heads, save a bound artifact.
+
+One command does the whole refit (the recurring cost trained heads carry on every checkpoint
+release): fingerprint the target, generate (or reuse cached) self-distillation data, train, and
+write ``weights.safetensors`` + ``manifest.json`` naming the target fingerprint, the data, the
+hyper-parameters, the held-out metrics and the wall time of each stage.
+
+Usable without the top-level CLI: ``python -m specdec.training.commands train heads ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+import torch
+
+from ..artifacts import Manifest, save_artifact, target_fingerprint, tokenizer_fingerprint
+
+
+def load_target(spec: str, device: str, dtype: torch.dtype = torch.float32):
+    """``(model, tokenizer)`` from ``"default"`` (embedded SmolLM2), a HF directory, or a ``.gguf`` file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec == "default":
+        from ..models import load_default
+
+        return load_default(dtype, device=device)
+    if spec.endswith(".gguf"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"--target {spec}: no such GGUF file")
+        d, f = os.path.split(os.path.abspath(spec))
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+        return model.to(device).eval(), tok
+    if not os.path.isdir(spec):
+        raise FileNotFoundError(f"--target {spec!r} is neither 'default', a .gguf file nor a model directory")
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    return model.to(device).eval(), tok
+
+
+def _device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but torch sees no CUDA device")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return name
+
+
+def train_heads_main(args) -> int:
+    from . import data as sd
+    from .medusa import HeadsTrainConfig, train_medusa
+
+    t_start = time.time()
+    device = _device(args.device)
+    cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, reduced_vocab=args.vocab,
+                           epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed)
+    model, tok = load_target(args.target, device)
+    t_loaded = time.time()
+    fp = target_fingerprint(model)
+    print(f"target {args.target}: {fp} (device {device})", file=sys.stderr)
+    records = sd.load_prompt_records(args.prompts, args.limit)
+
+    def progress(stage, i, n):
+        print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    data, source = sd.load_or_build(model, tok, records, target_fp=fp, max_new_tokens=args.max_new_tokens,
+                                    cache_dir=args.cache_dir, batch_size=args.gen_batch,
+                                    max_tokens=args.max_tokens, progress=progress)
+    t_data = time.time()
+    lm_weight = model.get_output_embeddings().weight.detach().float()
+    data.hidden = data.hidden.to(device)
+    data.tokens, data.record = data.tokens.to("cpu"), data.record.to("cpu")
+    heads, report = train_medusa(data, lm_weight, cfg, heldout_every=args.heldout_every, progress=True)
+    heads = heads.cpu()
+    t_train = time.time()
+    manifest = Manifest(
+        kind="medusa",
+        name=args.name or f"medusa-{cfg.num_heads}x{cfg.num_layers}",
+        bound_to="target",
+        fingerprint=fp,
+        config={"hidden_size": heads.hidden_size, "num_heads": cfg.num_heads, "num_layers": cfg.num_layers,
+                "vocab_size": int(lm_weight.shape[0]),
+                "reduced_vocab": 0 if heads.vocab_ids is None else int(heads.vocab_ids.numel()),
+                "rank_acc": report["heldout"]["rank_acc"],
+                "tokenizer_fingerprint": tokenizer_fingerprint(tok)},
+        training={
+            **report,
+            "prompts": os.path.basename(args.prompts), "records": len(data.records),
+            "rows": int(data.tokens.numel()), "max_new_tokens": args.max_new_tokens,
+            "data_source": source, "max_tokens": args.max_tokens, "device": device,
+            "torch": torch.__version__,
+            "seconds": {"load": round(t_loaded - t_start, 1), "data": round(t_data - t_loaded, 1),
+                        "train": round(t_train - t_data, 1), "total": round(t_train - t_start, 1)},
+            "command": "specdec " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:])),
+        },
+    )
+    save_artifact(args.out, heads.state_tensors(), manifest)
+    held = report["heldout"]
+    print(f"saved {args.out}: heads top-1 (held-out) {[round(x, 3) for x in held['top1']]}, "
+          f"refit {t_train - t_start:.0f} s (data {t_data - t_loaded:.0f} s, train {t_train - t_data:.0f} s)")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``train`` (with ``heads``) to a ``specdec`` argparse sub-parser collection."""
+    train = subparsers.add_parser("train", help="train a proposer artifact (self-distillation)")
+    kinds = train.add_subparsers(dest="train_kind", required=True)
+    h = kinds.add_parser("heads", help="Medusa heads bound to the target checkpoint")
+    h.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
+    h.add_argument("--prompts", required=True, help="JSONL prompts (question_id, category, turns)")
+    h.add_argument("--out", required=True, help="artifact directory to write")
+    h.add_argument("--name", default=None)
+    h.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    h.add_argument("--heads", type=int, default=4)
+    h.add_argument("--layers", type=int, default=1)
+    h.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
+    h.add_argument("--epochs", type=int, default=2)
+    h.add_argument("--lr", type=float, default=1e-3)
+    h.add_argument("--batch-size", type=int, default=256)
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    h.add_argument("--max-new-tokens", type=int, default=128)
+    h.add_argument("--max-tokens", type=int, default=None,
+                   help="keep only the shortest records within this many prompt+response tokens (CPU budget)")
+    h.add_argument("--gen-batch", type=int, default=16, help="prompts per generate() batch")
+    h.add_argument("--heldout-every", type=int, default=10, help="every N-th prompt is held out")
+    h.add_argument("--cache-dir", default=os.path.join("benchmarks", "data"))
+    h.set_defaults(func=train_heads_main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="specdec")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

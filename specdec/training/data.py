@@ -1,0 +1,242 @@
+"""Self-distillation data: the target's own greedy responses to prompts, and its hidden states.
+
+Heads and drafters are trained to predict what *this* target emits, so the data is the target's
+own output, not a human corpus. It is generated once per target checkpoint and cached under
+``benchmarks/data/`` (gitignored), keyed by the target fingerprint: a new checkpoint regenerates.
+
+Files (``<cache_dir>/selfdistill-<target fp>-<n>x<max_new>.``):
+
+* ``.jsonl``: one record per prompt: ``question_id``, ``category``, ``prompt_ids``, ``response_ids``.
+* ``.safetensors``: ``hidden [N, H]`` (float16) and ``tokens [N]``, ``record [N]``: for every record,
+  the target's final (post-norm) hidden state at the last prompt position and at every response
+  position; row ``h_t``'s LM-head logits predict the next row's token (same record);
+  ``tokens`` holds the token at the same position ``t``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+DEFAULT_CACHE_DIR = os.path.join("benchmarks", "data")
+
+
+def load_prompt_records(path: str, limit: int | None = None) -> list[dict]:
+    """Spec-Bench style records (``question_id``, ``category``, ``turns``) from a JSONL file."""
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            for key in ("question_id", "category", "turns"):
+                if key not in rec:
+                    raise ValueError(f"{path}:{n}: record lacks {key!r} (expected question_id, category, turns)")
+            out.append(rec)
+            if limit is not None and len(out) >= limit:
+                break
+    if not out:
+        raise ValueError(f"no prompt records in {path}")
+    return out
+
+
+def encode_first_turn(tokenizer, record: dict) -> list[int]:
+    """Token ids of a record's first user turn, through the chat template when the tokenizer has one."""
+    text = record["turns"][0]
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+def split_records(records: Sequence[dict], heldout_every: int = 10) -> tuple[list[dict], list[dict]]:
+    """Deterministic train / held-out split: every ``heldout_every``-th record (by position) is held out."""
+    if heldout_every < 2:
+        raise ValueError(f"heldout_every must be >= 2, got {heldout_every}")
+    train = [r for i, r in enumerate(records) if i % heldout_every != heldout_every - 1]
+    held = [r for i, r in enumerate(records) if i % heldout_every == heldout_every - 1]
+    return train, held
+
+
+@torch.inference_mode()
+def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | None,
+                     batch_size: int = 8, progress: Callable[[int], None] | None = None) -> list[list[int]]:
+    """The target's greedy continuation of each prompt (left-padded batches through ``generate``).
+
+    Returns one token list per prompt, cut after the first ``eos_token_id`` (kept) or at
+    ``max_new_tokens``.
+    """
+    device = next(model.parameters()).device
+    pad = eos_token_id if eos_token_id is not None else 0
+    out: list[list[int]] = []
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths batch together
+    results: dict[int, list[int]] = {}
+    for s in range(0, len(order), batch_size):
+        idx = order[s: s + batch_size]
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            p = prompts[i]
+            ids[row, width - len(p):] = torch.tensor(p)
+            mask[row, width - len(p):] = 1
+        gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=pad, eos_token_id=eos_token_id)
+        for row, i in enumerate(idx):
+            toks = gen[row, width:].tolist()
+            if eos_token_id is not None and eos_token_id in toks:
+                toks = toks[: toks.index(eos_token_id) + 1]
+            results[i] = toks
+        if progress:
+            progress(len(idx))
+    for i in range(len(prompts)):
+        out.append(results[i])
+    return out
+
+
+@torch.inference_mode()
+def final_hidden_states(model, ids: Sequence[int]) -> torch.Tensor:
+    """``[len(ids), H]`` post-norm final hidden states of one sequence (the LM head's input)."""
+    device = next(model.parameters()).device
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    out = base(input_ids=torch.tensor([list(ids)], device=device))
+    return out.last_hidden_state[0].float()
+
+
+@dataclass
+class SelfDistillation:
+    """Records plus per-position training tensors (see the module docstring for the layout)."""
+
+    records: list[dict]
+    hidden: torch.Tensor  # [N, H] float16
+    tokens: torch.Tensor  # [N] long: token at position t (the last prompt token or a response token)
+    record: torch.Tensor  # [N] long: index into records
+
+    def next_tokens(self, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(targets [N], valid [N])``: the token ``offset`` positions after each row's position
+        (``offset=1`` is what the LM head predicts from ``h_t``), valid where it exists in the same record."""
+        n = self.tokens.numel()
+        idx = torch.arange(n) + offset
+        ok = idx < n
+        idx = idx.clamp(max=n - 1)
+        valid = ok & (self.record[idx] == self.record)
+        return self.tokens[idx].masked_fill(~valid, 0), valid
+
+
+def with_hidden_states(model, records: Sequence[dict], progress: Callable[[str, int, int], None] | None = None
+                       ) -> SelfDistillation:
+    """Teacher-forced hidden states for records that already hold ``prompt_ids`` / ``response_ids``
+    (one forward per record: much cheaper than generating the responses again)."""
+    hidden, tokens, which = [], [], []
+    for i, rec in enumerate(records):
+        p, r = rec["prompt_ids"], rec["response_ids"]
+        if not p or not r:
+            raise ValueError(f"record {i} (question {rec.get('question_id')}) has an empty prompt or response")
+        seq = p + r
+        h = final_hidden_states(model, seq)
+        lo = len(p) - 1  # last prompt position: predicts the first response token
+        hidden.append(h[lo:].half().cpu())
+        tokens.append(torch.tensor(seq[lo:]))
+        which.append(torch.full((len(seq) - lo,), i))
+        if progress:
+            progress("hidden", i + 1, len(records))
+    return SelfDistillation(list(records), torch.cat(hidden), torch.cat(tokens).long(), torch.cat(which).long())
+
+
+def cache_paths(cache_dir: str, target_fp: str, n: int, max_new_tokens: int, max_tokens: int | None = None
+                ) -> tuple[str, str]:
+    """``(responses .jsonl, hidden .safetensors)``; the hidden file names the token budget, if any."""
+    stem = os.path.join(cache_dir, f"selfdistill-{target_fp}-{n}x{max_new_tokens}")
+    budget = "" if max_tokens is None else f"-budget{max_tokens}"
+    return stem + ".jsonl", stem + budget + ".safetensors"
+
+
+def select_by_budget(records: Sequence[dict], max_tokens: int) -> list[dict]:
+    """Shortest records (prompt + response tokens) first, until ``max_tokens`` would be exceeded.
+
+    The teacher-forced forward costs one target pass over every prompt and response token, so on a
+    slow CPU this bounds the data-building time. Order of the kept records is the original order.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    size = [len(r["prompt_ids"]) + len(r["response_ids"]) for r in records]
+    keep, used = set(), 0
+    for i in sorted(range(len(records)), key=lambda i: (size[i], i)):
+        if used + size[i] > max_tokens:
+            break
+        keep.add(i)
+        used += size[i]
+    if not keep:
+        raise ValueError(f"max_tokens={max_tokens} is smaller than the shortest record ({min(size)} tokens)")
+    return [r for i, r in enumerate(records) if i in keep]
+
+
+def save_tensors(data: SelfDistillation, path: str) -> None:
+    from safetensors.torch import save_file
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    save_file({"hidden": data.hidden.contiguous(), "tokens": data.tokens, "record": data.record}, path)
+
+
+def load_tensors(path: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(path)
+
+
+def save_records(records: Sequence[dict], jsonl: str) -> None:
+    os.makedirs(os.path.dirname(jsonl) or ".", exist_ok=True)
+    with open(jsonl + ".tmp", "w") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+    os.replace(jsonl + ".tmp", jsonl)
+
+
+def load_records(jsonl: str) -> list[dict]:
+    with open(jsonl) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_or_build(model, tokenizer, records: Sequence[dict], *, target_fp: str, max_new_tokens: int,
+                  cache_dir: str = DEFAULT_CACHE_DIR, batch_size: int = 8, max_tokens: int | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> tuple[SelfDistillation, str]:
+    """Self-distillation data for this target fingerprint, from the cache where possible.
+
+    Stages, each cached: greedy responses (``.jsonl``; generated only when absent), then hidden
+    states (``.safetensors``; recomputed from the responses when absent). ``max_tokens`` keeps only
+    the shortest records within that many tokens (see :func:`select_by_budget`).
+
+    Returns:
+        ``(data, source)`` with ``source`` one of ``"cached"``, ``"cached responses"``, ``"generated"``.
+    """
+    jsonl, tensors = cache_paths(cache_dir, target_fp, len(records), max_new_tokens, max_tokens)
+    if os.path.isfile(jsonl):
+        responses, source = load_records(jsonl), "cached responses"
+    else:
+        prompts = [encode_first_turn(tokenizer, r) for r in records]
+        done = [0]
+
+        def tick(k):
+            done[0] += k
+            if progress:
+                progress("generate", done[0], len(prompts))
+
+        outs = greedy_responses(model, prompts, max_new_tokens, tokenizer.eos_token_id, batch_size, tick)
+        responses = [{"question_id": rec["question_id"], "category": rec["category"], "prompt_ids": p,
+                      "response_ids": r} for rec, p, r in zip(records, prompts, outs) if r]
+        save_records(responses, jsonl)
+        source = "generated"
+    chosen = responses if max_tokens is None else select_by_budget(responses, max_tokens)
+    if os.path.isfile(tensors):
+        t = load_tensors(tensors)
+        return SelfDistillation(chosen, t["hidden"], t["tokens"], t["record"]), "cached"
+    data = with_hidden_states(model, chosen, progress)
+    save_tensors(data, tensors)
+    return data, source

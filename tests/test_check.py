@@ -1,0 +1,47 @@
+"""`specdec check`: compatibility report and exit status for artifacts, drafters and lookup proposers."""
+
+import json
+
+import torch
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+from specdec.artifacts import Manifest, record_measurement, save_artifact, target_fingerprint
+from specdec.check import main
+from specdec.models import tiny_model
+
+
+def _save_model(path, seed, vocab_shift=0):
+    model = tiny_model(seed=seed)
+    vocab = {f"w{i + vocab_shift}": i for i in range(model.config.vocab_size)}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0")), unk_token="w0")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return model
+
+
+def test_check_reports_compatibility_and_last_measurement(tmp_path, capsys):
+    a = _save_model(tmp_path / "a", 0)
+    _save_model(tmp_path / "b", 1)
+    art = tmp_path / "heads"
+    m = Manifest(kind="medusa", name="m", bound_to="target", fingerprint=target_fingerprint(a), config={})
+    save_artifact(str(art), {"w": torch.zeros(2)}, m)
+    record_measurement(str(art), mean_accepted=2.5, command="bench")
+    assert main(["check", "--target", str(tmp_path / "a"), "--proposer", str(art), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compatible"] and report["last_measured"]["mean_accepted"] == 2.5
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", str(art)]) == 1
+    out = capsys.readouterr().out
+    assert "INCOMPATIBLE" in out and m.fingerprint in out and "specdec train heads" in out
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", str(art), "--allow-mismatch"]) == 0
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", "suffix"]) == 0
+
+
+def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):
+    _save_model(tmp_path / "t", 0)
+    _save_model(tmp_path / "same", 1)
+    _save_model(tmp_path / "shifted", 2, vocab_shift=1)
+    assert main(["check", "--target", str(tmp_path / "t"), "--proposer", str(tmp_path / "same")]) == 0
+    capsys.readouterr()
+    assert main(["check", "--target", str(tmp_path / "t"), "--proposer", str(tmp_path / "shifted")]) == 1
+    assert "ids map to different tokens" in capsys.readouterr().out
