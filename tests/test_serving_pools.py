@@ -75,3 +75,10 @@ def test_adaptive_needs_an_optimizer_and_always_is_fixed():
 def test_missing_file_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_pools(tmp_path / "nope.toml")
+
+
+def test_shipped_example_config_parses():
+    from pathlib import Path
+
+    pools = load_pools(Path(__file__).resolve().parent.parent / "docs" / "pools.example.toml")
+    assert pools["interactive"].policy == "gated" and pools["batch"].policy == "off"

@@ -54,6 +54,9 @@ class ServerConfig:
             (a draft model's own KV cache); charged only when the policy uses a proposer.
         max_batch: cap on running requests (None: memory is the only limit).
         seed: RNG seed for acceptance draws.
+        padded_context: the engine pads every sequence to the longest in the batch (as the
+            Hugging Face adapter's right-padded cache does), so a step reads the *longest*
+            context; otherwise (a paged cache) the mean context is charged.
     """
 
     cost: StepCostModel
@@ -63,6 +66,7 @@ class ServerConfig:
     proposer_token_overhead: float = 0.0
     max_batch: int | None = None
     seed: int = 0
+    padded_context: bool = False
 
     def __post_init__(self):
         if self.max_batch is not None and self.max_batch < 1:
@@ -194,7 +198,8 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         if not running:
             continue
         B = len(running)
-        ctx = float(np.mean([r.context for r in running]))
+        contexts = [r.context for r in running]
+        ctx = float(max(contexts) if server.padded_context else np.mean(contexts))
         k = int(policy.decide(B, ctx))
         if not 0 <= k <= reserve_draft:
             raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
