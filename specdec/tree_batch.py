@@ -58,6 +58,9 @@ def pack_trees(trees: Sequence[DraftTree], device=None) -> TreeBatch:
     for i, t in enumerate(trees):
         if not isinstance(t, DraftTree):
             raise ValueError(f"pack_trees element {i} is a {type(t).__name__}, expected DraftTree")
+    devices = {t.device for t in trees}
+    if len(devices) > 1:
+        raise ValueError(f"pack_trees got trees on different devices: {sorted(str(d) for d in devices)}")
     device = torch.device(device) if device is not None else trees[0].device
     B = len(trees)
     N = max(t.num_nodes for t in trees)
