@@ -67,4 +67,4 @@ def test_pack_trees_pads_with_empty_mask_rows():
     with pytest.raises(ValueError, match="expected DraftTree"):
         pack_trees([a, "b"])
     with pytest.raises(ValueError, match="different devices"):
-        pack_trees([a, DraftTree.chain(torch.tensor([1], device="meta"))])
+        pack_trees([a, DraftTree.chain([1]).to("meta")])
