@@ -3,9 +3,10 @@
 // Same algorithm as the CUDA kernel: online softmax over key tiles, no materialised mask. One task
 // is (batch b, KV head, block of tree nodes); its rows are every (node, query head) of that KV
 // head's group, so each key/value tile is converted to float once and reused by all G query heads
-// and all nodes of the block. Tasks run in parallel with at::parallel_for. The two inner loops are
-// written to vectorise without reassociation: scores accumulate over d into a key-contiguous row
-// (K tile stored transposed), outputs accumulate over keys into a d-contiguous row. On x86-64 they
+// and all nodes of the block. Tasks run in parallel with at::parallel_for. The two inner loops work
+// on 4 rows at a time (each loaded K / V element feeds 4 FMAs from registers) and vectorise without
+// reassociation: scores accumulate over d into key-contiguous rows (K tile stored transposed),
+// outputs accumulate over keys into d-contiguous register chunks. On x86-64 they
 // are compiled for AVX-512 / AVX2+FMA / baseline and picked at load time (target_clones), because
 // the extension itself is built for the baseline ISA.
 #include <ATen/Parallel.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -29,27 +31,77 @@ namespace {
 
 constexpr int64_t kKeyTile = 32;   // keys per tile (T)
 constexpr int64_t kMaxRows = 64;   // rows (node x head pairs) per task
+constexpr int64_t kRowBlock = 4;   // rows sharing each loaded K / V element (register blocking)
+constexpr int64_t kDimChunk = 16;  // output dims kept in registers while streaming a V tile
 
-// s[j] = sum_d q[d] * kt[d * T + j] for j < T. q: [D], kt: [D, T] (transposed key tile), s: [T].
-SPECDEC_MULTIVERSION void scores_row(const float* q, const float* kt, int64_t dim, float* s) {
-  float acc[kKeyTile] = {};
+// s[r * T + j] = sum_d q[r * D + d] * kt[d * T + j] for 4 rows r, j < T.
+// q: [4, D] rows, kt: [D, T] transposed key tile, s: [4, T].
+SPECDEC_MULTIVERSION void scores_block(const float* q, const float* kt, int64_t dim, float* s) {
+  float acc[kRowBlock][kKeyTile] = {};
   for (int64_t d = 0; d < dim; ++d) {
-    const float qd = q[d];
     const float* row = kt + d * kKeyTile;
-    for (int64_t j = 0; j < kKeyTile; ++j) acc[j] += qd * row[j];
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      const float qd = q[r * dim + d];
+      for (int64_t j = 0; j < kKeyTile; ++j) acc[r][j] += qd * row[j];
+    }
   }
-  for (int64_t j = 0; j < kKeyTile; ++j) s[j] = acc[j];
+  for (int64_t r = 0; r < kRowBlock; ++r) {
+    for (int64_t j = 0; j < kKeyTile; ++j) s[r * kKeyTile + j] = acc[r][j];
+  }
 }
 
-// out[d] = out[d] * alpha + sum_j p[j] * vt[j * D + d]. p: [T], vt: [T, D] value tile, out: [D].
-SPECDEC_MULTIVERSION void accumulate_row(const float* p, const float* vt, int64_t keys, int64_t dim, float alpha,
-                                         float* out) {
-  for (int64_t d = 0; d < dim; ++d) out[d] *= alpha;
-  for (int64_t j = 0; j < keys; ++j) {
-    const float pj = p[j];
-    if (pj == 0.0f) continue;
-    const float* row = vt + j * dim;
-    for (int64_t d = 0; d < dim; ++d) out[d] += pj * row[d];
+// out[r, d] = out[r, d] * alpha[r] + sum_j p[r * T + j] * vt[j * D + d] for 4 rows r.
+// p: [4, T] probabilities, vt: [T, D] value tile, out: [4, D]. Dims go in chunks held in registers.
+SPECDEC_MULTIVERSION void accumulate_block(const float* p, const float* vt, int64_t keys, int64_t dim,
+                                           const float* alpha, float* out) {
+  int64_t d0 = 0;
+  for (; d0 + kDimChunk <= dim; d0 += kDimChunk) {
+    float o[kRowBlock][kDimChunk];
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      for (int64_t c = 0; c < kDimChunk; ++c) o[r][c] = out[r * dim + d0 + c] * alpha[r];
+    }
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* row = vt + j * dim + d0;
+      for (int64_t r = 0; r < kRowBlock; ++r) {
+        const float pj = p[r * kKeyTile + j];
+        for (int64_t c = 0; c < kDimChunk; ++c) o[r][c] += pj * row[c];
+      }
+    }
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      for (int64_t c = 0; c < kDimChunk; ++c) out[r * dim + d0 + c] = o[r][c];
+    }
+  }
+  for (; d0 < dim; ++d0) {
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      float o = out[r * dim + d0] * alpha[r];
+      for (int64_t j = 0; j < keys; ++j) o += p[r * kKeyTile + j] * vt[j * dim + d0];
+      out[r * dim + d0] = o;
+    }
+  }
+}
+
+// s[j] = exp(s[j] - m) for j < T, vectorisable (std::exp is a scalar libm call and dominated the
+// kernel). 2^y with y = (s - m) log2(e) <= 0 split as 2^n * 2^f, n = round(y), |f| <= 1/2, 2^f by
+// its degree-6 Taylor polynomial (relative error < 2e-7, about one float ulp); y < -125 -> 0, so
+// masked keys (-inf) give exactly 0.
+SPECDEC_MULTIVERSION void exp_shifted(float* s, float m) {
+  constexpr float kLog2e = 1.44269504088896341f, kRound = 12582912.0f;  // 1.5 * 2^23
+  for (int64_t j = 0; j < kKeyTile; ++j) {
+    const float y = (s[j] - m) * kLog2e;
+    const float yc = y < -125.0f ? -125.0f : y;
+    const float n = (yc + kRound) - kRound;  // round to nearest
+    const float f = yc - n;
+    float p = 1.54035304e-4f;
+    p = p * f + 1.33335581e-3f;
+    p = p * f + 9.61812911e-3f;
+    p = p * f + 5.55041087e-2f;
+    p = p * f + 2.40226507e-1f;
+    p = p * f + 6.93147181e-1f;
+    p = p * f + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof(scale));
+    s[j] = y < -125.0f ? 0.0f : p * scale;
   }
 }
 
@@ -103,26 +155,28 @@ struct CpuTask {
   void run(int64_t b, int64_t kvh, int64_t n0, int64_t n1, std::vector<float>& scratch) const {
     const int64_t dim = sz.head_dim, g_count = sz.q_heads / sz.kv_heads, w = sz.words;
     const int64_t rows = (n1 - n0) * g_count;
-    const int64_t p_len = prefix[b], keys = p_len + sz.nodes;
-    float* qf = scratch.data();                  // [rows, D], pre-scaled
-    float* acc = qf + rows * dim;                // [rows, D]
-    float* kt = acc + rows * dim;                // [D, T]
+    const int64_t rows_pad = (rows + kRowBlock - 1) / kRowBlock * kRowBlock;
+    const int64_t p_len = prefix[b];
+    float* qf = scratch.data();                  // [rows_pad, D], pre-scaled, padding rows zero
+    float* acc = qf + rows_pad * dim;            // [rows_pad, D]
+    float* kt = acc + rows_pad * dim;            // [D, T]
     float* vt = kt + dim * kKeyTile;             // [T, D]
     float* m = vt + kKeyTile * dim;              // [rows]
-    float* l = m + rows;                         // [rows]
-    float* s = l + rows;                         // [T]
-    std::vector<char> real(rows);
+    float* l = m + rows_pad;                     // [rows]
+    float* s = l + rows_pad;                     // [kRowBlock, T]
+    std::fill(qf, qf + 2 * rows_pad * dim, 0.0f);
+    std::vector<char> real(rows_pad, 0);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t node = n0 + r / g_count, h = kvh * g_count + r % g_count;
       real[r] = mask_bit(mask + (b * sz.nodes + node) * w, node);
       const T* src = q + b * qs[0] + node * qs[1] + h * qs[2];
       for (int64_t d = 0; d < dim; ++d) qf[r * dim + d] = static_cast<float>(src[d]) * sz.scale;
-      std::fill(acc + r * dim, acc + (r + 1) * dim, 0.0f);
       m[r] = -std::numeric_limits<float>::infinity();
       l[r] = 0.0f;
     }
     // Keys beyond the last node of this block's tree part are never attended by its rows.
     const int64_t key_end = p_len + n1;
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     for (int64_t t0 = 0; t0 < key_end; t0 += kKeyTile) {
       const int64_t tk = std::min(kKeyTile, key_end - t0);
       for (int64_t j = 0; j < kKeyTile; ++j) {
@@ -137,29 +191,41 @@ struct CpuTask {
         }
       }
       const bool tree_tile = t0 + kKeyTile > p_len;
-      for (int64_t r = 0; r < rows; ++r) {
-        if (!real[r]) continue;
-        const int64_t node = n0 + r / g_count;
-        const int64_t* mrow = mask + (b * sz.nodes + node) * w;
-        scores_row(qf + r * dim, kt, dim, s);
-        float tile_max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < kKeyTile; ++j) {
-          const int64_t t = t0 + j;
-          const bool keep = j < tk && (!tree_tile || t < p_len || mask_bit(mrow, t - p_len));
-          s[j] = keep ? s[j] : -std::numeric_limits<float>::infinity();
-          tile_max = std::max(tile_max, s[j]);
+      for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+        bool any_real = false;
+        for (int64_t i = 0; i < kRowBlock; ++i) any_real = any_real || real[r0 + i];
+        if (!any_real) continue;
+        scores_block(qf + r0 * dim, kt, dim, s);
+        float alpha[kRowBlock];
+        bool touched = false;
+        for (int64_t i = 0; i < kRowBlock; ++i) {
+          const int64_t r = r0 + i;
+          float* sr = s + i * kKeyTile;
+          alpha[i] = 1.0f;
+          float tile_max = kNegInf;
+          if (real[r]) {
+            const int64_t* mrow = mask + (b * sz.nodes + n0 + r / g_count) * w;
+            for (int64_t j = 0; j < kKeyTile; ++j) {
+              const int64_t t = t0 + j;
+              const bool keep = j < tk && (!tree_tile || t < p_len || mask_bit(mrow, t - p_len));
+              sr[j] = keep ? sr[j] : kNegInf;
+              tile_max = std::max(tile_max, sr[j]);
+            }
+          }
+          if (tile_max == kNegInf) {  // nothing visible in this tile: contributes nothing
+            std::fill(sr, sr + kKeyTile, 0.0f);
+            continue;
+          }
+          const float m_new = std::max(m[r], tile_max);
+          alpha[i] = std::exp(m[r] - m_new);  // 0 when m[r] was -inf
+          exp_shifted(sr, m_new);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < kKeyTile; ++j) sum += sr[j];
+          l[r] = l[r] * alpha[i] + sum;
+          m[r] = m_new;
+          touched = true;
         }
-        if (tile_max == -std::numeric_limits<float>::infinity()) continue;
-        const float m_new = std::max(m[r], tile_max);
-        const float alpha = std::exp(m[r] - m_new);  // 0 when m[r] was -inf
-        float sum = 0.0f;
-        for (int64_t j = 0; j < kKeyTile; ++j) {
-          s[j] = std::exp(s[j] - m_new);
-          sum += s[j];
-        }
-        l[r] = l[r] * alpha + sum;
-        m[r] = m_new;
-        accumulate_row(s, vt, tk, dim, alpha, acc + r * dim);
+        if (touched) accumulate_block(s, vt, tk, dim, alpha, acc + r0 * dim);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -188,8 +254,9 @@ at::Tensor tree_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, co
                            out.data_ptr<scalar_t>(), mask.data_ptr<int64_t>(), prefix.data_ptr<int32_t>(),
                            sz, {q.stride(0), q.stride(1), q.stride(2)}, {k.stride(0), k.stride(1), k.stride(2)},
                            {v.stride(0), v.stride(1), v.stride(2)}, node_block};
-    const int64_t rows_max = node_block * g_count;
-    const size_t scratch_len = 2 * rows_max * sz.head_dim + 2 * sz.head_dim * kKeyTile + 2 * rows_max + kKeyTile;
+    const int64_t rows_max = (node_block * g_count + kRowBlock - 1) / kRowBlock * kRowBlock;
+    const size_t scratch_len =
+        2 * rows_max * sz.head_dim + 2 * sz.head_dim * kKeyTile + 2 * rows_max + kRowBlock * kKeyTile;
     at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scratch(scratch_len);
       for (int64_t t = begin; t < end; ++t) {
