@@ -5,7 +5,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.artifacts import IncompatibleArtifactError, TokenizerInfo
-from specdec.proposers.draft_model import DraftModelProposer, draft_distribution
+from specdec.logits import SamplingParams
+from specdec.proposers.draft_model import DraftModelProposer
 
 V = 48
 TOK = TokenizerInfo(vocab={f"t{i}": i for i in range(V)}, special={"eos_token": "t0"})
@@ -46,7 +47,7 @@ def assert_cache_matches_fresh(p, req, drafter):
 
 @pytest.mark.parametrize("mode", ["greedy", "sample", "tree"])
 def test_cache_after_commit_equals_fresh_prefill(drafter, mode):
-    kw = {"generator": torch.Generator().manual_seed(0)} if mode == "sample" else {}
+    kw = {"generator": torch.Generator().manual_seed(0), "sampling": SamplingParams(1.0)} if mode == "sample" else {}
     p = make(drafter, mode=mode, **kw)
     p.begin("a", [1, 2, 3, 4])
     rng = torch.Generator().manual_seed(5)
@@ -67,8 +68,8 @@ def test_cache_after_commit_equals_fresh_prefill(drafter, mode):
 
 
 def test_sampled_q_rows_are_the_distribution_sampled_from(drafter):
-    p = make(drafter, mode="sample", temperature=0.7, top_k=20, top_p=0.9,
-             generator=torch.Generator().manual_seed(3))
+    sp = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+    p = make(drafter, mode="sample", sampling=sp, generator=torch.Generator().manual_seed(3))
     prompt = [5, 6, 7]
     p.begin(0, prompt)
     tree = p.propose([0], 5)[0]
@@ -76,19 +77,11 @@ def test_sampled_q_rows_are_the_distribution_sampled_from(drafter):
     toks = tree.tokens.tolist()
     for i in range(5):
         logits, _ = fresh(drafter, prompt + toks[:i])
-        q = draft_distribution(logits[-1], 0.7, 20, 0.9)
+        q = sp.process(logits[-1])
         torch.testing.assert_close(tree.draft_probs[i], q, atol=1e-5, rtol=1e-4)
         assert abs(float(tree.draft_probs[i].sum()) - 1) < 1e-5
         assert int((tree.draft_probs[i] > 0).sum()) <= 20
         assert float(tree.draft_probs[i, toks[i]]) > 0
-
-
-def test_draft_distribution_top_p_keeps_smallest_prefix():
-    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
-    q = draft_distribution(logits, 1.0, top_p=0.8)
-    torch.testing.assert_close(q, torch.tensor([0.625, 0.375, 0.0, 0.0]))
-    with pytest.raises(ValueError, match="temperature > 0"):
-        draft_distribution(logits, 0.0)
 
 
 def test_tree_nodes_are_topk_of_the_fresh_distribution_after_their_parent(drafter):
@@ -193,8 +186,10 @@ def test_tokenizer_and_vocab_mismatch_refused(drafter):
         make(drafter, target_vocab_size=V + 1)
     with pytest.raises(ValueError, match="mode"):
         make(drafter, mode="beam")
-    with pytest.raises(ValueError, match="only apply to mode='sample'"):
-        make(drafter, temperature=0.5)
+    with pytest.raises(ValueError, match="only applies to mode='sample'"):
+        make(drafter, sampling=SamplingParams(0.5))
+    with pytest.raises(ValueError, match="temperature > 0"):
+        make(drafter, mode="sample", sampling=SamplingParams(0.0))
     p = make(drafter)
     assert p.artifact.bound_to == "tokenizer" and p.artifact.fingerprint.startswith("tok-")
     p.begin(0, [1])
@@ -217,3 +212,19 @@ def test_memory_bytes_counts_weights_and_kv(drafter):
     assert p.memory_bytes(batch=3, context=100) == p.weight_bytes() + 300 * p.kv_bytes_per_token()
     with pytest.raises(ValueError, match="both"):
         p.memory_bytes(batch=1)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "tree"])
+def test_speculative_decoder_with_drafter_matches_plain_greedy(mode):
+    from specdec.decoding import SpeculativeDecoder
+    from specdec.models import tiny_model
+
+    target, drafter = tiny_model(seed=3), tiny_model(seed=4, layers=1)
+    tok = TokenizerInfo(vocab={f"t{i}": i for i in range(target.config.vocab_size)}, special={})
+    prop = DraftModelProposer(drafter, target_tokenizer=tok, draft_tokenizer=tok, mode=mode,
+                              target_vocab_size=target.config.vocab_size)
+    prompt = [2, 5, 7, 11]
+    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long),
+                          max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 4:].tolist()
+    out = SpeculativeDecoder(target, prop, max_budget=6, budget=6).generate(prompt, 20)
+    assert out.tokens == ref

@@ -14,9 +14,10 @@ fed by the next ``propose``.
 Three drafting modes:
 
 * ``"greedy"``: a chain of argmax tokens, deterministic nodes (point masses).
-* ``"sample"``: a chain sampled from ``q = process(draft logits)`` with the target's sampling
-  parameters (temperature / top-k / top-p); each node carries the exact ``q`` row it was drawn
-  from, so the exact rejection sampler applies.
+* ``"sample"``: a chain sampled from ``q = sampling.process(draft logits)`` with the target's
+  :class:`~specdec.logits.SamplingParams` (temperature / top-k / top-p, processed exactly as the
+  target's distribution is); each node carries the exact ``q`` row it was drawn from, so the exact
+  rejection sampler applies.
 * ``"tree"``: a dynamic top-k tree (EAGLE-2 style reranking by path probability): each level
   expands the ``width`` most probable frontier nodes into their ``width`` most probable children in
   one drafter forward (tree attention through a 4-D additive mask), then the ``budget`` nodes
@@ -36,35 +37,11 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from ..artifacts import check_tokenizers_identical, tensors_fingerprint, tokenizer_fingerprint
+from ..logits import SamplingParams
 from ..tree import DraftTree
 from .base import Artifact, as_token_list, normalize_budgets
 
 MODES = ("greedy", "sample", "tree")
-
-
-def draft_distribution(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Processed draft distribution ``q`` (float32) from logits ``[..., V]``.
-
-    Temperature scaling, then top-k, then top-p (nucleus, keeping the smallest prefix of the
-    sorted distribution whose mass reaches ``top_p``). Whatever processing is used, the returned
-    rows are exactly what the drafter samples from, which is all exact verification needs.
-    """
-    if temperature <= 0:
-        raise ValueError(f"draft_distribution needs temperature > 0 (use greedy mode for 0), got {temperature}")
-    x = logits.float() / temperature
-    V = x.shape[-1]
-    if top_k and 0 < top_k < V:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    probs = torch.softmax(x, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
-        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each entry
-        drop_sorted = before >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
 
 
 def crop_cache(cache, keep: int) -> None:
@@ -91,9 +68,9 @@ class DraftModelProposer:
         target_tokenizer, draft_tokenizer: Hugging Face tokenizers or
             :class:`~specdec.artifacts.TokenizerInfo`; they must be identical.
         mode: ``"greedy"``, ``"sample"`` or ``"tree"`` (see module docstring).
-        temperature, top_k, top_p: the target's sampling parameters, used for ``"sample"`` mode
-            so that q is close to the processed target distribution (and is exactly what is
-            sampled from). Refused in the other modes unless left at their defaults.
+        sampling: the target's :class:`~specdec.logits.SamplingParams`, required for ``"sample"``
+            mode (temperature > 0) so that q is processed like the target distribution (and is
+            exactly what is sampled from); refused in the other modes.
         width: tree mode: children per expanded node and nodes expanded per level.
         min_path_prob: stop drafting a path once its cumulative draft probability would fall
             below this (0 = fixed depth = budget).
@@ -106,18 +83,16 @@ class DraftModelProposer:
     requires_target_hidden = False
 
     def __init__(self, model, *, target_tokenizer, draft_tokenizer, mode: str = "greedy",
-                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, width: int = 2,
+                 sampling: SamplingParams | None = None, width: int = 2,
                  min_path_prob: float = 0.0, max_depth: int | None = None,
                  target_vocab_size: int | None = None, generator: torch.Generator | None = None,
                  name: str | None = None):
         if mode not in MODES:
             raise ValueError(f"DraftModelProposer mode must be one of {MODES}, got {mode!r}")
-        if mode != "sample" and (temperature != 1.0 or top_k or top_p != 1.0):
-            raise ValueError(f"temperature/top_k/top_p only apply to mode='sample', got mode={mode!r}")
-        if mode == "sample" and temperature <= 0:
-            raise ValueError(f"mode='sample' needs temperature > 0 (use mode='greedy' for 0), got {temperature}")
-        if not 0.0 < top_p <= 1.0 or top_k < 0:
-            raise ValueError(f"need 0 < top_p <= 1 and top_k >= 0, got top_p={top_p}, top_k={top_k}")
+        if mode != "sample" and sampling is not None:
+            raise ValueError(f"sampling only applies to mode='sample', got mode={mode!r}")
+        if mode == "sample" and (sampling is None or sampling.greedy):
+            raise ValueError("mode='sample' needs sampling=SamplingParams(temperature > 0); use mode='greedy' for 0")
         if width < 1:
             raise ValueError(f"width must be >= 1, got {width}")
         if not 0.0 <= min_path_prob <= 1.0:
@@ -134,7 +109,7 @@ class DraftModelProposer:
         self.model = model.eval()
         # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; accept either.
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        self.mode, self.temperature, self.top_k, self.top_p = mode, temperature, top_k, top_p
+        self.mode, self.sampling = mode, sampling
         self.width, self.min_path_prob, self.max_depth = width, min_path_prob, max_depth
         self.vocab_size = vocab
         self.generator = generator
@@ -279,7 +254,7 @@ class DraftModelProposer:
         base = len(r.committed)
         for d in range(depth):
             if sample:
-                q = draft_distribution(logits, self.temperature, self.top_k, self.top_p)
+                q = self.sampling.process(logits)
                 tok = int(torch.multinomial(q, 1, generator=self.generator))
                 p = float(q[tok])
             else:
