@@ -81,10 +81,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--min-match-len", type=int, default=None, help="SuffixProposer default when omitted")
+    ap.add_argument("--min-prob", type=float, default=None)
+    ap.add_argument("--depth-factor", type=float, default=None)
     args = ap.parse_args(argv)
+    opts = {k: v for k, v in [("min_match_len", args.min_match_len), ("min_prob", args.min_prob),
+                              ("depth_factor", args.depth_factor)] if v is not None}
     rows = [json.loads(line) for line in open(args.data)]
-    req_only = SuffixProposer(VOCAB, use_global=False)
-    with_global = SuffixProposer(VOCAB)
+    req_only = SuffixProposer(VOCAB, use_global=False, **opts)
+    with_global = SuffixProposer(VOCAB, **opts)
     table = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0, 0]))
     for i, row in enumerate(rows):
         results = {
@@ -99,7 +104,7 @@ def main(argv=None) -> None:
                 cell[1] += acc
                 cell[2] += drafted
     names = ["suffix-req", "suffix+global", "hf-lookup"]
-    print(f"{len(rows)} requests, budget {args.budget}; cells: mean accepted draft tokens per step / share of steps drafting")
+    print(f"{len(rows)} requests, budget {args.budget}, options {opts or 'defaults'}; cells: mean accepted draft tokens per step / share of steps drafting")
     print(f"{'category':>15} | " + " | ".join(f"{n:>18}" for n in names))
     for cat in sorted(table, key=lambda c: (c == "ALL", c)):
         cells = [table[cat][n] for n in names]

@@ -42,9 +42,10 @@ def assert_valid_tree(tree, vocab):
 
 @SETTINGS
 @given(text=st.lists(st.integers(0, 3), min_size=1, max_size=70), budget=st.integers(0, 12),
-       min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.1, 0.3]))
-def test_request_draft_matches_reference(text, budget, min_match, min_prob):
-    prop = SuffixProposer(4, min_match_len=min_match, min_prob=min_prob, max_depth=8, use_global=False)
+       min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.1, 0.3]), factor=st.sampled_from([1.0, 4.0]))
+def test_request_draft_matches_reference(text, budget, min_match, min_prob, factor):
+    prop = SuffixProposer(4, min_match_len=min_match, min_prob=min_prob, max_depth=8, depth_factor=factor,
+                          use_global=False)
     prop.begin("r", text)
     (scored,) = prop.propose_scored(["r"], budget)
     tree, probs = scored.tree, scored.node_probs.tolist()
@@ -69,7 +70,7 @@ def test_request_draft_matches_reference(text, budget, min_match, min_prob):
         assert probs[i] >= min_prob - 1e-6
         if p >= 0:
             assert probs[i] <= probs[p] + 1e-6
-    assert tree.max_depth <= max(1, math.ceil(length))
+    assert tree.max_depth <= min(8, max(1, math.ceil(factor * length)))
     # Repeating the proposal without a commit gives the same tree.
     again = prop.propose(["r"], budget)[0]
     assert again.tokens.tolist() == tokens and again.parents.tolist() == parents
@@ -84,7 +85,7 @@ def test_looping_text_drafts_beyond_one_period():
 
 
 def test_short_matches_draft_little_or_nothing():
-    prop = SuffixProposer(100, min_match_len=3, use_global=False)
+    prop = SuffixProposer(100, min_match_len=3, depth_factor=1.0, use_global=False)
     prop.begin("r", [1, 2, 50, 60, 1, 2])  # longest repeated suffix "1 2": below min_match_len
     assert prop.propose(["r"], 8)[0].num_nodes == 0
     prop.commit("r", [50])  # now "1 2 50" repeats: a 3-token match, so depth <= ceil(1.0 * 3)
@@ -220,7 +221,7 @@ def test_follows_the_proposer_protocol():
     prop.begin("x", torch.tensor([1, 2, 1, 2]))
     prop.begin("y", np.array([3, 3, 3], dtype=np.int64))
     trees = prop.propose(["x", "y"], [3, 0])
-    assert [t.tokens.tolist() for t in trees] == [[1, 2], []]  # depth <= match length 2; budget 0
+    assert [t.tokens.tolist() for t in trees] == [[1, 2, 1], []]  # the loop "1 2", 3 nodes; budget 0
     assert prop.memory_bytes() > 0
 
 

@@ -155,8 +155,8 @@ void bind_suffix(py::module_& m) {
         return py::make_tuple(to_numpy(std::vector<int64_t>(d.tokens.begin(), d.tokens.end())), to_numpy(d.parents),
                               to_numpy(d.probs));
       },
-      py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 2, py::arg("min_prob") = 0.1,
-      py::arg("max_depth") = 32, py::arg("depth_factor") = 1.0,
+      py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 1, py::arg("min_prob") = 0.05,
+      py::arg("max_depth") = 32, py::arg("depth_factor") = 4.0,
       "Best-first draft tree over [(automaton, match_length, match_state), ...].\n"
       "Returns (tokens int64[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).");
 }

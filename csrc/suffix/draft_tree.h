@@ -27,10 +27,10 @@ struct DraftSource {
 
 struct DraftParams {
   int32_t budget = 16;          // max nodes
-  int32_t min_match_len = 2;    // a cache whose match is shorter contributes nothing
-  double min_prob = 0.1;        // nodes with estimated path probability below this are not drafted
+  int32_t min_match_len = 1;    // a cache whose match is shorter contributes nothing
+  double min_prob = 0.05;       // nodes with estimated path probability below this are not drafted
   int32_t max_depth = 32;       // hard depth limit
-  double depth_factor = 1.0;    // depth limit <= ceil(depth_factor * longest usable match); <= 0 disables
+  double depth_factor = 4.0;    // depth limit <= ceil(depth_factor * longest usable match); <= 0 disables
 };
 
 struct Draft {

@@ -187,6 +187,9 @@ class _Request:
 class SuffixProposer:
     """Lookup proposer over suffix automata of the request and of past responses (per tenant).
 
+    The drafting defaults were chosen by replaying SmolLM2 greedy outputs on the dev prompts
+    (``benchmarks/replay_suffix_acceptance.py``; see docs/proposers/suffix.md).
+
     Args:
         vocab_size: token ids must lie in ``[0, vocab_size)``.
         min_match_len: a cache whose current match is shorter than this drafts nothing (>= 1).
@@ -214,10 +217,10 @@ class SuffixProposer:
         self,
         vocab_size: int,
         *,
-        min_match_len: int = 2,
-        min_prob: float = 0.1,
+        min_match_len: int = 1,
+        min_prob: float = 0.05,
         max_depth: int = 32,
-        depth_factor: float = 1.0,
+        depth_factor: float = 4.0,
         use_global: bool = True,
         global_cache_bytes: int = 256 << 20,
         max_partitions: int = 64,
