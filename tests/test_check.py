@@ -45,3 +45,23 @@ def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):
     capsys.readouterr()
     assert main(["check", "--target", str(tmp_path / "t"), "--proposer", str(tmp_path / "shifted")]) == 1
     assert "ids map to different tokens" in capsys.readouterr().out
+
+
+def test_train_commands_write_bound_artifacts(tmp_path, capsys):
+    from specdec.proposers.heads import MedusaProposer
+    from specdec.training.commands import main as train_main
+    from specdec.training.drafter import load_drafter
+
+    a = _save_model(tmp_path / "a", 0)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"w{i} w{i + 1} w3"]}) + "\n"
+                               for i in range(10)))
+    common = ["--target", str(tmp_path / "a"), "--prompts", str(prompts), "--max-new-tokens", "6",
+              "--cache-dir", str(tmp_path / "cache"), "--heldout-every", "5", "--epochs", "1", "--device", "cpu"]
+    assert train_main(["train", "heads", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"] + common) == 0
+    assert train_main(["train", "draft", "--out", str(tmp_path / "draft"), "--layers", "1"] + common) == 0
+    prop = MedusaProposer.load(str(tmp_path / "heads"), a)
+    assert prop.heads.num_heads == 2 and len(prop.rank_acc) == 2
+    drafter, manifest = load_drafter(str(tmp_path / "draft"), a)
+    assert manifest.training["data_source"] == "cached responses"  # generated once by `train heads`
+    assert main(["check", "--target", str(tmp_path / "a"), "--proposer", str(tmp_path / "heads")]) == 0

@@ -1,4 +1,4 @@
-"""``specdec train heads``: self-distil the target, train Medusa heads, save a bound artifact.
+"""``specdec train heads|draft``: self-distil the target, train a proposer, save a bound artifact.
 
 One command does the whole refit (the recurring cost trained heads carry on every checkpoint
 release): fingerprint the target, generate (or reuse cached) self-distillation data, train, and
@@ -108,31 +108,76 @@ def train_heads_main(args) -> int:
     return 0
 
 
+def train_draft_main(args) -> int:
+    from . import data as sd
+    from .drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter, train_drafter
+
+    t_start = time.time()
+    device = _device(args.device)
+    cfg = DrafterTrainConfig(num_layers=args.layers, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                             seed=args.seed)
+    model, tok = load_target(args.target, device)
+    fp = target_fingerprint(model)
+    records = sd.load_prompt_records(args.prompts, args.limit)
+
+    def progress(stage, i, n):
+        print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    responses, source = sd.load_or_generate_responses(model, tok, records, target_fp=fp,
+                                                      max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
+                                                      batch_size=args.gen_batch, progress=progress)
+    if args.max_tokens is not None:
+        responses = sd.select_by_budget(responses, args.max_tokens)
+    t_data = time.time()
+    drafter = small_drafter(model, cfg.num_layers)
+    report = train_drafter(drafter, responses, cfg, heldout_every=args.heldout_every)
+    t_train = time.time()
+    report.update({"prompts": os.path.basename(args.prompts), "records": len(responses), "data_source": source,
+                   "max_new_tokens": args.max_new_tokens, "max_tokens": args.max_tokens, "device": device,
+                   "target_fingerprint": fp, "torch": torch.__version__,
+                   "seconds": {"data": round(t_data - t_start, 1), "train": round(t_train - t_data, 1)},
+                   "command": "specdec " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:]))})
+    manifest = drafter_manifest(drafter, model, tokenizer_fingerprint(tok), report,
+                                args.name or f"drafter-{cfg.num_layers}L")
+    save_artifact(args.out, own_tensors(drafter), manifest)
+    print(f"saved {args.out}: held-out top-1 {report['heldout']['top1']:.3f} "
+          f"(before training {report['heldout_before']['top1']:.3f}), train {t_train - t_data:.0f} s")
+    return 0
+
+
+def _common(p, epochs: int, lr: float, batch: int) -> None:
+    p.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
+    p.add_argument("--prompts", required=True, help="JSONL prompts (question_id, category, turns)")
+    p.add_argument("--out", required=True, help="artifact directory to write")
+    p.add_argument("--name", default=None)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--batch-size", type=int, default=batch)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="keep only the shortest records within this many prompt+response tokens (CPU budget)")
+    p.add_argument("--gen-batch", type=int, default=16, help="prompts per generate() batch")
+    p.add_argument("--heldout-every", type=int, default=10, help="every N-th record is held out")
+    p.add_argument("--cache-dir", default=os.path.join("benchmarks", "data"))
+
+
 def register(subparsers) -> None:
-    """Add ``train`` (with ``heads``) to a ``specdec`` argparse sub-parser collection."""
+    """Add ``train heads`` and ``train draft`` to a ``specdec`` argparse sub-parser collection."""
     train = subparsers.add_parser("train", help="train a proposer artifact (self-distillation)")
     kinds = train.add_subparsers(dest="train_kind", required=True)
     h = kinds.add_parser("heads", help="Medusa heads bound to the target checkpoint")
-    h.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
-    h.add_argument("--prompts", required=True, help="JSONL prompts (question_id, category, turns)")
-    h.add_argument("--out", required=True, help="artifact directory to write")
-    h.add_argument("--name", default=None)
-    h.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    _common(h, epochs=2, lr=1e-3, batch=256)
     h.add_argument("--heads", type=int, default=4)
     h.add_argument("--layers", type=int, default=1)
     h.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
-    h.add_argument("--epochs", type=int, default=2)
-    h.add_argument("--lr", type=float, default=1e-3)
-    h.add_argument("--batch-size", type=int, default=256)
-    h.add_argument("--seed", type=int, default=0)
-    h.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    h.add_argument("--max-new-tokens", type=int, default=128)
-    h.add_argument("--max-tokens", type=int, default=None,
-                   help="keep only the shortest records within this many prompt+response tokens (CPU budget)")
-    h.add_argument("--gen-batch", type=int, default=16, help="prompts per generate() batch")
-    h.add_argument("--heldout-every", type=int, default=10, help="every N-th prompt is held out")
-    h.add_argument("--cache-dir", default=os.path.join("benchmarks", "data"))
     h.set_defaults(func=train_heads_main)
+    d = kinds.add_parser("draft", help="a small drafter (target layers + shared embeddings), bound to the tokenizer")
+    _common(d, epochs=1, lr=3e-4, batch=4)
+    d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")
+    d.set_defaults(func=train_draft_main)
 
 
 def main(argv: list[str] | None = None) -> int:

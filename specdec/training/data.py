@@ -204,6 +204,28 @@ def load_records(jsonl: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def load_or_generate_responses(model, tokenizer, records: Sequence[dict], *, target_fp: str, max_new_tokens: int,
+                               cache_dir: str = DEFAULT_CACHE_DIR, batch_size: int = 8,
+                               progress: Callable[[str, int, int], None] | None = None) -> tuple[list[dict], str]:
+    """The target's greedy responses to ``records`` (cached ``.jsonl``); returns ``(records, source)``."""
+    jsonl, _ = cache_paths(cache_dir, target_fp, len(records), max_new_tokens)
+    if os.path.isfile(jsonl):
+        return load_records(jsonl), "cached responses"
+    prompts = [encode_first_turn(tokenizer, r) for r in records]
+    done = [0]
+
+    def tick(k):
+        done[0] += k
+        if progress:
+            progress("generate", done[0], len(prompts))
+
+    outs = greedy_responses(model, prompts, max_new_tokens, tokenizer.eos_token_id, batch_size, tick)
+    responses = [{"question_id": rec["question_id"], "category": rec["category"], "prompt_ids": p,
+                  "response_ids": r} for rec, p, r in zip(records, prompts, outs) if r]
+    save_records(responses, jsonl)
+    return responses, "generated"
+
+
 def load_or_build(model, tokenizer, records: Sequence[dict], *, target_fp: str, max_new_tokens: int,
                   cache_dir: str = DEFAULT_CACHE_DIR, batch_size: int = 8, max_tokens: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None) -> tuple[SelfDistillation, str]:
@@ -216,23 +238,10 @@ def load_or_build(model, tokenizer, records: Sequence[dict], *, target_fp: str, 
     Returns:
         ``(data, source)`` with ``source`` one of ``"cached"``, ``"cached responses"``, ``"generated"``.
     """
-    jsonl, tensors = cache_paths(cache_dir, target_fp, len(records), max_new_tokens, max_tokens)
-    if os.path.isfile(jsonl):
-        responses, source = load_records(jsonl), "cached responses"
-    else:
-        prompts = [encode_first_turn(tokenizer, r) for r in records]
-        done = [0]
-
-        def tick(k):
-            done[0] += k
-            if progress:
-                progress("generate", done[0], len(prompts))
-
-        outs = greedy_responses(model, prompts, max_new_tokens, tokenizer.eos_token_id, batch_size, tick)
-        responses = [{"question_id": rec["question_id"], "category": rec["category"], "prompt_ids": p,
-                      "response_ids": r} for rec, p, r in zip(records, prompts, outs) if r]
-        save_records(responses, jsonl)
-        source = "generated"
+    _, tensors = cache_paths(cache_dir, target_fp, len(records), max_new_tokens, max_tokens)
+    responses, source = load_or_generate_responses(model, tokenizer, records, target_fp=target_fp,
+                                                   max_new_tokens=max_new_tokens, cache_dir=cache_dir,
+                                                   batch_size=batch_size, progress=progress)
     chosen = responses if max_tokens is None else select_by_budget(responses, max_tokens)
     if os.path.isfile(tensors):
         t = load_tensors(tensors)

@@ -1,0 +1,133 @@
+"""Mean accepted tokens per step of trained Medusa heads on held-out prompts (greedy), by category.
+
+Two measurements:
+
+* **replay** (default, cheap): walks each held-out record's recorded greedy response step by step
+  through the real :class:`~specdec.proposers.heads.MedusaProposer` (begin / propose / commit with
+  the target's cached teacher-forced hidden states). Under greedy verification the target emits its
+  greedy continuation whatever the draft, so the accepted length at each step is the longest tree
+  path matching that continuation: this is exactly what the decoder would accept, without running
+  the target again. Tokens per step counts the bonus token (Spec-Bench's "mean accepted tokens").
+* ``--online N``: runs :class:`~specdec.decoding.SpeculativeDecoder` with the heads and plain
+  decoding through the same loop on N held-out prompts, in the same process, and reports the
+  wall-clock ratio (and checks both outputs are identical).
+
+Usage (after ``specdec train heads``)::
+
+    python benchmarks/heads_acceptance.py --artifact artifacts/medusa-smollm2-135m \\
+        --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl \\
+        --tensors benchmarks/data/selfdistill-<fp>-384x256-budget12000.safetensors --max-tokens 12000 \\
+        --budgets 4 8 16 32 --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import shlex
+import sys
+import time
+
+import torch
+
+from specdec.artifacts import load_artifact, record_measurement
+from specdec.proposers.heads import MedusaProposer
+from specdec.training import data as sd
+
+
+def replay(prop: MedusaProposer, rows: torch.Tensor, tokens: list[int], budget: int, req="r") -> tuple[int, int]:
+    """Greedy replay of one record: ``rows [T, H]`` hidden states from the last prompt position on,
+    ``tokens[T]`` the tokens at those positions. Returns ``(emitted tokens, verify steps)``."""
+    prop.begin(req, [0], target_hidden=rows[:1])
+    prop.commit(req, [tokens[1]], target_hidden=rows[0:1])  # the prefill step emits the first token
+    c, emitted, steps = 1, 0, 0
+    while c + 1 < len(tokens):
+        tree = prop.propose([req], budget)[0]
+        node, out = -1, []
+        while c + 1 + len(out) < len(tokens):
+            want = tokens[c + 1 + len(out)]
+            out.append(want)
+            nxt = [k for k in tree.children_of(node) if int(tree.tokens[k]) == want]
+            if not nxt:
+                break
+            node = nxt[0]
+        prop.commit(req, out, target_hidden=rows[c: c + len(out)])
+        c += len(out)
+        emitted += len(out)
+        steps += 1
+    prop.end(req)
+    return emitted, steps
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--artifact", required=True)
+    ap.add_argument("--responses", required=True, help="self-distillation .jsonl (from specdec train heads)")
+    ap.add_argument("--tensors", required=True, help="matching hidden-state .safetensors")
+    ap.add_argument("--max-tokens", type=int, default=None, help="the --max-tokens the tensors were built with")
+    ap.add_argument("--heldout-every", type=int, default=10)
+    ap.add_argument("--budgets", type=int, nargs="+", default=[4, 8, 16, 32])
+    ap.add_argument("--online", type=int, default=0, help="also time N prompts through SpeculativeDecoder")
+    ap.add_argument("--online-budget", type=int, default=8)
+    ap.add_argument("--online-tokens", type=int, default=64)
+    ap.add_argument("--record", action="store_true", help="append the results to the artifact's manifest")
+    args = ap.parse_args(argv)
+
+    tensors, manifest = load_artifact(args.artifact)
+    from specdec.models import load_default
+
+    model, _ = load_default()
+    prop = MedusaProposer.load(args.artifact, model)
+    responses = sd.load_records(args.responses)
+    records = responses if args.max_tokens is None else sd.select_by_budget(responses, args.max_tokens)
+    t = sd.load_tensors(args.tensors)
+    held = [i for i in range(len(records)) if i % args.heldout_every == args.heldout_every - 1]
+    results = {}
+    for budget in args.budgets:
+        per_cat = collections.defaultdict(lambda: [0, 0])
+        for i in held:
+            sel = t["record"] == i
+            e, s = replay(prop, t["hidden"][sel].float(), t["tokens"][sel].tolist(), budget)
+            per_cat[records[i]["category"]][0] += e
+            per_cat[records[i]["category"]][1] += s
+        tot_e = sum(v[0] for v in per_cat.values())
+        tot_s = sum(v[1] for v in per_cat.values())
+        results[budget] = {"overall": round(tot_e / max(tot_s, 1), 3),
+                           "by_category": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
+                           "steps": tot_s, "tokens": tot_e}
+        print(f"budget {budget:3d}: {results[budget]['overall']:.3f} tokens/step over {tot_s} steps "
+              f"{results[budget]['by_category']}")
+    facts = {"kind": "greedy replay, held-out records", "records": len(held), "tokens_per_step": results}
+    if args.online:
+        facts["online"] = online(model, prop, [records[i] for i in held[: args.online]], args.online_budget,
+                                 args.online_tokens)
+    if args.record:
+        best = max(results, key=lambda b: results[b]["overall"])
+        record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts,
+                           command="python " + " ".join(shlex.quote(a) for a in sys.argv))
+    print(json.dumps(facts.get("online", {}), indent=1))
+    return 0
+
+
+def online(model, prop, records, budget: int, max_new: int) -> dict:
+    """Same-run wall clock: plain decoding vs Medusa through SpeculativeDecoder (greedy)."""
+    from specdec.decoding import SpeculativeDecoder
+
+    prompts = [r["prompt_ids"] for r in records]
+    plain = SpeculativeDecoder(model, None)
+    spec = SpeculativeDecoder(model, prop, max_budget=budget, budget=budget)
+    plain.generate(prompts[0], 4)  # warm-up
+    t0 = time.perf_counter()
+    ref = [plain.generate(p, max_new).tokens for p in prompts]
+    t1 = time.perf_counter()
+    out = [spec.generate(p, max_new).tokens for p in prompts]
+    t2 = time.perf_counter()
+    if out != ref:
+        raise AssertionError("Medusa decoding differs from plain greedy decoding")
+    return {"prompts": len(prompts), "max_new_tokens": max_new, "budget": budget,
+            "plain_s": round(t1 - t0, 2), "medusa_s": round(t2 - t1, 2), "speedup": round((t1 - t0) / (t2 - t1), 3)}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
