@@ -151,6 +151,8 @@ class MedusaProposer:
             raise ValueError(f"rank_acc has {len(rank_acc)} levels, expected one per head ({heads.num_heads})")
         self.heads = heads.to(lm_head_weight.device, lm_head_weight.dtype).eval()
         self.lm_weight = lm_head_weight.detach()
+        # The drafting vocabulary's LM-head rows, gathered once (not per step) for a reduced vocabulary.
+        self._rows = self.heads.lm_rows(self.lm_weight).contiguous()
         self.vocab_size = int(lm_head_weight.shape[0])
         self.rank_acc = [list(map(float, r)) for r in rank_acc]
         self.artifact = artifact
@@ -205,10 +207,11 @@ class MedusaProposer:
         del self._hidden[req_id], self._next_known[req_id]
 
     def memory_bytes(self) -> int:
-        """The heads' own weights (the LM head belongs to the target) plus one hidden row per request."""
+        """The heads' own weights (the LM head belongs to the target), the gathered rows of a reduced
+        drafting vocabulary, and one hidden row per request."""
         own = sum(p.numel() * p.element_size() for p in self.heads.parameters())
         if self.heads.vocab_ids is not None:
-            own += self.heads.vocab_ids.numel() * 8
+            own += self.heads.vocab_ids.numel() * 8 + self._rows.numel() * self._rows.element_size()
         return own + sum(h.numel() * h.element_size() for h in self._hidden.values())
 
     def _state(self, req_id) -> torch.Tensor:
@@ -233,7 +236,7 @@ class MedusaProposer:
         hidden = torch.stack([self._state(r) for r in req_ids])  # [B, H]
         paths_per = [self._tree(b, not self._next_known[r]) for r, b in zip(req_ids, budgets)]
         width = max((max(p) + 1 for paths in paths_per for p in paths), default=1)
-        head_logits = self.heads(hidden, self.lm_weight)  # [k, B, R]
+        head_logits = self.heads.features(hidden) @ self._rows.T  # [k, B, R]
         cand = self.heads.token_ids(torch.topk(head_logits, min(width, head_logits.shape[-1]), dim=-1).indices)
         lm_top = torch.topk(hidden @ self.lm_weight.T, 1, dim=-1).indices  # [B, 1]
         out = []
