@@ -76,6 +76,73 @@ def test_request_draft_matches_reference(text, budget, min_match, min_prob, fact
     assert again.tokens.tolist() == tokens and again.parents.tolist() == parents
 
 
+def ref_pooled_root(context, docs, min_match):
+    """{token: probability} pooling the request's earlier continuations and the documents' ones."""
+    counts, total = {}, 0
+    n = len(context)
+    la = max((k for k in range(n) if occurs(context[:-1], context[n - k :])), default=0)
+    if la >= min_match:
+        pat = context[n - la :]
+        for i in range(n - la):
+            if context[i : i + la] == pat:
+                counts[context[i + la]] = counts.get(context[i + la], 0) + 1
+                total += 1
+    lb = max((k for k in range(n + 1) if any(occurs(d, context[n - k :]) for d in docs)), default=0)
+    if lb >= min_match:
+        pat = context[n - lb :]
+        for d in docs:
+            for i in range(len(d) - lb + 1):
+                if d[i : i + lb] == pat:
+                    total += 1  # an occurrence at the end of a document counts as "ended here"
+                    if i + lb < len(d):
+                        counts[d[i + lb]] = counts.get(d[i + lb], 0) + 1
+    return {t: c / total for t, c in counts.items()} if total else {}
+
+
+@SETTINGS
+@given(docs=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=25), max_size=4),
+       context=st.lists(st.integers(0, 3), min_size=1, max_size=25), min_match=st.integers(1, 3))
+def test_root_probabilities_pool_request_and_global_counts(docs, context, min_match):
+    prop = SuffixProposer(4, min_match_len=min_match, min_prob=0.0, max_depth=1)
+    for i, d in enumerate(docs):
+        prop.begin(i, [3])
+        prop.commit(i, d)
+        prop.end(i)
+    prop.begin("r", context)
+    (scored,) = prop.propose_scored(["r"], 100)
+    got = dict(zip(scored.tree.tokens.tolist(), scored.node_probs.tolist()))
+    expect = ref_pooled_root(context, docs, min_match)
+    assert got.keys() == expect.keys()
+    for t in got:
+        assert math.isclose(got[t], expect[t], rel_tol=1e-5)
+
+
+def test_automata_stay_consistent_under_random_traffic():
+    rng = np.random.default_rng(5)
+    prop = SuffixProposer(8, global_cache_bytes=64 * 1024, max_partitions=3)
+    live = {}
+    for step in range(1500):
+        action = rng.integers(3)
+        if action == 0 or not live:
+            rid = step
+            prop.begin(rid, rng.integers(0, 8, size=int(rng.integers(1, 30))), tenant=int(rng.integers(3)))
+            live[rid] = True
+        elif action == 1:
+            rid = list(live)[int(rng.integers(len(live)))]
+            prop.propose([rid], int(rng.integers(0, 12)))
+            prop.commit(rid, rng.integers(0, 8, size=int(rng.integers(1, 40))))
+        else:
+            rid = list(live)[int(rng.integers(len(live)))]
+            prop.end(rid)
+            del live[rid]
+        assert prop.global_memory_bytes() <= 3 * 64 * 1024
+    for req in prop._requests.values():
+        req.sam.check_integrity()
+    for part in prop._partitions.values():
+        part.sam.check_integrity()
+    assert sum(p.rebuilds for p in prop._partitions.values()) > 0
+
+
 def test_looping_text_drafts_beyond_one_period():
     prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0)
     prop.begin("r", [7, 8, 9] * 4)
