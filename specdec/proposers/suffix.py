@@ -97,10 +97,11 @@ class _Partition:
         self.sam = SuffixAutomaton(vocab_size)
         self.docs: deque[np.ndarray] = deque()
         self.doc_tokens = 0
-        # A stamp unique across all partitions of the proposer, renewed on every change, so a
-        # request knows its match must be redone (also when a dropped partition is recreated).
+        # Identifies the automaton object: unique across all partitions of the proposer and renewed
+        # by every rebuild, so a request knows when its match must be redone (also when a dropped
+        # partition is recreated). Appending documents keeps it: matches stay valid across extends.
         self._next_stamp = next_stamp
-        self.version = next_stamp()
+        self.generation = next_stamp()
         self.rebuilds = 0
 
     def memory_bytes(self) -> int:
@@ -116,7 +117,6 @@ class _Partition:
         self.sam.add_document(doc)
         self.docs.append(doc)
         self.doc_tokens += doc.size
-        self.version = self._next_stamp()
         if self.memory_bytes() > self.cap_bytes:
             self._rebuild()
 
@@ -151,14 +151,14 @@ class _Partition:
             if self.memory_bytes() <= self.cap_bytes or not kept:
                 break
             kept.popleft()
-        self.version = self._next_stamp()
+        self.generation = self._next_stamp()
         self.rebuilds += 1
 
 
 class _Request:
     """Per-request state: the request automaton, the committed tokens, the global-cache match."""
 
-    __slots__ = ("sam", "buf", "n", "prompt_len", "partition", "g_version", "g_len", "g_state")
+    __slots__ = ("sam", "buf", "n", "prompt_len", "partition", "g_generation", "g_len", "g_state")
 
     def __init__(self, vocab_size: int, prompt: np.ndarray, partition: Hashable):
         self.sam = SuffixAutomaton(vocab_size)
@@ -168,7 +168,7 @@ class _Request:
         self.n = prompt.size
         self.prompt_len = prompt.size
         self.partition = partition
-        self.g_version = -1  # partition version the global match refers to (-1: never matched)
+        self.g_generation = -1  # partition automaton the global match refers to (-1: none yet)
         self.g_len = 0
         self.g_state = 0
 
@@ -204,8 +204,9 @@ class SuffixProposer:
         index_prompts: also index prompts (as part of their request's document) in the global cache.
         share_across_tenants: all tenants draft from one shared partition (opt-in; see the module
             docstring for the latency side channel this opens).
-        rematch_window: when a partition changed since a request last matched against it, the
-            request re-matches over this many most recent tokens (bounds that re-match's cost).
+        rematch_window: when a request first meets its partition's automaton (new, or rebuilt
+            since its last match), it matches over this many most recent tokens (bounds the cost).
+            Documents appended meanwhile keep the match valid; it is advanced on every commit.
 
     Raises:
         ValueError: for out-of-range arguments.
@@ -282,7 +283,7 @@ class SuffixProposer:
         req.sam.extend(ids)
         req.append(ids)
         part = self._partitions.get(req.partition) if self.use_global else None
-        if part is not None and req.g_version == part.version:
+        if part is not None and req.g_generation == part.generation:
             req.g_len, req.g_state = part.sam.advance(req.g_len, req.g_state, ids)
 
     def end(self, req_id: Hashable) -> None:
@@ -329,10 +330,10 @@ class SuffixProposer:
             sources.append((req.sam, length, state))
         part = self._partitions.get(req.partition) if self.use_global else None
         if part is not None:
-            if req.g_version != part.version:
+            if req.g_generation != part.generation:
                 window = req.buf[max(0, req.n - self.rematch_window) : req.n]
                 req.g_len, req.g_state = part.sam.longest_match(window)
-                req.g_version = part.version
+                req.g_generation = part.generation
             if req.g_len >= self.min_match_len:
                 sources.append((part.sam, req.g_len, req.g_state))
         return build_suffix_draft(
