@@ -20,6 +20,23 @@ from .tree_batch import TreeBatch, pack_trees
 
 __version__ = "0.1.0"
 
+# Parts that need the compiled extension or transformers load on first use, so that importing
+# specdec for the sampler or DraftTree stays cheap and works before the extension is built.
+_LAZY = {
+    "SuffixAutomaton": ("specdec.suffix", "SuffixAutomaton"),
+    "SuffixProposer": ("specdec.proposers.suffix", "SuffixProposer"),
+    "SpeculativeDecoder": ("specdec.decoding", "SpeculativeDecoder"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'specdec' has no attribute {name!r}")
+
 __all__ = [
     "AcceptResult",
     "Artifact",
@@ -29,6 +46,9 @@ __all__ = [
     "ReplayProposer",
     "Rule",
     "SamplingParams",
+    "SpeculativeDecoder",
+    "SuffixAutomaton",
+    "SuffixProposer",
     "TreeBatch",
     "__version__",
     "pack_trees",

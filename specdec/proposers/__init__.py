@@ -1,4 +1,9 @@
-"""Proposers: the drafters that produce DraftTrees (see base.py for the contract)."""
+"""Proposers: the drafters that produce DraftTrees (see base.py for the contract).
+
+``SuffixProposer`` (C++ lookup), ``DraftModelProposer`` and the trained heads live in their own
+modules and are imported from there (``specdec.proposers.suffix`` ...), so importing this package
+needs neither the compiled extension nor transformers.
+"""
 
 from .base import Artifact, Proposer, ReplayProposer
 
