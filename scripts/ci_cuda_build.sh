@@ -47,12 +47,6 @@ fi
 rm -rf "$WORK"
 mkdir -p "$WORK"
 (cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 tar -cf - --ignore-failed-read 2>/dev/null) | tar -xf - -C "$WORK"
-# torch >= 2.14's headers use C++20 (requires-clauses): a -std=c++17 setup.py cannot build against
-# them. Until setup.py says c++20, build the copy with c++20 and say so.
-if grep -q 'c++17' "$WORK/setup.py"; then
-  echo "ci_cuda_build: WARNING setup.py asks for -std=c++17; torch 2.14 headers need C++20 -> building the copy with -std=c++20"
-  sed -i 's/-std=c++17/-std=c++20/g' "$WORK/setup.py"
-fi
 build_start=$SECONDS
 (cd "$WORK" && MAX_JOBS="${MAX_JOBS:-2}" TORCH_CUDA_ARCH_LIST="8.0;9.0" "$VENV/bin/python" setup.py build_ext --inplace >build.log 2>&1) \
   || { tail -80 "$WORK/build.log"; echo "ci_cuda_build: BUILD FAILED"; exit 1; }
