@@ -1,0 +1,1 @@
+"""``specdec`` sub-commands; see :mod:`specdec.cli` for how they are registered."""

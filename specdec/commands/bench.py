@@ -1,0 +1,102 @@
+"""``specdec bench``: plain decoding vs specdec proposers vs Hugging Face assisted generation.
+
+Writes ``bench.md`` (one table per category + overall), ``speedup.png`` and ``runs.json`` under
+``--out``. Everything runs in one process on the same prompts, interleaved prompt by prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+from .common import PROPOSERS, add_budget_arg, add_model_args, load_target, make_proposer, parse_budget
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="benchmark proposers against plain and HF assisted decoding")
+    p.add_argument("--prompts", default=None, help="Spec-Bench-format .jsonl (default: the bundled dev sample)")
+    p.add_argument("--categories", default=None, help="comma-separated subset of categories (default: all)")
+    p.add_argument("--per-category", type=int, default=2, help="prompts per category")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--proposers", default="suffix", help=f"comma-separated, from {[x for x in PROPOSERS if x != 'none']}")
+    p.add_argument("--hf-lookup", type=int, default=10,
+                   help="HF prompt_lookup_num_tokens for the HF prompt-lookup baseline (0 = skip it)")
+    p.add_argument("--no-hf-generate", action="store_true", help="skip the plain model.generate baseline")
+    p.add_argument("--assistant-model", default=None, help="HF assistant model folder for HF assisted generation")
+    p.add_argument("--out", default="bench_out", help="output folder")
+    add_budget_arg(p)
+    add_model_args(p)
+    p.set_defaults(func=run)
+
+
+def build_methods(args, model, stops):
+    from ..bench import hf_method, specdec_method
+    from ..decoding import SpeculativeDecoder
+
+    plain = SpeculativeDecoder(model)
+    methods = [specdec_method("plain", plain, stops)]
+    if not args.no_hf_generate:
+        methods.append(hf_method("hf_generate", model, stops))
+    if args.hf_lookup:
+        methods.append(hf_method("hf_prompt_lookup", model, stops, prompt_lookup_num_tokens=args.hf_lookup))
+    if args.assistant_model:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        assistant = AutoModelForCausalLM.from_pretrained(args.assistant_model, dtype=torch.float32,
+                                                         local_files_only=True).eval()
+        methods.append(hf_method("hf_assisted", model, stops, assistant_model=assistant))
+    names = [n for n in (args.proposers or "").split(",") if n]
+    cost_model, budget = None, parse_budget(args.budget)
+    for name in names:
+        if name not in PROPOSERS or name == "none":
+            raise SystemExit(f"--proposers: unknown proposer {name!r}; expected {[x for x in PROPOSERS if x != 'none']}")
+        dec = SpeculativeDecoder(plain.target, make_proposer(name, model), cost_model=cost_model, budget=budget)
+        if budget == "auto":
+            cost_model = dec.ensure_cost_model()  # measured once, shared by every proposer
+        methods.append(specdec_method(name, dec, stops))
+    return methods, cost_model
+
+
+def run(args) -> int:
+    execute(args)
+    return 0
+
+
+def execute(args):
+    """Run the benchmark, write the report files, return ``summarize(runs)``'s table."""
+    from tqdm import tqdm
+
+    from ..bench import SAMPLE_PROMPTS, load_prompts, markdown, plot, run_benchmark, summarize
+
+    if args.per_category < 1 or args.max_new_tokens < 1:
+        raise SystemExit("--per-category and --max-new-tokens must be >= 1")
+    started = time.time()
+    model, tok = load_target(args)
+    cats = [c for c in args.categories.split(",") if c] if args.categories else None
+    prompts = load_prompts(args.prompts or SAMPLE_PROMPTS, tok, categories=cats, per_category=args.per_category)
+    stops = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    methods, cost_model = build_methods(args, model, stops)
+    if cost_model is not None:
+        print(f"verify cost model: {cost_model.describe()}")
+    runs = run_benchmark(methods, prompts, args.max_new_tokens, progress=lambda xs: tqdm(xs, desc="prompts", unit="prompt"))
+    table = summarize(runs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    header = (f"# specdec bench\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+              f"model={args.model or 'SmolLM2-135M-Instruct (embedded)'}; {len(prompts)} prompts; "
+              f"max_new_tokens={args.max_new_tokens}; greedy; torch threads={torch.get_num_threads()}; "
+              f"{platform.processor() or platform.machine()}; total {time.time() - started:.0f} s\n")
+    text = markdown(table, header)
+    (out / "bench.md").write_text(text)
+    plot(table, out / "speedup.png")
+    (out / "runs.json").write_text(json.dumps([
+        {"method": r.method, "category": r.category, "seconds": r.seconds, "tokens": len(r.tokens),
+         "accepted_hist": r.metrics.accepted_hist if r.metrics else None} for r in runs], indent=1))
+    print(text)
+    print(f"wrote {out / 'bench.md'}, {out / 'speedup.png'}, {out / 'runs.json'}")
+    return table

@@ -1,0 +1,60 @@
+"""Pieces shared by sub-commands: loading the target and building proposers by name."""
+
+from __future__ import annotations
+
+import argparse
+
+PROPOSERS = ("none", "suffix")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="Hugging Face model folder or id (offline); default: the embedded SmolLM2-135M-Instruct")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def add_budget_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", default="auto",
+                   help="draft nodes verified per step: 'auto' (measured cost model, calibrated at start) or an int")
+
+
+def parse_budget(text: str):
+    """``'auto'`` or a non-negative int, else SystemExit naming the flag."""
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SystemExit(f"--budget must be 'auto' or an int >= 0, got {text!r}")
+    return value
+
+
+def load_target(args):
+    """``(model, tokenizer)`` from ``--model`` or the embedded default."""
+    import torch
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.model is None:
+        from ..models import load_default
+
+        return load_default()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, local_files_only=True).eval()
+    return model, AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+
+
+def make_proposer(name: str, model):
+    """A fresh proposer by name (``none`` = plain decoding, returns None)."""
+    if name == "none":
+        return None
+    if name == "suffix":
+        from ..proposers.suffix import SuffixProposer
+
+        return SuffixProposer(int(model.get_output_embeddings().weight.shape[0]))
+    raise ValueError(f"unknown proposer {name!r}; expected one of {PROPOSERS}")

