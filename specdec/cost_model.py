@@ -16,7 +16,6 @@ costs ~3.4x a single-token step, on a GPU it costs about the same as one token.
 from __future__ import annotations
 
 import bisect
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -82,8 +81,11 @@ class VerifyCostModel:
 
     @classmethod
     def calibrate(cls, target, *, prefix_len: int = 256, sizes: Sequence[int] = CALIBRATION_SIZES,
-                  repeats: int = 1, seed: int = 0) -> "VerifyCostModel":
+                  repeats: int = 2, seed: int = 0) -> "VerifyCostModel":
         """Time ``target.verify`` for chains of each size over a random ``prefix_len``-token prefix.
+
+        Each size keeps its fastest repeat: interference from other processes only ever adds
+        time, so the minimum is the least biased estimate of the forward's own cost.
 
         Cost: ``len(sizes) * (repeats + 1)`` forwards (about 2 s for SmolLM2-135M on 2 idle CPU cores).
         """
@@ -91,18 +93,17 @@ class VerifyCostModel:
         prompt = torch.randint(0, target.vocab_size, (prefix_len,), generator=gen).tolist()
         state, _, _ = target.prefill([prompt])
         target.set_pending(state, [prompt[-1]])
-        seconds = []
-        for n in sizes:
-            tree = DraftTree.chain(torch.randint(0, target.vocab_size, (n,), generator=gen))
-            times = []
-            for rep in range(repeats + 1):
+        trees = [DraftTree.chain(torch.randint(0, target.vocab_size, (n,), generator=gen)) for n in sizes]
+        times: list[list[float]] = [[] for _ in sizes]
+        for sweep in range(repeats + 1):  # sweeps interleave sizes, so a burst of load hits them alike
+            for i, tree in enumerate(trees):
                 t0 = time.perf_counter()
                 target.verify(state, [tree])
                 elapsed = time.perf_counter() - t0
-                target.discard(state, n)
-                if rep:  # the first run warms caches and allocator for this shape
-                    times.append(elapsed)
-            seconds.append(statistics.median(times))
+                target.discard(state, tree.num_nodes)
+                if sweep:  # the first sweep warms caches and the allocator for every shape
+                    times[i].append(elapsed)
+        seconds = [min(t) for t in times]
         return cls(sizes=list(sizes), seconds=seconds, prefix_len=prefix_len)
 
     def describe(self) -> str:

@@ -1,0 +1,66 @@
+"""Cost model: budget choice from measured cost and expected acceptance; pruning keeps parents."""
+
+import pytest
+import torch
+
+from specdec import DraftTree
+from specdec.cost_model import AcceptanceEstimator, VerifyCostModel, prune_tree
+from specdec.models import tiny_model
+from specdec.target.hf import HFTarget
+
+CPU = VerifyCostModel([0, 7, 15, 63], [0.056, 0.106, 0.122, 0.191])  # the issue's 2-core CPU figures
+
+
+def test_cost_interpolates_and_is_monotone():
+    assert CPU.cost(0) == pytest.approx(0.056)
+    assert CPU.cost(11) == pytest.approx(0.114)
+    assert CPU.cost(127) > CPU.cost(63)
+    noisy = VerifyCostModel([0, 1, 2], [1.0, 0.8, 1.2])
+    assert noisy.seconds == [1.0, 1.0, 1.2]
+
+
+def test_best_size_trades_acceptance_against_cost():
+    assert CPU.best_size([]) == 0
+    assert CPU.best_size([0.1, 0.05]) == 0  # +10% tokens for +13% time: not worth it
+    assert CPU.best_size([0.3, 0.1]) == 1
+    assert CPU.best_size([0.99] * 7 + [0.01] * 8) == 7
+    assert CPU.best_size([0.97 ** d for d in range(1, 64)]) > 15
+    flat = VerifyCostModel([0, 64], [1.0, 1.0])  # GPU-like: every draft node is free
+    assert flat.best_size([0.05] * 10) == 10
+
+
+def test_bad_cost_models_are_refused():
+    with pytest.raises(ValueError, match="start at 0|starting at 0"):
+        VerifyCostModel([1, 2], [1.0, 2.0])
+    with pytest.raises(ValueError, match="increase"):
+        VerifyCostModel([0, 2, 2], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="positive"):
+        VerifyCostModel([0, 1], [0.0, 1.0])
+
+
+def test_prune_keeps_most_likely_prefix_closed_nodes():
+    tree = DraftTree(torch.tensor([5, 6, 7, 8, 9]), torch.tensor([-1, 0, -1, 1, 2]))
+    probs = [0.9, 0.8, 0.05, 0.7, 0.01]
+    small = prune_tree(tree, probs, 3)
+    assert small.tokens.tolist() == [5, 6, 8] and small.parents.tolist() == [-1, 0, 1]
+    assert prune_tree(tree, probs, 9) is tree
+    sampled = DraftTree.chain(torch.tensor([1, 2]), draft_probs=torch.full((2, 4), 0.25))
+    with pytest.raises(ValueError, match="deterministic"):
+        prune_tree(sampled, [0.5, 0.2], 1)
+
+
+def test_estimator_learns_per_depth_rates():
+    est = AcceptanceEstimator()
+    chain = DraftTree.chain(torch.tensor([1, 2, 3, 4]))
+    for _ in range(20):
+        est.update(chain, 2)
+    assert est.rate(1) > 0.9 and est.rate(2) > 0.9 and est.rate(3) < 0.1
+    assert est.rate(10) == est.rate(3)  # untried depths borrow the deepest tried rate
+    probs = est.path_probs(chain)
+    assert probs == sorted(probs, reverse=True) and len(probs) == 4
+
+
+def test_calibration_measures_every_size():
+    model = VerifyCostModel.calibrate(HFTarget(tiny_model()), prefix_len=16, sizes=(0, 2, 8), repeats=1)
+    assert model.sizes == [0, 2, 8] and all(s > 0 for s in model.seconds)
+    assert model.seconds == sorted(model.seconds)
