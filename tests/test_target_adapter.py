@@ -118,3 +118,19 @@ def test_bad_inputs_raise():
         target.accept(state, [[5]], [1], num_nodes=2)
     with pytest.raises(ValueError, match="attention must be"):
         HFTarget(tiny_model("llama"), attention="flash")
+
+
+def test_tree_op_attention_matches_mask_path():
+    """attention='tree_op' (specdec's registered op) gives the 4-D-mask path's logits."""
+    trees = [DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])), DraftTree.chain(torch.tensor([20]))]
+    outs = []
+    for mode in ("mask", "tree_op"):
+        target = HFTarget(tiny_model("llama"), attention=mode)
+        state, _, _ = target.prefill([[3, 4, 5], [6, 7, 8]])
+        target.set_pending(state, [9, 10])
+        outs.append(target.verify(state, trees).logits)
+        target.accept(state, [[0, 2], []], [1, 2], num_nodes=4)
+        outs.append(target.verify(state, trees).logits)  # ragged now: falls back to the mask
+    torch.testing.assert_close(outs[0][0, :5], outs[2][0, :5], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outs[0][1, :2], outs[2][1, :2], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outs[1][0, :5], outs[3][0, :5], atol=ATOL, rtol=0)

@@ -81,8 +81,9 @@ class HFTarget:
     Args:
         model: a Llama-family (llama, mistral, qwen2, qwen3) or GPT-2 causal LM, in eval mode.
         attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask) or
-            ``"tree_op"`` (the specdec tree-attention function registered with transformers'
-            attention registry, when ``specdec.ops.hf_attention`` provides it).
+            ``"tree_op"`` (Llama-family only: :mod:`specdec.ops.hf_attention` registers the
+            specdec tree-attention op with transformers' attention registry; steps without holes
+            in the cache use it, ragged steps fall back to the 4-D mask).
 
     Raises:
         ValueError: for a model type the adapter has not been verified on, or sliding-window
@@ -129,7 +130,7 @@ class HFTarget:
         return self.lm_head.weight.dtype
 
     # ------------------------------------------------------------------ forward helpers
-    def _forward(self, input_ids, position_ids, mask, cache, rows=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, input_ids, position_ids, mask, cache, rows=None, extra=None) -> tuple[torch.Tensor, torch.Tensor]:
         """One base-model forward; returns (float32 logits, hidden ``[B, T, H]``).
 
         Logits are ``[B, T, V]``, or ``[B, V]`` at positions ``rows`` (``LongTensor[B]``) when given:
@@ -141,6 +142,7 @@ class HFTarget:
             attention_mask=mask,
             cache=cache,
             use_cache=True,
+            **(extra or {}),
         )
         hidden = out.last_hidden_state
         if rows is not None:
@@ -197,7 +199,8 @@ class HFTarget:
 
     # ------------------------------------------------------------------ verify
     def _tree_inputs(self, state: BatchState, trees: Sequence[DraftTree]):
-        """Token ids, position ids ``[B, 1 + N]`` and mask (or None) for one verify forward."""
+        """Token ids, position ids ``[B, 1 + N]``, mask (or None) and extra forward kwargs (tree-op
+        mode without holes: the packed ancestor mask with the pending token as root)."""
         batch = pack_trees(trees)
         B, N, S = len(trees), batch.max_nodes, state.cache_len
         lengths = torch.tensor(state.lengths, dtype=torch.long)
@@ -205,8 +208,15 @@ class HFTarget:
         ids = torch.cat([pending.unsqueeze(1), batch.tokens], dim=1)
         pos = lengths.unsqueeze(1) + torch.cat([torch.zeros(B, 1, dtype=torch.long), 1 + batch.position_offsets], 1)
         sizes = set(batch.sizes.tolist())
-        if all(L == S for L in state.lengths) and len(sizes) == 1 and all(t.is_chain for t in trees):
-            return ids, pos, None
+        no_holes = all(L == S for L in state.lengths)
+        if no_holes and len(sizes) == 1 and all(t.is_chain for t in trees):
+            return ids, pos, None, None
+        if no_holes and self.attention == "tree_op":
+            from ..ops.hf_attention import tree_kwargs
+
+            extra = tree_kwargs(batch.ancestor_mask.to(self.device), state.lengths, add_root_node=True,
+                                total_rows=S + 1 + N)
+            return ids, pos, None, extra
         prefix = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # [B, S]
         anc = unpack_mask(batch.ancestor_mask, N) if N else torch.zeros(B, 0, 0, dtype=torch.bool)
         anc = anc | (torch.eye(N, dtype=torch.bool).unsqueeze(0) & ~batch.valid.unsqueeze(2))  # padding: self
@@ -214,7 +224,7 @@ class HFTarget:
         new[:, :, 0] = True  # every row sees the pending token
         new[:, 1:, 1:] = anc
         allowed = torch.cat([prefix.unsqueeze(1).expand(B, 1 + N, S), new], dim=2)
-        return ids, pos, self._additive(allowed)
+        return ids, pos, self._additive(allowed), None
 
     @torch.inference_mode()
     def verify(self, state: BatchState, trees: Sequence[DraftTree]) -> VerifyOutput:
@@ -230,8 +240,8 @@ class HFTarget:
         for b, t in enumerate(trees):
             if t.num_nodes and int(t.tokens.max()) >= self.vocab_size:
                 raise ValueError(f"tree {b} has token id {int(t.tokens.max())} >= vocab_size {self.vocab_size}")
-        ids, pos, mask = self._tree_inputs(state, trees)
-        logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache)
+        ids, pos, mask, extra = self._tree_inputs(state, trees)
+        logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra)
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
 
     # ------------------------------------------------------------------ compaction
