@@ -7,7 +7,8 @@ per output token of real runs within 15%.
 
 Protocol, all in one process on the embedded SmolLM2-135M (fp32, CPU):
 
-1. calibrate the step-time model (short grid around the workload's context lengths);
+1. calibrate the step-time model through the engine's own verify path (short grid around the
+   workload's context lengths);
 2. **off**: plain decoding through the SpeculativeDecoder, ``rounds`` static batches of
    ``c`` requests per concurrency level ``c`` (each batch starts together; requests leave as
    they finish). Its outputs are the target's greedy outputs;
@@ -18,8 +19,12 @@ Protocol, all in one process on the embedded SmolLM2-135M (fp32, CPU):
 5. simulate the same batches (same prompts and output lengths, all arriving at t=0, max batch c)
    under each policy and compare.
 
-    nice python benchmarks/bench_goodput.py                       # ~5 min on 2 shared cores
-    nice python benchmarks/bench_goodput.py --concurrency 1,4 --rounds 1 --max-new-tokens 32   # quick
+    nice python benchmarks/bench_goodput.py                       # a few minutes on 2 idle cores
+    nice python benchmarks/bench_goodput.py --concurrency 1,4 --requests 4 --max-new-tokens 24   # quick
+
+torch runs single-threaded by default (``--threads``): on a machine shared with other jobs,
+one thread per process gives far steadier timings than oversubscribed thread pools, and the
+calibration and the runs must see the same conditions.
 
 Writes ``benchmarks/results/goodput/{results.json,results.md,goodput_real_vs_sim.png}``.
 """
@@ -39,7 +44,7 @@ from specdec.decoding import SpeculativeDecoder
 from specdec.models import load_default
 from specdec.proposers.suffix import SuffixProposer
 from specdec.serving.acceptance import AcceptanceDist, measure_by_replay
-from specdec.serving.cost import calibrate
+from specdec.serving.cost import calibrate_engine
 from specdec.serving.gate import BudgetOptimizer, LoadGate
 from specdec.serving.metrics import SLO, RequestRecord, summarize
 from specdec.serving.policies import AlwaysOn, Off, gated, hysteresis_band
@@ -54,6 +59,7 @@ def real_batch(decoder: SpeculativeDecoder, prompts, max_new: int, gate: LoadGat
     n = len(prompts)
     first, finish, out = {}, {}, {i: [] for i in range(n)}
     last_counts = {}
+    final_metrics = []
     active, seen, done_in_step = n, 0, 0
     step_drafted = step_accepted = 0
     if gate is not None:
@@ -71,6 +77,7 @@ def real_batch(decoder: SpeculativeDecoder, prompts, max_new: int, gate: LoadGat
         last_counts[ev.index] = (m.drafted, m.accepted)
         if ev.finished:
             finish[ev.index] = now
+            final_metrics.append(m)
             done_in_step += 1
         seen += 1
         if seen == active:  # every active request has reported: the step is over
@@ -81,17 +88,22 @@ def real_batch(decoder: SpeculativeDecoder, prompts, max_new: int, gate: LoadGat
                 decoder.budget = gate.decide(active).budget
             step_drafted = step_accepted = 0
     records = [RequestRecord(first_id + i, t_offset, first[i], finish[i], len(out[i])) for i in range(n)]
-    return records, [out[i] for i in range(n)], time.perf_counter() - start
+    return records, [out[i] for i in range(n)], time.perf_counter() - start, final_metrics
 
 
 def run_real(decoder, batches, max_new, gate=None):
-    records, outputs, t = [], [], 0.0
+    """All batches one after another; also the decoder's own per-step phase times (ms, mean over requests)."""
+    records, outputs, t, metrics = [], [], 0.0, []
     for bi, batch in enumerate(batches):
-        recs, outs, dt = real_batch(decoder, [p for p, _ in batch], max_new, gate, t, bi * 1000)
+        recs, outs, dt, ms = real_batch(decoder, [p for p, _ in batch], max_new, gate, t, bi * 1000)
         records += recs
         outputs += outs
+        metrics += ms
         t += dt
-    return records, outputs, t
+    steps = [m for m in metrics if m.steps]
+    phases = {k: 1e3 * float(np.mean([getattr(m, f"{k}_s") / m.steps for m in steps])) if steps else 0.0
+              for k in ("propose", "verify", "accept")}
+    return records, outputs, phases
 
 
 def run_sim(batches, out_lens, policy, server_kwargs, c):
@@ -110,13 +122,14 @@ def run_sim(batches, out_lens, policy, server_kwargs, c):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--concurrency", default="1,2,4,8")
-    ap.add_argument("--requests", type=int, default=8, help="requests per concurrency level (rounds = requests / c)")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--concurrency", default="1,2,4")
+    ap.add_argument("--requests", type=int, default=4, help="requests per concurrency level (rounds = requests / c)")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (see the module docstring)")
     ap.add_argument("--budget", type=int, default=6, help="draft budget of the always-on and gated runs")
     ap.add_argument("--categories", default=DEFAULT_CATEGORIES)
     ap.add_argument("--ttft", type=float, default=3.0)
-    ap.add_argument("--tpot", type=float, default=0.12)
+    ap.add_argument("--tpot", type=float, default=0.15)
     ap.add_argument("--repeats", type=int, default=2, help="calibration repeats per point")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "goodput"))
     args = ap.parse_args(argv)
@@ -124,6 +137,7 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     slo = SLO(args.ttft, args.tpot)
+    torch.set_num_threads(args.threads)
     t_all = time.perf_counter()
     load0 = os.getloadavg()
 
@@ -143,9 +157,9 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     ctx_hi = max(plens) + args.max_new_tokens
-    cost = calibrate(model, batches=sorted({1, 2, 4, 8} | set(levels)), tokens=(1, 4, 8, 1 + args.budget),
-                     contexts=(64, int(np.mean(plens)), ctx_hi), prefills=(64, int(np.mean(plens)), max(plens)),
-                     repeats=args.repeats, meta={"target": "SmolLM2-135M-Instruct"})
+    cost = calibrate_engine(model, batches=sorted({1, 2} | set(levels)), tokens=(1, 3, 1 + args.budget),
+                            contexts=(64, int(np.mean(plens)), ctx_hi), prefills=(64, int(np.mean(plens)), max(plens)),
+                            repeats=args.repeats, meta={"target": "SmolLM2-135M-Instruct"})
     cost.save(out / "cost.json")
     print(f"calibration {time.perf_counter() - t0:.0f}s: mean error {cost.mean_rel_error:.1%}, "
           f"leave-one-out {cost.loo_rel_error:.1%}, {len(cost.outliers)} disturbed timings set aside")
@@ -155,7 +169,7 @@ def main(argv=None):
     for c in levels:
         batches = [prompts[i:i + c] for i in range(0, len(prompts), c)]
         off_dec = SpeculativeDecoder(model, None)
-        real_off, outputs, _ = run_real(off_dec, batches, args.max_new_tokens)
+        real_off, outputs, ph_off = run_real(off_dec, batches, args.max_new_tokens)
         if acceptance is None:
             cats = [cat for _, cat in prompts]
             per_cat = {}
@@ -173,26 +187,28 @@ def main(argv=None):
         out_lens = [len(o) for o in outputs]
         server_kwargs = dict(cost=cost, acceptance=acceptance, padded_context=True)
         spec_dec = SpeculativeDecoder(model, SuffixProposer(model.config.vocab_size), max_budget=args.budget, budget=args.budget)
-        real_on, _, _ = run_real(spec_dec, batches, args.max_new_tokens)
+        real_on, _, ph_on = run_real(spec_dec, batches, args.max_new_tokens)
         gate = LoadGate(off_above=max(threshold, 0), on_below=hysteresis_band(max(threshold, 0)), budget=args.budget)
         gated_dec = SpeculativeDecoder(model, SuffixProposer(model.config.vocab_size), max_budget=args.budget, budget=args.budget)
-        real_gated, _, _ = run_real(gated_dec, batches, args.max_new_tokens, gate)
+        real_gated, _, ph_gated = run_real(gated_dec, batches, args.max_new_tokens, gate)
         sims = {"off": Off(), "always": AlwaysOn(args.budget),
                 "gated": gated(max(threshold, 0), args.budget, hysteresis_band(max(threshold, 0)))}
-        for name, real in (("off", real_off), ("always", real_on), ("gated", real_gated)):
+        for name, real, ph in (("off", real_off, ph_off), ("always", real_on, ph_on), ("gated", real_gated, ph_gated)):
             sim_recs, _ = run_sim(batches, out_lens, sims[name], server_kwargs, c)
             r, s = summarize(real, slo), summarize(sim_recs, slo)
             row = {"concurrency": c, "policy": name,
                    "real_goodput": r["goodput_rps"], "sim_goodput": s["goodput_rps"],
                    "real_tpot_p50": r["tpot_p50"], "sim_tpot_p50": s["tpot_p50"],
                    "real_tok_s": r["throughput_tok_s"], "sim_tok_s": s["throughput_tok_s"],
-                   "real_ttft_p50": r["ttft_p50"], "sim_ttft_p50": s["ttft_p50"]}
+                   "real_ttft_p50": r["ttft_p50"], "sim_ttft_p50": s["ttft_p50"],
+                   "real_step_ms": ph}
             row["goodput_err"] = (s["goodput_rps"] - r["goodput_rps"]) / r["goodput_rps"] if r["goodput_rps"] else float("nan")
             row["tpot_err"] = (s["tpot_p50"] - r["tpot_p50"]) / r["tpot_p50"]
             rows.append(row)
             print(f"c={c} {name:6s} goodput real {r['goodput_rps']:.3f} sim {s['goodput_rps']:.3f} ({row['goodput_err']:+.0%})  "
                   f"tpot50 real {r['tpot_p50'] * 1e3:.0f}ms sim {s['tpot_p50'] * 1e3:.0f}ms ({row['tpot_err']:+.0%})  "
-                  f"tok/s real {r['throughput_tok_s']:.1f} sim {s['throughput_tok_s']:.1f}", flush=True)
+                  f"tok/s real {r['throughput_tok_s']:.1f} sim {s['throughput_tok_s']:.1f}  "
+                  f"decoder ms/step propose {ph['propose']:.1f} verify {ph['verify']:.1f} accept {ph['accept']:.1f}", flush=True)
 
     load1 = os.getloadavg()
     total = time.perf_counter() - t_all
@@ -206,12 +222,14 @@ def main(argv=None):
     lines = [f"# Real load vs simulator (SmolLM2-135M, CPU, {args.requests} requests per level, {args.max_new_tokens} new tokens)", "",
              f"SLO: TTFT <= {args.ttft}s, TPOT <= {args.tpot * 1e3:g} ms. Load average {load0[0]:.1f} -> {load1[0]:.1f} "
              f"(shared machine). Cost-model fit error {cost.mean_rel_error:.1%} (leave-one-out {cost.loo_rel_error:.1%}).", "",
-             "| concurrency | policy | goodput real | sim | err | p50 TPOT real (ms) | sim | err | tok/s real | sim |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| concurrency | policy | goodput real | sim | err | p50 TPOT real (ms) | sim | err | tok/s real | sim | "
+             "decoder ms/step: propose / verify / accept |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['concurrency']} | {r['policy']} | {r['real_goodput']:.3f} | {r['sim_goodput']:.3f} | {r['goodput_err']:+.0%} | "
                      f"{r['real_tpot_p50'] * 1e3:.0f} | {r['sim_tpot_p50'] * 1e3:.0f} | {r['tpot_err']:+.0%} | "
-                     f"{r['real_tok_s']:.1f} | {r['sim_tok_s']:.1f} |")
+                     f"{r['real_tok_s']:.1f} | {r['sim_tok_s']:.1f} | "
+                     f"{r['real_step_ms']['propose']:.1f} / {r['real_step_ms']['verify']:.1f} / {r['real_step_ms']['accept']:.1f} |")
     lines += ["", f"Within 15% on both: {summary['within_15pct']} rows. Total {total:.0f}s."]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     plot(rows, levels, out / "goodput_real_vs_sim.png")

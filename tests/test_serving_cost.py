@@ -65,6 +65,15 @@ def test_calibrate_times_a_real_forward_and_fits():
     assert m.prefill_time([8, 16]) > 0
 
 
+def test_calibrate_engine_times_the_verify_path():
+    from specdec.models import tiny_model
+    from specdec.serving.cost import calibrate_engine
+
+    m = calibrate_engine(tiny_model(), batches=(1, 2), tokens=(1, 4), contexts=(8, 16), prefills=(8, 12), repeats=1)
+    assert len(m.samples) + len(m.outliers) == 10 and m.meta["path"] == "HFTarget.verify"
+    assert m.step_time(2, 4, 16) > 0
+
+
 def test_kv_bytes_per_token_from_config():
     smol = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
     assert kv_bytes_per_token(smol, "float32") == 2 * 30 * 3 * 64 * 4

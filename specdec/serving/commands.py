@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cost import DEFAULT_GRID, StepCostModel, calibrate
+from .cost import DEFAULT_GRID, StepCostModel, calibrate_engine
 from .measure import (build_workload, default_workload_path, fingerprints, load_target, measure_proposer,
                       target_memory)
 from .metrics import SLO
@@ -56,6 +56,7 @@ def register(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
     p.add_argument("--tolerance", type=float, default=0.15, help="acceptance drift that review will flag (relative)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--out", default="plan_report", help="output directory")
     p.set_defaults(func=run_plan)
 
@@ -68,6 +69,10 @@ def register(subparsers) -> None:
 
 
 def run_plan(args) -> int:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     proposers = args.proposers or ["suffix"]
@@ -86,9 +91,10 @@ def run_plan(args) -> int:
         _log(f"cost model from {args.cost} (fit error {cost.mean_rel_error:.1%})")
     else:
         grid = QUICK_GRID if args.quick else DEFAULT_GRID
-        _log("calibrating the step-time model on this machine")
-        cost = calibrate(model, batches=grid["batch"], tokens=grid["tokens"], contexts=grid["context"],
-                         prefills=grid["prefill"], meta={"target": name, "target_fingerprint": fps["target"]})
+        _log("calibrating the step-time model on this machine (the engine's verify + compaction path)")
+        cost = calibrate_engine(model, batches=grid["batch"], tokens=grid["tokens"], contexts=grid["context"],
+                                prefills=grid["prefill"], repeats=2,
+                                meta={"target": name, "target_fingerprint": fps["target"]})
         cost.save(out / "cost.json")
         _log(f"cost model: mean error {cost.mean_rel_error:.1%}, leave-one-out {cost.loo_rel_error:.1%}")
     mem = target_memory(model, args.kv_dtype)

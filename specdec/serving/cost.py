@@ -274,3 +274,75 @@ def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: 
             "threads": torch.get_num_threads(), "repeats": repeats}
     info.update(meta or {})
     return StepCostModel.fit(samples, info)
+
+
+def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: Iterable[int] = DEFAULT_GRID["tokens"],
+                     contexts: Iterable[int] = DEFAULT_GRID["context"], prefills: Iterable[int] = DEFAULT_GRID["prefill"],
+                     repeats: int = 3, meta: dict | None = None, progress=None) -> StepCostModel:
+    """Like :func:`calibrate`, but timing the engine's own verify path (:class:`specdec.target.hf.HFTarget`).
+
+    Why a second calibration: the engine verifies trees through a custom attention mask over a
+    right-padded cache and then compacts the cache, which costs more per step than the plain
+    causal forward; a model meant to predict the engine's step times must time the engine. Each
+    point verifies a chain of ``tokens - 1`` draft nodes (plus the pending token) for ``batch``
+    requests over ``context`` cached tokens and accepts none of them (the compaction still runs),
+    so the cache grows by one row per timing -- negligible next to ``context``.
+    """
+    import torch
+
+    from ..target.hf import HFTarget
+    from ..tree import DraftTree
+
+    if not isinstance(target, HFTarget):
+        target = HFTarget(target)
+    batches, tokens, contexts, prefills = list(batches), list(tokens), list(contexts), list(prefills)
+    if repeats < 1:
+        raise ValueError(f"calibrate_engine repeats must be >= 1, got {repeats}")
+    for name, vals in (("batches", batches), ("tokens", tokens), ("contexts", contexts)):
+        if not vals or min(vals) < 1:
+            raise ValueError(f"calibrate_engine {name} must be a non-empty list of ints >= 1, got {vals}")
+    gen = torch.Generator().manual_seed(0)
+    vocab = target.vocab_size
+    cuda = target.device.type == "cuda"
+    total = len(batches) * len(contexts) * len(tokens) + len(prefills)
+    done = 0
+    samples: list[Sample] = []
+
+    def timed(fn) -> float:
+        fn()  # warm-up at this shape
+        best = math.inf
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            if cuda:
+                torch.cuda.synchronize(target.device)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    for B in batches:
+        for C in contexts:
+            prompts = torch.randint(vocab, (B, C), generator=gen).tolist()
+            state, _, _ = target.prefill(prompts)
+            target.set_pending(state, [0] * B)
+            for n in tokens:
+                chain = torch.randint(vocab, (n - 1,), generator=gen)
+                trees = [DraftTree.chain(chain, vocab_size=vocab) if n > 1 else DraftTree.empty(vocab_size=vocab)] * B
+
+                def step():
+                    target.verify(state, trees)
+                    target.accept(state, [[]] * B, [0] * B, n - 1)
+
+                samples.append(Sample(B, n, C, timed(step)))
+                done += 1
+                if progress:
+                    progress(done, total)
+    for P in prefills:
+        prompt = torch.randint(vocab, (P,), generator=gen).tolist()
+        samples.append(Sample(1, P, 0, timed(lambda: target.prefill([prompt]))))
+        done += 1
+        if progress:
+            progress(done, total)
+    info = {"model": getattr(target.config, "name_or_path", "") or type(target.model).__name__, "path": "HFTarget.verify",
+            "dtype": str(target.dtype), "device": str(target.device), "threads": torch.get_num_threads(), "repeats": repeats}
+    info.update(meta or {})
+    return StepCostModel.fit(samples, info)
