@@ -61,9 +61,13 @@ def check_main(args) -> int:
     else:
         status = "COMPATIBLE" if report["compatible"] else "INCOMPATIBLE"
         print(f"{report['proposer']}: {status} (bound to {report['bound_to']})")
-        for key in ("artifact_fingerprint", "current_fingerprint", "reason", "mismatch", "heldout_top1", "last_measured"):
+        for key in ("artifact_fingerprint", "current_fingerprint", "reason", "mismatch", "heldout_top1"):
             if report.get(key) is not None:
                 print(f"  {key}: {report[key]}")
+        last = report.get("last_measured")
+        if last is not None:
+            brief = {k: last[k] for k in ("mean_accepted", "budget", "kind", "date") if k in last}
+            print(f"  last_measured: {brief} (--json for everything, including the command)")
         if report.get("last_measured") is None and report["bound_to"] != "nothing":
             print("  last_measured: none recorded")
     if not report["compatible"] and args.allow_mismatch:
