@@ -56,15 +56,6 @@ def encode_first_turn(tokenizer, record: dict) -> list[int]:
     return [int(t) for t in tokenizer(text)["input_ids"]]
 
 
-def split_records(records: Sequence[dict], heldout_every: int = 10) -> tuple[list[dict], list[dict]]:
-    """Deterministic train / held-out split: every ``heldout_every``-th record (by position) is held out."""
-    if heldout_every < 2:
-        raise ValueError(f"heldout_every must be >= 2, got {heldout_every}")
-    train = [r for i, r in enumerate(records) if i % heldout_every != heldout_every - 1]
-    held = [r for i, r in enumerate(records) if i % heldout_every == heldout_every - 1]
-    return train, held
-
-
 @torch.inference_mode()
 def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | None,
                      batch_size: int = 8, progress: Callable[[int], None] | None = None) -> list[list[int]]:
