@@ -1,0 +1,30 @@
+"""measure: proposer specs, per-category acceptance assembly, target memory on a tiny model."""
+
+import pytest
+
+from specdec.models import tiny_model
+from specdec.serving.measure import Workload, make_proposer, measure_proposer, target_memory
+
+
+def test_suffix_measurement_per_category_and_overall():
+    model = tiny_model()
+    prompts = {"a-1": [3, 4, 5, 6, 3, 4, 5], "a-2": [7, 8, 9], "b-1": [10, 11, 12, 10, 11]}
+    outputs = {"a-1": [6, 3, 4, 5, 6, 3, 4, 5], "a-2": [7, 8, 9, 7, 8, 9], "b-1": [12, 10, 11, 12, 10, 11]}
+    wl = Workload(prompts, outputs, {"a-1": "a", "a-2": "a", "b-1": "b"})
+    m = measure_proposer("suffix", model, None, wl, budget=4)
+    assert set(m.acceptance) == {"a", "b", "all"}
+    assert m.acceptance["all"].steps == m.acceptance["a"].steps + m.acceptance["b"].steps
+    assert m.artifact["bound_to"] == "nothing" and m.memory.fixed_bytes >= 0
+    # repetitive outputs: a lookup proposer must accept something
+    assert m.acceptance["all"].expected_accepted(4) > 0
+    assert [i.output_len for i in wl.items()] == [8, 6, 6]
+
+
+def test_bad_proposer_spec_and_target_memory():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="unknown proposer spec"):
+        make_proposer("lookahead", model, None)
+    with pytest.raises(ValueError, match="does not exist"):
+        make_proposer("draft:/no/such/dir", model, None)
+    mem = target_memory(model)
+    assert mem["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4 and mem["weights_bytes"] > 0
