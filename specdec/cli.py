@@ -13,6 +13,9 @@ import sys
 COMMAND_MODULES = (
     "specdec.commands.generate",
     "specdec.commands.bench",
+    "specdec.serving.commands",
+    "specdec.training.commands",
+    "specdec.check",
 )
 
 
