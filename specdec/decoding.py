@@ -77,6 +77,7 @@ class SpeculativeDecoder:
         self.cost_model = cost_model
         self.calibration_prefix = calibration_prefix
         self.estimator = AcceptanceEstimator()
+        self.calibration = ScoreCalibration()
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ public API
@@ -166,7 +167,10 @@ class SpeculativeDecoder:
         while active:
             # 1. propose
             t0 = time.perf_counter()
-            trees = self._propose([req_ids[b] for b in active]) if speculate else [DraftTree.empty()] * len(active)
+            if speculate:
+                trees, predicted = self._propose([req_ids[b] for b in active])
+            else:
+                trees, predicted = [DraftTree.empty()] * len(active), [None] * len(active)
             t1 = time.perf_counter()
             # 2. verify
             out = target.verify(state, trees)
@@ -179,6 +183,7 @@ class SpeculativeDecoder:
                 metrics[b].record_step(trees[row].num_nodes, len(paths[row]))
                 if speculate:
                     self.estimator.update(trees[row], len(paths[row]))
+                    self.calibration.update(predicted[row], len(paths[row]))
                 ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
                 if ev.finished:
                     finished_rows.append(row)
@@ -198,12 +203,14 @@ class SpeculativeDecoder:
             active = self._drop(state, active, finished_rows, req_ids, speculate)
 
     # ------------------------------------------------------------------ steps
-    def _propose(self, req_ids: list[Hashable]) -> list[DraftTree]:
+    def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[float | None]]:
         """Draft, then keep the cost-optimal part of each deterministic tree.
 
         Node path probabilities come from the proposer when it offers ``propose_scored`` (as the
-        suffix proposer does: ``ScoredDraft(tree, node_probs)``), else from this decoder's running
-        per-depth acceptance rates for the proposer.
+        suffix proposer does: ``ScoredDraft(tree, node_probs)``), scaled by how well its past
+        estimates matched real acceptance (:class:`ScoreCalibration`), else from this decoder's
+        running per-depth acceptance rates for the proposer. Returns the trees to verify and, for
+        scored proposers, the proposer's (unscaled) expected accepted count of each kept tree.
         """
         scored = getattr(self.proposer, "propose_scored", None)
         if scored is not None:
@@ -212,7 +219,7 @@ class SpeculativeDecoder:
             drafts = [(t, None) for t in self.proposer.propose(req_ids, self.max_budget)]
         if len(drafts) != len(req_ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(req_ids)} requests")
-        out = []
+        out, predicted = [], []
         for tree, probs in drafts:
             if not isinstance(tree, DraftTree):
                 raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
@@ -220,14 +227,16 @@ class SpeculativeDecoder:
                 raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {self.max_budget}")
             if not tree.num_nodes:
                 out.append(tree)
+                predicted.append(None)
                 continue
-            if probs is None:
-                probs = self.estimator.path_probs(tree)
+            raw = probs
+            probs = self.estimator.path_probs(tree) if raw is None else self.calibration.apply(raw)
             k = self.budget if self.budget != "auto" else self.cost_model.best_size(probs)
             if k < tree.num_nodes and bool(tree.deterministic.all()):
                 tree = prune_tree(tree, probs, k)
             out.append(tree)
-        return out
+            predicted.append(None if raw is None else sum(sorted(raw, reverse=True)[: tree.num_nodes]))
+        return out, predicted
 
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:
         """The token after each prompt, from the prefill logits ``[B, V]``."""
@@ -294,6 +303,33 @@ class SpeculativeDecoder:
         if any(t < 0 for t in out):
             raise ValueError(f"stop_tokens must be non-negative token ids, got {sorted(out)}")
         return out
+
+
+@dataclass
+class ScoreCalibration:
+    """Shrinks a proposer's own acceptance estimates by how they have fared so far.
+
+    ``scale = (accepted + prior) / (predicted + prior)`` over all verified steps (capped at 1), so
+    an over-confident proposer stops buying verify time its drafts do not repay. One scale for all
+    nodes keeps path probabilities ordered (pruning stays prefix-closed).
+    """
+
+    predicted: float = 0.0
+    accepted: float = 0.0
+    prior: float = 4.0
+
+    @property
+    def scale(self) -> float:
+        return min(1.0, (self.accepted + self.prior) / (self.predicted + self.prior))
+
+    def apply(self, probs: Sequence[float]) -> list[float]:
+        s = self.scale
+        return [min(1.0, float(p) * s) for p in probs]
+
+    def update(self, predicted: float | None, accepted: int) -> None:
+        if predicted is not None:
+            self.predicted += predicted
+            self.accepted += accepted
 
 
 def _greedy_walk(tree: DraftTree, best: list[int]) -> tuple[list[int], list[int]]:

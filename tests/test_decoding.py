@@ -173,3 +173,19 @@ def test_sampling_law_end_to_end():
             return raw.process(model(torch.tensor([list(prefix)])).logits[0, -1].double())
 
     assert g_test(counts, exact_law(untempered, prompt, 2, vocab))[2] < 1e-3
+
+
+def test_score_calibration_shrinks_overconfident_estimates():
+    from specdec.decoding import ScoreCalibration
+
+    cal = ScoreCalibration()
+    assert cal.apply([0.9, 0.5]) == [0.9, 0.5]
+    for _ in range(50):
+        cal.update(2.0, 0)  # predicted two accepted tokens, got none
+        cal.update(None, 5)  # unscored steps do not count
+    assert cal.scale < 0.05
+    shrunk = cal.apply([0.9, 0.5])
+    assert shrunk[0] > shrunk[1] and shrunk[0] < 0.05
+    for _ in range(500):
+        cal.update(1.0, 3)  # under-confident: the scale is capped at 1
+    assert cal.scale == 1.0
