@@ -309,18 +309,21 @@ class SpeculativeDecoder:
 class ScoreCalibration:
     """Shrinks a proposer's own acceptance estimates by how they have fared so far.
 
-    ``scale = (accepted + prior) / (predicted + prior)`` over all verified steps (capped at 1), so
-    an over-confident proposer stops buying verify time its drafts do not repay. One scale for all
-    nodes keeps path probabilities ordered (pruning stays prefix-closed).
+    ``scale = (accepted + prior_accepted) / (predicted + prior_predicted)`` over all verified steps
+    (capped at 1), so an over-confident proposer stops buying verify time its drafts do not repay.
+    The prior starts at 0.5: estimates from a few lookup counts are unproven and a wasted verify
+    costs more than a missed speculation on CPUs. One scale for all nodes keeps path probabilities
+    ordered (pruning stays prefix-closed).
     """
 
     predicted: float = 0.0
     accepted: float = 0.0
-    prior: float = 4.0
+    prior_predicted: float = 4.0
+    prior_accepted: float = 2.0
 
     @property
     def scale(self) -> float:
-        return min(1.0, (self.accepted + self.prior) / (self.predicted + self.prior))
+        return min(1.0, (self.accepted + self.prior_accepted) / (self.predicted + self.prior_predicted))
 
     def apply(self, probs: Sequence[float]) -> list[float]:
         s = self.scale
