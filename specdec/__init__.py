@@ -26,6 +26,15 @@ _LAZY = {
     "SuffixAutomaton": ("specdec.suffix", "SuffixAutomaton"),
     "SuffixProposer": ("specdec.proposers.suffix", "SuffixProposer"),
     "SpeculativeDecoder": ("specdec.decoding", "SpeculativeDecoder"),
+    "DraftModelProposer": ("specdec.proposers.draft_model", "DraftModelProposer"),
+    "MedusaProposer": ("specdec.proposers.heads", "MedusaProposer"),
+    "MedusaHeads": ("specdec.proposers.heads", "MedusaHeads"),
+    "LoadGate": ("specdec.serving.gate", "LoadGate"),
+    "Manifest": ("specdec.artifacts", "Manifest"),
+    "IncompatibleArtifactError": ("specdec.artifacts", "IncompatibleArtifactError"),
+    "check_compatible": ("specdec.artifacts", "check_compatible"),
+    "target_fingerprint": ("specdec.artifacts", "target_fingerprint"),
+    "tokenizer_fingerprint": ("specdec.artifacts", "tokenizer_fingerprint"),
 }
 
 
@@ -37,6 +46,7 @@ def __getattr__(name):
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'specdec' has no attribute {name!r}")
 
+
 __all__ = [
     "AcceptResult",
     "Artifact",
@@ -46,9 +56,6 @@ __all__ = [
     "ReplayProposer",
     "Rule",
     "SamplingParams",
-    "SpeculativeDecoder",
-    "SuffixAutomaton",
-    "SuffixProposer",
     "TreeBatch",
     "__version__",
     "pack_trees",
@@ -57,4 +64,5 @@ __all__ = [
     "rejection_sample_batch",
     "rejection_sample_padded",
     "verify_logits",
+    *_LAZY,
 ]

@@ -68,3 +68,12 @@ def test_pack_trees_pads_with_empty_mask_rows():
         pack_trees([a, "b"])
     with pytest.raises(ValueError, match="different devices"):
         pack_trees([a, DraftTree.chain([1]).to("meta")])
+
+
+def test_every_public_name_resolves():
+    import specdec
+
+    for name in specdec.__all__:
+        assert getattr(specdec, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        specdec.Nope
