@@ -78,12 +78,13 @@ setup(
     version="0.1.0",
     description="Speculative decoding as drop-in parts: proposers, tree-attention verify, exact rejection sampling",
     packages=find_packages(include=["specdec", "specdec.*"]),
+    package_data={"specdec": ["data/*.jsonl"]},
     python_requires=">=3.10",
     install_requires=[
         # Pinned so pip takes the local CPU wheel and never pulls a multi-GB CUDA build.
         "torch==2.13.0",
         "numpy>=1.24",
-        "transformers>=5.0,<6",
+        "transformers>=5.24,<6",  # uses the `cache=` forward argument and DynamicCache(config=...)
         "pybind11>=2.11",
         "ninja",
         "safetensors",

@@ -17,7 +17,8 @@ import time
 
 import torch
 
-DEFAULT_PROMPTS = "/work/shared/data/prompts_dev.jsonl"
+# ../shared beside the checkout, where the project keeps its prompt sets
+DEFAULT_PROMPTS = str(pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "prompts_dev.jsonl")
 DEFAULT_OUT = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
 
 
