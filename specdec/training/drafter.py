@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..artifacts import IncompatibleArtifactError, Manifest, load_artifact, tensors_fingerprint
+from .loop import optimizer_step
 
 _SHARED = ("embed_tokens", "lm_head")
 
@@ -150,14 +151,7 @@ def train_drafter(drafter, records: Sequence[dict], cfg: DrafterTrainConfig, *, 
     for _ in range(cfg.epochs):
         for ids, labels, mask in _batches(train, cfg.batch_size, gen):
             loss, _, _ = _step_loss(drafter, ids, labels, mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
+            optimizer_step(loss, opt, sched, losses, bar, window=10)
     if bar is not None:
         bar.close()
     drafter.eval()

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..proposers.heads import MedusaHeads
 from .data import SelfDistillation
+from .loop import optimizer_step
 
 
 @dataclass
@@ -159,14 +160,7 @@ def train_medusa(data: SelfDistillation, lm_weight: torch.Tensor, cfg: HeadsTrai
             logits = heads(data.hidden[r].float(), lm_weight)
             per_head = _losses(logits, labels[:, r], valid[:, r])
             loss = (per_head * weights).sum() / weights.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(epoch=epoch, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+            optimizer_step(loss, opt, sched, losses, bar, window=20, epoch=epoch)
     if bar is not None:
         bar.close()
     heads.eval()
