@@ -76,17 +76,18 @@ class DraftTree:
         # Tensors keep their device (a mismatch is an error below); lists follow the tokens.
         parents = parents if isinstance(parents, torch.Tensor) else torch.as_tensor(parents, device=tokens.device)
         if deterministic is None:
-            deterministic = torch.full(tokens.shape, draft_probs is None, dtype=torch.bool, device=tokens.device)
+            make = torch.ones if draft_probs is None else torch.zeros  # cheaper than torch.full on the hot path
+            deterministic = make(tokens.shape, dtype=torch.bool, device=tokens.device)
         elif not isinstance(deterministic, torch.Tensor):
             deterministic = torch.as_tensor(deterministic, device=tokens.device)
         if validate:
             vocab_size = _validate(tokens, parents, draft_probs, deterministic, vocab_size)
         elif draft_probs is not None and vocab_size is None:
             vocab_size = int(draft_probs.shape[1])
-        self.tokens = tokens.long()
-        self.parents = parents.int()
+        self.tokens = tokens if tokens.dtype == torch.long else tokens.long()
+        self.parents = parents if parents.dtype == torch.int32 else parents.int()
         self.draft_probs = draft_probs
-        self.deterministic = deterministic.bool()
+        self.deterministic = deterministic if deterministic.dtype == torch.bool else deterministic.bool()
         self.vocab_size = vocab_size
 
     # ------------------------------------------------------------------ constructors

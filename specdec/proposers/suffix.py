@@ -315,7 +315,6 @@ class SuffixProposer:
             tree = DraftTree(
                 torch.from_numpy(toks),
                 torch.from_numpy(parents),
-                deterministic=torch.from_numpy(np.ones(toks.size, dtype=np.bool_)),
                 vocab_size=self.vocab_size,
                 validate=False,  # valid by construction: parents precede children, ids from the caches
             )
