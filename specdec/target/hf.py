@@ -32,6 +32,7 @@ import torch
 
 from ..tree import DraftTree, unpack_mask
 from ..tree_batch import pack_trees
+from .lm_head import lm_head_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 
@@ -147,8 +148,8 @@ class HFTarget:
         hidden = out.last_hidden_state
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
-            return self.lm_head(picked).float(), hidden
-        return self.lm_head(hidden).float(), hidden
+            return lm_head_logits(self.lm_head, picked).float(), hidden
+        return lm_head_logits(self.lm_head, hidden).float(), hidden
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         """bool ``[B, T, K]`` -> additive float mask ``[B, 1, T, K]`` in the model's dtype."""
