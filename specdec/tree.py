@@ -99,6 +99,24 @@ class DraftTree:
         return cls(tokens, parents, draft_probs, deterministic, vocab_size=vocab_size)
 
     @classmethod
+    def trusted(cls, tokens: torch.Tensor, parents: torch.Tensor, deterministic: torch.Tensor,
+                draft_probs: torch.Tensor | None = None, *, vocab_size: int | None = None) -> "DraftTree":
+        """A tree from tensors that are valid by construction: no checks, no conversions, no copies.
+
+        For proposers on the hot path (building a tree through ``__init__`` costs more than the
+        suffix automaton's whole draft). The caller guarantees what ``__init__`` would check:
+        ``tokens`` int64 ``[n]``, ``parents`` int32 ``[n]`` with ``-1 <= parents[i] < i``,
+        ``deterministic`` bool ``[n]``, ids inside the vocabulary, one device.
+        """
+        tree = object.__new__(cls)
+        tree.tokens = tokens
+        tree.parents = parents
+        tree.draft_probs = draft_probs
+        tree.deterministic = deterministic
+        tree.vocab_size = vocab_size
+        return tree
+
+    @classmethod
     def empty(cls, device=None, vocab_size: int | None = None):
         """A tree with no nodes: the proposer has nothing worth drafting this step."""
         return cls(

@@ -191,3 +191,12 @@ def test_mixed_devices_parents_or_flags(which):
     kwargs[which] = kwargs[which].to("meta")
     with pytest.raises(ValueError, match="different devices"):
         DraftTree(torch.tensor([1, 2]), kwargs["parents"], deterministic=kwargs["deterministic"], vocab_size=V)
+
+
+def test_trusted_constructor_matches_validated_one():
+    tokens, parents = torch.tensor([4, 5, 6]), torch.tensor([-1, 0, 0], dtype=torch.int32)
+    det = torch.ones(3, dtype=torch.bool)
+    fast = DraftTree.trusted(tokens, parents, det, vocab_size=V)
+    slow = DraftTree(tokens, parents, vocab_size=V)
+    assert torch.equal(fast.ancestor_mask, slow.ancestor_mask) and fast.paths == slow.paths
+    assert fast.tokens is tokens and fast.vocab_size == V and fast.draft_probs is None

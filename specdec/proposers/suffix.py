@@ -312,11 +312,11 @@ class SuffixProposer:
         out = []
         for req_id, b in zip(req_ids, budgets):
             toks, parents, probs = self._draft(self._get(req_id), b)
-            tree = DraftTree(
+            tree = DraftTree.trusted(  # valid by construction: parents precede children, ids from the caches
                 torch.from_numpy(toks),
                 torch.from_numpy(parents),
+                torch.ones(toks.size, dtype=torch.bool),
                 vocab_size=self.vocab_size,
-                validate=False,  # valid by construction: parents precede children, ids from the caches
             )
             out.append(ScoredDraft(tree, torch.from_numpy(probs), sum(probs.tolist())))
         return out
