@@ -147,60 +147,68 @@ class SpeculativeDecoder:
         first = self._first_tokens(logits, sampling, generator)
         prefill_s = time.perf_counter() - t0
         active = list(range(len(prompts)))
-        for b in active:
-            metrics[b].prefill_s = prefill_s
-            if speculate:
-                h = hidden[b] if proposer.requires_target_hidden else None
-                proposer.begin(req_ids[b], prompts[b], target_hidden=h)
-        target.set_pending(state, first)
-        produced = [0] * len(prompts)
-        finished_rows = []
-        for row, b in enumerate(active):
-            ev = self._emit(b, [first[row]], produced, metrics, stops, max_new_tokens)
-            if speculate and not ev.finished:
-                h = hidden[b][-1:] if proposer.requires_target_hidden else None
-                proposer.commit(req_ids[b], ev.tokens, target_hidden=h)
-            finished_rows += [row] if ev.finished else []
-            yield ev
-        active = self._drop(state, active, finished_rows, req_ids, speculate)
-
-        while active:
-            # 1. propose
-            t0 = time.perf_counter()
-            if speculate:
-                trees, predicted = self._propose([req_ids[b] for b in active])
-            else:
-                trees, predicted = [DraftTree.empty()] * len(active), [None] * len(active)
-            t1 = time.perf_counter()
-            # 2. verify
-            out = target.verify(state, trees)
-            t2 = time.perf_counter()
-            # 3. accept
-            paths, emitted = self._accept(out.logits, trees, sampling, generator)
-            # 4. commit
-            events, finished_rows = [], []
-            for row, b in enumerate(active):
-                metrics[b].record_step(trees[row].num_nodes, len(paths[row]))
-                if speculate:
-                    self.estimator.update(trees[row], len(paths[row]))
-                    self.calibration.update(predicted[row], len(paths[row]))
-                ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
-                if ev.finished:
-                    finished_rows.append(row)
-                elif speculate:
-                    h = None
-                    if proposer.requires_target_hidden:
-                        h = out.hidden[row, [0] + [1 + i for i in paths[row]]]
-                    proposer.commit(req_ids[b], emitted[row], target_hidden=h)
-                events.append(ev)
-            target.accept(state, paths, [e[-1] for e in emitted], out.logits.shape[1] - 1)
-            t3 = time.perf_counter()
+        # Requests whose proposer state is open: closed on every exit (finished, a consumer that
+        # stops iterating, an exception), so a req_id can be reused afterwards.
+        begun: set = set()
+        try:
             for b in active:
-                metrics[b].propose_s += t1 - t0
-                metrics[b].verify_s += t2 - t1
-                metrics[b].accept_s += t3 - t2
-            yield from events
-            active = self._drop(state, active, finished_rows, req_ids, speculate)
+                metrics[b].prefill_s = prefill_s
+                if speculate:
+                    h = hidden[b] if proposer.requires_target_hidden else None
+                    proposer.begin(req_ids[b], prompts[b], target_hidden=h)
+                    begun.add(req_ids[b])
+            target.set_pending(state, first)
+            produced = [0] * len(prompts)
+            finished_rows = []
+            for row, b in enumerate(active):
+                ev = self._emit(b, [first[row]], produced, metrics, stops, max_new_tokens)
+                if speculate and not ev.finished:
+                    h = hidden[b][-1:] if proposer.requires_target_hidden else None
+                    proposer.commit(req_ids[b], ev.tokens, target_hidden=h)
+                finished_rows += [row] if ev.finished else []
+                yield ev
+            active = self._drop(state, active, finished_rows, req_ids, begun)
+
+            while active:
+                # 1. propose
+                t0 = time.perf_counter()
+                if speculate:
+                    trees, predicted = self._propose([req_ids[b] for b in active])
+                else:
+                    trees, predicted = [DraftTree.empty()] * len(active), [None] * len(active)
+                t1 = time.perf_counter()
+                # 2. verify
+                out = target.verify(state, trees)
+                t2 = time.perf_counter()
+                # 3. accept
+                paths, emitted = self._accept(out.logits, trees, sampling, generator)
+                # 4. commit
+                events, finished_rows = [], []
+                for row, b in enumerate(active):
+                    metrics[b].record_step(trees[row].num_nodes, len(paths[row]))
+                    if speculate:
+                        self.estimator.update(trees[row], len(paths[row]))
+                        self.calibration.update(predicted[row], len(paths[row]))
+                    ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
+                    if ev.finished:
+                        finished_rows.append(row)
+                    elif speculate:
+                        h = None
+                        if proposer.requires_target_hidden:
+                            h = out.hidden[row, [0] + [1 + i for i in paths[row]]]
+                        proposer.commit(req_ids[b], emitted[row], target_hidden=h)
+                    events.append(ev)
+                target.accept(state, paths, [e[-1] for e in emitted], out.logits.shape[1] - 1)
+                t3 = time.perf_counter()
+                for b in active:
+                    metrics[b].propose_s += t1 - t0
+                    metrics[b].verify_s += t2 - t1
+                    metrics[b].accept_s += t3 - t2
+                yield from events
+                active = self._drop(state, active, finished_rows, req_ids, begun)
+        finally:
+            for req_id in begun:
+                proposer.end(req_id)
 
     # ------------------------------------------------------------------ steps
     def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[float | None]]:
@@ -212,19 +220,24 @@ class SpeculativeDecoder:
         running per-depth acceptance rates for the proposer. Returns the trees to verify and, for
         scored proposers, the proposer's (unscaled) expected accepted count of each kept tree.
         """
+        # A fixed int budget caps what is drafted: sampled trees cannot be pruned afterwards
+        # (dropping sampled siblings would change the law they were drawn under).
+        ask = self.max_budget if self.budget == "auto" else min(self.max_budget, self.budget)
         scored = getattr(self.proposer, "propose_scored", None)
         if scored is not None:
-            drafts = [(d.tree, d.node_probs.tolist()) for d in scored(req_ids, self.max_budget)]
+            drafts = [(d.tree, d.node_probs.tolist()) for d in scored(req_ids, ask)]
         else:
-            drafts = [(t, None) for t in self.proposer.propose(req_ids, self.max_budget)]
+            drafts = [(t, None) for t in self.proposer.propose(req_ids, ask)]
         if len(drafts) != len(req_ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(req_ids)} requests")
         out, predicted = [], []
         for tree, probs in drafts:
             if not isinstance(tree, DraftTree):
                 raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
-            if tree.num_nodes > self.max_budget:
-                raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {self.max_budget}")
+            if tree.num_nodes > ask:
+                raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {ask}")
+            if probs is not None and len(probs) != tree.num_nodes:
+                raise ValueError(f"proposer scored {len(probs)} nodes for a tree of {tree.num_nodes}")
             if not tree.num_nodes:
                 out.append(tree)
                 predicted.append(None)
@@ -245,7 +258,7 @@ class SpeculativeDecoder:
         from .sampling import rejection_sample_batch
 
         probs = sampling.process(logits).unsqueeze(1)  # [B, 1, V]: an empty tree's root row
-        empty = [DraftTree.empty(vocab_size=logits.shape[-1])] * len(probs)
+        empty = [DraftTree.empty(device=logits.device, vocab_size=logits.shape[-1])] * len(probs)
         return [int(r.tokens[0]) for r in rejection_sample_batch(empty, probs, generator=generator)]
 
     def _accept(self, logits: torch.Tensor, trees: Sequence[DraftTree], sampling: SamplingParams | None, generator):
@@ -260,6 +273,8 @@ class SpeculativeDecoder:
             return paths, emitted
         from .sampling import rejection_sample_batch
 
+        # Proposers may draft on the CPU while the target runs elsewhere: the sampler needs one device.
+        trees = [t if t.device == logits.device else t.to(logits.device) for t in trees]
         # Padded rows past a tree's n + 1 are processed too but never read by the sampler.
         for res in rejection_sample_batch(trees, sampling.process(logits), generator=generator):
             paths.append(res.path.tolist())
@@ -281,14 +296,16 @@ class SpeculativeDecoder:
         metrics[b].tokens += len(tokens)
         return StepEvent(index=b, tokens=list(tokens), finished=reason is not None, finish_reason=reason, metrics=metrics[b])
 
-    def _drop(self, state, active, finished_rows, req_ids, speculate) -> list[int]:
+    def _drop(self, state, active, finished_rows, req_ids, begun: set) -> list[int]:
         """Remove finished requests from the batch (cache rows and proposer state)."""
         if not finished_rows:
             return active
         done = set(finished_rows)
-        if speculate:
-            for row in finished_rows:
-                self.proposer.end(req_ids[active[row]])
+        for row in finished_rows:
+            req_id = req_ids[active[row]]
+            if req_id in begun:
+                begun.discard(req_id)
+                self.proposer.end(req_id)
         keep = [row for row in range(len(active)) if row not in done]
         if keep:
             self.target.select(state, keep)

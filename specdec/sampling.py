@@ -294,9 +294,10 @@ def rejection_sample_padded(
     if draft_probs is not None and (draft_probs.dim() != 3 or draft_probs.shape[:2] != (B, N) or draft_probs.shape[2] != vocab):
         raise ValueError(f"draft_probs must have shape [B={B}, N={N}, V={vocab}], got {tuple(draft_probs.shape)}")
     sizes = sizes.long()
-    parents = parents.long()
-    tokens = tokens.long()
     valid = torch.arange(N, device=dev).unsqueeze(0) < sizes.unsqueeze(1)
+    # Padding entries may hold anything (e.g. -1): neutralise them so no gather ever reads them.
+    parents = torch.where(valid, parents.long(), -1)
+    tokens = torch.where(valid, tokens.long(), 0)
     det = deterministic.bool() | ~valid
     if validate:
         _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab)

@@ -33,6 +33,15 @@ def _to_signed64(word: int) -> int:
     return word - (1 << 64) if word >= (1 << 63) else word
 
 
+def _index_tensor(values, empty_dtype: torch.dtype, device=None) -> torch.Tensor:
+    """Tensors pass through; sequences keep their inferred dtype (floats are then refused by the
+    checks) except an empty one, which would otherwise infer float32, and gets ``empty_dtype``."""
+    if isinstance(values, torch.Tensor):
+        return values
+    t = torch.as_tensor(values, device=device)
+    return t.to(empty_dtype) if t.numel() == 0 else t
+
+
 def _prob_tolerance(dtype: torch.dtype) -> float:
     """How far a row of ``draft_probs`` may sum from 1 and still count as a distribution."""
     return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
@@ -72,9 +81,10 @@ class DraftTree:
         vocab_size: int | None = None,
         validate: bool = True,
     ):
-        tokens = torch.as_tensor(tokens)
+        tokens = _index_tensor(tokens, torch.long)
         # Tensors keep their device (a mismatch is an error below); lists follow the tokens.
-        parents = parents if isinstance(parents, torch.Tensor) else torch.as_tensor(parents, device=tokens.device)
+        if not isinstance(parents, torch.Tensor):
+            parents = _index_tensor(parents, torch.int32, tokens.device)
         if deterministic is None:
             make = torch.ones if draft_probs is None else torch.zeros  # cheaper than torch.full on the hot path
             deterministic = make(tokens.shape, dtype=torch.bool, device=tokens.device)
@@ -94,7 +104,7 @@ class DraftTree:
     @classmethod
     def chain(cls, tokens, draft_probs: torch.Tensor | None = None, deterministic=None, *, vocab_size=None):
         """A chain ``t0 -> t1 -> ...``: parents ``[-1, 0, 1, ...]``."""
-        tokens = torch.as_tensor(tokens)
+        tokens = _index_tensor(tokens, torch.long)
         parents = torch.arange(-1, tokens.numel() - 1, dtype=torch.int32, device=tokens.device)
         return cls(tokens, parents, draft_probs, deterministic, vocab_size=vocab_size)
 

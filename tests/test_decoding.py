@@ -189,3 +189,31 @@ def test_score_calibration_shrinks_overconfident_estimates():
     for _ in range(500):
         cal.update(1.0, 3)  # under-confident: the scale is capped at 1
     assert cal.scale == 1.0
+
+
+def test_closing_a_stream_early_releases_proposer_state(model):
+    """A consumer that stops iterating (or an exception) must not leave the request open."""
+    prop = SuffixProposer(model.config.vocab_size)
+    dec = SpeculativeDecoder(model, prop, budget=4)
+    it = dec.stream(PROMPTS[0], NEW, stop_tokens=(), req_id="x")
+    next(it)
+    next(it)
+    it.close()
+    assert prop.active_requests == 0
+    assert len(dec.generate(PROMPTS[0], 5, stop_tokens=(), req_id="x").tokens) == 5  # the id is reusable
+
+
+def test_int_budget_caps_sampled_trees(model):
+    """Sampled trees cannot be pruned after drafting, so an int budget is passed to the proposer."""
+    seen = []
+
+    class Spy(SampledTreeProposer):
+        def propose(self, req_ids, budget):
+            trees = super().propose(req_ids, budget)
+            seen.extend(t.num_nodes for t in trees)
+            return trees
+
+    dec = SpeculativeDecoder(model, Spy(model.config.vocab_size), budget=2)
+    dec.generate(PROMPTS[1], 6, SamplingParams(temperature=1.0), stop_tokens=(),
+                 generator=torch.Generator().manual_seed(0))
+    assert seen and max(seen) <= 2

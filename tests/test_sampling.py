@@ -406,3 +406,22 @@ def test_chain_batches_never_enter_the_tree_loop(monkeypatch):
     tree = DraftTree(torch.tensor([1, 2]), torch.tensor([-1, -1]), vocab_size=V)
     with pytest.raises(AssertionError, match="tree loop"):
         rejection_sample_batch([tree], _dist(1, 3, V))
+
+
+def test_padded_entries_are_never_read():
+    """Padding tokens/parents may hold any value (here -1 and out-of-vocabulary ids)."""
+    from specdec import rejection_sample_padded
+
+    V = 5
+    g = torch.Generator().manual_seed(0)
+    target = torch.softmax(torch.randn(2, 3, V, generator=g), -1)
+    q = torch.softmax(torch.randn(2, 2, V, generator=g), -1)
+    for pad in (-1, V, 10 * V):
+        tokens = torch.tensor([[1, 2], [3, pad]])
+        parents = torch.tensor([[-1, 0], [-1, pad]])
+        sizes = torch.tensor([2, 1])
+        for probs in (q, None):
+            for validate in (True, False):
+                res = rejection_sample_padded(tokens, parents, sizes, target, draft_probs=probs, validate=validate,
+                                              generator=torch.Generator().manual_seed(1))
+                assert res.tokens.shape[0] == 2

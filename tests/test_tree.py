@@ -200,3 +200,9 @@ def test_trusted_constructor_matches_validated_one():
     slow = DraftTree(tokens, parents, vocab_size=V)
     assert torch.equal(fast.ancestor_mask, slow.ancestor_mask) and fast.paths == slow.paths
     assert fast.tokens is tokens and fast.vocab_size == V and fast.draft_probs is None
+
+
+def test_empty_sequences_make_an_empty_tree_and_float_lists_are_refused():
+    assert DraftTree([], []).num_nodes == 0 and DraftTree.chain([]).num_nodes == 0
+    with pytest.raises(ValueError, match="integer tensor"):
+        DraftTree([1.5], [-1])
