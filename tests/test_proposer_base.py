@@ -42,6 +42,15 @@ def test_budgets():
         normalize_budgets(["a", "b", "c"], [1, 2])
     with pytest.raises(ValueError, match=">= 0"):
         normalize_budgets(["a"], -1)
+    import numpy as np
+
+    assert normalize_budgets(["a", "b"], np.int64(2)) == [2, 2]
+    assert normalize_budgets(["a"], torch.tensor(3)) == [3]
+    assert normalize_budgets(["a", "b"], [np.int32(1), torch.tensor(0)]) == [1, 0]
+    with pytest.raises(TypeError, match="integers"):
+        normalize_budgets(["a"], [1.5])
+    with pytest.raises(TypeError, match="an int or one int per request"):
+        normalize_budgets(["a"], 1.5)
 
 
 def test_artifact_binding_needs_fingerprint():

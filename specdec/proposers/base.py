@@ -35,6 +35,7 @@ Accounting and lifecycle
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Literal, Protocol, Sequence, runtime_checkable
 
@@ -93,16 +94,31 @@ class Proposer(Protocol):
 
 def normalize_budgets(req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[int]:
     """One non-negative node budget per request (``budget`` is an int for all, or a sequence)."""
-    if isinstance(budget, int):
-        budgets = [budget] * len(req_ids)
+    if isinstance(budget, torch.Tensor) and budget.dim() == 0:
+        budget = budget.item()
+    if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
+        budgets = [int(budget)] * len(req_ids)
     else:
-        budgets = [int(b) for b in budget]
+        try:
+            items = list(budget)
+        except TypeError:
+            raise TypeError(f"propose budget must be an int or one int per request, got {budget!r}") from None
+        budgets = [_one_budget(b) for b in items]
         if len(budgets) != len(req_ids):
             raise ValueError(f"propose got {len(budgets)} budgets for {len(req_ids)} requests")
     for b in budgets:
         if b < 0:
             raise ValueError(f"propose budget must be >= 0, got {b}")
     return budgets
+
+
+def _one_budget(b) -> int:
+    """An integer budget (Python, numpy or 0-d tensor int); floats and bools are refused."""
+    if isinstance(b, torch.Tensor) and b.dim() == 0:
+        b = b.item()
+    if isinstance(b, bool) or not isinstance(b, numbers.Integral):
+        raise TypeError(f"propose budgets must be integers, got {b!r}")
+    return int(b)
 
 
 def as_token_list(ids: Sequence[int] | torch.Tensor, what: str) -> list[int]:
