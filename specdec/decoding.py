@@ -254,7 +254,7 @@ class SpeculativeDecoder:
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:
         """The token after each prompt, from the prefill logits ``[B, V]``."""
         if sampling is None:
-            return logits.argmax(-1).tolist()
+            return _checked_argmax(logits).tolist()
         from .sampling import rejection_sample_batch
 
         probs = sampling.process(logits).unsqueeze(1)  # [B, 1, V]: an empty tree's root row
@@ -265,7 +265,8 @@ class SpeculativeDecoder:
         """Accepted node paths and emitted tokens per request from verify logits ``[B, 1 + N, V]``."""
         paths, emitted = [], []
         if sampling is None:
-            best = logits.argmax(-1).tolist()  # [B][1 + N]
+            sizes = torch.tensor([1 + t.num_nodes for t in trees], device=logits.device)
+            best = _checked_argmax(logits, sizes).tolist()  # [B][1 + N]
             for row, tree in enumerate(trees):
                 path, toks = _greedy_walk(tree, best[row])
                 paths.append(path)
@@ -380,6 +381,20 @@ def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:
     if min(ids) < 0 or max(ids) >= vocab_size:
         raise ValueError(f"prompt {index} has token ids outside [0, {vocab_size}): range [{min(ids)}, {max(ids)}]")
     return ids
+
+
+def _checked_argmax(logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Greedy choice over the last dim of ``[B, V]`` or ``[B, R, V]`` logits.
+
+    NaN logits raise (argmax would silently pick a NaN slot). ``rows[b]`` limits the check to the
+    first rows of request ``b``: rows past a tree's size are padding and never read.
+    """
+    nan = torch.isnan(logits).any(-1)
+    if rows is not None:
+        nan &= torch.arange(logits.shape[1], device=logits.device).unsqueeze(0) < rows.unsqueeze(1)
+    if bool(nan.any()):
+        raise ValueError("the target produced NaN logits: greedy decoding cannot choose a token")
+    return logits.argmax(-1)
 
 
 def _check_sampling(sampling) -> SamplingParams | None:

@@ -119,10 +119,15 @@ def _check_target(target_probs, greedy: bool, valid_rows: torch.Tensor | None, n
     if greedy:
         # Greedy reads only the argmax: logits (with -inf masks) or probabilities both work.
         bad = (torch.isnan(target_probs) | (target_probs == float("inf"))).any(-1)
+        # A row with every score at -inf has no argmax to take (it would silently emit token 0).
+        empty = (target_probs == float("-inf")).all(-1)
         if valid_rows is not None:
             bad &= valid_rows
+            empty &= valid_rows
         if bool(bad.any()):
             raise ValueError(f"{name} row {bad.nonzero()[0].tolist()} contains NaN or +inf: the target produced invalid scores")
+        if bool(empty.any()):
+            raise ValueError(f"{name} row {empty.nonzero()[0].tolist()} is -inf everywhere: no token is allowed")
     else:
         check_distributions(target_probs, valid_rows, name)
 

@@ -217,3 +217,10 @@ def test_int_budget_caps_sampled_trees(model):
     dec.generate(PROMPTS[1], 6, SamplingParams(temperature=1.0), stop_tokens=(),
                  generator=torch.Generator().manual_seed(0))
     assert seen and max(seen) <= 2
+
+
+def test_nan_logits_are_an_error_not_a_token(model):
+    dec = SpeculativeDecoder(model)
+    broken = torch.full((1, model.config.vocab_size), float("nan"))
+    with pytest.raises(ValueError, match="NaN logits"):
+        dec._first_tokens(broken, None, None)

@@ -425,3 +425,12 @@ def test_padded_entries_are_never_read():
                 res = rejection_sample_padded(tokens, parents, sizes, target, draft_probs=probs, validate=validate,
                                               generator=torch.Generator().manual_seed(1))
                 assert res.tokens.shape[0] == 2
+
+
+def test_greedy_refuses_a_row_with_no_allowed_token():
+    from specdec import Rule
+
+    logits = torch.zeros(2, 6)
+    logits[1] = float("-inf")
+    with pytest.raises(ValueError, match="-inf everywhere"):
+        rejection_sample(DraftTree.chain([2]), logits, rule=Rule.GREEDY)
