@@ -219,12 +219,7 @@ def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: 
     import torch
     from transformers import DynamicCache
 
-    batches, tokens, contexts, prefills = list(batches), list(tokens), list(contexts), list(prefills)
-    if repeats < 1:
-        raise ValueError(f"calibrate repeats must be >= 1, got {repeats}")
-    for name, vals in (("batches", batches), ("tokens", tokens), ("contexts", contexts)):
-        if not vals or min(vals) < 1:
-            raise ValueError(f"calibrate {name} must be a non-empty list of ints >= 1, got {vals}")
+    batches, tokens, contexts, prefills = _check_grid("calibrate", batches, tokens, contexts, prefills, repeats)
     vocab = int(model.config.vocab_size)
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(0)
@@ -300,12 +295,7 @@ def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], 
 
     if not isinstance(target, HFTarget):
         target = HFTarget(target)
-    batches, tokens, contexts, prefills = list(batches), list(tokens), list(contexts), list(prefills)
-    if repeats < 1:
-        raise ValueError(f"calibrate_engine repeats must be >= 1, got {repeats}")
-    for name, vals in (("batches", batches), ("tokens", tokens), ("contexts", contexts)):
-        if not vals or min(vals) < 1:
-            raise ValueError(f"calibrate_engine {name} must be a non-empty list of ints >= 1, got {vals}")
+    batches, tokens, contexts, prefills = _check_grid("calibrate_engine", batches, tokens, contexts, prefills, repeats)
     gen = torch.Generator().manual_seed(0)
     vocab = target.vocab_size
     cuda = target.device.type == "cuda"
@@ -352,3 +342,14 @@ def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], 
             "dtype": str(target.dtype), "device": str(target.device), "threads": torch.get_num_threads(), "repeats": repeats}
     info.update(meta or {})
     return StepCostModel.fit(samples, info)
+
+
+def _check_grid(what: str, batches, tokens, contexts, prefills, repeats: int):
+    """The calibration grid as lists, or a ValueError naming the bad argument of ``what``."""
+    batches, tokens, contexts, prefills = list(batches), list(tokens), list(contexts), list(prefills)
+    if repeats < 1:
+        raise ValueError(f"{what} repeats must be >= 1, got {repeats}")
+    for name, vals in (("batches", batches), ("tokens", tokens), ("contexts", contexts)):
+        if not vals or min(vals) < 1:
+            raise ValueError(f"{what} {name} must be a non-empty list of ints >= 1, got {vals}")
+    return batches, tokens, contexts, prefills
