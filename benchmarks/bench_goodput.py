@@ -49,7 +49,8 @@ from specdec.serving.gate import BudgetOptimizer, LoadGate
 from specdec.serving.metrics import SLO, RequestRecord, summarize
 from specdec.serving.policies import AlwaysOn, Off, gated, hysteresis_band
 from specdec.serving.simulator import ServerConfig, simulate
-from specdec.serving.workload import SimRequest, WorkloadItem, encode_prompt, load_prompts
+from specdec.prompts import encode_first_turn, read_prompt_records
+from specdec.serving.workload import SimRequest, WorkloadItem
 
 DEFAULT_CATEGORIES = "summarization,rag,translation,coding,qa,extraction"
 
@@ -143,9 +144,9 @@ def main(argv=None):
 
     model, tok = load_default()
     torch.manual_seed(0)
-    recs = load_prompts(Path(__file__).resolve().parent.parent / "specdec" / "data" / "prompts_dev_sample.jsonl",
-                        args.categories.split(","), None)
-    pool = [(encode_prompt(tok, r), r["category"]) for r in recs]
+    recs = read_prompt_records(Path(__file__).resolve().parent.parent / "specdec" / "data" / "prompts_dev_sample.jsonl",
+                               categories=args.categories.split(","))
+    pool = [(encode_first_turn(tok, r), r["category"]) for r in recs]
     # interleave categories so every batch mixes good and bad cases for lookup drafting
     by_cat = {}
     for p, c in pool:

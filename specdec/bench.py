@@ -8,7 +8,6 @@ exact methods are compared token for token against plain decoding and mismatches
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import torch
 
 from .decoding import SpeculativeDecoder
 from .metrics import RequestMetrics
+from .prompts import encode_first_turn, read_prompt_records
 
 SAMPLE_PROMPTS = Path(__file__).parent / "data" / "prompts_dev_sample.jsonl"
 
@@ -33,35 +33,14 @@ class Prompt:
 
 def load_prompts(path: str | Path, tokenizer, *, categories: Sequence[str] | None = None,
                  per_category: int | None = None) -> list[Prompt]:
-    """First turn of each Spec-Bench-format record, chat-templated and tokenized.
+    """First turn of each selected Spec-Bench-format record, chat-templated and tokenized.
 
     Raises:
-        ValueError: an unknown category was asked for, or nothing was selected.
+        ValueError: from :func:`specdec.prompts.read_prompt_records` (unknown category, nothing selected, ...).
     """
-    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    known = sorted({r["category"] for r in records})
-    if categories:
-        unknown = sorted(set(categories) - set(known))
-        if unknown:
-            raise ValueError(f"unknown categories {unknown}; {path} has {known}")
-    taken: dict[str, int] = defaultdict(int)
-    out = []
-    for r in records:
-        cat = r["category"]
-        if categories and cat not in categories:
-            continue
-        if per_category is not None and taken[cat] >= per_category:
-            continue
-        taken[cat] += 1
-        text = r["turns"][0]
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        out.append(Prompt(cat, int(r.get("question_id", len(out))), text, [int(t) for t in ids]))
-    if not out:
-        raise ValueError(f"no prompts selected from {path} (categories={categories}, per_category={per_category})")
-    return out
+    records = read_prompt_records(path, categories=categories, per_category=per_category)
+    return [Prompt(r["category"], int(r.get("question_id", i)), r["turns"][0], encode_first_turn(tokenizer, r))
+            for i, r in enumerate(records)]
 
 
 @dataclass

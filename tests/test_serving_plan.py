@@ -3,7 +3,6 @@
 import argparse
 import json
 
-import numpy as np
 import pytest
 from serving_fixtures import good_acceptance, gpu_like_cost, items, zero_acceptance
 

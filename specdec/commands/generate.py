@@ -27,14 +27,14 @@ def run(args) -> int:
 
     from ..decoding import SpeculativeDecoder
     from ..logits import SamplingParams
+    from ..prompts import chat_ids
 
     model, tok = load_target(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     if args.raw:
         ids = tok(args.prompt).input_ids
     else:
-        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=True)["input_ids"]
+        ids = chat_ids(tok, args.prompt)
     budget = parse_budget(args.budget)
     decoder = SpeculativeDecoder(model, make_proposer(args.proposer, model), budget=budget)
     gen = torch.Generator().manual_seed(args.seed)

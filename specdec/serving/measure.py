@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .acceptance import AcceptanceDist, from_histogram, measure_by_replay
+from ..prompts import encode_first_turn, read_prompt_records
 from .memory import ProposerMemory, kv_bytes_per_token, measure_proposer_memory, model_weight_bytes
-from .workload import WorkloadItem, encode_prompt, greedy_outputs, items_from, load_prompts
+from .workload import WorkloadItem, greedy_outputs, items_from
 
 
 def default_workload_path() -> Path:
@@ -100,11 +101,11 @@ def build_workload(model, tokenizer, path: str | Path, *, categories: Sequence[s
     """Select prompts, tokenise them and get the target's greedy outputs (cached per target fingerprint)."""
     if max_new_tokens < 2:
         raise ValueError(f"max_new_tokens must be >= 2, got {max_new_tokens}")
-    records = load_prompts(path, categories, per_category)
+    records = read_prompt_records(path, categories=categories, per_category=per_category)
     prompts, cats = {}, {}
     for rec in records:
         rid = f"{rec['category']}-{rec.get('question_id', len(prompts))}"
-        prompts[rid] = encode_prompt(tokenizer, rec)
+        prompts[rid] = encode_first_turn(tokenizer, rec)
         cats[rid] = rec["category"]
     key = hashlib.sha256(json.dumps([target_fp, max_new_tokens, prompts], sort_keys=True).encode()).hexdigest()[:16]
     cache = None if cache_dir is None else Path(cache_dir) / f"greedy-{key}.json"

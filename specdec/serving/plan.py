@@ -22,7 +22,6 @@ from .acceptance import AcceptanceDist
 from .cost import StepCostModel
 from .gate import BudgetOptimizer
 from .memory import ProposerMemory, admitted_concurrency
-from .metrics import SLO
 from .policies import AlwaysOn, Off, adaptive, gated, hysteresis_band
 from .pools import GateSpec, Pool
 from .simulator import ServerConfig

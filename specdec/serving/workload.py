@@ -10,8 +10,6 @@ assumed averages.
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -62,51 +60,6 @@ def make_requests(items: Sequence[WorkloadItem], arrivals: Sequence[float], rng:
     idx = rng.integers(len(items), size=arrivals.size)
     opt = rng.random(arrivals.size) < opt_out_fraction
     return [SimRequest(i, float(t), items[int(j)], bool(o)) for i, (t, j, o) in enumerate(zip(arrivals, idx, opt))]
-
-
-def load_prompts(path: str | Path, categories: Sequence[str] | None = None, per_category: int | None = None) -> list[dict]:
-    """Read a Spec-Bench style JSONL (``question_id``, ``category``, ``turns``), optionally a subset.
-
-    Returns the records in file order, at most ``per_category`` of each selected category.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"workload file {path} does not exist")
-    out, seen = [], {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
-        if not isinstance(rec, dict) or "category" not in rec or not isinstance(rec.get("turns"), list) or not rec["turns"]:
-            raise ValueError(f"{path}:{lineno}: expected an object with 'category' and a non-empty 'turns' list")
-        cat = rec["category"]
-        if categories is not None and cat not in categories:
-            continue
-        if per_category is not None and seen.get(cat, 0) >= per_category:
-            continue
-        seen[cat] = seen.get(cat, 0) + 1
-        out.append(rec)
-    if categories is not None:
-        absent = sorted(set(categories) - set(seen))
-        if absent:
-            raise ValueError(f"categories {absent} not found in {path}; present: {sorted(seen)}")
-    if not out:
-        raise ValueError(f"no prompts selected from {path}")
-    return out
-
-
-def encode_prompt(tokenizer, record: dict) -> list[int]:
-    """Token ids of a record's first turn, through the tokenizer's chat template when it has one."""
-    text = record["turns"][0]
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    return [int(t) for t in tokenizer(text)["input_ids"]]
 
 
 def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:

@@ -19,6 +19,7 @@ import time
 import torch
 
 from ..artifacts import Manifest, save_artifact, target_fingerprint, tokenizer_fingerprint
+from ..prompts import read_prompt_records
 
 
 def load_target(spec: str, device: str, dtype: torch.dtype = torch.float32):
@@ -65,7 +66,7 @@ def train_heads_main(args) -> int:
     t_loaded = time.time()
     fp = target_fingerprint(model)
     print(f"target {args.target}: {fp} (device {device})", file=sys.stderr)
-    records = sd.load_prompt_records(args.prompts, args.limit)
+    records = read_prompt_records(args.prompts, limit=args.limit)
 
     def progress(stage, i, n):
         print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
@@ -118,7 +119,7 @@ def train_draft_main(args) -> int:
                              seed=args.seed)
     model, tok = load_target(args.target, device)
     fp = target_fingerprint(model)
-    records = sd.load_prompt_records(args.prompts, args.limit)
+    records = read_prompt_records(args.prompts, limit=args.limit)
 
     def progress(stage, i, n):
         print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)

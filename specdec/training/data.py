@@ -22,38 +22,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..prompts import encode_first_turn
+
 DEFAULT_CACHE_DIR = os.path.join("benchmarks", "data")
-
-
-def load_prompt_records(path: str, limit: int | None = None) -> list[dict]:
-    """Spec-Bench style records (``question_id``, ``category``, ``turns``) from a JSONL file."""
-    out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            for key in ("question_id", "category", "turns"):
-                if key not in rec:
-                    raise ValueError(f"{path}:{n}: record lacks {key!r} (expected question_id, category, turns)")
-            out.append(rec)
-            if limit is not None and len(out) >= limit:
-                break
-    if not out:
-        raise ValueError(f"no prompt records in {path}")
-    return out
-
-
-def encode_first_turn(tokenizer, record: dict) -> list[int]:
-    """Token ids of a record's first user turn, through the chat template when the tokenizer has one."""
-    text = record["turns"][0]
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            tokenize=True)
-        if hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    return [int(t) for t in tokenizer(text)["input_ids"]]
 
 
 @torch.inference_mode()

@@ -1,0 +1,76 @@
+"""Spec-Bench-format prompt files: reading, selecting and tokenizing them, in one place.
+
+Every tool that runs prompts (``specdec bench``, ``plan``, ``train``, the benchmarks) reads the
+same JSONL format — one object a line with ``category``, ``turns`` (user messages) and usually
+``question_id`` — and feeds the first turn through the model's chat template, so they share this
+module rather than each parsing it their own way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+
+def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = None,
+                        per_category: int | None = None, limit: int | None = None) -> list[dict]:
+    """Records of a Spec-Bench-format JSONL file, in file order.
+
+    Args:
+        categories: keep only these categories (each must occur in the file).
+        per_category: at most this many records of each category.
+        limit: at most this many records in all.
+
+    Raises:
+        ValueError: missing file, a line that is not JSON or lacks ``category`` / a non-empty
+            ``turns`` list, an unknown category, or nothing selected.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"prompt file {path} does not exist")
+    out: list[dict] = []
+    taken: dict[str, int] = {}
+    known: set[str] = set()
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        if not isinstance(rec, dict) or "category" not in rec or not isinstance(rec.get("turns"), list) or not rec["turns"]:
+            raise ValueError(f"{path}:{lineno}: expected an object with 'category' and a non-empty 'turns' list")
+        cat = rec["category"]
+        known.add(cat)
+        if categories and cat not in categories:
+            continue
+        if per_category is not None and taken.get(cat, 0) >= per_category:
+            continue
+        if limit is not None and len(out) >= limit:
+            continue
+        taken[cat] = taken.get(cat, 0) + 1
+        out.append(rec)
+    if categories:
+        unknown = sorted(set(categories) - known)
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}; {path} has {sorted(known)}")
+    if not out:
+        raise ValueError(f"no prompts selected from {path} (categories={categories}, per_category={per_category})")
+    return out
+
+
+def chat_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of one user message, through the tokenizer's chat template when it has one."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+        if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+def encode_first_turn(tokenizer, record: dict) -> list[int]:
+    """Token ids of a record's first user turn (see :func:`chat_ids`)."""
+    return chat_ids(tokenizer, record["turns"][0])
