@@ -255,11 +255,11 @@ class SpeculativeDecoder:
         """The token after each prompt, from the prefill logits ``[B, V]``."""
         if sampling is None:
             return _checked_argmax(logits).tolist()
-        from .sampling import rejection_sample_batch
+        from .sampling import verify_logits
 
-        probs = sampling.process(logits).unsqueeze(1)  # [B, 1, V]: an empty tree's root row
-        empty = [DraftTree.empty(device=logits.device, vocab_size=logits.shape[-1])] * len(probs)
-        return [int(r.tokens[0]) for r in rejection_sample_batch(empty, probs, generator=generator)]
+        empty = [DraftTree.empty(device=logits.device, vocab_size=logits.shape[-1])] * logits.shape[0]
+        # [B, 1, V]: an empty tree's root row
+        return [int(r.tokens[0]) for r in verify_logits(empty, logits.unsqueeze(1), sampling, generator=generator)]
 
     def _accept(self, logits: torch.Tensor, trees: Sequence[DraftTree], sampling: SamplingParams | None, generator):
         """Accepted node paths and emitted tokens per request from verify logits ``[B, 1 + N, V]``."""
@@ -272,12 +272,13 @@ class SpeculativeDecoder:
                 paths.append(path)
                 emitted.append(toks)
             return paths, emitted
-        from .sampling import rejection_sample_batch
+        from .sampling import verify_logits
 
         # Proposers may draft on the CPU while the target runs elsewhere: the sampler needs one device.
         trees = [t if t.device == logits.device else t.to(logits.device) for t in trees]
-        # Padded rows past a tree's n + 1 are processed too but never read by the sampler.
-        for res in rejection_sample_batch(trees, sampling.process(logits), generator=generator):
+        # One call: processes the logits (refusing NaN / inf) and verifies against that processed
+        # distribution without re-validating it. Padded rows past a tree's n + 1 are never read.
+        for res in verify_logits(trees, logits, sampling, generator=generator):
             paths.append(res.path.tolist())
             emitted.append(res.tokens.tolist())
         return paths, emitted
