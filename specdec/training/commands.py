@@ -1,4 +1,4 @@
-"""``specdec train heads|draft``: self-distil the target, train a proposer, save a bound artifact.
+"""``specdec train heads|eagle|draft``: self-distil the target, train a proposer, save a bound artifact.
 
 One command does the whole refit (the recurring cost trained heads carry on every checkpoint
 release): fingerprint the target, generate (or reuse cached) self-distillation data, train, and
@@ -109,6 +109,67 @@ def train_heads_main(args) -> int:
     return 0
 
 
+def train_eagle_main(args) -> int:
+    from . import data as sd
+    from .eagle import EagleTrainConfig, load_or_build_full, train_eagle
+    from ..proposers.eagle_layer import EagleConfig
+
+    t_start = time.time()
+    device = _device(args.device)
+    cfg = EagleTrainConfig(reduced_vocab=args.vocab, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                           context=args.context, ce_weight=args.ce_weight, noise=args.noise, seed=args.seed)
+    model, tok = load_target(args.target, device)
+    t_loaded = time.time()
+    fp = target_fingerprint(model)
+    print(f"target {args.target}: {fp} (device {device})", file=sys.stderr)
+    records = read_prompt_records(args.prompts, limit=args.limit)
+
+    def progress(stage, i, n):
+        print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    responses, source = sd.load_or_generate_responses(model, tok, records, target_fp=fp,
+                                                      max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
+                                                      batch_size=args.gen_batch, progress=progress)
+    t_responses = time.time()
+    data, hidden_source = load_or_build_full(model, responses, target_fp=fp, n_prompts=len(records),
+                                             max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
+                                             progress=progress)
+    t_data = time.time()
+    embed = model.get_input_embeddings().weight.detach().float()
+    lm_weight = model.get_output_embeddings().weight.detach().float()
+    layer, report = train_eagle(data, embed, lm_weight, EagleConfig.from_target(model.config), cfg,
+                                heldout_every=args.heldout_every, progress=True)
+    layer = layer.cpu()
+    t_train = time.time()
+    manifest = Manifest(
+        kind="eagle",
+        name=args.name or "eagle-1layer",
+        bound_to="target",
+        fingerprint=fp,
+        config={"layer": layer.config.to_dict(), "vocab_size": int(lm_weight.shape[0]),
+                "reduced_vocab": 0 if layer.vocab_ids is None else int(layer.vocab_ids.numel()),
+                "drafting": {"top_k": args.top_k, "max_depth": args.max_depth, "min_prob": args.min_prob},
+                "stored_dtype": "float16", "tokenizer_fingerprint": tokenizer_fingerprint(tok)},
+        training={
+            **report,
+            "prompts": os.path.basename(args.prompts), "records": len(data.records),
+            "positions": int(data.tokens.numel()), "max_new_tokens": args.max_new_tokens,
+            "data_source": source, "hidden_source": hidden_source, "device": device,
+            "torch": torch.__version__,
+            "seconds": {"load": round(t_loaded - t_start, 1), "responses": round(t_responses - t_loaded, 1),
+                        "hidden": round(t_data - t_responses, 1), "train": round(t_train - t_data, 1),
+                        "total": round(t_train - t_start, 1)},
+            "command": "specdec " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:])),
+        },
+    )
+    save_artifact(args.out, layer.state_tensors(torch.float16), manifest)
+    held = report["heldout"]
+    print(f"saved {args.out}: held-out top-1 {held['top1']:.3f} (before {report['heldout_before']['top1']:.3f}), "
+          f"loss {held['loss']:.3f}; refit {t_train - t_start:.0f} s (hidden {t_data - t_responses:.0f} s, "
+          f"train {t_train - t_data:.0f} s)")
+    return 0
+
+
 def train_draft_main(args) -> int:
     from . import data as sd
     from .drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter, train_drafter
@@ -166,7 +227,7 @@ def _common(p, epochs: int, lr: float, batch: int) -> None:
 
 
 def register(subparsers) -> None:
-    """Add ``train heads`` and ``train draft`` to a ``specdec`` argparse sub-parser collection."""
+    """Add ``train heads``, ``train eagle`` and ``train draft`` to a ``specdec`` argparse sub-parser collection."""
     train = subparsers.add_parser("train", help="train a proposer artifact (self-distillation)")
     kinds = train.add_subparsers(dest="train_kind", required=True)
     h = kinds.add_parser("heads", help="Medusa heads bound to the target checkpoint")
@@ -175,6 +236,16 @@ def register(subparsers) -> None:
     h.add_argument("--layers", type=int, default=1)
     h.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
     h.set_defaults(func=train_heads_main)
+    e = kinds.add_parser("eagle", help="an EAGLE-style draft layer bound to the target checkpoint")
+    _common(e, epochs=6, lr=1e-3, batch=8)
+    e.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
+    e.add_argument("--context", type=int, default=256, help="prompt tokens kept before each response in training")
+    e.add_argument("--ce-weight", type=float, default=0.5, help="weight of the token cross-entropy")
+    e.add_argument("--noise", type=float, default=0.05, help="input-feature noise std, fraction of the feature RMS")
+    e.add_argument("--top-k", type=int, default=8, help="drafting default: children per node / frontier width")
+    e.add_argument("--max-depth", type=int, default=6, help="drafting default: deepest level")
+    e.add_argument("--min-prob", type=float, default=1e-3, help="drafting default: stop below this path probability")
+    e.set_defaults(func=train_eagle_main)
     d = kinds.add_parser("draft", help="a small drafter (target layers + shared embeddings), bound to the tokenizer")
     _common(d, epochs=1, lr=3e-4, batch=4)
     d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")

@@ -1,0 +1,304 @@
+"""EAGLE-style proposer: one draft layer in feature space, EAGLE-2 dynamic trees within a node budget.
+
+Per request the proposer keeps the draft layer's KV cache over the committed sequence. Position
+``t`` of that cache holds the keys/values of the pair ``(f_t, x_{t+1})``: the target's *true*
+feature at ``t`` and the token that followed. ``begin`` builds it from the prompt's hidden states
+and the prompt shifted by one; every ``commit`` appends the pairs ``(target_hidden[j],
+accepted_ids[j])`` (row ``j`` is the feature that produced ``accepted_ids[j]``), so drafted
+features never enter the committed cache. The *root feature* is what depth 1 is drafted from:
+after ``begin`` it is the target's own last prompt feature (its LM head gives the target's exact
+next-token ranking); after a ``commit`` it is the draft layer's output at the last committed pair.
+
+Drafting (EAGLE-2): depth 1 takes the ``top_k`` tokens of the root feature's draft distribution.
+At each further depth the ``top_k`` frontier nodes with the highest cumulative draft probability
+(product of draft softmax probabilities along the path) run through the draft layer in one batch,
+each attending to the committed cache plus its own ancestors' draft keys/values (an explicit tree
+mask), and each contributes its ``top_k`` children as candidates. Expansion stops at ``max_depth``,
+when the best frontier path probability drops below ``min_prob``, or when no new candidate could
+enter the final selection. The tree is the ``budget`` candidates with the highest cumulative
+probability (ties to the earlier node, so a kept node's parent is always kept). Nodes are chosen,
+not sampled: they are deterministic (point masses) and verification stays exact at any temperature.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Hashable, Sequence
+
+import torch
+
+from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
+from ..tree import DraftTree
+from .base import as_token_list, normalize_budgets
+from .eagle_layer import EagleConfig, EagleLayer
+
+
+@dataclass
+class _Request:
+    """One request's committed draft state: cache rows ``[0, length)`` and the root feature."""
+
+    k: torch.Tensor  # [capacity, Hkv, D]
+    v: torch.Tensor
+    length: int
+    root: torch.Tensor  # [H]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        n = k.shape[0]
+        if self.length + n > self.k.shape[0]:
+            cap = max(2 * self.k.shape[0], self.length + n, 16)
+            grow = lambda t: torch.cat([t[: self.length], t.new_empty(cap - self.length, *t.shape[1:])])
+            self.k, self.v = grow(self.k), grow(self.v)
+        self.k[self.length: self.length + n] = k
+        self.v[self.length: self.length + n] = v
+        self.length += n
+
+    @property
+    def nbytes(self) -> int:
+        return (self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+                + self.root.numel() * self.root.element_size())
+
+
+class EagleProposer:
+    """Drafts EAGLE-2 dynamic trees from a trained :class:`EagleLayer`.
+
+    Args:
+        layer: the trained draft layer.
+        embed_weight: the target's input embedding ``[V, H]`` (shared, not copied).
+        lm_head_weight: the target's LM-head weight ``[V, H]`` (shared, not copied).
+        artifact: the manifest-derived :class:`~specdec.Artifact` (bound to the target).
+        top_k: children per expanded node and frontier width per depth.
+        max_depth: deepest drafted level.
+        min_prob: stop expanding when the best frontier path probability falls below this.
+    """
+
+    requires_target_hidden = True
+
+    def __init__(self, layer: EagleLayer, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, artifact, *,
+                 top_k: int = 8, max_depth: int = 6, min_prob: float = 1e-3):
+        H = layer.hidden_size
+        for name, w in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):
+            if w.dim() != 2 or w.shape[1] != H:
+                raise ValueError(f"{name} must be [V, {H}], got {tuple(w.shape)}")
+        if embed_weight.shape[0] != lm_head_weight.shape[0]:
+            raise ValueError(f"embedding ({embed_weight.shape[0]}) and LM head ({lm_head_weight.shape[0]}) "
+                             "vocabularies differ")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+            raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
+        if not 0.0 <= float(min_prob) < 1.0:
+            raise ValueError(f"min_prob must be in [0, 1), got {min_prob!r}")
+        self.layer = layer.to(lm_head_weight.device, lm_head_weight.dtype).eval()
+        self.embed = embed_weight.detach()
+        self.lm_weight = lm_head_weight.detach()
+        self._rows = self.layer.lm_rows(self.lm_weight).contiguous()  # [R, H], gathered once
+        self.vocab_size = int(lm_head_weight.shape[0])
+        self.top_k = min(top_k, int(self._rows.shape[0]))
+        self.max_depth, self.min_logp = max_depth, (math.log(min_prob) if min_prob > 0 else -math.inf)
+        self.artifact = artifact
+        self._reqs: dict[Hashable, _Request] = {}
+
+    @classmethod
+    def load(cls, directory: str, target_model, *, allow_mismatch: bool = False, **draft_options) -> "EagleProposer":
+        """Load an artifact saved by ``specdec train eagle``; refuses another checkpoint unless overridden.
+
+        ``draft_options`` (``top_k``, ``max_depth``, ``min_prob``) override the manifest's defaults.
+        """
+        tensors, manifest = load_artifact(directory)
+        if manifest.kind != "eagle":
+            raise ValueError(f"{directory} holds a {manifest.kind!r} artifact, not 'eagle'")
+        check_compatible(manifest, target_fingerprint(target_model), allow_mismatch=allow_mismatch)
+        return cls.from_manifest(tensors, manifest, target_model.get_input_embeddings().weight,
+                                 target_model.get_output_embeddings().weight, **draft_options)
+
+    @classmethod
+    def from_manifest(cls, tensors, manifest: Manifest, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
+                      **draft_options) -> "EagleProposer":
+        cfg = EagleConfig.from_dict(manifest.config["layer"])
+        if cfg.hidden_size != lm_head_weight.shape[1]:
+            raise ValueError(f"artifact hidden size {cfg.hidden_size} != target hidden size {lm_head_weight.shape[1]}")
+        layer = EagleLayer.from_tensors(tensors, cfg, lm_head_weight.dtype)
+        opts = {**manifest.config.get("drafting", {}), **draft_options}
+        return cls(layer, embed_weight, lm_head_weight, manifest.to_artifact(), **opts)
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None) -> None:
+        if req_id in self._reqs:
+            raise ValueError(f"request {req_id!r} already begun")
+        ids = as_token_list(prompt_ids, "prompt_ids")
+        h = self._check_hidden(target_hidden, len(ids), "begin", "prompt_ids")
+        c = self.layer.config
+        empty = h.new_empty(0, c.num_kv_heads, c.head_dim)
+        req = _Request(empty, empty.clone(), 0, h[-1])
+        if len(ids) > 1:
+            k, v, _ = self._feed(req, h[:-1], ids[1:])
+            req.append(k, v)
+        self._reqs[req_id] = req
+
+    @torch.no_grad()
+    def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
+        req = self._state(req_id)
+        ids = as_token_list(accepted_ids, "accepted_ids")
+        if not ids:
+            raise ValueError("commit needs at least one emitted token")
+        h = self._check_hidden(target_hidden, len(ids), "commit", "accepted_ids")
+        k, v, out = self._feed(req, h, ids)
+        req.append(k, v)
+        req.root = out[-1]
+
+    def end(self, req_id) -> None:
+        self._state(req_id)
+        del self._reqs[req_id]
+
+    def memory_bytes(self) -> int:
+        """Draft-layer weights, the gathered LM-head rows of a reduced vocabulary (the full LM head
+        and the embedding belong to the target) and every request's draft KV cache."""
+        own = sum(p.numel() * p.element_size() for p in self.layer.parameters())
+        if self.layer.vocab_ids is not None:
+            own += self.layer.vocab_ids.numel() * 8 + self._rows.numel() * self._rows.element_size()
+        return own + sum(r.nbytes for r in self._reqs.values())
+
+    def cache_length(self, req_id) -> int:
+        """Committed positions in the request's draft cache (committed tokens - 1)."""
+        return self._state(req_id).length
+
+    def cached_kv(self, req_id) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(k, v) [length, Hkv, D]``: the request's committed draft keys/values (views)."""
+        r = self._state(req_id)
+        return r.k[: r.length], r.v[: r.length]
+
+    def _state(self, req_id) -> _Request:
+        if req_id not in self._reqs:
+            raise KeyError(f"unknown request {req_id!r}: call begin() first")
+        return self._reqs[req_id]
+
+    def _check_hidden(self, target_hidden, n: int, where: str, what: str) -> torch.Tensor:
+        H = self.layer.hidden_size
+        if target_hidden is None:
+            raise ValueError(f"EagleProposer.{where} needs target_hidden (requires_target_hidden is True)")
+        if not isinstance(target_hidden, torch.Tensor) or target_hidden.dim() != 2 or target_hidden.shape[1] != H:
+            shape = tuple(target_hidden.shape) if isinstance(target_hidden, torch.Tensor) else type(target_hidden)
+            raise ValueError(f"{where} target_hidden must be [len({what}), {H}], got {shape}")
+        if target_hidden.shape[0] != n:
+            raise ValueError(f"{where} target_hidden has {target_hidden.shape[0]} rows for {n} tokens in {what}")
+        return target_hidden.detach().to(self.lm_weight.device, self.lm_weight.dtype)
+
+    @torch.no_grad()
+    def _feed(self, req: _Request, feats: torch.Tensor, tokens: list[int]):
+        """Run committed pairs ``(feats[j], tokens[j])`` at positions ``length + j`` (causal among
+        themselves, full attention to the cache). Returns ``(k, v, out)``; the cache is not changed."""
+        if max(tokens) >= self.vocab_size:
+            raise ValueError(f"token id {max(tokens)} is out of the target vocabulary ({self.vocab_size})")
+        n, S = len(tokens), req.length
+        dev = feats.device
+        ids = torch.tensor(tokens, dtype=torch.long, device=dev)
+        pos = torch.arange(S, S + n, device=dev)
+        mask = torch.ones(n, S + n, dtype=torch.bool, device=dev)
+        mask[:, S:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+        out, k, v = self.layer.step(feats, self.embed[ids], pos, req.k[:S], req.v[:S], mask)
+        return k, v, out
+
+    # ------------------------------------------------------------------ drafting
+    @torch.no_grad()
+    def propose(self, req_ids: Sequence[Hashable], budget) -> list[DraftTree]:
+        budgets = normalize_budgets(req_ids, budget)
+        reqs = [self._state(r) for r in req_ids]
+        return [self._draft(req, b) for req, b in zip(reqs, budgets)]
+
+    @torch.no_grad()
+    def _draft(self, req: _Request, budget: int) -> DraftTree:
+        """One request's EAGLE-2 tree (see the module docstring)."""
+        dev = self.lm_weight.device
+        if budget == 0:
+            return DraftTree.empty(dev, vocab_size=self.vocab_size)
+        k = min(self.top_k, budget)
+        logp = torch.log_softmax((self._rows @ req.root).float(), -1)
+        top = torch.topk(logp, k)
+        # Candidates (drafting-vocab index, parent candidate, cumulative log-prob), in creation order.
+        cand_tok, cand_par, cand_score = [top.indices], [torch.full((k,), -1, device=dev)], [top.values]
+        n_cand = k
+        # Frontier: candidates to expand next, with their parent's feature and their depth-1 position.
+        front = torch.arange(k, device=dev)
+        front_feat = req.root.expand(k, -1)
+        front_score = top.values
+        front_anc = torch.zeros(k, 0, dtype=torch.bool, device=dev)  # ancestors among expanded nodes
+        tree_k = req.k.new_empty(0, *req.k.shape[1:])
+        tree_v = req.v.new_empty(0, *req.v.shape[1:])
+        S = req.length
+        for depth in range(1, self.max_depth):
+            best = float(front_score.max())
+            kept_scores = torch.cat(cand_score)
+            if best < self.min_logp or (n_cand >= budget and float(torch.topk(kept_scores, budget).values[-1]) >= best):
+                break
+            toks = self.layer.token_ids(torch.cat(cand_tok)[front])
+            n_exp, f = tree_k.shape[0], front.numel()
+            mask = torch.ones(f, S + n_exp + f, dtype=torch.bool, device=dev)
+            mask[:, S: S + n_exp] = front_anc
+            mask[:, S + n_exp:] = torch.eye(f, dtype=torch.bool, device=dev)
+            pos = torch.full((f,), S + depth - 1, dtype=torch.long, device=dev)
+            past_k, past_v = torch.cat([req.k[:S], tree_k]), torch.cat([req.v[:S], tree_v])
+            out, nk, nv = self.layer.step(front_feat, self.embed[toks], pos, past_k, past_v, mask)
+            tree_k, tree_v = torch.cat([tree_k, nk]), torch.cat([tree_v, nv])
+            child_logp = torch.log_softmax((out @ self._rows.T).float(), -1)  # [f, R]
+            ck = torch.topk(child_logp, k, dim=-1)
+            scores = (front_score[:, None] + ck.values).reshape(-1)  # [f * k]
+            parents = front.repeat_interleave(k)
+            cand_tok.append(ck.indices.reshape(-1))
+            cand_par.append(parents)
+            cand_score.append(scores)
+            # The next frontier: the best k children; each attends to its parent's ancestors + parent.
+            nxt = torch.topk(scores, min(k, scores.numel())).indices
+            own = torch.zeros(f, n_exp + f, dtype=torch.bool, device=dev)
+            own[:, :n_exp] = front_anc
+            own[:, n_exp:] = torch.eye(f, dtype=torch.bool, device=dev)
+            front_anc = own[nxt // k]
+            front_feat = out[nxt // k]
+            front = n_cand + nxt
+            front_score = scores[nxt]
+            n_cand += scores.numel()
+        return self._select(torch.cat(cand_tok), torch.cat(cand_par), torch.cat(cand_score), budget)
+
+    def _select(self, tok: torch.Tensor, par: torch.Tensor, score: torch.Tensor, budget: int) -> DraftTree:
+        """The ``budget`` best candidates (ties to the earlier one), renumbered in creation order."""
+        n = tok.numel()
+        order = sorted(range(n), key=lambda i: (-float(score[i]), i))[:budget]
+        keep = sorted(order)
+        new = {old: i for i, old in enumerate(keep)}
+        par_l = par.tolist()
+        parents = [new[par_l[i]] if par_l[i] >= 0 else -1 for i in keep]
+        idx = torch.tensor(keep, dtype=torch.long, device=tok.device)
+        tokens = self.layer.token_ids(tok[idx])
+        return DraftTree.trusted(tokens, torch.tensor(parents, dtype=torch.int32, device=tok.device),
+                                 torch.ones(len(keep), dtype=torch.bool, device=tok.device),
+                                 vocab_size=self.vocab_size)
+
+    def scored(self, req_id, budget: int) -> tuple[DraftTree, torch.Tensor]:
+        """``(tree, path_probs [n])`` for one request: each node's cumulative draft probability
+        (for tests and analysis; the decoder uses :meth:`propose`)."""
+        req = self._state(req_id)
+        tree = self._draft(req, budget)
+        return tree, self._path_probs(req, tree)
+
+    @torch.no_grad()
+    def _path_probs(self, req: _Request, tree: DraftTree) -> torch.Tensor:
+        """Cumulative draft probability of every node of ``tree``, recomputed node by node (one
+        forward per node over the cache plus its ancestors), independently of the batched drafting
+        bookkeeping so tests can check it. Returns ``float64 [n]``."""
+        n, dev, S = tree.num_nodes, self.lm_weight.device, req.length
+        par = tree.parents.tolist()
+        reduced = {int(t): i for i, t in enumerate(self.layer.token_ids(torch.arange(self._rows.shape[0], device=dev)).tolist())}
+        anc = tree.dense_ancestor_mask.to(dev)
+        ks, vs, outs = [], [], []
+        cum = torch.zeros(n, dtype=torch.float64)
+        for i in range(n):
+            feat = req.root if par[i] < 0 else outs[par[i]]
+            lp = torch.log_softmax((self._rows @ feat).float(), -1)
+            cum[i] = (0.0 if par[i] < 0 else cum[par[i]]) + float(lp[reduced[int(tree.tokens[i])]])
+            mask = torch.cat([torch.ones(1, S, dtype=torch.bool, device=dev), anc[i: i + 1, : i + 1]], 1)
+            past_k = torch.cat([req.k[:S], *[k[None] for k in ks]])
+            past_v = torch.cat([req.v[:S], *[v[None] for v in vs]])
+            pos = torch.tensor([S + int(tree.depth[i]) - 1], device=dev)
+            out, k, v = self.layer.step(feat[None], self.embed[tree.tokens[i: i + 1].to(dev)], pos, past_k, past_v, mask)
+            ks.append(k[0]), vs.append(v[0]), outs.append(out[0])
+        return cum.exp()

@@ -1,0 +1,246 @@
+"""Training the EAGLE draft layer on self-distillation data, in plain torch.
+
+Data: the target's own greedy responses (the records Medusa uses) with the target's final post-norm
+hidden state at *every* position of prompt + response (the draft layer attends over the prompt at
+inference, so it must see prompt context in training too). One teacher-forced forward per record,
+cached beside the responses as ``...-full.safetensors``.
+
+Loss (EAGLE-1): at position ``t`` the layer reads ``(f_t, e_{t+1})`` and predicts ``f_{t+1}``;
+``smooth_l1(pred, f_{t+1}) + ce_weight * CE(lm_rows @ pred, x_{t+2})`` over the reduced drafting
+vocabulary (a label outside it is never drafted, so it only counts as a miss). Hard labels: under
+greedy verification the target's emitted token is exactly what must be drafted. Losses count only
+response positions (``t >= P - 2``: predicting the last prompt feature onward); prompt positions are
+context. Gaussian noise (``noise`` x the feature RMS) is added to the input features, as EAGLE does,
+because at drafting time deeper levels read the layer's own (imperfect) predictions.
+Long prompts are cut to their last ``context`` tokens for training (compute), never at inference.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch.nn import functional as F
+
+from ..proposers.eagle_layer import EagleConfig, EagleLayer
+from .data import DEFAULT_CACHE_DIR, cache_paths, final_hidden_states
+from .loop import optimizer_step
+from .medusa import reduced_vocabulary
+
+
+@dataclass
+class EagleTrainConfig:
+    """Hyper-parameters (all recorded in the artifact manifest)."""
+
+    reduced_vocab: int = 8192  # 0 = draft over the full vocabulary
+    epochs: int = 6
+    lr: float = 1e-3
+    batch_size: int = 8  # records per step
+    context: int = 256  # prompt tokens kept before the response in training
+    ce_weight: float = 0.5
+    noise: float = 0.05  # input-feature noise std as a fraction of the feature RMS
+    warmup: int = 20  # linear warm-up steps before the cosine decay
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "context"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EagleTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.reduced_vocab < 0:
+            raise ValueError(f"reduced_vocab must be >= 0 (0 = full vocabulary), got {self.reduced_vocab}")
+        if not self.lr > 0 or self.ce_weight < 0 or self.noise < 0 or self.warmup < 0:
+            raise ValueError(f"need lr > 0, ce_weight >= 0, noise >= 0, warmup >= 0, got "
+                             f"{self.lr}, {self.ce_weight}, {self.noise}, {self.warmup}")
+
+
+@dataclass
+class FullSequences:
+    """Every record's prompt + response with the target's hidden state at every position.
+
+    Attributes:
+        records: the self-distillation records (``prompt_ids``, ``response_ids``, ``category``...).
+        hidden: ``[N, H]`` float16, rows of record ``i`` at ``offsets[i]:offsets[i+1]``.
+        tokens: ``LongTensor[N]``, the token at each row's position.
+        offsets: ``LongTensor[n + 1]``.
+    """
+
+    records: list[dict]
+    hidden: torch.Tensor
+    tokens: torch.Tensor
+    offsets: torch.Tensor
+
+    def sequence(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(hidden [L, H], tokens [L], prompt length P)`` of record ``i``."""
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.hidden[a:b], self.tokens[a:b], len(self.records[i]["prompt_ids"])
+
+    def heldout(self, every: int = 10) -> list[int]:
+        """Held-out record indices: every ``every``-th record (as :func:`record_split_mask`)."""
+        return [i for i in range(len(self.records)) if i % every == every - 1]
+
+
+def full_cache_path(cache_dir: str, target_fp: str, n: int, max_new_tokens: int) -> str:
+    return cache_paths(cache_dir, target_fp, n, max_new_tokens)[0][: -len(".jsonl")] + "-full.safetensors"
+
+
+def build_full(model, records: Sequence[dict], progress: Callable[[str, int, int], None] | None = None
+               ) -> FullSequences:
+    """One teacher-forced target forward per record over prompt + response."""
+    hidden, tokens, offsets = [], [], [0]
+    for i, rec in enumerate(records):
+        p, r = rec["prompt_ids"], rec["response_ids"]
+        if not p or not r:
+            raise ValueError(f"record {i} (question {rec.get('question_id')}) has an empty prompt or response")
+        seq = list(p) + list(r)
+        hidden.append(final_hidden_states(model, seq).half().cpu())
+        tokens.append(torch.tensor(seq))
+        offsets.append(offsets[-1] + len(seq))
+        if progress:
+            progress("hidden (full sequences)", i + 1, len(records))
+    return FullSequences(list(records), torch.cat(hidden), torch.cat(tokens).long(), torch.tensor(offsets))
+
+
+def load_or_build_full(model, records: Sequence[dict], *, target_fp: str, n_prompts: int, max_new_tokens: int,
+                       cache_dir: str = DEFAULT_CACHE_DIR, progress=None) -> tuple[FullSequences, str]:
+    """Full-sequence hidden states for these records (cached by target fingerprint); ``(data, source)``."""
+    from safetensors.torch import load_file, save_file
+
+    path = full_cache_path(cache_dir, target_fp, n_prompts, max_new_tokens)
+    if os.path.isfile(path):
+        t = load_file(path)
+        if int(t["offsets"].numel()) == len(records) + 1:
+            return FullSequences(list(records), t["hidden"], t["tokens"], t["offsets"]), "cached"
+    data = build_full(model, records, progress)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    save_file({"hidden": data.hidden, "tokens": data.tokens, "offsets": data.offsets}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return data, "computed"
+
+
+def _reduced_table(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """``LongTensor[V]``: token id -> drafting-vocabulary index, ``-1`` outside it."""
+    if vocab_ids is None:
+        return torch.arange(vocab_size)
+    table = torch.full((vocab_size,), -1, dtype=torch.long)
+    table[vocab_ids] = torch.arange(vocab_ids.numel())
+    return table
+
+
+def _batch(data: FullSequences, idx: Sequence[int], context: int, embed: torch.Tensor, table: torch.Tensor):
+    """Padded tensors for records ``idx``: ``(feats, embeds, target feats [B, T, H], labels [B, T],
+    loss mask [B, T])``; position ``t`` of a row is ``s + t`` of its record (prompt cut to ``context``)."""
+    seqs = []
+    for i in idx:
+        h, tok, P = data.sequence(i)
+        s = max(0, P - context)
+        seqs.append((h[s:], tok[s:], P - s))
+    T = max(len(t) for _, t, _ in seqs) - 1
+    B, H = len(seqs), data.hidden.shape[1]
+    feats = torch.zeros(B, T, H)
+    target = torch.zeros(B, T, H)
+    toks = torch.zeros(B, T, dtype=torch.long)
+    labels = torch.full((B, T), -1, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for b, (h, tok, P) in enumerate(seqs):
+        L = len(tok) - 1  # pairs (h_t, x_{t+1}) for t < L
+        feats[b, :L] = h[:L].float()
+        target[b, :L] = h[1: L + 1].float()
+        toks[b, :L] = tok[1: L + 1]
+        labels[b, : L - 1] = table[tok[2: L + 1]]
+        mask[b, max(0, P - 2): L - 1] = True
+    dev = embed.device
+    return feats.to(dev), embed[toks.to(dev)], target.to(dev), labels.to(dev), mask.to(dev)
+
+
+def _losses(layer: EagleLayer, rows: torch.Tensor, batch, ce_weight: float):
+    """``(total, feature loss, ce, hits, count)`` of one padded batch (sums for the metrics)."""
+    feats, embeds, target, labels, mask = batch
+    pred = layer(feats, embeds)[mask]  # [n, H]
+    lab = labels[mask]
+    feat_loss = F.smooth_l1_loss(pred, target[mask], reduction="none").mean(-1)
+    logits = pred @ rows.T
+    ok = lab >= 0
+    ce = F.cross_entropy(logits, lab.clamp(min=0), reduction="none") * ok
+    hits = ((logits.argmax(-1) == lab) & ok).sum()
+    n = max(int(mask.sum()), 1)
+    total = feat_loss.sum() / n + ce_weight * ce.sum() / n
+    return total, feat_loss.sum(), ce.sum(), hits, int(mask.sum())
+
+
+@torch.no_grad()
+def evaluate(layer: EagleLayer, data: FullSequences, records: Sequence[int], embed: torch.Tensor,
+             lm_weight: torch.Tensor, cfg: EagleTrainConfig) -> dict:
+    """Teacher-forced held-out metrics: feature smooth-L1, CE, total loss and next-token top-1."""
+    layer.eval()
+    rows = layer.lm_rows(lm_weight)
+    table = _reduced_table(None if layer.vocab_ids is None else layer.vocab_ids.cpu(), lm_weight.shape[0])
+    fl = ce = hits = n = 0.0
+    for s in range(0, len(records), cfg.batch_size):
+        batch = _batch(data, records[s: s + cfg.batch_size], cfg.context, embed, table)
+        _, a, b, c, d = _losses(layer, rows, batch, cfg.ce_weight)
+        fl, ce, hits, n = fl + float(a), ce + float(b), hits + float(c), n + d
+    n = max(n, 1)
+    return {"feature_loss": round(fl / n, 5), "ce": round(ce / n, 5), "loss": round((fl + cfg.ce_weight * ce) / n, 5),
+            "top1": round(hits / n, 5), "positions": int(n), "records": len(records)}
+
+
+def train_eagle(data: FullSequences, embed: torch.Tensor, lm_weight: torch.Tensor, layer_config: EagleConfig,
+                cfg: EagleTrainConfig, *, heldout_every: int = 10, progress: bool = True) -> tuple[EagleLayer, dict]:
+    """Train the draft layer on the non-held-out records; returns ``(layer, report)`` (report -> manifest)."""
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    V = lm_weight.shape[0]
+    embed, lm_weight = embed.detach().float(), lm_weight.detach().float()
+    held = data.heldout(heldout_every)
+    train = [i for i in range(len(data.records)) if i not in set(held)]
+    if not train or not held:
+        raise ValueError(f"need training and held-out records, got {len(train)} and {len(held)}")
+    train_tokens = torch.cat([data.sequence(i)[1][data.sequence(i)[2]:] for i in train])
+    vocab_ids = reduced_vocabulary(train_tokens, cfg.reduced_vocab, V)
+    layer = EagleLayer(layer_config, vocab_ids).to(lm_weight.device)
+    table = _reduced_table(vocab_ids, V)
+    rows = layer.lm_rows(lm_weight)
+    before = evaluate(layer, data, held, embed, lm_weight, cfg)
+    rms = float(data.hidden[:100000].float().pow(2).mean().sqrt())
+    # Similar lengths batch together (less padding); batches are shuffled every epoch.
+    by_len = sorted(train, key=lambda i: (int(data.offsets[i + 1] - data.offsets[i]), i))
+    batches = [by_len[s: s + cfg.batch_size] for s in range(0, len(by_len), cfg.batch_size)]
+    total = len(batches) * cfg.epochs
+    opt = torch.optim.AdamW(layer.parameters(), lr=cfg.lr, weight_decay=0.0)
+    warm = min(cfg.warmup, total // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / (warm + 1) if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(total - warm, 1))))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="eagle layer", unit="step")
+    t0 = time.time()
+    losses: list[float] = []
+    for epoch in range(cfg.epochs):
+        layer.train()
+        for j in torch.randperm(len(batches), generator=gen).tolist():
+            feats, embeds, target, labels, mask = _batch(data, batches[j], cfg.context, embed, table)
+            if cfg.noise:
+                feats = feats + (torch.randn(feats.shape, generator=gen) * (cfg.noise * rms)).to(feats.device)
+            loss = _losses(layer, rows, (feats, embeds, target, labels, mask), cfg.ce_weight)[0]
+            optimizer_step(loss, opt, sched, losses, bar, window=20, epoch=epoch)
+    if bar is not None:
+        bar.close()
+    layer.eval()
+    report = {
+        "config": asdict(cfg),
+        "train_records": len(train),
+        "train_loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 5),
+        "train_seconds": round(time.time() - t0, 1),
+        "steps": total,
+        "heldout_before": before,
+        "heldout": evaluate(layer, data, held, embed, lm_weight, cfg),
+        "heldout_every": heldout_every,
+        "feature_rms": round(rms, 4),
+    }
+    return layer, report
