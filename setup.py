@@ -43,7 +43,10 @@ def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
     std = _cxx_standard()
-    cxx_flags = ["-O3", std, "-fvisibility=hidden"]
+    # -fopenmp: at::parallel_for is a header template that runs serially unless the extension itself
+    # is compiled with OpenMP; linking it resolves to the libgomp that torch already loaded.
+    cxx_flags = ["-O3", std, "-fvisibility=hidden", "-fopenmp"]
+    link_flags = ["-fopenmp"]
     cpp_sources = _sources("csrc/**/*.cpp")
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
@@ -62,9 +65,11 @@ def _extensions():
                 include_dirs=include_dirs,
                 define_macros=[("SPECDEC_WITH_CUDA", "1")],
                 extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+                extra_link_args=link_flags,
             )
         ]
-    return [CppExtension("specdec._C", cpp_sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags})]
+    return [CppExtension("specdec._C", cpp_sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags},
+                         extra_link_args=link_flags)]
 
 
 def _cmdclass():

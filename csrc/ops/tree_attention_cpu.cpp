@@ -18,16 +18,11 @@
 #include <limits>
 #include <vector>
 
+#include "ops/cpu_multiversion.h"
 #include "ops/tree_attention_checks.h"
 
 namespace specdec {
 namespace {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SPECDEC_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SPECDEC_MULTIVERSION
-#endif
 
 constexpr int64_t kKeyTile = 32;   // keys per tile (T)
 constexpr int64_t kMaxRows = 64;   // rows (node x head pairs) per task

@@ -30,7 +30,6 @@ from .. import _ext
 
 _WORD_BITS = 64
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_OP_NAME = "specdec::tree_attention"
 
 
 def check_inputs(q, k, v, tree_mask, prefix_lens, scale=None, *, allow_float64=False) -> None:
@@ -202,16 +201,3 @@ def tree_attention(q, k, v, tree_mask, prefix_lens, *, scale=None, validate=True
     if use_op:
         return torch.ops.specdec.tree_attention(q, k, v, tree_mask, prefix_lens, None if scale is None else float(scale))
     return tree_attention_reference(q, k, v, tree_mask, prefix_lens, scale=scale)
-
-
-def _register_fake() -> None:
-    """Shape-only implementation so torch.compile / FakeTensor can trace the compiled op."""
-
-    @torch.library.register_fake(_OP_NAME)
-    def _fake(q, k, v, tree_mask, prefix_lens, scale=None):
-        check_inputs(q, k, v, tree_mask, prefix_lens, scale)
-        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
-
-
-if _ext.available():
-    _register_fake()

@@ -32,7 +32,7 @@ import torch
 
 from ..tree import DraftTree, unpack_mask
 from ..tree_batch import pack_trees
-from .lm_head import lm_head_logits
+from .lm_head import SkinnyLinears, lm_head_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 
@@ -114,6 +114,7 @@ class HFTarget:
         self.base = getattr(model, model.base_model_prefix)
         self.lm_head = model.get_output_embeddings()
         self.vocab_size = int(self.lm_head.weight.shape[0])
+        self._linears = SkinnyLinears(self.base)
 
     def _enable_tree_op(self) -> None:
         try:
@@ -137,14 +138,15 @@ class HFTarget:
         Logits are ``[B, T, V]``, or ``[B, V]`` at positions ``rows`` (``LongTensor[B]``) when given:
         prefill needs only the last position, and the LM head over a long prompt is expensive.
         """
-        out = self.base(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            attention_mask=mask,
-            cache=cache,
-            use_cache=True,
-            **(extra or {}),
-        )
+        with self._linears:
+            out = self.base(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                attention_mask=mask,
+                cache=cache,
+                use_cache=True,
+                **(extra or {}),
+            )
         hidden = out.last_hidden_state
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]

@@ -1,33 +1,85 @@
-"""The LM head for verification: the same product, computed the way a CPU does it fastest.
+"""Linear layers of the target for a verify step's few rows: the same products, computed the way a
+CPU does them fastest.
 
-A verify step feeds a handful of rows (pending token + a small tree) through a ``[V, H]`` LM head
-(SmolLM2: 49,152 x 576, 113 MB in fp32). Through ``F.linear`` a product with 2-8 rows runs as a
-small-M GEMM that costs 2-3x the single-row GEMV on CPU (measured by
-``benchmarks/bench_lm_head.py``: 7 ms for one row, 13-17 ms for 2-8), which made the *first*
-drafted token the expensive one and so made short drafts a loss. Written as ``W @ h^T`` the same
-product reads ``W`` once and costs about what one row costs. The result is the same matrix product
-(only the floating-point summation order may differ, as it already does between 1-row and
-many-row calls).
+A verify step feeds ``1 + tree size`` rows per request through every linear layer and the LM head
+(SmolLM2: 211 products, 540 MB of float32 weights per step, streamed from DRAM). Through
+``F.linear`` a product with 2-9 rows runs as a small-M GEMM that costs 1.2-1.5x the one-row GEMV,
+and the GEMV itself reaches only about half of the DRAM bandwidth; the compiled
+:func:`specdec.ops.skinny_linear` kernel reads each weight row once for all rows (measured side by
+side by ``benchmarks/bench_skinny_linear.py``). Only the floating-point summation order differs
+from ``F.linear``, as it already does between one-row and many-row calls.
+
+Two entry points:
+
+* :func:`lm_head_logits` -- the LM head product for hidden states ``[..., H]``.
+* :class:`SkinnyLinears` -- a context manager that routes a model's ``nn.Linear`` layers through the
+  kernel for the duration of one forward and restores them on exit, so the caller's model is
+  unchanged outside specdec's own forwards.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-#: Row counts for which the transposed product is used on CPU (outside it F.linear is as fast).
-FAST_ROWS = range(2, 10)
+from ..ops.skinny_linear import FAST_ROWS, op_available
+
+
+def _eligible(module: nn.Module) -> bool:
+    """A plain float32 CPU ``nn.Linear`` (subclasses may override forward: left alone)."""
+    return (type(module) is nn.Linear and module.weight.dtype == torch.float32
+            and module.weight.device.type == "cpu")
+
+
+def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for ``x [..., K]``, through the skinny kernel when the number of
+    rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS` and ``x`` is float32 on the CPU."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if rows in FAST_ROWS and x.dtype == torch.float32 and x.device.type == "cpu" and not x.requires_grad:
+        out = torch.ops.specdec.skinny_linear(x.reshape(rows, x.shape[-1]), weight, bias)
+        return out.view(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight, bias)
 
 
 def lm_head_logits(lm_head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits ``[..., V]`` for hidden states ``[..., H]`` through ``lm_head``.
-
-    Uses ``W @ h^T`` for a plain bias-free ``nn.Linear`` on CPU when the number of rows is in
-    :data:`FAST_ROWS`; otherwise calls the module unchanged.
-    """
-    rows = hidden.numel() // hidden.shape[-1] if hidden.numel() else 0
-    if (type(lm_head) is nn.Linear and lm_head.bias is None and hidden.device.type == "cpu"
-            and rows in FAST_ROWS):
-        flat = hidden.reshape(rows, hidden.shape[-1])
-        return (lm_head.weight @ flat.T).T.reshape(*hidden.shape[:-1], lm_head.weight.shape[0])
+    """Logits ``[..., V]`` for hidden states ``[..., H]`` through ``lm_head`` (skinny kernel for a
+    plain float32 CPU ``nn.Linear`` when the compiled extension is available, else the module)."""
+    if _eligible(lm_head) and op_available():
+        return linear_rows(hidden, lm_head.weight, lm_head.bias)
     return lm_head(hidden)
+
+
+class SkinnyLinears:
+    """Route every eligible ``nn.Linear`` of ``model`` through :func:`linear_rows` inside a ``with``.
+
+    The modules are collected once; entering sets an instance-level ``forward`` on each, exiting
+    deletes it (the class's ``forward`` is used again). A model with no eligible layer, or without
+    the compiled extension, makes this a no-op.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.modules = [m for m in model.modules() if _eligible(m)] if op_available() else []
+        self._active = False
+
+    def __enter__(self) -> "SkinnyLinears":
+        if self._active:
+            raise RuntimeError("SkinnyLinears is not re-entrant")
+        self._active = True
+        for m in self.modules:
+            m.forward = _bound_forward(m)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for m in self.modules:
+            m.__dict__.pop("forward", None)
+        self._active = False
+
+
+def _bound_forward(module: nn.Linear):
+    weight, bias = module.weight, module.bias
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return linear_rows(x, weight, bias)
+
+    return forward

@@ -2,15 +2,18 @@
 //
 // This is the only TORCH_LIBRARY(specdec, ...) block in the extension (a namespace may be defined
 // once); other files add kernels with TORCH_LIBRARY_IMPL and other ops with TORCH_LIBRARY_FRAGMENT.
-// The fake (shape-only) implementation used by torch.compile lives in Python, in the module named by
+// The fake (shape-only) implementations used by torch.compile live in Python, in the module named by
 // set_python_module, which torch imports on demand.
 #include <torch/library.h>
 
 TORCH_LIBRARY(specdec, m) {
-  m.set_python_module("specdec.ops.tree_attention");
+  m.set_python_module("specdec.ops.fakes");
   // q [B, N, Hq, D], k/v [B, S, Hkv, D], tree_mask int64 [B, N, ceil(N/64)], prefix_lens int32 [B]
   // -> out [B, N, Hq, D]. Semantics: specdec/ops/tree_attention.py (tree_attention_reference).
   m.def(
       "tree_attention(Tensor q, Tensor k, Tensor v, Tensor tree_mask, Tensor prefix_lens, "
       "float? scale=None) -> Tensor");
+  // x [M, K], weight [N, K], bias [N] (float32) -> x @ weight^T + bias [M, N], for small M (a verify
+  // step's rows). Semantics: specdec/ops/skinny_linear.py (skinny_linear_reference).
+  m.def("skinny_linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor");
 }

@@ -1,0 +1,10 @@
+// SPECDEC_MULTIVERSION: compile a CPU hot loop for AVX-512 / AVX2+FMA / baseline x86-64 and pick the
+// best one when the extension is loaded (GCC target_clones). The extension itself is built for the
+// baseline ISA so that it loads on any x86-64 machine; only the marked functions use wider vectors.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPECDEC_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SPECDEC_MULTIVERSION
+#endif

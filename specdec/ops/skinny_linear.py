@@ -1,0 +1,68 @@
+"""Skinny linear: ``y = x @ weight^T + bias`` for the few rows of a verify step, on CPU.
+
+Shapes: ``x [M, K]``, ``weight [N, K]``, ``bias [N]`` or None, all float32 on the CPU; returns
+``y [M, N]``. :func:`skinny_linear_reference` (``torch.nn.functional.linear``) defines the meaning.
+
+Why: a verify step feeds ``1 + tree size`` rows per request through every linear layer of the
+target, and on a CPU the layer weights stream from DRAM, so that step should cost what a one-row
+decode step costs. BLAS small-M GEMM paths do not get there (2-9 rows cost 1.2-1.5x one row in a
+real forward, see ``benchmarks/bench_skinny_linear.py``); the compiled kernel
+(``csrc/ops/skinny_linear_cpu.cpp``) reads each weight row once for all rows. Results equal the
+reference up to floating-point summation order (fixed, independent of the thread count).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _ext
+
+
+#: Row counts for which the compiled kernel is used by the target adapter: up to 64 it beat the BLAS
+#: path at every count measured on the development machine (AMD EPYC, MKL; 1.3-1.9x with one
+#: thread, benchmarks/bench_skinny_linear.py); prefill's hundreds of rows stay with BLAS.
+FAST_ROWS = range(1, 65)
+
+
+def skinny_linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The definition: ``torch.nn.functional.linear``."""
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def check_inputs(x, weight, bias=None) -> None:
+    """Raise TypeError/ValueError naming the argument that breaks the contract."""
+    for name, t in (("x", x), ("weight", weight)) + ((("bias", bias),) if bias is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"skinny_linear: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"skinny_linear: {name} must be float32, got {t.dtype}")
+        if t.device.type != "cpu":
+            raise ValueError(f"skinny_linear: {name} must be on the CPU, got {t.device}")
+    if x.dim() != 2 or weight.dim() != 2:
+        raise ValueError(f"skinny_linear: expected x [M, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if x.shape[1] != weight.shape[1]:
+        raise ValueError(f"skinny_linear: x has K={x.shape[1]} but weight has K={weight.shape[1]}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
+        raise ValueError(f"skinny_linear: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+
+
+def op_available() -> bool:
+    """True when the compiled extension (with its CPU kernel) is importable."""
+    return _ext.available()
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                  impl: str = "auto") -> torch.Tensor:
+    """``x @ weight^T + bias`` (shapes in the module docstring).
+
+    ``impl``: ``"auto"`` (compiled kernel when available, else the reference), ``"op"`` (the
+    kernel; error when missing) or ``"reference"``.
+    """
+    if impl not in ("auto", "op", "reference"):
+        raise ValueError(f"skinny_linear: impl must be 'auto', 'op' or 'reference', got {impl!r}")
+    check_inputs(x, weight, bias)
+    if impl == "op" and not op_available():
+        raise ValueError("skinny_linear: the compiled extension is not available")
+    if impl == "reference" or not op_available():
+        return skinny_linear_reference(x, weight, bias)
+    return torch.ops.specdec.skinny_linear(x, weight, bias)

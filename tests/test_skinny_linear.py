@@ -1,0 +1,145 @@
+"""The skinny-linear kernel against a float64 oracle, its contract errors, and the scoped patching
+of a model's linear layers (specdec.ops.skinny_linear, specdec.target.lm_head)."""
+
+import pytest
+import torch
+from torch import nn
+
+from specdec import _ext
+from specdec.ops.skinny_linear import FAST_ROWS, skinny_linear, skinny_linear_reference
+from specdec.target.lm_head import SkinnyLinears, lm_head_logits
+
+needs_ext = pytest.mark.skipif(not _ext.available(), reason="compiled extension not built")
+
+
+def _case(M, K, N, bias, seed=0):
+    g = torch.Generator().manual_seed(seed * 1000 + M * 7 + K * 13 + N)
+    x = torch.randn(M, K, generator=g)
+    w = torch.randn(N, K, generator=g) / K ** 0.5
+    b = torch.randn(N, generator=g) if bias else None
+    return x, w, b
+
+
+def _oracle(x, w, b):
+    out = x.double() @ w.double().T
+    return out + b.double() if b is not None else out
+
+
+@needs_ext
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 8, 9, 17, 64])
+@pytest.mark.parametrize("K,N", [(1, 3), (15, 4), (16, 5), (17, 130), (576, 64), (100, 65)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_float64_oracle(M, K, N, bias):
+    x, w, b = _case(M, K, N, bias)
+    out = skinny_linear(x, w, b, impl="op")
+    assert out.shape == (M, N) and out.dtype == torch.float32
+    oracle = _oracle(x, w, b)
+    err = (out.double() - oracle).abs().max().item()
+    ref_err = (skinny_linear_reference(x, w, b).double() - oracle).abs().max().item()
+    # flash-attention's rule: at most twice the error of the plain-torch path in the same precision
+    # (plus a few float32 ulps of the result scale, for cases where the reference is exact).
+    assert err <= 2 * ref_err + 4 * torch.finfo(torch.float32).eps * oracle.abs().max().item() + 1e-30
+
+
+@needs_ext
+def test_strided_input_and_empty_shapes():
+    x, w, b = _case(6, 40, 9, True)
+    xt = x.T.contiguous().T  # same values, column-major strides
+    torch.testing.assert_close(skinny_linear(xt, w, b, impl="op"), skinny_linear_reference(x, w, b))
+    assert skinny_linear(torch.randn(0, 40), w, impl="op").shape == (0, 9)
+    torch.testing.assert_close(skinny_linear(torch.randn(3, 0), torch.randn(5, 0), torch.ones(5), impl="op"),
+                               torch.ones(3, 5))
+
+
+@needs_ext
+def test_result_does_not_depend_on_thread_count():
+    x, w, b = _case(9, 576, 1536, True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = skinny_linear(x, w, b, impl="op")
+        torch.set_num_threads(2)
+        two = skinny_linear(x, w, b, impl="op")
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((torch.randn(2, 3).double(), torch.randn(4, 3)), "x must be float32"),
+    ((torch.randn(2, 3), torch.randn(4, 3).half()), "weight must be float32"),
+    ((torch.randn(2, 3, 1), torch.randn(4, 3)), r"expected x \[M, K\]"),
+    ((torch.randn(2, 3), torch.randn(4, 5)), "x has K=3 but weight has K=5"),
+    ((torch.randn(2, 3), torch.randn(4, 3), torch.randn(5)), r"bias must be \[4\]"),
+    (([[1.0]], torch.randn(4, 3)), "x must be a torch.Tensor"),
+])
+def test_bad_input_is_named(args, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        skinny_linear(*args)
+
+
+@needs_ext
+def test_compiled_op_checks_in_cpp_too():
+    with pytest.raises(RuntimeError, match="x has K=3 but weight has K=5"):
+        torch.ops.specdec.skinny_linear(torch.randn(2, 3), torch.randn(4, 5), None)
+
+
+@needs_ext
+def test_opcheck():
+    x, w, b = _case(3, 32, 20, True)
+    torch.library.opcheck(torch.ops.specdec.skinny_linear.default, (x, w, b),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+@needs_ext
+def test_patched_layers_compute_the_same_and_are_restored():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 48), nn.SiLU(), nn.Linear(48, 16, bias=False))
+    x = torch.randn(5, 32)
+    expected = model(x)
+    patch = SkinnyLinears(model)
+    assert len(patch.modules) == 2
+    with torch.inference_mode(), patch:
+        assert all("forward" in m.__dict__ for m in patch.modules)
+        inside = model(x)
+        long = model(torch.randn(max(FAST_ROWS) + 1, 32))  # beyond FAST_ROWS: F.linear path
+    assert long.shape == (max(FAST_ROWS) + 1, 16)
+    torch.testing.assert_close(inside, expected, rtol=1e-5, atol=1e-5)
+    assert all("forward" not in m.__dict__ for m in patch.modules)  # the model is unchanged outside
+
+
+def test_patch_leaves_other_layers_alone():
+    class Custom(nn.Linear):
+        pass
+
+    model = nn.Sequential(Custom(4, 4), nn.Linear(4, 4).double())
+    assert SkinnyLinears(model).modules == []
+
+
+def test_patch_is_not_reentrant():
+    patch = SkinnyLinears(nn.Linear(4, 4))
+    with patch:
+        with pytest.raises(RuntimeError, match="not re-entrant"):
+            patch.__enter__()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 9, 10, 40, 70])
+def test_lm_head_matches_linear(rows):
+    g = torch.Generator().manual_seed(rows)
+    head = nn.Linear(48, 300, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(300, 48, generator=g))
+    h = torch.randn(1, rows, 48, generator=g)
+    out = lm_head_logits(head, h)
+    assert out.shape == (1, rows, 300)
+    torch.testing.assert_close(out, head(h), rtol=1e-5, atol=1e-4)
+
+
+def test_lm_head_subclass_is_called_unchanged():
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    head = Scaled(8, 10)
+    h = torch.randn(3, 8)
+    assert torch.equal(lm_head_logits(head, h), head(h))
