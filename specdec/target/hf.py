@@ -85,13 +85,16 @@ class HFTarget:
             ``"tree_op"`` (Llama-family only: :mod:`specdec.ops.hf_attention` registers the
             specdec tree-attention op with transformers' attention registry; steps without holes
             in the cache use it, ragged steps fall back to the 4-D mask).
+        skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
+            :func:`specdec.ops.skinny_linear` during specdec's forwards (default True; see
+            :mod:`specdec.target.lm_head`). False keeps the model's own ``F.linear`` calls.
 
     Raises:
         ValueError: for a model type the adapter has not been verified on, or sliding-window
             attention (its cache layers drop rows, which breaks compaction).
     """
 
-    def __init__(self, model, *, attention: str = "mask"):
+    def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True):
         config = getattr(model, "config", None)
         model_type = getattr(config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
@@ -114,7 +117,8 @@ class HFTarget:
         self.base = getattr(model, model.base_model_prefix)
         self.lm_head = model.get_output_embeddings()
         self.vocab_size = int(self.lm_head.weight.shape[0])
-        self._linears = SkinnyLinears(self.base)
+        self.skinny_linear = bool(skinny_linear)
+        self._linears = SkinnyLinears(self.base if self.skinny_linear else None)
 
     def _enable_tree_op(self) -> None:
         try:
@@ -150,8 +154,13 @@ class HFTarget:
         hidden = out.last_hidden_state
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
-            return lm_head_logits(self.lm_head, picked).float(), hidden
-        return lm_head_logits(self.lm_head, hidden).float(), hidden
+            return self._logits(picked), hidden
+        return self._logits(hidden), hidden
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.skinny_linear:
+            return lm_head_logits(self.lm_head, hidden).float()
+        return self.lm_head(hidden).float()
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         """bool ``[B, T, K]`` -> additive float mask ``[B, 1, T, K]`` in the model's dtype."""
@@ -265,26 +274,25 @@ class HFTarget:
         S = total - 1 - num_nodes
         if S < 0:
             raise ValueError(f"accept: cache has {total} rows, fewer than 1 + num_nodes={1 + num_nodes}")
-        start = min(state.lengths)
         new_lengths = [L + 1 + len(p) for L, p in zip(state.lengths, paths)]
         new_total = max(new_lengths)
-        width = new_total - start
-        src = torch.arange(start, start + width).unsqueeze(0).repeat(B, 1)  # identity by default
+        # Only the kept rows move: request b's pending row (S) and path rows (S + 1 + node) go to
+        # [L_b, L_b + 1 + len(p)). Rows of other requests and the prefix stay where they are, so the
+        # cost is proportional to the accepted tokens, not to the cache's ragged tail.
+        req, dst, src = [], [], []
         for b, (L, p) in enumerate(zip(state.lengths, paths)):
-            src[b, L - start] = S
-            for i, node in enumerate(p):
+            for node in p:
                 if not 0 <= node < num_nodes:
                     raise ValueError(f"accept: path node {node} of request {b} is outside the tree (N={num_nodes})")
-                src[b, L - start + 1 + i] = S + 1 + node
-        identity = bool((src == torch.arange(start, start + width)).all())
-        if not identity:
-            index = (src - start).to(self.device)
+            for i, row in enumerate([S] + [S + 1 + node for node in p]):
+                if L + i != row:
+                    req.append(b), dst.append(L + i), src.append(row)
+        if req:
+            b_idx, d_idx, s_idx = (torch.tensor(v, device=self.device) for v in (req, dst, src))
             for layer in state.cache.layers:
                 for name in ("keys", "values"):
                     t = getattr(layer, name)
-                    tail = t[:, :, start:]
-                    idx = index.view(B, 1, width, 1).expand(B, t.shape[1], width, t.shape[3])
-                    t[:, :, start:new_total] = tail.gather(2, idx)
+                    t[b_idx, :, d_idx] = t[b_idx, :, s_idx]
         _truncate(state.cache, new_total)
         state.lengths = new_lengths
         state.pending = [int(t) for t in next_tokens]

@@ -54,12 +54,12 @@ class SkinnyLinears:
     """Route every eligible ``nn.Linear`` of ``model`` through :func:`linear_rows` inside a ``with``.
 
     The modules are collected once; entering sets an instance-level ``forward`` on each, exiting
-    deletes it (the class's ``forward`` is used again). A model with no eligible layer, or without
-    the compiled extension, makes this a no-op.
+    deletes it (the class's ``forward`` is used again). ``model=None``, a model with no eligible
+    layer, or a missing compiled extension make this a no-op.
     """
 
-    def __init__(self, model: nn.Module):
-        self.modules = [m for m in model.modules() if _eligible(m)] if op_available() else []
+    def __init__(self, model: nn.Module | None):
+        self.modules = [m for m in model.modules() if _eligible(m)] if model is not None and op_available() else []
         self._active = False
 
     def __enter__(self) -> "SkinnyLinears":
