@@ -1,0 +1,24 @@
+"""Benchmark tables: each method's speedup is over its own stack's plain decoding."""
+
+import pytest
+
+from specdec.bench import Run, markdown, summarize
+
+
+def test_speedups_use_each_stacks_own_plain_decoding():
+    runs = [Run("plain", "qa", 2.0, [1, 2]), Run("suffix", "qa", 1.0, [1, 2]),
+            Run("hf_generate", "qa", 4.0, [1, 2]), Run("hf_prompt_lookup", "qa", 5.0, [1, 3])]
+    table = summarize(runs)
+    rows = table["qa"]
+    assert rows["suffix"].speedup == pytest.approx(2.0) and rows["suffix"].baseline == "plain"
+    assert rows["hf_generate"].speedup == pytest.approx(0.5) and rows["hf_generate"].baseline == "plain"
+    assert rows["hf_prompt_lookup"].speedup == pytest.approx(0.8)
+    assert rows["hf_prompt_lookup"].baseline == "hf_generate"
+    assert rows["hf_prompt_lookup"].mismatches == 1  # outputs are always checked against plain
+    assert "| hf_prompt_lookup | 0.4 | 0.80x | hf_generate |" in markdown(table)
+
+
+def test_hf_methods_fall_back_to_plain_without_hf_generate():
+    table = summarize([Run("plain", "qa", 2.0, [1]), Run("hf_prompt_lookup", "qa", 1.0, [1])])
+    assert table["overall"]["hf_prompt_lookup"].baseline == "plain"
+    assert table["overall"]["hf_prompt_lookup"].speedup == pytest.approx(2.0)
