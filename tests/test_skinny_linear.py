@@ -7,7 +7,7 @@ from torch import nn
 
 from specdec import _ext
 from specdec.ops.skinny_linear import FAST_ROWS, skinny_linear, skinny_linear_reference
-from specdec.target.lm_head import SkinnyLinears, lm_head_logits
+from specdec.target.linears import SkinnyLinears, lm_head_logits
 
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="compiled extension not built")
 

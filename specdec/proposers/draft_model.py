@@ -38,6 +38,7 @@ import torch
 
 from ..artifacts import check_tokenizers_identical, tensors_fingerprint, tokenizer_fingerprint
 from ..logits import SamplingParams
+from ..target.linears import SkinnyLinears
 from ..tree import DraftTree
 from .base import Artifact, as_token_list, normalize_budgets
 
@@ -107,6 +108,8 @@ class DraftModelProposer:
                 "draft distributions must cover the target's vocabulary exactly"
             )
         self.model = model.eval()
+        # The drafter's few-row forwards go through the skinny-linear kernel, like the target's.
+        self._linears = SkinnyLinears(model)
         # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; accept either.
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.mode, self.sampling = mode, sampling
@@ -223,13 +226,14 @@ class DraftModelProposer:
     def _forward(self, r: _Request, ids: list[int], positions: list[int], mask: torch.Tensor | None = None):
         """Run the drafter on ``ids`` at ``positions``, appending their KV; returns logits ``[len(ids), V]``."""
         dev = self.device
-        out = self.model(
-            input_ids=torch.tensor([ids], device=dev),
-            position_ids=torch.tensor([positions], device=dev),
-            attention_mask=mask,
-            use_cache=True,
-            **{self._cache_kw: r.cache},
-        )
+        with self._linears:
+            out = self.model(
+                input_ids=torch.tensor([ids], device=dev),
+                position_ids=torch.tensor([positions], device=dev),
+                attention_mask=mask,
+                use_cache=True,
+                **{self._cache_kw: r.cache},
+            )
         return out.logits[0].float()
 
     def _sync(self, r: _Request) -> torch.Tensor:

@@ -32,7 +32,7 @@ import torch
 
 from ..tree import DraftTree, unpack_mask
 from ..tree_batch import pack_trees
-from .lm_head import SkinnyLinears, lm_head_logits
+from .linears import SkinnyLinears, lm_head_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 
@@ -87,7 +87,7 @@ class HFTarget:
             in the cache use it, ragged steps fall back to the 4-D mask).
         skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
             :func:`specdec.ops.skinny_linear` during specdec's forwards (default True; see
-            :mod:`specdec.target.lm_head`). False keeps the model's own ``F.linear`` calls.
+            :mod:`specdec.target.linears`). False keeps the model's own ``F.linear`` calls.
 
     Raises:
         ValueError: for a model type the adapter has not been verified on, or sliding-window
