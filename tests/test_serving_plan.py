@@ -89,3 +89,23 @@ def test_register_adds_plan_and_review():
     assert parser.parse_args(["review", "rep"]).func.__name__ == "run_review"
     with pytest.raises(SystemExit):
         parser.parse_args(["plan"])  # --memory-gb is required
+
+
+def test_tuned_threshold_is_a_neighbour_of_the_crossover_and_no_worse_on_its_own_sweep():
+    from specdec.serving.gate import BudgetOptimizer
+    from specdec.serving.plan import server_for, threshold_scores, tune_threshold
+
+    acc = good_acceptance()
+    cost, its = gpu_like_cost(), items()
+    server, _, _ = server_for(cost, {"a": acc, "b": acc, "all": acc}, its, memory_budget_bytes=2_000_000_000,
+                              weights_bytes=500_000_000, kv_bytes_token=100_000,
+                              proposer_memory=ProposerMemory(10_000_000, 0.0), max_budget=6, max_batch=None, seed=0)
+    opt = BudgetOptimizer(cost, acc, 6)
+    crossover = opt.crossover_batch(4, 300.0)
+    assert crossover >= 1
+    rates = [0.5, 5.0, 20.0]
+    t = tune_threshold(its, server, rates, SETTINGS, POOL.slo, 4, crossover)
+    assert abs(t - crossover) <= 2 and t >= 1
+    scores = threshold_scores(its, server, rates, SETTINGS, POOL.slo, 4, range(max(1, crossover - 2), crossover + 3))
+    assert scores[t] >= scores[crossover] and scores[t] == max(scores.values())
+    assert tune_threshold(its, server, rates, SETTINGS, POOL.slo, 4, 0) == 0  # never pays: no gate

@@ -136,7 +136,7 @@ def plan_proposer(pool: Pool, spec: str, acceptance: Mapping[str, AcceptanceDist
     opt = BudgetOptimizer(cost, acceptance["all"], min(settings.max_budget, acceptance["all"].max_budget))
     budget, _ = opt.best(1, context)
     budget = max(1, budget)
-    threshold = opt.crossover_batch(budget, context)
+    threshold = tune_threshold(items, server, rates, settings, pool.slo, budget, opt.crossover_batch(budget, context))
     band = hysteresis_band(threshold)
     policies = {"off": Off(), "always": AlwaysOn(budget), "adaptive": adaptive(opt)}
     if threshold >= 1:
@@ -195,6 +195,43 @@ def plan_pool(pool: Pool, measured: Mapping[str, tuple[Mapping[str, AcceptanceDi
                f"{best.tpot_gain:.0%} lower median time per token vs off; "
                f"admitted concurrency {best.admitted_on} vs {best.admitted_off} without the proposer")
     return PoolPlan(pool, cap, plans, rec, verdict)
+
+
+def tune_threshold(items: Sequence[WorkloadItem], server: ServerConfig, rates: Sequence[float],
+                   settings: "PlanSettings", slo, budget: int, crossover: int, spread: int = 2) -> int:
+    """The gate's threshold (off above it): the cost model's ``crossover`` batch, or a neighbour
+    within ``spread`` when that one keeps goodput closer to max(off, always) at its worst load level.
+
+    The crossover comes from step costs alone; where the gate should switch also depends on
+    queueing, admission and the objectives, which only the simulation sees. The candidates are
+    compared (:func:`threshold_scores`) on arrival sequences independent of the plan's own sweep
+    (seed + 1), so the reported curves are not fitted to their own noise. Ties go to the candidate
+    nearest the crossover. Returns ``crossover`` unchanged when it is 0 (drafting never pays).
+    """
+    if crossover < 1:
+        return crossover
+    scores = threshold_scores(items, server, rates, settings, slo, budget,
+                              range(max(1, crossover - spread), crossover + spread + 1))
+    return max(scores, key=lambda t: (round(scores[t], 4), -abs(t - crossover)))
+
+
+def threshold_scores(items: Sequence[WorkloadItem], server: ServerConfig, rates: Sequence[float],
+                     settings: "PlanSettings", slo, budget: int, candidates: Sequence[int]) -> dict[int, float]:
+    """``{threshold: worst ratio over load levels of gated goodput to max(off, always)}``, simulated
+    with seed ``settings.seed + 1``."""
+    policies = {"off": Off(), "always": AlwaysOn(budget)}
+    policies.update({f"gated@{t}": gated(t, budget, hysteresis_band(t)) for t in candidates})
+    rows = sweep(items, policies, server, rates, settings.n_requests, slo, settings.seed + 1,
+                 replications=settings.replications)
+    by_rate: dict[float, dict[str, float]] = {}
+    for r in rows:
+        by_rate.setdefault(r["rate"], {})[r["policy"]] = r["goodput_rps"]
+    scores = {}
+    for t in candidates:
+        ratios = [1.0 if max(g["off"], g["always"]) <= 0 else g[f"gated@{t}"] / max(g["off"], g["always"])
+                  for g in by_rate.values()]
+        scores[t] = min(ratios)
+    return scores
 
 
 def gated_goal(rows: Sequence[dict], tolerance: float = 0.02) -> tuple[bool, float]:
