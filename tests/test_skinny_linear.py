@@ -108,6 +108,15 @@ def test_patched_layers_compute_the_same_and_are_restored():
     assert all("forward" not in m.__dict__ for m in patch.modules)  # the model is unchanged outside
 
 
+def test_patch_keeps_instance_level_wrappers():
+    layer = nn.Linear(4, 4)
+    wrapper = lambda x: torch.zeros(x.shape[0], 4)  # e.g. accelerate's hooked forward
+    layer.forward = wrapper
+    with SkinnyLinears(layer):
+        assert layer.forward is wrapper
+    assert layer.forward is wrapper
+
+
 def test_patch_leaves_other_layers_alone():
     class Custom(nn.Linear):
         pass

@@ -61,18 +61,23 @@ class SkinnyLinears:
     def __init__(self, model: nn.Module | None):
         self.modules = [m for m in model.modules() if _eligible(m)] if model is not None and op_available() else []
         self._active = False
+        self._patched: list[nn.Linear] = []
 
     def __enter__(self) -> "SkinnyLinears":
         if self._active:
             raise RuntimeError("SkinnyLinears is not re-entrant")
         self._active = True
-        for m in self.modules:
+        # A module whose forward is already replaced on the instance (accelerate's device hooks,
+        # another wrapper) is left alone: its wrapper may move tensors or do more than the product.
+        self._patched = [m for m in self.modules if "forward" not in m.__dict__]
+        for m in self._patched:
             m.forward = _bound_forward(m)
         return self
 
     def __exit__(self, *exc) -> None:
-        for m in self.modules:
+        for m in self._patched:
             m.__dict__.pop("forward", None)
+        self._patched = []
         self._active = False
 
 
