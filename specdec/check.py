@@ -16,6 +16,8 @@ from .artifacts import (MANIFEST_NAME, read_manifest, target_fingerprint, tokeni
                         tokenizer_mismatch)
 
 LOOKUP_PROPOSERS = ("suffix",)
+# The `specdec train` sub-command that refits each target-bound artifact kind.
+_TRAIN_KIND = {"medusa": "heads", "eagle": "eagle"}
 
 
 def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
@@ -41,7 +43,8 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
             report["heldout_top1"] = held.get("top1")
         if not ok:
             report["reason"] = (f"built for {m.bound_to} {m.fingerprint}, current is {now}"
-                                + ("; retrain with `specdec train heads`" if m.bound_to == "target" else ""))
+                                + (f"; retrain with `specdec train {_TRAIN_KIND.get(m.kind, 'heads')}`"
+                                   if m.bound_to == "target" else ""))
         return report
     if os.path.isfile(os.path.join(proposer, "config.json")):
         from transformers import AutoTokenizer

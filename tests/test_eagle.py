@@ -225,8 +225,9 @@ def test_short_training_run_lowers_heldout_loss():
                                 EagleConfig.from_target(target.config), cfg, heldout_every=5, progress=False)
     before, after = report["heldout_before"], report["heldout"]
     assert after["records"] == 6 and report["train_records"] == 24
-    assert after["loss"] < 0.7 * before["loss"], (before, after)
-    assert after["top1"] > before["top1"]
+    # soft-label CE keeps the target's own entropy, so the total falls less than the feature loss
+    assert after["loss"] < 0.9 * before["loss"] and after["feature_loss"] < 0.6 * before["feature_loss"], (before, after)
+    assert after["top1"] > before["top1"] + 0.2
     assert layer.vocab_ids.numel() == 48
 
 

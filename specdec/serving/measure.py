@@ -9,7 +9,9 @@ Proposer specs (command-line strings):
 * ``draft:<model path>`` -- :class:`~specdec.proposers.draft_model.DraftModelProposer` over a
   Hugging Face checkpoint sharing the target's tokenizer (bound to the tokenizer);
 * ``medusa:<artifact dir>`` -- trained heads (bound to the target checkpoint); measured through
-  the :class:`~specdec.SpeculativeDecoder` because they need the target's hidden states.
+  the :class:`~specdec.SpeculativeDecoder` because they need the target's hidden states;
+* ``eagle:<artifact dir>`` -- the EAGLE-style draft layer (bound to the target checkpoint, needs its
+  hidden states too), measured the same way.
 """
 
 from __future__ import annotations
@@ -68,7 +70,12 @@ def make_proposer(spec: str, model, tokenizer):
         from ..proposers.heads import MedusaProposer
 
         return MedusaProposer.load(arg, model)
-    raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'draft:<model dir>' or 'medusa:<artifact dir>'")
+    if kind == "eagle" and arg:
+        from ..proposers.eagle import EagleProposer
+
+        return EagleProposer.load(arg, model)
+    raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'draft:<model dir>', "
+                     "'medusa:<artifact dir>' or 'eagle:<artifact dir>'")
 
 
 def fingerprints(model, tokenizer) -> dict:

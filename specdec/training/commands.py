@@ -237,7 +237,7 @@ def register(subparsers) -> None:
     h.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
     h.set_defaults(func=train_heads_main)
     e = kinds.add_parser("eagle", help="an EAGLE-style draft layer bound to the target checkpoint")
-    _common(e, epochs=6, lr=1e-3, batch=8)
+    _common(e, epochs=10, lr=2e-3, batch=8)
     e.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
     e.add_argument("--context", type=int, default=256, help="prompt tokens kept before each response in training")
     e.add_argument("--ce-weight", type=float, default=0.5, help="weight of the token cross-entropy")
