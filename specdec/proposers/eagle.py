@@ -261,8 +261,8 @@ class EagleProposer:
 
     def _select(self, tok: torch.Tensor, par: torch.Tensor, score: torch.Tensor, budget: int) -> DraftTree:
         """The ``budget`` best candidates (ties to the earlier one), renumbered in creation order."""
-        n = tok.numel()
-        order = sorted(range(n), key=lambda i: (-float(score[i]), i))[:budget]
+        sc = score.tolist()
+        order = sorted(range(len(sc)), key=lambda i: (-sc[i], i))[:budget]
         keep = sorted(order)
         new = {old: i for i, old in enumerate(keep)}
         par_l = par.tolist()
