@@ -108,6 +108,54 @@ def test_patched_layers_compute_the_same_and_are_restored():
     assert all("forward" not in m.__dict__ for m in patch.modules)  # the model is unchanged outside
 
 
+@needs_ext
+def test_linear_rows_uses_the_kernel_only_without_autograd(monkeypatch):
+    from specdec.target import linears
+
+    calls = []
+    real = torch.ops.specdec.skinny_linear
+
+    class Spy:
+        def skinny_linear(self, *a):
+            calls.append(1)
+            return real(*a)
+
+    monkeypatch.setattr(linears.torch.ops, "specdec", Spy())
+    layer = nn.Linear(8, 6)  # parameters require grad
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        linears.linear_rows(x, layer.weight, layer.bias)
+    assert calls == [1]
+    out = linears.linear_rows(x, layer.weight, layer.bias)  # grad mode: F.linear, differentiable
+    assert calls == [1] and out.requires_grad
+
+
+@needs_ext
+@pytest.mark.parametrize("enabled", [True, False])
+def test_target_verify_routes_linears_through_the_kernel(monkeypatch, enabled):
+    from specdec.models import tiny_model
+    from specdec.target import HFTarget, linears
+    from specdec.tree import DraftTree
+
+    calls = []
+    real = torch.ops.specdec.skinny_linear
+
+    class Spy:
+        def skinny_linear(self, *a):
+            calls.append(a[1].shape)
+            return real(*a)
+
+    model = tiny_model("llama")
+    target = HFTarget(model, skinny_linear=enabled)
+    state, logits, _ = target.prefill([[1, 2, 3, 4]])
+    target.set_pending(state, [int(logits.argmax())])
+    monkeypatch.setattr(linears.torch.ops, "specdec", Spy())
+    target.verify(state, [DraftTree.from_paths([[5, 6], [7]])])
+    n_linear = sum(1 for m in model.modules() if type(m) is nn.Linear)
+    assert len(calls) == (n_linear if enabled else 0)  # every layer incl. the LM head, or none
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
 def test_patch_keeps_instance_level_wrappers():
     layer = nn.Linear(4, 4)
     wrapper = lambda x: torch.zeros(x.shape[0], 4)  # e.g. accelerate's hooked forward

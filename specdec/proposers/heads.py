@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
+from ..target.linears import linear_rows
 from ..tree import DraftTree
 from .base import as_token_list, normalize_budgets
 
@@ -236,9 +237,10 @@ class MedusaProposer:
         hidden = torch.stack([self._state(r) for r in req_ids])  # [B, H]
         paths_per = [self._tree(b, not self._next_known[r]) for r, b in zip(req_ids, budgets)]
         width = max((max(p) + 1 for paths in paths_per for p in paths), default=1)
-        head_logits = self.heads.features(hidden) @ self._rows.T  # [k, B, R]
+        # Few-row products against large weight matrices: the skinny-linear kernel on CPU.
+        head_logits = linear_rows(self.heads.features(hidden), self._rows, None)  # [k, B, R]
         cand = self.heads.token_ids(torch.topk(head_logits, min(width, head_logits.shape[-1]), dim=-1).indices)
-        lm_top = torch.topk(hidden @ self.lm_weight.T, 1, dim=-1).indices  # [B, 1]
+        lm_top = torch.topk(linear_rows(hidden, self.lm_weight, None), 1, dim=-1).indices  # [B, 1]
         out = []
         for b, (req_id, paths) in enumerate(zip(req_ids, paths_per)):
             lm_level = not self._next_known[req_id]

@@ -34,9 +34,11 @@ def _eligible(module: nn.Module) -> bool:
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for ``x [..., K]``, through the skinny kernel when the number of
-    rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS` and ``x`` is float32 on the CPU."""
+    rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS`, ``x`` and ``weight`` are float32 on the
+    CPU and no gradient is being recorded (the op has no backward)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows in FAST_ROWS and x.dtype == torch.float32 and x.device.type == "cpu" and not x.requires_grad:
+    if (rows in FAST_ROWS and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)) and op_available()):
         out = torch.ops.specdec.skinny_linear(x.reshape(rows, x.shape[-1]), weight, bias)
         return out.view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)
