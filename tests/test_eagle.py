@@ -159,6 +159,8 @@ def test_bad_inputs_raise_clear_errors():
         prop.begin("a", [1, 2])
     with pytest.raises(ValueError, match=rf"\[len\(prompt_ids\), {H}\]"):
         prop.begin("a", [1, 2], target_hidden=torch.randn(2, H + 1))
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        prop.begin("a", [], target_hidden=torch.randn(0, H))
     with pytest.raises(ValueError, match="3 rows for 2 tokens"):
         prop.begin("a", [1, 2], target_hidden=torch.randn(3, H))
     prop.begin("a", [1, 2], target_hidden=torch.randn(2, H))

@@ -115,6 +115,8 @@ class EagleProposer:
     @classmethod
     def from_manifest(cls, tensors, manifest: Manifest, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
                       **draft_options) -> "EagleProposer":
+        if "layer" not in manifest.config:
+            raise ValueError(f"EAGLE manifest {manifest.name!r} has no config['layer'] (the draft layer's shape)")
         cfg = EagleConfig.from_dict(manifest.config["layer"])
         if cfg.hidden_size != lm_head_weight.shape[1]:
             raise ValueError(f"artifact hidden size {cfg.hidden_size} != target hidden size {lm_head_weight.shape[1]}")
@@ -127,6 +129,8 @@ class EagleProposer:
         if req_id in self._reqs:
             raise ValueError(f"request {req_id!r} already begun")
         ids = as_token_list(prompt_ids, "prompt_ids")
+        if not ids:
+            raise ValueError("begin needs a non-empty prompt (its last feature drafts the first token)")
         h = self._check_hidden(target_hidden, len(ids), "begin", "prompt_ids")
         c = self.layer.config
         empty = h.new_empty(0, c.num_kv_heads, c.head_dim)
