@@ -36,6 +36,7 @@ _LAZY = {
     "DraftModelProposer": ("specdec.proposers.draft_model", "DraftModelProposer"),
     "MedusaProposer": ("specdec.proposers.heads", "MedusaProposer"),
     "MedusaHeads": ("specdec.proposers.heads", "MedusaHeads"),
+    "EagleProposer": ("specdec.proposers.eagle", "EagleProposer"),
     "LoadGate": ("specdec.serving.gate", "LoadGate"),
     "Manifest": ("specdec.artifacts", "Manifest"),
     "IncompatibleArtifactError": ("specdec.artifacts", "IncompatibleArtifactError"),

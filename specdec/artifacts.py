@@ -347,11 +347,17 @@ def check_compatible(manifest: Manifest, fingerprint: str, *, allow_mismatch: bo
         f"{manifest.fingerprint}, but the loaded {manifest.bound_to} is {fingerprint}"
     )
     if manifest.bound_to == "target":
-        msg += ": trained heads must be refit after every checkpoint change (`specdec train heads`)"
+        msg += f": trained heads must be refit after every checkpoint change (`{refit_command(manifest.kind)}`)"
     if allow_mismatch:
         warnings.warn(msg + " (allow_mismatch=True: loading anyway)", RuntimeWarning, stacklevel=2)
         return False
     raise IncompatibleArtifactError(msg + ". Pass allow_mismatch=True to load it anyway.")
+
+
+def refit_command(kind: str) -> str:
+    """The ``specdec train`` command that rebuilds an artifact of ``kind``."""
+    return {"medusa": "specdec train heads", "eagle": "specdec train eagle",
+            "draft_model": "specdec train draft"}.get(kind, "specdec train heads")
 
 
 def record_measurement(directory: str, **facts: Any) -> Manifest:

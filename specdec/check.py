@@ -12,12 +12,10 @@ import json
 import os
 import sys
 
-from .artifacts import (MANIFEST_NAME, read_manifest, target_fingerprint, tokenizer_fingerprint,
+from .artifacts import (MANIFEST_NAME, read_manifest, refit_command, target_fingerprint, tokenizer_fingerprint,
                         tokenizer_mismatch)
 
 LOOKUP_PROPOSERS = ("suffix",)
-# The `specdec train` sub-command that refits each target-bound artifact kind.
-_TRAIN_KIND = {"medusa": "heads", "eagle": "eagle"}
 
 
 def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
@@ -43,7 +41,7 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
             report["heldout_top1"] = held.get("top1")
         if not ok:
             report["reason"] = (f"built for {m.bound_to} {m.fingerprint}, current is {now}"
-                                + (f"; retrain with `specdec train {_TRAIN_KIND.get(m.kind, 'heads')}`"
+                                + (f"; retrain with `{refit_command(m.kind)}`"
                                    if m.bound_to == "target" else ""))
         return report
     if os.path.isfile(os.path.join(proposer, "config.json")):

@@ -139,3 +139,11 @@ def test_manifest_validation_and_measurements(tmp_path):
     with pytest.raises(ValueError, match="unknown keys"):
         read_manifest(str(tmp_path))
     assert os.path.isfile(tmp_path / "weights.safetensors")
+
+
+def test_refit_command_names_the_training_command_of_each_kind():
+    from specdec.artifacts import refit_command
+
+    assert refit_command("medusa") == "specdec train heads"
+    assert refit_command("eagle") == "specdec train eagle"
+    assert refit_command("draft_model") == "specdec train draft"

@@ -25,8 +25,10 @@ def test_extra_command_module_plugs_in(tmp_path, monkeypatch):
 
 
 def test_unknown_proposer_and_bad_budget_are_rejected():
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="unknown proposer spec 'magic'"):
         cli.main(["generate", "--proposer", "magic", "hi"])
+    with pytest.raises(SystemExit, match="unknown proposer spec 'medusa'"):
+        cli.main(["bench", "--proposers", "suffix,medusa"])
     from specdec.commands.common import parse_budget
 
     assert parse_budget("auto") == "auto" and parse_budget("12") == 12

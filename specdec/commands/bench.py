@@ -11,7 +11,7 @@ import platform
 import time
 from pathlib import Path
 
-from .common import PROPOSERS, add_budget_arg, add_model_args, load_target, make_proposer, parse_budget
+from .common import PROPOSER_SPECS, add_budget_arg, add_model_args, check_spec, load_target, make_proposer, parse_budget
 
 
 def register(subparsers) -> None:
@@ -20,7 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("--categories", default=None, help="comma-separated subset of categories (default: all)")
     p.add_argument("--per-category", type=int, default=2, help="prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--proposers", default="suffix", help=f"comma-separated, from {[x for x in PROPOSERS if x != 'none']}")
+    p.add_argument("--proposers", default="suffix", help=f"comma-separated proposer specs: {PROPOSER_SPECS}")
     p.add_argument("--hf-lookup", type=int, default=10,
                    help="HF prompt_lookup_num_tokens for the HF prompt-lookup baseline (0 = skip it)")
     p.add_argument("--no-hf-generate", action="store_true", help="skip the plain model.generate baseline")
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def build_methods(args, model, stops):
+def build_methods(args, model, stops, tokenizer=None):
     from ..bench import hf_method, specdec_method
     from ..decoding import SpeculativeDecoder
 
@@ -51,9 +51,10 @@ def build_methods(args, model, stops):
     names = [n for n in (args.proposers or "").split(",") if n]
     cost_model, budget = None, parse_budget(args.budget)
     for name in names:
-        if name not in PROPOSERS or name == "none":
-            raise SystemExit(f"--proposers: unknown proposer {name!r}; expected {[x for x in PROPOSERS if x != 'none']}")
-        dec = SpeculativeDecoder(plain.target, make_proposer(name, model), cost_model=cost_model, budget=budget)
+        if name == "none":
+            raise SystemExit("--proposers: 'none' is plain decoding, which bench always runs")
+        dec = SpeculativeDecoder(plain.target, make_proposer(name, model, tokenizer), cost_model=cost_model,
+                                 budget=budget)
         if budget == "auto":
             cost_model = dec.ensure_cost_model()  # measured once, shared by every proposer
         methods.append(specdec_method(name, dec, stops))
@@ -74,11 +75,14 @@ def execute(args):
     if args.per_category < 1 or args.max_new_tokens < 1:
         raise SystemExit("--per-category and --max-new-tokens must be >= 1")
     started = time.time()
+    for spec in (args.proposers or "").split(","):
+        if spec:
+            check_spec(spec)
     model, tok = load_target(args)
     cats = [c for c in args.categories.split(",") if c] if args.categories else None
     prompts = load_prompts(args.prompts or SAMPLE_PROMPTS, tok, categories=cats, per_category=args.per_category)
     stops = [tok.eos_token_id] if tok.eos_token_id is not None else []
-    methods, cost_model = build_methods(args, model, stops)
+    methods, cost_model = build_methods(args, model, stops, tok)
     if cost_model is not None:
         print(f"verify cost model: {cost_model.describe()}")
     runs = run_benchmark(methods, prompts, args.max_new_tokens, progress=lambda xs: tqdm(xs, desc="prompts", unit="prompt"))

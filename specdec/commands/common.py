@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-PROPOSERS = ("none", "suffix")
+#: Proposer specs every command accepts (the same strings as ``specdec plan --proposer``).
+PROPOSER_SPECS = "none | suffix | draft:<model dir> | medusa:<artifact dir> | eagle:<artifact dir>"
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -49,12 +50,25 @@ def load_target(args):
     return model, AutoTokenizer.from_pretrained(args.model, local_files_only=True)
 
 
-def make_proposer(name: str, model):
-    """A fresh proposer by name (``none`` = plain decoding, returns None)."""
-    if name == "none":
-        return None
-    if name == "suffix":
-        from ..proposers.suffix import SuffixProposer
+def check_spec(spec: str) -> str:
+    """Syntax check of a proposer spec before any model is loaded (SystemExit naming it)."""
+    kind, sep, arg = spec.partition(":")
+    if (spec in ("none", "suffix")) or (kind in ("draft", "medusa", "eagle") and sep and arg):
+        return spec
+    raise SystemExit(f"unknown proposer spec {spec!r}; expected {PROPOSER_SPECS}")
 
-        return SuffixProposer(int(model.get_output_embeddings().weight.shape[0]))
-    raise ValueError(f"unknown proposer {name!r}; expected one of {PROPOSERS}")
+
+def make_proposer(spec: str, model, tokenizer=None):
+    """A fresh proposer from a spec (see :data:`PROPOSER_SPECS`; ``none`` = plain decoding, None).
+
+    Raises:
+        SystemExit: naming the spec when it is unknown or its artifact cannot be loaded.
+    """
+    if spec == "none":
+        return None
+    from ..serving.measure import make_proposer as from_spec
+
+    try:
+        return from_spec(spec, model, tokenizer)
+    except ValueError as exc:
+        raise SystemExit(f"proposer {spec!r}: {exc} (expected {PROPOSER_SPECS})") from exc

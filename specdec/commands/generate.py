@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from .common import PROPOSERS, add_budget_arg, add_model_args, load_target, make_proposer, parse_budget
+from .common import PROPOSER_SPECS, add_budget_arg, add_model_args, check_spec, load_target, make_proposer, parse_budget
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text, streaming, with step metrics")
     p.add_argument("prompt", help="user message (chat template applied)")
-    p.add_argument("--proposer", choices=PROPOSERS, default="suffix")
+    p.add_argument("--proposer", default="suffix", help=f"proposer spec: {PROPOSER_SPECS}")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
@@ -29,6 +29,7 @@ def run(args) -> int:
     from ..logits import SamplingParams
     from ..prompts import chat_ids
 
+    check_spec(args.proposer)
     model, tok = load_target(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     if args.raw:
@@ -36,7 +37,7 @@ def run(args) -> int:
     else:
         ids = chat_ids(tok, args.prompt)
     budget = parse_budget(args.budget)
-    decoder = SpeculativeDecoder(model, make_proposer(args.proposer, model), budget=budget)
+    decoder = SpeculativeDecoder(model, make_proposer(args.proposer, model, tok), budget=budget)
     gen = torch.Generator().manual_seed(args.seed)
     out: list[int] = []
     shown = 0

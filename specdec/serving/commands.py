@@ -38,7 +38,8 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="default", help="'default' (embedded SmolLM2-135M) or a HF model directory")
     p.add_argument("--proposer", action="append", dest="proposers", metavar="SPEC",
-                   help="candidate proposer: suffix | draft:<model dir> | medusa:<artifact dir> (repeatable; default suffix)")
+                   help="candidate proposer: suffix | draft:<model dir> | medusa:<artifact dir> | eagle:<artifact dir> "
+                        "(repeatable; default suffix)")
     p.add_argument("--workload", default=None, help="Spec-Bench style JSONL of prompts (default: the packaged dev sample)")
     p.add_argument("--categories", default=None, help="comma-separated subset of categories")
     p.add_argument("--per-category", type=int, default=2, help="prompts per category (default 2)")
