@@ -29,6 +29,7 @@ from typing import Hashable, Sequence
 import torch
 
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
+from ..target.linears import SkinnyLinears, linear_rows
 from ..tree import DraftTree
 from .base import as_token_list, normalize_budgets
 from .eagle_layer import EagleConfig, EagleLayer
@@ -93,6 +94,8 @@ class EagleProposer:
         self.embed = embed_weight.detach()
         self.lm_weight = lm_head_weight.detach()
         self._rows = self.layer.lm_rows(self.lm_weight).contiguous()  # [R, H], gathered once
+        # Drafting feeds a few rows at a time: the layer's products go through the skinny kernel on CPU.
+        self._linears = SkinnyLinears(self.layer)
         self.vocab_size = int(lm_head_weight.shape[0])
         self.top_k = min(top_k, int(self._rows.shape[0]))
         self.max_depth, self.min_logp = max_depth, (math.log(min_prob) if min_prob > 0 else -math.inf)
@@ -200,7 +203,8 @@ class EagleProposer:
         pos = torch.arange(S, S + n, device=dev)
         mask = torch.ones(n, S + n, dtype=torch.bool, device=dev)
         mask[:, S:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        out, k, v = self.layer.step(feats, self.embed[ids], pos, req.k[:S], req.v[:S], mask)
+        with self._linears:
+            out, k, v = self.layer.step(feats, self.embed[ids], pos, req.k[:S], req.v[:S], mask)
         return k, v, out
 
     # ------------------------------------------------------------------ drafting
@@ -217,7 +221,7 @@ class EagleProposer:
         if budget == 0:
             return DraftTree.empty(dev, vocab_size=self.vocab_size)
         k = min(self.top_k, budget)
-        logp = torch.log_softmax((self._rows @ req.root).float(), -1)
+        logp = torch.log_softmax(linear_rows(req.root[None], self._rows, None)[0].float(), -1)
         top = torch.topk(logp, k)
         # Candidates (drafting-vocab index, parent candidate, cumulative log-prob), in creation order.
         cand_tok, cand_par, cand_score = [top.indices], [torch.full((k,), -1, device=dev)], [top.values]
@@ -242,9 +246,10 @@ class EagleProposer:
             mask[:, S + n_exp:] = torch.eye(f, dtype=torch.bool, device=dev)
             pos = torch.full((f,), S + depth - 1, dtype=torch.long, device=dev)
             past_k, past_v = torch.cat([req.k[:S], tree_k]), torch.cat([req.v[:S], tree_v])
-            out, nk, nv = self.layer.step(front_feat, self.embed[toks], pos, past_k, past_v, mask)
+            with self._linears:
+                out, nk, nv = self.layer.step(front_feat, self.embed[toks], pos, past_k, past_v, mask)
             tree_k, tree_v = torch.cat([tree_k, nk]), torch.cat([tree_v, nv])
-            child_logp = torch.log_softmax((out @ self._rows.T).float(), -1)  # [f, R]
+            child_logp = torch.log_softmax(linear_rows(out, self._rows, None).float(), -1)  # [f, R]
             ck = torch.topk(child_logp, k, dim=-1)
             scores = (front_score[:, None] + ck.values).reshape(-1)  # [f * k]
             parents = front.repeat_interleave(k)
