@@ -68,6 +68,27 @@ class VerifyCostModel:
         y0, y1 = self.seconds[i], self.seconds[i + 1]
         return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
 
+    def observe(self, n: int, seconds: float, weight: float = 0.05) -> None:
+        """Fold one measured verify of ``n`` nodes into the curve.
+
+        The start-up calibration runs on a random prefix with chain drafts; the decoder's real
+        steps (its context, its tree shapes, the machine's load now) can cost more or less. Each
+        observation scales the two calibrated sizes around ``n`` by ``(seconds / cost(n)) **
+        (weight * share)``, ``share`` being each one's linear-interpolation weight, so the curve
+        drifts toward what the steps really cost without one noisy step moving it much.
+        """
+        if n < 0 or seconds <= 0 or not 0 < weight <= 1:
+            raise ValueError(f"observe needs n >= 0, seconds > 0 and weight in (0, 1], got {n}, {seconds}, {weight}")
+        ratio = seconds / self.cost(n)
+        i = bisect.bisect_right(self.sizes, n) - 1
+        if i >= len(self.sizes) - 1:
+            self.seconds[-1] *= ratio ** weight
+        else:
+            t = (n - self.sizes[i]) / (self.sizes[i + 1] - self.sizes[i])
+            self.seconds[i] *= ratio ** (weight * (1 - t))
+            self.seconds[i + 1] *= ratio ** (weight * t)
+        self.seconds = [max(self.seconds[: j + 1]) for j in range(len(self.seconds))]
+
     def best_size(self, path_probs: Sequence[float]) -> int:
         """``k`` maximising ``(1 + sum(top-k path_probs)) / cost(k)`` (``k <= max_nodes``)."""
         probs = sorted((float(p) for p in path_probs), reverse=True)[: self.max_nodes]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable, Iterator, Sequence
 
 import torch
@@ -75,6 +75,7 @@ class SpeculativeDecoder:
         self.max_budget = max_budget
         self.budget = budget
         self.cost_model = cost_model
+        self.live_cost: VerifyCostModel | None = None
         self.calibration_prefix = calibration_prefix
         self.estimator = AcceptanceEstimator()
         self.calibration = ScoreCalibration()
@@ -112,9 +113,15 @@ class SpeculativeDecoder:
                             req_ids=ids)
 
     def ensure_cost_model(self) -> VerifyCostModel:
-        """The verify cost model, measured now (a few seconds) if none was given."""
+        """The verify cost model, measured now (a few seconds) if none was given.
+
+        The decoder keeps its own copy (``live_cost``), which its single-request steps refine with
+        their measured verify times; the given or calibrated model is never modified.
+        """
         if self.cost_model is None:
             self.cost_model = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
+        if self.live_cost is None:
+            self.live_cost = replace(self.cost_model, seconds=list(self.cost_model.seconds))
         return self.cost_model
 
     # ------------------------------------------------------------------ the loop
@@ -200,6 +207,8 @@ class SpeculativeDecoder:
                     events.append(ev)
                 target.accept(state, paths, [e[-1] for e in emitted], out.logits.shape[1] - 1)
                 t3 = time.perf_counter()
+                if speculate and self.live_cost is not None and len(active) == 1:
+                    self.live_cost.observe(trees[0].num_nodes, t2 - t1)
                 for b in active:
                     metrics[b].propose_s += t1 - t0
                     metrics[b].verify_s += t2 - t1
@@ -244,7 +253,7 @@ class SpeculativeDecoder:
                 continue
             raw = probs
             probs = self.estimator.path_probs(tree) if raw is None else self.calibration.apply(raw)
-            k = self.budget if self.budget != "auto" else self.cost_model.best_size(probs)
+            k = self.budget if self.budget != "auto" else self.live_cost.best_size(probs)
             if k < tree.num_nodes and bool(tree.deterministic.all()):
                 tree = prune_tree(tree, probs, k)
             out.append(tree)

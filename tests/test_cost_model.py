@@ -29,6 +29,32 @@ def test_best_size_trades_acceptance_against_cost():
     assert flat.best_size([0.05] * 10) == 10
 
 
+def test_observed_steps_move_the_curve_toward_real_costs():
+    model = VerifyCostModel([0, 1, 2, 4], [0.020, 0.022, 0.024, 0.028])  # calibrated: +10% for 1 node
+    assert model.best_size([0.15]) == 1
+    for _ in range(60):  # real steps with one drafted node cost +30%, plain steps as calibrated
+        model.observe(1, 0.026)
+        model.observe(0, 0.020)
+    assert model.cost(1) == pytest.approx(0.026, rel=0.02) and model.cost(0) == pytest.approx(0.020, rel=0.01)
+    assert model.best_size([0.15]) == 0  # now +15% tokens for +30% time: not worth it
+    model.observe(3, 0.040)  # between sizes: both neighbours move, the curve stays monotone
+    assert model.seconds == sorted(model.seconds)
+    with pytest.raises(ValueError, match="observe needs"):
+        model.observe(1, 0.0)
+
+
+def test_decoder_refines_its_own_copy_of_the_cost_model():
+    from specdec import SpeculativeDecoder
+    from specdec.proposers.suffix import SuffixProposer
+
+    target = HFTarget(tiny_model("llama"))
+    given = VerifyCostModel([0, 1, 2, 4], [1e-6, 1.1e-6, 1.2e-6, 1.4e-6])
+    dec = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=given)
+    dec.generate([1, 2, 3, 1, 2, 3, 1, 2], max_new_tokens=12)
+    assert given.seconds == [1e-6, 1.1e-6, 1.2e-6, 1.4e-6]  # the caller's model is untouched
+    assert dec.live_cost is not given and dec.live_cost.seconds[0] > given.seconds[0]  # real steps are slower
+
+
 def test_bad_cost_models_are_refused():
     with pytest.raises(ValueError, match="start at 0|starting at 0"):
         VerifyCostModel([1, 2], [1.0, 2.0])
