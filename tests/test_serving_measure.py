@@ -28,3 +28,23 @@ def test_bad_proposer_spec_and_target_memory():
         make_proposer("draft:/no/such/dir", model, None)
     mem = target_memory(model)
     assert mem["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4 and mem["weights_bytes"] > 0
+
+
+def test_trained_heads_are_measured_through_the_decoder(tmp_path):
+    """A proposer that needs target hidden states (Medusa) is measured end to end from its spec:
+    memory probe with the prompt's hidden states, acceptance through the SpeculativeDecoder."""
+    from specdec.artifacts import Manifest, save_artifact, target_fingerprint
+    from specdec.proposers.heads import MedusaHeads
+
+    model = tiny_model(seed=2)
+    H = model.config.hidden_size
+    heads = MedusaHeads(H, 2)
+    manifest = Manifest(kind="medusa", name="m", bound_to="target", fingerprint=target_fingerprint(model),
+                        config={"hidden_size": H, "num_heads": 2, "num_layers": 1, "rank_acc": [[0.5, 0.2]] * 2})
+    save_artifact(str(tmp_path), heads.state_tensors(), manifest)
+    prompts = {"a-1": [3, 4, 5, 6], "b-1": [7, 8, 9, 10, 11]}
+    outputs = {"a-1": [1] * 6, "b-1": [2] * 6}
+    wl = Workload(prompts, outputs, {"a-1": "a", "b-1": "b"})
+    m = measure_proposer(f"medusa:{tmp_path}", model, None, wl, budget=4)
+    assert set(m.acceptance) == {"a", "b", "all"} and m.acceptance["all"].steps > 0
+    assert m.artifact["bound_to"] == "target" and m.memory.fixed_bytes > 0

@@ -169,7 +169,12 @@ def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: in
     """Acceptance per category (replay when possible, else the decoder) and memory of one proposer."""
     proposer = make_proposer(spec, model, tokenizer)
     first = next(iter(workload.prompts.values()))
-    memory = measure_proposer_memory(make_proposer(spec, model, tokenizer), first)
+    hidden = None
+    if getattr(proposer, "requires_target_hidden", False):
+        from ..training.data import final_hidden_states
+
+        hidden = final_hidden_states(model, list(first))
+    memory = measure_proposer_memory(make_proposer(spec, model, tokenizer), first, target_hidden=hidden)
     per_cat: dict[str, AcceptanceDist] = {}
     for cat, rids in workload.by_category().items():
         if getattr(proposer, "requires_target_hidden", False):

@@ -59,18 +59,20 @@ class ProposerMemory:
             raise ValueError(f"ProposerMemory values must be >= 0, got {self}")
 
 
-def measure_proposer_memory(proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__") -> ProposerMemory:
+def measure_proposer_memory(proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__",
+                            target_hidden=None) -> ProposerMemory:
     """Measure a proposer's fixed and per-token memory with ``memory_bytes()`` around one request.
 
     ``memory_bytes()`` before ``begin`` is the fixed part (weights, shared state); the growth
     after ``begin(prompt)`` divided by the prompt length is the per-token part (its own KV cache).
     Shared structures that keep data after ``end`` (a global suffix tree) show up as growth too,
-    which is what the budget should charge for them.
+    which is what the budget should charge for them. ``target_hidden`` (``[len(prompt), H]``) is
+    passed to ``begin`` for proposers that need the target's hidden states (trained heads).
     """
     if len(prompt_ids) == 0:
         raise ValueError("measure_proposer_memory needs a non-empty prompt")
     before = int(proposer.memory_bytes())
-    proposer.begin(req_id, list(prompt_ids))
+    proposer.begin(req_id, list(prompt_ids), target_hidden=target_hidden)
     try:
         during = int(proposer.memory_bytes())
     finally:
