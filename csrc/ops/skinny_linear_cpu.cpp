@@ -100,7 +100,7 @@ SPECDEC_INLINE void row_tile(const float* w, const float* x, int64_t M, int64_t 
 }
 
 // Weight rows [n0, n1): y[:, n0:n1] for all M input rows.
-__attribute__((optimize("fp-contract=fast"))) SPECDEC_MULTIVERSION void rows_block(
+SPECDEC_MULTIVERSION void rows_block(
     const float* w, const float* x, int64_t M, int64_t K, int64_t n0, int64_t n1, float* y, int64_t N) {
   int64_t n = n0;
   for (; n + kTile <= n1; n += kTile) row_tile<kTile>(w + n * K, x, M, K, y + n, N);
