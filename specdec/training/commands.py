@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -54,23 +55,43 @@ def _device(name: str) -> str:
     return name
 
 
-def train_heads_main(args) -> int:
-    from . import data as sd
-    from .medusa import HeadsTrainConfig, train_medusa
+def _progress(stage: str, i: int, n: int) -> None:
+    print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
 
+
+@dataclass
+class _Run:
+    """What every ``specdec train`` command starts from: the target on its device, its fingerprint,
+    the prompt records, and the clock readings for the refit-time report."""
+
+    device: str
+    model: object
+    tokenizer: object
+    fingerprint: str
+    records: list
+    t_start: float
+    t_loaded: float
+
+
+def _start(args) -> _Run:
     t_start = time.time()
     device = _device(args.device)
-    cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, reduced_vocab=args.vocab,
-                           epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed)
     model, tok = load_target(args.target, device)
     t_loaded = time.time()
     fp = target_fingerprint(model)
     print(f"target {args.target}: {fp} (device {device})", file=sys.stderr)
-    records = read_prompt_records(args.prompts, limit=args.limit)
+    return _Run(device, model, tok, fp, read_prompt_records(args.prompts, limit=args.limit), t_start, t_loaded)
 
-    def progress(stage, i, n):
-        print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
 
+def train_heads_main(args) -> int:
+    from . import data as sd
+    from .medusa import HeadsTrainConfig, train_medusa
+
+    cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, reduced_vocab=args.vocab,
+                           epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed)
+    run = _start(args)
+    device, model, tok, fp, records = run.device, run.model, run.tokenizer, run.fingerprint, run.records
+    t_start, t_loaded, progress = run.t_start, run.t_loaded, _progress
     data, source = sd.load_or_build(model, tok, records, target_fp=fp, max_new_tokens=args.max_new_tokens,
                                     cache_dir=args.cache_dir, batch_size=args.gen_batch,
                                     max_tokens=args.max_tokens, progress=progress)
@@ -114,19 +135,11 @@ def train_eagle_main(args) -> int:
     from .eagle import EagleTrainConfig, load_or_build_full, train_eagle
     from ..proposers.eagle_layer import EagleConfig
 
-    t_start = time.time()
-    device = _device(args.device)
     cfg = EagleTrainConfig(reduced_vocab=args.vocab, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                            context=args.context, ce_weight=args.ce_weight, noise=args.noise, seed=args.seed)
-    model, tok = load_target(args.target, device)
-    t_loaded = time.time()
-    fp = target_fingerprint(model)
-    print(f"target {args.target}: {fp} (device {device})", file=sys.stderr)
-    records = read_prompt_records(args.prompts, limit=args.limit)
-
-    def progress(stage, i, n):
-        print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
-
+    run = _start(args)
+    device, model, tok, fp, records = run.device, run.model, run.tokenizer, run.fingerprint, run.records
+    t_start, t_loaded, progress = run.t_start, run.t_loaded, _progress
     responses, source = sd.load_or_generate_responses(model, tok, records, target_fp=fp,
                                                       max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
                                                       batch_size=args.gen_batch, progress=progress)
@@ -174,17 +187,11 @@ def train_draft_main(args) -> int:
     from . import data as sd
     from .drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter, train_drafter
 
-    t_start = time.time()
-    device = _device(args.device)
     cfg = DrafterTrainConfig(num_layers=args.layers, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                              seed=args.seed)
-    model, tok = load_target(args.target, device)
-    fp = target_fingerprint(model)
-    records = read_prompt_records(args.prompts, limit=args.limit)
-
-    def progress(stage, i, n):
-        print(f"\r{stage}: {i}/{n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
-
+    run = _start(args)
+    device, model, tok, fp, records = run.device, run.model, run.tokenizer, run.fingerprint, run.records
+    t_start, progress = run.t_start, _progress
     responses, source = sd.load_or_generate_responses(model, tok, records, target_fp=fp,
                                                       max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
                                                       batch_size=args.gen_batch, progress=progress)
