@@ -31,35 +31,9 @@ import torch
 
 from specdec.artifacts import record_measurement
 from specdec.proposers.eagle import EagleProposer
+from specdec.serving.acceptance import replay_with_hidden
 from specdec.training import data as sd
 from specdec.training.eagle import FullSequences
-
-
-def replay(prop, hidden: torch.Tensor, tokens: list[int], P: int, budget: int, req="r") -> tuple[int, int, float]:
-    """Greedy replay of one record (``hidden [L, H]``, ``tokens[L]``, prompt length ``P``).
-
-    Returns ``(emitted tokens, verify steps, seconds spent in propose)``."""
-    prop.begin(req, tokens[:P], target_hidden=hidden[:P])
-    prop.commit(req, [tokens[P]], target_hidden=hidden[P - 1: P])  # the prefill step emits the first token
-    c, emitted, steps, spent = P, 0, 0, 0.0
-    while c + 1 < len(tokens):
-        t0 = time.perf_counter()
-        tree = prop.propose([req], budget)[0]
-        spent += time.perf_counter() - t0
-        node, out = -1, []
-        while c + 1 + len(out) < len(tokens):
-            want = tokens[c + 1 + len(out)]
-            out.append(want)
-            nxt = [k for k in tree.children_of(node) if int(tree.tokens[k]) == want]
-            if not nxt:
-                break
-            node = nxt[0]
-        prop.commit(req, out, target_hidden=hidden[c: c + len(out)])
-        c += len(out)
-        emitted += len(out)
-        steps += 1
-    prop.end(req)
-    return emitted, steps, spent
 
 
 def measure(prop, data: FullSequences, held: list[int], budget: int) -> dict:
@@ -67,7 +41,7 @@ def measure(prop, data: FullSequences, held: list[int], budget: int) -> dict:
     spent = 0.0
     for i in held:
         h, tok, P = data.sequence(i)
-        e, s, t = replay(prop, h.float(), tok.tolist(), P, budget)
+        e, s, t = replay_with_hidden(prop, h.float(), tok.tolist(), P, budget)
         per_cat[data.records[i]["category"]][0] += e
         per_cat[data.records[i]["category"]][1] += s
         spent += t

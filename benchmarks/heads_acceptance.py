@@ -29,35 +29,10 @@ import shlex
 import sys
 import time
 
-import torch
-
 from specdec.artifacts import load_artifact, record_measurement
 from specdec.proposers.heads import MedusaProposer
+from specdec.serving.acceptance import replay_with_hidden
 from specdec.training import data as sd
-
-
-def replay(prop: MedusaProposer, rows: torch.Tensor, tokens: list[int], budget: int, req="r") -> tuple[int, int]:
-    """Greedy replay of one record: ``rows [T, H]`` hidden states from the last prompt position on,
-    ``tokens[T]`` the tokens at those positions. Returns ``(emitted tokens, verify steps)``."""
-    prop.begin(req, [0], target_hidden=rows[:1])
-    prop.commit(req, [tokens[1]], target_hidden=rows[0:1])  # the prefill step emits the first token
-    c, emitted, steps = 1, 0, 0
-    while c + 1 < len(tokens):
-        tree = prop.propose([req], budget)[0]
-        node, out = -1, []
-        while c + 1 + len(out) < len(tokens):
-            want = tokens[c + 1 + len(out)]
-            out.append(want)
-            nxt = [k for k in tree.children_of(node) if int(tree.tokens[k]) == want]
-            if not nxt:
-                break
-            node = nxt[0]
-        prop.commit(req, out, target_hidden=rows[c: c + len(out)])
-        c += len(out)
-        emitted += len(out)
-        steps += 1
-    prop.end(req)
-    return emitted, steps
 
 
 def main(argv=None) -> int:
@@ -88,7 +63,8 @@ def main(argv=None) -> int:
         per_cat = collections.defaultdict(lambda: [0, 0])
         for i in held:
             sel = t["record"] == i
-            e, s = replay(prop, t["hidden"][sel].float(), t["tokens"][sel].tolist(), budget)
+            # rows start at the last prompt position: a one-token "prompt" (Medusa reads only hidden states)
+            e, s, _ = replay_with_hidden(prop, t["hidden"][sel].float(), t["tokens"][sel].tolist(), 1, budget)
             per_cat[records[i]["category"]][0] += e
             per_cat[records[i]["category"]][1] += s
         tot_e = sum(v[0] for v in per_cat.values())

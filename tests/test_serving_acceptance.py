@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specdec import DraftTree, ReplayProposer
-from specdec.serving.acceptance import AcceptanceDist, _greedy_accepted, from_histogram, measure_by_replay
+from specdec.serving.acceptance import AcceptanceDist, greedy_accepted, from_histogram, measure_by_replay
 
 
 def test_truncation_to_smaller_budget_moves_tail_mass_to_the_cap():
@@ -35,12 +35,12 @@ def test_replay_with_a_wrong_script_accepts_nothing():
     assert d.counts.tolist() == [10, 0, 0, 0]
 
 
-def test_greedy_accepted_walks_tree_branches():
+def testgreedy_accepted_walks_tree_branches():
     tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9]])
-    assert _greedy_accepted(tree, [5, 8, 1]) == 2
-    assert _greedy_accepted(tree, [9, 9]) == 1
-    assert _greedy_accepted(tree, [1]) == 0
-    assert _greedy_accepted(DraftTree.empty(), [1]) == 0
+    assert greedy_accepted(tree, [5, 8, 1]) == 2
+    assert greedy_accepted(tree, [9, 9]) == 1
+    assert greedy_accepted(tree, [1]) == 0
+    assert greedy_accepted(DraftTree.empty(), [1]) == 0
 
 
 def test_histogram_roundtrip_merge_and_errors():
@@ -77,3 +77,48 @@ def test_replay_records_drafted_nodes_and_sim_pays_only_for_them():
     dense = simulate(reqs, AlwaysOn(3), ServerConfig(gpu_like_cost(), full, seed=1))
     assert sparse.accepted <= sparse.drafted < dense.drafted
     assert sparse.busy_s < dense.busy_s
+
+
+class _HiddenOracle:
+    """Proposer stub that needs hidden states and drafts the next ``k`` true tokens (or nothing)."""
+
+    requires_target_hidden = True
+
+    def __init__(self, truth, k):
+        self.truth, self.k, self.pos, self.rows = truth, k, 0, []
+
+    def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None):
+        assert target_hidden is not None and target_hidden.shape[0] == len(prompt_ids)
+        self.pos = len(prompt_ids)
+
+    def commit(self, req_id, accepted_ids, *, target_hidden=None):
+        assert list(accepted_ids) == self.truth[self.pos: self.pos + len(accepted_ids)]
+        assert target_hidden.shape[0] == len(accepted_ids)
+        self.rows.append(target_hidden[:, 0].tolist())
+        self.pos += len(accepted_ids)
+
+    def propose(self, req_ids, budget):
+        from specdec import DraftTree
+
+        return [DraftTree.from_paths([self.truth[self.pos: self.pos + min(self.k, budget)]])
+                if self.k else DraftTree.empty()]
+
+    def end(self, req_id):
+        pass
+
+
+def test_replay_with_hidden_commits_the_decoders_rows():
+    import torch
+
+    from specdec.serving.acceptance import replay_with_hidden
+
+    tokens = list(range(10, 22))  # 4 prompt tokens + 8 continuation tokens
+    hidden = torch.arange(len(tokens), dtype=torch.float32).unsqueeze(1).repeat(1, 3)
+    lazy = _HiddenOracle(tokens, 0)
+    assert replay_with_hidden(lazy, hidden, tokens, 4, budget=4)[:2] == (7, 7)  # tokens[4] came from prefill
+    # row j of each commit is the hidden state of the token that produced accepted_ids[j]
+    assert lazy.rows[:3] == [[3.0], [4.0], [5.0]]
+    oracle = _HiddenOracle(tokens, 3)
+    emitted, steps, _ = replay_with_hidden(oracle, hidden, tokens, 4, budget=4)
+    assert emitted == 7 and steps == 2  # 3 accepted + bonus, then the last 3 tokens
+    assert oracle.rows[1] == [4.0, 5.0, 6.0, 7.0]

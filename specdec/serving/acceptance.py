@@ -182,7 +182,7 @@ def from_histogram(accepted_per_step: Sequence[int], max_budget: int, name: str 
     return AcceptanceDist(np.bincount(a, minlength=max_budget + 1).astype(np.float64), propose_s_per_req, name, drafted)
 
 
-def _greedy_accepted(tree, truth: Sequence[int]) -> int:
+def greedy_accepted(tree, truth: Sequence[int]) -> int:
     """Drafted tokens greedy verification accepts: the longest root path matching ``truth``."""
     if tree.num_nodes == 0:
         return 0
@@ -194,6 +194,40 @@ def _greedy_accepted(tree, truth: Sequence[int]) -> int:
             break
         node, depth = nxt[0], depth + 1
     return depth
+
+
+def replay_with_hidden(proposer, hidden, tokens: Sequence[int], prompt_len: int, budget: int,
+                       req: Hashable = "replay") -> tuple[int, int, float]:
+    """Greedy replay of one recorded sequence through a proposer that reads target hidden states.
+
+    ``tokens`` is the prompt (``prompt_len`` tokens) followed by the target's greedy continuation,
+    ``hidden [len(tokens), H]`` the target's teacher-forced final hidden states at those positions.
+    Under greedy verification the target emits its greedy continuation whatever the draft, so each
+    step accepts the longest tree path matching it (:func:`greedy_accepted`) plus the bonus token,
+    and the proposer is committed exactly the rows the decoder would give it.
+
+    Returns ``(emitted tokens, verify steps, seconds spent in propose)``.
+    """
+    P = prompt_len
+    if not 1 <= P < len(tokens):
+        raise ValueError(f"prompt_len must be in [1, {len(tokens) - 1}], got {P}")
+    proposer.begin(req, list(tokens[:P]), target_hidden=hidden[:P])
+    try:
+        proposer.commit(req, [tokens[P]], target_hidden=hidden[P - 1: P])  # the prefill step's token
+        c, emitted, steps, spent = P, 0, 0, 0.0
+        while c + 1 < len(tokens):
+            t0 = time.perf_counter()
+            tree = proposer.propose([req], budget)[0]
+            spent += time.perf_counter() - t0
+            a = min(greedy_accepted(tree, tokens[c + 1:]), len(tokens) - c - 2)
+            out = list(tokens[c + 1: c + 2 + a])
+            proposer.commit(req, out, target_hidden=hidden[c: c + len(out)])
+            c += len(out)
+            emitted += len(out)
+            steps += 1
+    finally:
+        proposer.end(req)
+    return emitted, steps, spent
 
 
 def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outputs: Mapping[Hashable, Sequence[int]],
@@ -227,7 +261,7 @@ def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outpu
                 t0 = time.perf_counter()
                 tree = proposer.propose([rid], budget)[0]
                 propose_s += time.perf_counter() - t0
-                a = min(_greedy_accepted(tree, out[pos:]), len(out) - pos - 1)
+                a = min(greedy_accepted(tree, out[pos:]), len(out) - pos - 1)
                 accepted.append(a)
                 drafted.append(max(a, min(tree.num_nodes, budget)))
                 proposer.commit(rid, out[pos: pos + a + 1])
