@@ -25,11 +25,11 @@ import collections
 import json
 import shlex
 import sys
-import time
 
 import torch
 
 from specdec.artifacts import record_measurement
+from specdec.bench import online_speedup
 from specdec.proposers.eagle import EagleProposer
 from specdec.serving.acceptance import replay_with_hidden
 from specdec.training import data as sd
@@ -115,36 +115,14 @@ def main(argv=None) -> int:
             print(f"medusa budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps "
                   f"({len(unseen)} records it never trained on), propose {r['propose_ms']} ms/step")
     if args.online:
-        facts["online"] = online(model, prop, [responses[i] for i in held[: args.online]], args.online_budget,
-                                 args.online_tokens)
+        facts["online"] = online_speedup(model, prop, [responses[i]["prompt_ids"] for i in held[: args.online]],
+                                  args.online_budget, args.online_tokens, name="eagle")
         print(json.dumps(facts["online"], indent=1))
     if args.record:
         best = max(results, key=lambda b: results[b]["overall"])
         record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts,
                            command="python " + " ".join(shlex.quote(a) for a in sys.argv))
     return 0
-
-
-def online(model, prop, records, budget: int, max_new: int) -> dict:
-    """Same-run wall clock: plain decoding vs EAGLE through SpeculativeDecoder (greedy)."""
-    from specdec.decoding import SpeculativeDecoder
-
-    prompts = [r["prompt_ids"] for r in records]
-    plain = SpeculativeDecoder(model, None)
-    spec = SpeculativeDecoder(model, prop, max_budget=budget, budget=budget)
-    plain.generate(prompts[0], 4)  # warm-up
-    spec.generate(prompts[0], 4)
-    t0 = time.perf_counter()
-    ref = [plain.generate(p, max_new).tokens for p in prompts]
-    t1 = time.perf_counter()
-    outs = [spec.generate(p, max_new) for p in prompts]
-    t2 = time.perf_counter()
-    if [o.tokens for o in outs] != ref:
-        raise AssertionError("EAGLE decoding differs from plain greedy decoding")
-    steps = sum(o.metrics.steps for o in outs)
-    return {"prompts": len(prompts), "max_new_tokens": max_new, "budget": budget,
-            "tokens_per_step": round(sum(len(o.tokens) for o in outs) / max(steps, 1), 3),
-            "plain_s": round(t1 - t0, 2), "eagle_s": round(t2 - t1, 2), "speedup": round((t1 - t0) / (t2 - t1), 3)}
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ import collections
 import json
 import shlex
 import sys
-import time
 
 from specdec.artifacts import load_artifact, record_measurement
+from specdec.bench import online_speedup
 from specdec.proposers.heads import MedusaProposer
 from specdec.serving.acceptance import replay_with_hidden
 from specdec.training import data as sd
@@ -76,33 +76,14 @@ def main(argv=None) -> int:
               f"{results[budget]['by_category']}")
     facts = {"kind": "greedy replay, held-out records", "records": len(held), "tokens_per_step": results}
     if args.online:
-        facts["online"] = online(model, prop, [records[i] for i in held[: args.online]], args.online_budget,
-                                 args.online_tokens)
+        facts["online"] = online_speedup(model, prop, [records[i]["prompt_ids"] for i in held[: args.online]],
+                                  args.online_budget, args.online_tokens, name="medusa")
     if args.record:
         best = max(results, key=lambda b: results[b]["overall"])
         record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts,
                            command="python " + " ".join(shlex.quote(a) for a in sys.argv))
     print(json.dumps(facts.get("online", {}), indent=1))
     return 0
-
-
-def online(model, prop, records, budget: int, max_new: int) -> dict:
-    """Same-run wall clock: plain decoding vs Medusa through SpeculativeDecoder (greedy)."""
-    from specdec.decoding import SpeculativeDecoder
-
-    prompts = [r["prompt_ids"] for r in records]
-    plain = SpeculativeDecoder(model, None)
-    spec = SpeculativeDecoder(model, prop, max_budget=budget, budget=budget)
-    plain.generate(prompts[0], 4)  # warm-up
-    t0 = time.perf_counter()
-    ref = [plain.generate(p, max_new).tokens for p in prompts]
-    t1 = time.perf_counter()
-    out = [spec.generate(p, max_new).tokens for p in prompts]
-    t2 = time.perf_counter()
-    if out != ref:
-        raise AssertionError("Medusa decoding differs from plain greedy decoding")
-    return {"prompts": len(prompts), "max_new_tokens": max_new, "budget": budget,
-            "plain_s": round(t1 - t0, 2), "medusa_s": round(t2 - t1, 2), "speedup": round((t1 - t0) / (t2 - t1), 3)}
 
 
 if __name__ == "__main__":

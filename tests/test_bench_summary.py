@@ -22,3 +22,14 @@ def test_hf_methods_fall_back_to_plain_without_hf_generate():
     table = summarize([Run("plain", "qa", 2.0, [1]), Run("hf_prompt_lookup", "qa", 1.0, [1])])
     assert table["overall"]["hf_prompt_lookup"].baseline == "plain"
     assert table["overall"]["hf_prompt_lookup"].speedup == pytest.approx(2.0)
+
+
+def test_online_speedup_checks_outputs_and_reports_both_times():
+    from specdec.bench import online_speedup
+    from specdec.models import tiny_model
+    from specdec.proposers.suffix import SuffixProposer
+
+    model = tiny_model()
+    res = online_speedup(model, SuffixProposer(model.config.vocab_size), [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]],
+                         budget=4, max_new_tokens=8, name="suffix")
+    assert res["prompts"] == 2 and res["plain_s"] > 0 and res["suffix_s"] > 0 and res["tokens_per_step"] >= 1
