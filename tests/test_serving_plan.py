@@ -9,7 +9,7 @@ from serving_fixtures import good_acceptance, gpu_like_cost, items, zero_accepta
 from specdec.serving.commands import register
 from specdec.serving.memory import ProposerMemory
 from specdec.serving.metrics import SLO
-from specdec.serving.plan import PlanSettings, choose, plan_pool
+from specdec.serving.plan import PlanSettings, choose, plan_pool, recommend_policy
 from specdec.serving.pools import Pool, load_pools
 from specdec.serving.report import write_report
 from specdec.serving.review import compare, load_trigger, make_trigger
@@ -109,3 +109,13 @@ def test_tuned_threshold_is_a_neighbour_of_the_crossover_and_no_worse_on_its_own
     scores = threshold_scores(its, server, rates, SETTINGS, POOL.slo, 4, range(max(1, crossover - 2), crossover + 3))
     assert scores[t] >= scores[crossover] and scores[t] == max(scores.values())
     assert tune_threshold(its, server, rates, SETTINGS, POOL.slo, 4, 0) == 0  # never pays: no gate
+
+
+def test_latency_gain_wins_a_goodput_tie_but_not_a_goodput_loss():
+    def rows(gated_goodput):
+        return [dict(rate=r, policy=p, goodput_rps=g, tpot_p50=t) for r, p, g, t in [
+            (1, "off", 1.0, 0.030), (1, "gated", 1.0, 0.025), (1, "always", 1.0, 0.026),
+            (9, "off", 5.0, 0.040), (9, "gated", gated_goodput, 0.040), (9, "always", 4.0, 0.060)]]
+    chosen, worst, (gain, tpot) = recommend_policy(rows(5.0), SETTINGS)
+    assert chosen == "gated" and tpot == pytest.approx(1 - 25 / 30) and gain == pytest.approx(0.0)
+    assert recommend_policy(rows(4.8), SETTINGS)[0] == "off"  # 4% goodput lost at high load: not worth it
