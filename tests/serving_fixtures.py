@@ -14,7 +14,7 @@ from specdec.serving.workload import WorkloadItem, make_requests, poisson_arriva
 
 def gpu_like_cost() -> StepCostModel:
     # fixed 10 ms, 0.2 ms per sequence, 0.5 ms per token, tiny attention and KV-read terms
-    return StepCostModel(np.array([0.010, 0.0002, 0.0005, 1e-8, 1e-7]))
+    return StepCostModel(np.array([0.010, 0.0002, 0.0005, 1e-8, 1e-7, 0.0]))
 
 
 def good_acceptance(max_budget: int = 6) -> AcceptanceDist:

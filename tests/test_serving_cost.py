@@ -23,7 +23,7 @@ def _synthetic_samples(w, noise=0.0, seed=0):
 
 
 def test_fit_recovers_known_weights_and_reports_error():
-    w = np.array([0.01, 0.001, 0.002, 1e-7, 2e-6])
+    w = np.array([0.01, 0.001, 0.002, 1e-7, 2e-6, 0.004])
     m = StepCostModel.fit(_synthetic_samples(w))
     assert m.mean_rel_error < 1e-6 and m.loo_rel_error < 1e-4
     for b, n, c in ((3, 5, 100), (16, 1, 1000)):
@@ -34,7 +34,7 @@ def test_fit_recovers_known_weights_and_reports_error():
 
 
 def test_roundtrip_and_bad_files(tmp_path):
-    m = StepCostModel.fit(_synthetic_samples(np.array([0.01, 0.001, 0.002, 1e-7, 2e-6])), {"model": "x"})
+    m = StepCostModel.fit(_synthetic_samples(np.array([0.01, 0.001, 0.002, 1e-7, 2e-6, 0.004])), {"model": "x"})
     p = tmp_path / "cost.json"
     m.save(p)
     back = StepCostModel.load(p)
@@ -46,9 +46,9 @@ def test_roundtrip_and_bad_files(tmp_path):
     with pytest.raises(ValueError, match="not a StepCostModel"):
         StepCostModel.load(p)
     with pytest.raises(ValueError, match=">= 0"):
-        StepCostModel(np.array([0.1, -1, 0, 0, 0]))
+        StepCostModel(np.array([0.1, -1, 0, 0, 0, 0]))
     with pytest.raises(ValueError, match="at least"):
-        StepCostModel.fit(_synthetic_samples(np.ones(5))[:3])
+        StepCostModel.fit(_synthetic_samples(np.ones(6))[:3])
 
 
 def test_calibrate_times_a_real_forward_and_fits():

@@ -6,13 +6,19 @@ same as a decode step of 1 (weights dominate); on a CPU, or at large batch, extr
 nearly linearly. That ratio must be measured, not assumed.
 
 Model. One target forward over a batch of ``B`` sequences, each feeding ``n`` new tokens on top
-of ``C`` cached tokens, is predicted as a non-negative combination of five work terms::
+of ``C`` cached tokens, is predicted as a non-negative combination of six work terms::
 
     t(B, n, C) = w0                      # fixed per-step overhead (kernel launches, Python)
                + w1 * B                  # per-sequence overhead (cache bookkeeping, sampling)
                + w2 * B * n              # per-token work (the matmuls over the weights)
                + w3 * B * n * (C + (n + 1) / 2)   # attention: each new token reads C + its own prefix
                + w4 * B * C              # reading the KV cache once per sequence
+               + w5 * B * [n > 1]        # the jump from one row to several (multi-token kernels)
+
+The last term exists because one-row steps run different kernels: a single row per sequence is a
+memory-bound matrix-vector product (and a causal-free attention), several rows a compute-bound
+product, so the first drafted token costs more than each further one; without it a linear fit
+over-predicts plain decode steps and under-predicts short drafts.
 
 Prefill of a prompt of ``P`` tokens is the same formula with ``n = P`` and ``C = 0``. The weights
 are fitted by non-negative least squares on *relative* error (each row divided by its measured
@@ -31,13 +37,13 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read")
+FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read", "multi_token")
 
 
 def features(batch: float, tokens: float, context: float) -> np.ndarray:
-    """Work terms ``[5]`` of one forward (see the module docstring for their meaning)."""
+    """Work terms ``[6]`` of one forward (see the module docstring for their meaning)."""
     b, n, c = float(batch), float(tokens), float(context)
-    return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c])
+    return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c, b * (n > 1.0)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +61,7 @@ class StepCostModel:
     """Predicts target forward time in seconds; see the module docstring.
 
     Attributes:
-        weights: the five non-negative coefficients, in :data:`FEATURE_NAMES` order.
+        weights: the six non-negative coefficients, in :data:`FEATURE_NAMES` order.
         mean_rel_error / max_rel_error: fit error on the calibration samples, as fractions.
         loo_rel_error: mean leave-one-out relative error (error on points the fit did not see).
         samples: the calibration measurements kept for the fit.

@@ -72,7 +72,8 @@ def measure_proposer_memory(proposer, prompt_ids: Sequence[int], req_id: Hashabl
     if len(prompt_ids) == 0:
         raise ValueError("measure_proposer_memory needs a non-empty prompt")
     before = int(proposer.memory_bytes())
-    proposer.begin(req_id, list(prompt_ids), target_hidden=target_hidden)
+    extra = {} if target_hidden is None else {"target_hidden": target_hidden}
+    proposer.begin(req_id, list(prompt_ids), **extra)
     try:
         during = int(proposer.memory_bytes())
     finally:

@@ -95,7 +95,7 @@ def write_report(out_dir: Path, *, title: str, context: dict, cost, proposers: S
              "## Inputs", ""]
     lines += [f"- {k}: {v}" for k, v in context.items()]
     lines += ["", "## Cost model (measured on this machine)", "",
-              f"- step time = {' + '.join(f'{w:.3g}*{n}' for w, n in zip(cost.weights, ('1', 'B', 'B*n', 'B*n*(C+(n+1)/2)', 'B*C')))} s",
+              f"- step time = {' + '.join(f'{w:.3g}*{n}' for w, n in zip(cost.weights, ('1', 'B', 'B*n', 'B*n*(C+(n+1)/2)', 'B*C', 'B*[n>1]')))} s",
               f"- fit error: mean {cost.mean_rel_error:.1%}, max {cost.max_rel_error:.1%}, leave-one-out {cost.loo_rel_error:.1%} "
               f"over {len(cost.samples)} timings ({len(cost.outliers)} disturbed timings set aside)",
               f"- measured on: {cost.meta}", "", "## Proposers", "",
