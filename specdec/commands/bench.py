@@ -23,7 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("--proposers", default="suffix", help=f"comma-separated proposer specs: {PROPOSER_SPECS}")
     p.add_argument("--hf-lookup", type=int, default=10,
                    help="HF prompt_lookup_num_tokens for the HF prompt-lookup baseline (0 = skip it)")
-    p.add_argument("--no-hf-generate", action="store_true", help="skip the plain model.generate baseline")
+    p.add_argument("--no-hf-generate", action="store_true",
+                   help="skip the plain model.generate baseline (HF prompt lookup is then compared with specdec plain)")
     p.add_argument("--assistant-model", default=None, help="HF assistant model folder for HF assisted generation")
     p.add_argument("--out", default="bench_out", help="output folder")
     add_budget_arg(p)
