@@ -33,3 +33,10 @@ def test_online_speedup_checks_outputs_and_reports_both_times():
     res = online_speedup(model, SuffixProposer(model.config.vocab_size), [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]],
                          budget=4, max_new_tokens=8, name="suffix")
     assert res["prompts"] == 2 and res["plain_s"] > 0 and res["suffix_s"] > 0 and res["tokens_per_step"] >= 1
+
+
+def test_load_note_warns_when_the_machine_was_oversubscribed():
+    from specdec.bench import load_note
+
+    assert load_note(0.5, 1.4, 2) == "load average 0.5 -> 1.4 on 2 cores"
+    assert "WARNING: the machine was oversubscribed" in load_note(0.5, 4.2, 2)

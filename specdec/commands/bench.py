@@ -7,6 +7,7 @@ Writes ``bench.md`` (one table per category + overall), ``speedup.png`` and ``ru
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -71,11 +72,11 @@ def execute(args):
     """Run the benchmark, write the report files, return ``summarize(runs)``'s table."""
     from tqdm import tqdm
 
-    from ..bench import SAMPLE_PROMPTS, load_prompts, markdown, plot, run_benchmark, summarize
+    from ..bench import SAMPLE_PROMPTS, load_note, load_prompts, markdown, plot, run_benchmark, summarize
 
     if args.per_category < 1 or args.max_new_tokens < 1:
         raise SystemExit("--per-category and --max-new-tokens must be >= 1")
-    started = time.time()
+    started, load_start = time.time(), os.getloadavg()[0]
     for spec in (args.proposers or "").split(","):
         if spec:
             check_spec(spec)
@@ -92,10 +93,11 @@ def execute(args):
     out.mkdir(parents=True, exist_ok=True)
     import torch
 
+    load = load_note(load_start, os.getloadavg()[0], os.cpu_count() or 1)
     header = (f"# specdec bench\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
               f"model={args.model or 'SmolLM2-135M-Instruct (embedded)'}; {len(prompts)} prompts; "
               f"max_new_tokens={args.max_new_tokens}; greedy; torch threads={torch.get_num_threads()}; "
-              f"{platform.processor() or platform.machine()}; total {time.time() - started:.0f} s\n")
+              f"{platform.processor() or platform.machine()}; total {time.time() - started:.0f} s; {load}\n")
     text = markdown(table, header)
     (out / "bench.md").write_text(text)
     plot(table, out / "speedup.png")
