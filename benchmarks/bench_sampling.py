@@ -110,54 +110,35 @@ def python_loop(trees, target, seed=0):
     return [reference_rejection_sample(t, target[b, : t.num_nodes + 1], generator=g) for b, t in enumerate(trees)]
 
 
-@pytest.fixture(scope="module")
-def chain_workload():
+WORKLOADS = {"chain B=64 N=8 V=49152": (make_chain_workload, 64), "tree B=4 n=64 V=49152": (make_tree_workload, 4)}
+
+
+@pytest.fixture(scope="module", params=list(WORKLOADS))
+def workload(request):
+    """``(group name, (trees, target), batch size)``, built once per module with the benchmark threads."""
+    make, batch = WORKLOADS[request.param]
     before = torch.get_num_threads()
     torch.set_num_threads(_threads())
-    yield make_chain_workload()
+    yield request.param, make(), batch
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module")
-def tree_workload():
-    before = torch.get_num_threads()
-    torch.set_num_threads(_threads())
-    yield make_tree_workload()
-    torch.set_num_threads(before)
+def test_vectorised(benchmark, workload):
+    group, args, batch = workload
+    benchmark.group = group
+    assert len(benchmark(vectorised, *args)) == batch
 
 
-@pytest.mark.benchmark(group="chain B=64 N=8 V=49152")
-def test_chain_vectorised(benchmark, chain_workload):
-    out = benchmark(vectorised, *chain_workload)
-    assert len(out) == 64
+def test_vectorised_no_validation(benchmark, workload):
+    group, args, _ = workload
+    benchmark.group = group
+    benchmark(vectorised_unchecked, *args)
 
 
-@pytest.mark.benchmark(group="chain B=64 N=8 V=49152")
-def test_chain_vectorised_no_validation(benchmark, chain_workload):
-    benchmark(vectorised_unchecked, *chain_workload)
-
-
-@pytest.mark.benchmark(group="chain B=64 N=8 V=49152")
-def test_chain_python_loop(benchmark, chain_workload):
-    out = benchmark.pedantic(python_loop, args=chain_workload, rounds=3, iterations=1)
-    assert len(out) == 64
-
-
-@pytest.mark.benchmark(group="tree B=4 n=64 V=49152")
-def test_tree_vectorised(benchmark, tree_workload):
-    out = benchmark(vectorised, *tree_workload)
-    assert len(out) == 4
-
-
-@pytest.mark.benchmark(group="tree B=4 n=64 V=49152")
-def test_tree_vectorised_no_validation(benchmark, tree_workload):
-    benchmark(vectorised_unchecked, *tree_workload)
-
-
-@pytest.mark.benchmark(group="tree B=4 n=64 V=49152")
-def test_tree_python_loop(benchmark, tree_workload):
-    out = benchmark.pedantic(python_loop, args=tree_workload, rounds=3, iterations=1)
-    assert len(out) == 4
+def test_python_loop(benchmark, workload):
+    group, args, batch = workload
+    benchmark.group = group
+    assert len(benchmark.pedantic(python_loop, args=args, rounds=3, iterations=1)) == batch
 
 
 def _best_time(fn, args, repeats: int) -> float:
