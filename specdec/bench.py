@@ -211,6 +211,8 @@ def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: in
     from .decoding import SpeculativeDecoder
 
     prompts = [list(p) for p in prompts]
+    if not prompts:
+        raise ValueError("online_speedup needs at least one prompt")
     plain = SpeculativeDecoder(model, None)
     spec = SpeculativeDecoder(model, proposer, max_budget=budget, budget=budget)
     plain.generate(prompts[0], 4)

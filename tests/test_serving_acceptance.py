@@ -122,3 +122,5 @@ def test_replay_with_hidden_commits_the_decoders_rows():
     emitted, steps, _ = replay_with_hidden(oracle, hidden, tokens, 4, budget=4)
     assert emitted == 7 and steps == 2  # 3 accepted + bonus, then the last 3 tokens
     assert oracle.rows[1] == [4.0, 5.0, 6.0, 7.0]
+    with pytest.raises(ValueError, match="prompt_len must be in"):
+        replay_with_hidden(oracle, hidden, tokens, len(tokens), budget=4)
