@@ -16,6 +16,7 @@ costs ~3.4x a single-token step, on a GPU it costs about the same as one token.
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -48,8 +49,19 @@ class VerifyCostModel:
             raise ValueError(f"VerifyCostModel sizes must increase strictly, got {self.sizes}")
         if min(self.seconds) <= 0:
             raise ValueError("VerifyCostModel times must be positive")
-        # Cost never falls with more nodes: measurement noise must not reward bigger trees.
-        self.seconds = [max(self.seconds[: i + 1]) for i in range(len(self.seconds))]
+        self._monotone()
+
+    def _monotone(self) -> None:
+        """Cost never falls with more nodes: measurement noise must not reward bigger trees."""
+        self.seconds = list(itertools.accumulate(self.seconds, max))
+
+    def _segment(self, n: int) -> tuple[int, float]:
+        """``(i, t)``: ``n`` lies between ``sizes[i]`` and ``sizes[i + 1]`` at fraction ``t`` (``t``
+        may exceed 1 past the last size, where the last segment is extrapolated)."""
+        if n < 0:
+            raise ValueError(f"tree size must be >= 0, got {n}")
+        i = min(bisect.bisect_right(self.sizes, n) - 1, len(self.sizes) - 2)
+        return i, (n - self.sizes[i]) / (self.sizes[i + 1] - self.sizes[i])
 
     @property
     def max_nodes(self) -> int:
@@ -57,16 +69,12 @@ class VerifyCostModel:
 
     def cost(self, n: int) -> float:
         """Seconds to verify ``n`` nodes (linear between measurements and past the last one)."""
-        if n < 0:
-            raise ValueError(f"tree size must be >= 0, got {n}")
-        i = bisect.bisect_right(self.sizes, n) - 1
-        if i >= len(self.sizes) - 1:
-            i = len(self.sizes) - 2 if len(self.sizes) > 1 else 0
-            if len(self.sizes) == 1:
-                return self.seconds[0]
-        x0, x1 = self.sizes[i], self.sizes[i + 1]
-        y0, y1 = self.seconds[i], self.seconds[i + 1]
-        return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+        if len(self.sizes) == 1:
+            if n < 0:
+                raise ValueError(f"tree size must be >= 0, got {n}")
+            return self.seconds[0]
+        i, t = self._segment(n)
+        return self.seconds[i] + (self.seconds[i + 1] - self.seconds[i]) * t
 
     def observe(self, n: int, seconds: float, weight: float = 0.05) -> None:
         """Fold one measured verify of ``n`` nodes into the curve.
@@ -80,14 +88,16 @@ class VerifyCostModel:
         if n < 0 or seconds <= 0 or not 0 < weight <= 1:
             raise ValueError(f"observe needs n >= 0, seconds > 0 and weight in (0, 1], got {n}, {seconds}, {weight}")
         ratio = seconds / self.cost(n)
-        i = bisect.bisect_right(self.sizes, n) - 1
-        if i >= len(self.sizes) - 1:
+        if len(self.sizes) == 1:
+            self.seconds[0] *= ratio ** weight
+            return
+        i, t = self._segment(n)
+        if t > 1:  # past the last calibrated size: only the last point moves
             self.seconds[-1] *= ratio ** weight
         else:
-            t = (n - self.sizes[i]) / (self.sizes[i + 1] - self.sizes[i])
             self.seconds[i] *= ratio ** (weight * (1 - t))
             self.seconds[i + 1] *= ratio ** (weight * t)
-        self.seconds = [max(self.seconds[: j + 1]) for j in range(len(self.seconds))]
+        self._monotone()
 
     def best_size(self, path_probs: Sequence[float]) -> int:
         """``k`` maximising ``(1 + sum(top-k path_probs)) / cost(k)`` (``k <= max_nodes``)."""

@@ -240,12 +240,17 @@ class MedusaProposer:
         # Few-row products against large weight matrices: the skinny-linear kernel on CPU.
         head_logits = linear_rows(self.heads.features(hidden), self._rows, None)  # [k, B, R]
         cand = self.heads.token_ids(torch.topk(head_logits, min(width, head_logits.shape[-1]), dim=-1).indices)
-        lm_top = torch.topk(linear_rows(hidden, self.lm_weight, None), 1, dim=-1).indices  # [B, 1]
+        cand = cand.tolist()  # [k][B][width]: one device sync, then plain indexing
+        # The LM head's own top token is needed only right after begin (the next token is unknown).
+        first = [b for b, r in enumerate(req_ids) if not self._next_known[r]]
+        lm_top = {}
+        if first:
+            top = torch.topk(linear_rows(hidden[first], self.lm_weight, None), 1, dim=-1).indices
+            lm_top = dict(zip(first, top.tolist()))
         out = []
-        for b, (req_id, paths) in enumerate(zip(req_ids, paths_per)):
-            lm_level = not self._next_known[req_id]
-            levels = ([lm_top[b]] if lm_level else []) + [cand[d, b] for d in range(cand.shape[0])]
-            out.append(self._tree_from_paths(paths, [int(levels[len(p) - 1][p[-1]]) for p in paths]))
+        for b, paths in enumerate(paths_per):
+            levels = ([lm_top[b]] if b in lm_top else []) + [cand[d][b] for d in range(len(cand))]
+            out.append(self._tree_from_paths(paths, [levels[len(p) - 1][p[-1]] for p in paths]))
         return out
 
     def _tree_from_paths(self, paths, toks) -> DraftTree:

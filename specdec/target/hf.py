@@ -213,7 +213,7 @@ class HFTarget:
     def _tree_inputs(self, state: BatchState, trees: Sequence[DraftTree]):
         """Token ids, position ids ``[B, 1 + N]``, mask (or None) and extra forward kwargs (tree-op
         mode without holes: the packed ancestor mask with the pending token as root)."""
-        batch = pack_trees(trees)
+        batch = pack_trees(trees, device="cpu")  # index bookkeeping on the host; moved once below
         B, N, S = len(trees), batch.max_nodes, state.cache_len
         lengths = torch.tensor(state.lengths, dtype=torch.long)
         pending = torch.tensor(state.pending, dtype=torch.long)
@@ -249,10 +249,10 @@ class HFTarget:
             raise ValueError(f"verify got {len(trees)} trees for a batch of {state.batch_size} requests")
         if min(state.pending) < 0:
             raise ValueError("verify needs a pending token per request: call accept() or set_pending() first")
-        for b, t in enumerate(trees):
-            if t.num_nodes and int(t.tokens.max()) >= self.vocab_size:
-                raise ValueError(f"tree {b} has token id {int(t.tokens.max())} >= vocab_size {self.vocab_size}")
         ids, pos, mask, extra = self._tree_inputs(state, trees)
+        if ids.numel() and int(ids.max()) >= self.vocab_size:  # one check for every tree and pending token
+            b = int((ids >= self.vocab_size).any(dim=1).nonzero()[0])
+            raise ValueError(f"tree {b} has token id {int(ids[b].max())} >= vocab_size {self.vocab_size}")
         logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra)
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
 
