@@ -129,14 +129,19 @@ def build_workload(model, tokenizer, path: str | Path, *, categories: Sequence[s
 
 def measure_with_decoder(model, proposer, prompts: Sequence[Sequence[int]], max_new_tokens: int, budget: int,
                          name: str = "") -> AcceptanceDist:
-    """Acceptance histogram from the SpeculativeDecoder's per-request metrics (any proposer)."""
+    """Acceptance histogram from the SpeculativeDecoder's per-request metrics (any proposer).
+
+    Requests run one at a time: a batched step charges its whole drafting time to every request in
+    it, which would overstate the per-request drafting cost the simulator multiplies again by the
+    number of drafting requests.
+    """
     from ..decoding import SpeculativeDecoder
 
     dec = SpeculativeDecoder(model, proposer, max_budget=budget, budget=budget)
     hist: list[int] = []
     propose_s = steps = 0
-    for res in dec.generate_batch([list(p) for p in prompts], max_new_tokens):
-        m = res.metrics
+    for prompt in prompts:
+        m = dec.generate(list(prompt), max_new_tokens).metrics
         for a, c in enumerate(m.accepted_hist):
             hist += [a] * c
         propose_s += m.propose_s
