@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -291,15 +290,9 @@ def write_manifest(directory: str, manifest: Manifest) -> None:
     path = os.path.join(directory, MANIFEST_NAME)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(asdict(manifest), f, indent=2, sort_keys=True, default=_json_default)
+        json.dump(asdict(manifest), f, indent=2, sort_keys=True, default=str)
         f.write("\n")
     os.replace(tmp, path)
-
-
-def _json_default(o: Any):
-    if isinstance(o, float) and not math.isfinite(o):
-        return str(o)
-    return str(o)
 
 
 def read_manifest(directory: str) -> Manifest:

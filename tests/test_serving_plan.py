@@ -119,3 +119,10 @@ def test_latency_gain_wins_a_goodput_tie_but_not_a_goodput_loss():
     chosen, worst, (gain, tpot) = recommend_policy(rows(5.0), SETTINGS)
     assert chosen == "gated" and tpot == pytest.approx(1 - 25 / 30) and gain == pytest.approx(0.0)
     assert recommend_policy(rows(4.8), SETTINGS)[0] == "off"  # 4% goodput lost at high load: not worth it
+
+
+def test_review_refuses_a_tolerance_outside_0_1():
+    from specdec.serving.review import compare
+
+    with pytest.raises(ValueError, match="tolerance must be in"):
+        compare({"tolerance": 0.1, "fingerprints": {}, "proposers": {}}, {}, {}, {}, tolerance=-0.2)

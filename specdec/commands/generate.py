@@ -30,13 +30,13 @@ def run(args) -> int:
     from ..prompts import chat_ids
 
     check_spec(args.proposer)
+    budget = parse_budget(args.budget)
     model, tok = load_target(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     if args.raw:
         ids = tok(args.prompt).input_ids
     else:
         ids = chat_ids(tok, args.prompt)
-    budget = parse_budget(args.budget)
     decoder = SpeculativeDecoder(model, make_proposer(args.proposer, model, tok), budget=budget)
     gen = torch.Generator().manual_seed(args.seed)
     out: list[int] = []

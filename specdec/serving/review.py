@@ -34,8 +34,7 @@ class Flag:
 def make_trigger(*, target_spec: str, fingerprints: dict, workload: dict, budget: int, proposers: Mapping[str, dict],
                  tolerance: float) -> dict:
     """The review trigger a plan records (see the module docstring)."""
-    if not 0 < tolerance < 1:
-        raise ValueError(f"review tolerance must be in (0, 1), got {tolerance}")
+    _check_tolerance(tolerance)
     return {"kind": TRIGGER_KIND, "target": target_spec, "fingerprints": fingerprints, "workload": workload,
             "budget": budget, "tolerance": tolerance,
             "proposers": {spec: {"artifact": p["artifact"],
@@ -62,10 +61,16 @@ def load_trigger(path: str | Path) -> dict:
     return trig
 
 
+def _check_tolerance(tolerance: float) -> float:
+    if not 0 < tolerance < 1:
+        raise ValueError(f"review tolerance must be in (0, 1), got {tolerance}")
+    return tolerance
+
+
 def compare(trigger: dict, fingerprints: dict, artifacts: Mapping[str, dict],
             acceptance: Mapping[str, Mapping[str, AcceptanceDist]], tolerance: float | None = None) -> list[Flag]:
     """Flags for everything that changed between the trigger and the new measurements."""
-    tol = trigger["tolerance"] if tolerance is None else tolerance
+    tol = trigger["tolerance"] if tolerance is None else _check_tolerance(tolerance)
     flags: list[Flag] = []
     old_fp = trigger["fingerprints"]
     for key in ("target", "tokenizer"):

@@ -74,6 +74,8 @@ class _Run:
 
 
 def _start(args) -> _Run:
+    if args.heldout_every < 2:
+        raise SystemExit(f"--heldout-every must be >= 2 (every N-th record is held out), got {args.heldout_every}")
     t_start = time.time()
     device = _device(args.device)
     model, tok = load_target(args.target, device)

@@ -219,10 +219,11 @@ def train_eagle(data: FullSequences, embed: torch.Tensor, lm_weight: torch.Tenso
     V = lm_weight.shape[0]
     embed, lm_weight = embed.detach().float(), lm_weight.detach().float()
     held = data.heldout(heldout_every)
-    train = [i for i in range(len(data.records)) if i not in set(held)]
+    held_set = set(held)
+    train = [i for i in range(len(data.records)) if i not in held_set]
     if not train or not held:
         raise ValueError(f"need training and held-out records, got {len(train)} and {len(held)}")
-    train_tokens = torch.cat([data.sequence(i)[1][data.sequence(i)[2]:] for i in train])
+    train_tokens = torch.cat([tok[P:] for _, tok, P in map(data.sequence, train)])
     vocab_ids = reduced_vocabulary(train_tokens, cfg.reduced_vocab, V)
     layer = EagleLayer(layer_config, vocab_ids).to(lm_weight.device)
     table = _reduced_table(vocab_ids, V)
