@@ -102,11 +102,17 @@ def server_for(cost: StepCostModel, acceptance: Mapping[str, AcceptanceDist], it
     return server, off.sequences, on.sequences
 
 
+def by_rate_and_policy(rows: Sequence[dict], key: str | None = None) -> dict[float, dict[str, object]]:
+    """``{rate: {policy: row[key]}}`` (whole rows when ``key`` is None) from a sweep's rows."""
+    out: dict[float, dict[str, object]] = {}
+    for r in rows:
+        out.setdefault(r["rate"], {})[r["policy"]] = r if key is None else r[key]
+    return out
+
+
 def choose(rows: Sequence[dict]) -> tuple[str, dict[str, float]]:
     """The policy whose worst goodput ratio to the best policy at each load is highest."""
-    by_rate: dict[float, dict[str, float]] = {}
-    for r in rows:
-        by_rate.setdefault(r["rate"], {})[r["policy"]] = r["goodput_rps"]
+    by_rate = by_rate_and_policy(rows, "goodput_rps")
     worst = {}
     for p in POLICY_ORDER:
         ratios = []
@@ -169,9 +175,7 @@ def recommend_policy(rows: Sequence[dict], settings: PlanSettings) -> tuple[str,
 
 def policy_gains(rows: Sequence[dict], policy: str) -> tuple[float, float]:
     """``(best goodput gain, best median-TPOT reduction)`` of ``policy`` over "off" across load levels."""
-    by_rate: dict[float, dict[str, dict]] = {}
-    for r in rows:
-        by_rate.setdefault(r["rate"], {})[r["policy"]] = r
+    by_rate = by_rate_and_policy(rows)
     gains, tpot_gains = [], []
     for g in by_rate.values():
         if g["off"]["goodput_rps"] > 0:
@@ -206,9 +210,7 @@ def plan_pool(pool: Pool, measured: Mapping[str, tuple[Mapping[str, AcceptanceDi
                    f"median time per token at any load without losing more than 2% goodput at another")
         return PoolPlan(pool, cap, plans, rec, verdict)
     best = max(good, key=lambda p: (round(p.worst_ratio[p.chosen_policy], 2), p.best_gain, p.tpot_gain))
-    gate = GateSpec(best.threshold, best.on_below, 0.0) if best.chosen_policy in ("gated", "adaptive") and best.threshold >= 1 else None
-    if best.chosen_policy == "adaptive":
-        gate = None
+    gate = GateSpec(best.threshold, best.on_below, 0.0) if best.chosen_policy == "gated" and best.threshold >= 1 else None
     rec = dataclasses.replace(pool, policy=best.chosen_policy, proposer=best.proposer, budget=best.budget, gate=gate)
     where = (f"while at most {best.threshold} requests run (resume at {best.on_below})" if best.chosen_policy == "gated"
              else "with the draft budget chosen per step from the cost model" if best.chosen_policy == "adaptive"
@@ -245,9 +247,7 @@ def threshold_scores(items: Sequence[WorkloadItem], server: ServerConfig, rates:
     policies.update({f"gated@{t}": gated(t, budget, hysteresis_band(t)) for t in candidates})
     rows = sweep(items, policies, server, rates, settings.n_requests, slo, settings.seed + 1,
                  replications=settings.replications)
-    by_rate: dict[float, dict[str, float]] = {}
-    for r in rows:
-        by_rate.setdefault(r["rate"], {})[r["policy"]] = r["goodput_rps"]
+    by_rate = by_rate_and_policy(rows, "goodput_rps")
     scores = {}
     for t in candidates:
         ratios = [1.0 if max(g["off"], g["always"]) <= 0 else g[f"gated@{t}"] / max(g["off"], g["always"])
@@ -258,9 +258,7 @@ def threshold_scores(items: Sequence[WorkloadItem], server: ServerConfig, rates:
 
 def gated_goal(rows: Sequence[dict], tolerance: float = 0.02) -> tuple[bool, float]:
     """Whether gated goodput >= max(off, always) - tolerance at every load level; and the worst ratio."""
-    by_rate: dict[float, dict[str, float]] = {}
-    for r in rows:
-        by_rate.setdefault(r["rate"], {})[r["policy"]] = r["goodput_rps"]
+    by_rate = by_rate_and_policy(rows, "goodput_rps")
     worst = math.inf
     for g in by_rate.values():
         if "gated" not in g:
