@@ -33,6 +33,9 @@ import importlib
 
 import torch
 
+from ..tree import pack_mask, unpack_mask
+
+# By module path: the package re-exports the function ``tree_attention`` under the module's name.
 _ta = importlib.import_module("specdec.ops.tree_attention")
 
 ATTENTION_NAME = "specdec_tree"
@@ -75,28 +78,18 @@ def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.
     return out, None
 
 
-def pack_rows(dense: torch.Tensor) -> torch.Tensor:
-    """``bool [..., n]`` -> ``int64 [..., ceil(n/64)]`` (bit j of word j // 64)."""
-    n = dense.shape[-1]
-    words = (n + 63) // 64
-    padded = torch.zeros(*dense.shape[:-1], words * 64, dtype=torch.int64, device=dense.device)
-    padded[..., :n] = dense.to(torch.int64)
-    shifts = torch.arange(64, device=dense.device, dtype=torch.int64)
-    return (padded.reshape(*dense.shape[:-1], words, 64) << shifts).sum(-1)
-
-
 def add_root(tree_mask: torch.Tensor) -> torch.Tensor:
     """``int64 [B, N, W]`` -> ``int64 [B, 1 + N, W']``: node 0 becomes a root that is the parent of
     every root of the tree (every real node gains ancestor 0; padded rows stay all zero)."""
     b, n, _ = tree_mask.shape
-    bits = _ta.unpack_bits(tree_mask)[..., :n]  # [B, N, N]
+    bits = unpack_mask(tree_mask, n)  # [B, N, N]
     idx = torch.arange(n, device=tree_mask.device)
     real = bits[:, idx, idx] if n else bits.new_zeros((b, 0))
     dense = torch.zeros(b, 1 + n, 1 + n, dtype=torch.bool, device=tree_mask.device)
     dense[:, 0, 0] = True
     dense[:, 1:, 0] = real
     dense[:, 1:, 1:] = bits
-    return pack_rows(dense)
+    return pack_mask(dense)
 
 
 def tree_kwargs(ancestor_mask, prefix_lens, *, add_root_node=False, total_rows=None) -> dict:

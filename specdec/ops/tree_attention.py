@@ -27,8 +27,7 @@ from __future__ import annotations
 import torch
 
 from .. import _ext
-
-_WORD_BITS = 64
+from ..tree import _WORD_BITS, unpack_mask
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -83,9 +82,7 @@ def check_inputs(q, k, v, tree_mask, prefix_lens, scale=None, *, allow_float64=F
 
 def unpack_bits(tree_mask: torch.Tensor) -> torch.Tensor:
     """``int64 [..., W]`` -> ``bool [..., 64 W]``: bit j of word j // 64 (all bits, padding included)."""
-    shifts = torch.arange(_WORD_BITS, device=tree_mask.device, dtype=torch.int64)
-    bits = (tree_mask.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(*tree_mask.shape[:-1], tree_mask.shape[-1] * _WORD_BITS).bool()
+    return unpack_mask(tree_mask, tree_mask.shape[-1] * _WORD_BITS)
 
 
 def validate_tree_mask(tree_mask: torch.Tensor, prefix_lens: torch.Tensor, seq_len: int) -> None:
@@ -133,7 +130,7 @@ def validate_tree_mask(tree_mask: torch.Tensor, prefix_lens: torch.Tensor, seq_l
 def dense_mask(tree_mask: torch.Tensor, prefix_lens: torch.Tensor, seq_len: int) -> torch.Tensor:
     """``bool [B, N, S]``: node i of request b may attend key row s (prefix or ancestor-or-self)."""
     b, n, _ = tree_mask.shape
-    bits = unpack_bits(tree_mask)[..., :n]  # [B, N, N]
+    bits = unpack_mask(tree_mask, n)  # [B, N, N]
     pos = torch.arange(seq_len, device=tree_mask.device)
     pl = prefix_lens.to(torch.int64)
     mask = (pos[None, None, :] < pl[:, None, None]).expand(b, n, seq_len).clone()
@@ -155,7 +152,7 @@ def tree_attention_reference(q, k, v, tree_mask, prefix_lens, *, scale=None, com
     scale = d**-0.5 if scale is None else float(scale)
     mask = dense_mask(tree_mask, prefix_lens, s)  # [B, N, S]
     idx = torch.arange(n, device=q.device)
-    real = unpack_bits(tree_mask)[:, idx, idx] if n else mask.new_zeros((b, 0))  # [B, N]
+    real = unpack_mask(tree_mask, n)[:, idx, idx] if n else mask.new_zeros((b, 0))  # [B, N]
     mask = mask | ~real[..., None]  # padded rows: any finite softmax, zeroed below
     qf = q.to(compute_dtype).transpose(1, 2)  # [B, Hq, N, D]
     kf = k.to(compute_dtype).transpose(1, 2).repeat_interleave(hq // hkv, dim=1)  # [B, Hq, S, D]
