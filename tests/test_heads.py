@@ -165,3 +165,11 @@ def test_greedy_decoding_with_heads_is_exact():
                           max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 4:].tolist()
     out = SpeculativeDecoder(target, prop, max_budget=8, budget=8).generate(prompt, 24)
     assert out.tokens == ref
+
+
+def test_reduced_vocabulary_ids_must_lie_in_the_lm_head():
+    with pytest.raises(ValueError, match="must be >= 0"):
+        MedusaHeads(8, 1, vocab_ids=torch.tensor([3, -1]))
+    heads = MedusaHeads(8, 1, vocab_ids=torch.tensor([3, 40]))
+    with pytest.raises(ValueError, match="reach id 40 but the LM head has 40 rows"):
+        heads.lm_rows(torch.zeros(40, 8))

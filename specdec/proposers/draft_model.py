@@ -36,7 +36,11 @@ from typing import Any, Hashable, Sequence
 
 import torch
 
-from ..artifacts import check_tokenizers_identical, tensors_fingerprint, tokenizer_fingerprint
+from ..artifacts import (
+    check_tokenizers_identical,
+    tensors_fingerprint,
+    tokenizer_fingerprint,
+)
 from ..logits import SamplingParams
 from ..target.linears import SkinnyLinears
 from ..tree import DraftTree

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .reduced_vocab import check_vocab_ids, lm_rows
+
 
 @dataclass(frozen=True)
 class EagleConfig:
@@ -118,11 +120,7 @@ class EagleLayer(nn.Module):
                 nn.init.normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-        if vocab_ids is not None:
-            vocab_ids = torch.as_tensor(vocab_ids, dtype=torch.long)
-            if vocab_ids.dim() != 1 or vocab_ids.numel() == 0 or vocab_ids.unique().numel() != vocab_ids.numel():
-                raise ValueError("vocab_ids must be a non-empty 1-D tensor of distinct token ids")
-        self.register_buffer("vocab_ids", vocab_ids, persistent=False)
+        self.register_buffer("vocab_ids", check_vocab_ids(vocab_ids), persistent=False)
 
     @property
     def hidden_size(self) -> int:
@@ -194,7 +192,7 @@ class EagleLayer(nn.Module):
     # ------------------------------------------------------------------ vocabulary, persistence
     def lm_rows(self, lm_weight: torch.Tensor) -> torch.Tensor:
         """The LM-head rows drafted: ``[R, H]`` (reduced) or ``[V, H]``."""
-        return lm_weight if self.vocab_ids is None else lm_weight[self.vocab_ids.to(lm_weight.device)]
+        return lm_rows(lm_weight, self.vocab_ids)
 
     def token_ids(self, idx: torch.Tensor) -> torch.Tensor:
         """Drafting-vocabulary indices -> token ids."""

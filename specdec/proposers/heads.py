@@ -29,6 +29,7 @@ from ..artifacts import Manifest, check_compatible, load_artifact, target_finger
 from ..target.linears import linear_rows
 from ..tree import DraftTree
 from .base import as_token_list, normalize_budgets
+from .reduced_vocab import check_vocab_ids, lm_rows
 
 
 class ResBlock(nn.Module):
@@ -63,11 +64,7 @@ class MedusaHeads(nn.Module):
         self.heads = nn.ModuleList(
             nn.Sequential(*[ResBlock(hidden_size) for _ in range(num_layers)]) for _ in range(num_heads)
         )
-        if vocab_ids is not None:
-            vocab_ids = torch.as_tensor(vocab_ids, dtype=torch.long)
-            if vocab_ids.dim() != 1 or vocab_ids.numel() == 0 or vocab_ids.unique().numel() != vocab_ids.numel():
-                raise ValueError("vocab_ids must be a non-empty 1-D tensor of distinct token ids")
-        self.register_buffer("vocab_ids", vocab_ids, persistent=False)
+        self.register_buffer("vocab_ids", check_vocab_ids(vocab_ids), persistent=False)
 
     def features(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden [N, H]`` -> ``[k, N, H]``: each head's input to the LM head."""
@@ -77,7 +74,7 @@ class MedusaHeads(nn.Module):
 
     def lm_rows(self, lm_weight: torch.Tensor) -> torch.Tensor:
         """The LM-head rows the heads score: ``[R, H]`` (reduced) or ``[V, H]``."""
-        return lm_weight if self.vocab_ids is None else lm_weight[self.vocab_ids.to(lm_weight.device)]
+        return lm_rows(lm_weight, self.vocab_ids)
 
     def forward(self, hidden: torch.Tensor, lm_weight: torch.Tensor) -> torch.Tensor:
         """Logits ``[k, N, R]`` over the drafting vocabulary (``R = V`` without ``vocab_ids``)."""
