@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..artifacts import IncompatibleArtifactError, Manifest, load_artifact, tensors_fingerprint
-from .loop import optimizer_step
+from .loop import cosine_schedule, is_heldout, optimizer_step
 
 _SHARED = ("embed_tokens", "lm_head")
 
@@ -130,8 +130,8 @@ def train_drafter(drafter, records: Sequence[dict], cfg: DrafterTrainConfig, *, 
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     seqs = [(r["prompt_ids"] + r["response_ids"], len(r["prompt_ids"])) for r in records]
-    train = [s for i, s in enumerate(seqs) if i % heldout_every != heldout_every - 1]
-    held = [s for i, s in enumerate(seqs) if i % heldout_every == heldout_every - 1]
+    train = [s for i, s in enumerate(seqs) if not is_heldout(i, heldout_every)]
+    held = [s for i, s in enumerate(seqs) if is_heldout(i, heldout_every)]
     if not train or not held:
         raise ValueError(f"need training and held-out records, got {len(train)} and {len(held)}")
     params = [p for n, p in drafter.named_parameters() if not _is_shared(n)]
@@ -139,7 +139,7 @@ def train_drafter(drafter, records: Sequence[dict], cfg: DrafterTrainConfig, *, 
         p.requires_grad_(not _is_shared(n))
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     total = math.ceil(len(train) / cfg.batch_size) * cfg.epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    sched = cosine_schedule(opt, total)
     before = evaluate_drafter(drafter.eval(), held)
     bar = None
     if progress:

@@ -21,7 +21,6 @@ Long prompts are cut to their last ``context`` tokens for training (compute), ne
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +31,7 @@ from torch.nn import functional as F
 
 from ..proposers.eagle_layer import EagleConfig, EagleLayer
 from .data import DEFAULT_CACHE_DIR, cache_paths, final_hidden_states
-from .loop import optimizer_step
+from .loop import cosine_schedule, is_heldout, optimizer_step
 from .medusa import reduced_vocabulary
 
 
@@ -86,7 +85,7 @@ class FullSequences:
 
     def heldout(self, every: int = 10) -> list[int]:
         """Held-out record indices: every ``every``-th record (as :func:`record_split_mask`)."""
-        return [i for i in range(len(self.records)) if i % every == every - 1]
+        return [i for i in range(len(self.records)) if is_heldout(i, every)]
 
 
 def full_cache_path(cache_dir: str, target_fp: str, n: int, max_new_tokens: int) -> str:
@@ -236,8 +235,7 @@ def train_eagle(data: FullSequences, embed: torch.Tensor, lm_weight: torch.Tenso
     total = len(batches) * cfg.epochs
     opt = torch.optim.AdamW(layer.parameters(), lr=cfg.lr, weight_decay=0.0)
     warm = min(cfg.warmup, total // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / (warm + 1) if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(total - warm, 1))))
+    sched = cosine_schedule(opt, total, warm)
     bar = None
     if progress:
         from tqdm import tqdm

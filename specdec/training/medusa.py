@@ -21,7 +21,7 @@ from torch import nn
 
 from ..proposers.heads import MedusaHeads
 from .data import SelfDistillation
-from .loop import optimizer_step
+from .loop import cosine_schedule, is_heldout, optimizer_step
 
 
 @dataclass
@@ -66,7 +66,7 @@ def head_targets(data: SelfDistillation, num_heads: int) -> tuple[torch.Tensor, 
 
 def record_split_mask(data: SelfDistillation, heldout_every: int = 10) -> torch.Tensor:
     """``bool [N]``: True on rows of held-out records (every ``heldout_every``-th record)."""
-    return (data.record % heldout_every) == (heldout_every - 1)
+    return is_heldout(data.record, heldout_every)
 
 
 def _to_reduced(targets: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
@@ -144,7 +144,7 @@ def train_medusa(data: SelfDistillation, lm_weight: torch.Tensor, cfg: HeadsTrai
     opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
     steps_per_epoch = math.ceil(train_rows.numel() / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    sched = cosine_schedule(opt, total)
     bar = None
     if progress:
         from tqdm import tqdm
