@@ -82,3 +82,9 @@ def test_observe_rejects_impossible_counts():
         LoadGate().observe(drafted=2, accepted=3)
     assert LoadGate().decide(0).speculate is False
     assert math.isinf(LoadGate().off_above)
+
+
+def test_hysteresis_band_always_lets_the_gate_reopen():
+    from specdec.serving.policies import hysteresis_band
+
+    assert [hysteresis_band(t) for t in (0, 1, 2, 3, 4, 8, 16)] == [0, 1, 1, 2, 3, 6, 12]

@@ -119,7 +119,11 @@ def adaptive(optimizer: BudgetOptimizer, off_above: float = math.inf, on_below: 
 
 
 def hysteresis_band(threshold: int) -> int:
-    """Default resume level for a gate that turns off above ``threshold``: a quarter below it."""
+    """Default resume level for a gate that turns off above ``threshold``: a quarter below it, but
+    at least 1 -- a gate that resumes only at 0 running requests never reopens while any request
+    runs, so a threshold of 1 gets no band (off above 1, on at 1)."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
-    return max(0, threshold - max(1, threshold // 4))
+    if threshold == 0:
+        return 0
+    return max(1, threshold - max(1, threshold // 4))
