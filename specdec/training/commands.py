@@ -149,6 +149,18 @@ def train_eagle_main(args) -> int:
     data, hidden_source = load_or_build_full(model, responses, target_fp=fp, n_prompts=len(records),
                                              max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
                                              progress=progress)
+    t_data_prompts = time.time()
+    synthetic = None
+    if args.synthetic:
+        from . import synthetic as syn
+
+        extra, syn_source = syn.load_or_build(model, tok, args.synthetic, target_fp=fp, seed=args.synthetic_seed,
+                                              max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
+                                              batch_size=args.synthetic_batch, progress=progress)
+        data = data.extended(extra)
+        synthetic = {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
+                     "positions": int(extra.tokens.numel()), "source": syn_source,
+                     "seconds": round(time.time() - t_data_prompts, 1)}
     t_data = time.time()
     embed = model.get_input_embeddings().weight.detach().float()
     lm_weight = model.get_output_embeddings().weight.detach().float()
@@ -169,7 +181,7 @@ def train_eagle_main(args) -> int:
             **report,
             "prompts": os.path.basename(args.prompts), "records": len(data.records),
             "positions": int(data.tokens.numel()), "max_new_tokens": args.max_new_tokens,
-            "data_source": source, "hidden_source": hidden_source, "device": device,
+            "data_source": source, "hidden_source": hidden_source, "synthetic": synthetic, "device": device,
             "torch": torch.__version__,
             "seconds": {"load": round(t_loaded - t_start, 1), "responses": round(t_responses - t_loaded, 1),
                         "hidden": round(t_data - t_responses, 1), "train": round(t_train - t_data, 1),
@@ -251,6 +263,10 @@ def register(subparsers) -> None:
     e.add_argument("--context", type=int, default=256, help="prompt tokens kept before each response in training")
     e.add_argument("--ce-weight", type=float, default=0.5, help="weight of the token cross-entropy")
     e.add_argument("--noise", type=float, default=0.05, help="input-feature noise std, fraction of the feature RMS")
+    e.add_argument("--synthetic", type=int, default=0,
+                   help="also train on N prompts the target writes itself, answered greedily (never held out)")
+    e.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
+    e.add_argument("--synthetic-batch", type=int, default=64, help="rows per generate() batch for synthetic data")
     e.add_argument("--top-k", type=int, default=8, help="drafting default: children per node / frontier width")
     e.add_argument("--max-depth", type=int, default=6, help="drafting default: deepest level")
     e.add_argument("--min-prob", type=float, default=1e-3, help="drafting default: stop below this path probability")

@@ -84,8 +84,19 @@ class FullSequences:
         return self.hidden[a:b], self.tokens[a:b], len(self.records[i]["prompt_ids"])
 
     def heldout(self, every: int = 10) -> list[int]:
-        """Held-out record indices: every ``every``-th record (as :func:`record_split_mask`)."""
-        return [i for i in range(len(self.records)) if is_heldout(i, every)]
+        """Held-out record indices: every ``every``-th record (:func:`~.loop.is_heldout`), counting
+        only records of the prompt file; synthetic records (``"source": "synthetic"``) always train."""
+        return [i for i, r in enumerate(self.records)
+                if r.get("source", "prompts") == "prompts" and is_heldout(i, every)]
+
+    def extended(self, other: "FullSequences") -> "FullSequences":
+        """These records followed by ``other``'s. Only synthetic records may follow, so the held-out
+        split of the prompt records (by index) is the same with or without them."""
+        if any(r.get("source") != "synthetic" for r in other.records):
+            raise ValueError("only synthetic records can extend a data set (others would shift the held-out split)")
+        return FullSequences(self.records + list(other.records), torch.cat([self.hidden, other.hidden]),
+                             torch.cat([self.tokens, other.tokens]),
+                             torch.cat([self.offsets, other.offsets[1:] + self.offsets[-1]]))
 
 
 def full_cache_path(cache_dir: str, target_fp: str, n: int, max_new_tokens: int) -> str:

@@ -1,0 +1,110 @@
+"""Synthetic self-distillation data: prompts the target writes, its greedy answers, captured features."""
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from specdec.models import tiny_model
+from specdec.prompts import chat_ids
+from specdec.training import synthetic as syn
+from specdec.training.eagle import FullSequences
+
+TEMPLATE = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+
+
+def _tokenizer(vocab_size=64):
+    vocab = {"<pad>": 0, "<|im_end|>": 1, "<|im_start|>": 2, "user": 3, "assistant": 4}
+    vocab.update({f"w{i}": i for i in range(5, vocab_size)})
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<pad>", pad_token="<pad>", eos_token="<|im_end|>",
+                                  additional_special_tokens=["<|im_start|>"])
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def _features(model, ids):
+    with torch.no_grad():
+        return model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+
+
+def test_user_prefix_is_the_template_up_to_the_message():
+    tok = _tokenizer()
+    assert syn.user_prefix_ids(tok) == [2, 3]
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="chat template"):
+        syn.user_prefix_ids(tok)
+
+
+def test_generate_batch_matches_single_prompt_greedy_and_teacher_forced_features():
+    model = tiny_model(seed=3)
+    prompts = [[5, 9, 12], [7, 30, 22, 41, 8, 16], [50]]  # ragged: left padding must not leak
+    outs = syn.generate_batch(model, prompts, max_new_tokens=12, ends=[1], sample=None, pad_id=0)
+    for p, (response, ended, hidden) in zip(prompts, outs):
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                 max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=1)[0, len(p):].tolist()
+        ref, ref_ended = syn._cut(ref, [1])
+        assert (response, ended) == (ref, ref_ended)
+        fed = p + response[:-1]
+        assert hidden.shape == (len(fed), model.config.hidden_size)
+        torch.testing.assert_close(hidden, _features(model, fed), atol=1e-4, rtol=1e-4)
+
+
+def test_write_prompts_returns_distinct_ended_turns_reproducibly():
+    model = tiny_model(seed=0)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.zero_()  # uniform next-token law: turns end by chance
+    tok = _tokenizer()
+    a = syn.write_prompts(model, tok, 5, seed=7, max_tokens=40, batch_size=8)
+    b = syn.write_prompts(model, tok, 5, seed=7, max_tokens=40, batch_size=8)
+    assert a == b and len(set(a)) == 5
+    assert all(len(t) >= 8 and "<|im_end|>" not in t and "<|im_start|>" not in t for t in a)
+
+
+def test_answer_records_are_greedy_answers_with_their_features(tmp_path):
+    model = tiny_model(seed=3)
+    tok = _tokenizer()
+    texts = ["w5 w9 w12", "w7 w30 w22 w41 w8", "w50 w51"]
+    data = syn.answer(model, tok, texts, max_new_tokens=10, batch_size=2)
+    assert [r["text"] for r in data.records] == texts
+    for i, rec in enumerate(data.records):
+        assert rec["source"] == "synthetic" and rec["prompt_ids"] == chat_ids(tok, texts[i])
+        out = syn.generate_batch(model, [rec["prompt_ids"]], max_new_tokens=10, ends=[1], sample=None, pad_id=1)[0]
+        assert rec["response_ids"] == out[0][:-1]  # the last token has no feature and is dropped
+        h, toks, P = data.sequence(i)
+        assert toks.tolist() == rec["prompt_ids"] + rec["response_ids"] and P == len(rec["prompt_ids"])
+        torch.testing.assert_close(h.float(), _features(model, toks.tolist()), atol=2e-2, rtol=2e-3)
+
+
+def test_load_or_build_caches_by_fingerprint_and_seed(tmp_path):
+    model = tiny_model(seed=0)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.zero_()
+    tok = _tokenizer()
+    a, src = syn.load_or_build(model, tok, 3, target_fp="fp", seed=1, max_new_tokens=6, cache_dir=str(tmp_path),
+                               batch_size=4)
+    b, src2 = syn.load_or_build(model, tok, 3, target_fp="fp", seed=1, max_new_tokens=6, cache_dir=str(tmp_path),
+                                batch_size=4)
+    assert (src, src2) == ("generated", "cached")
+    assert a.records == b.records and torch.equal(a.hidden, b.hidden) and torch.equal(a.offsets, b.offsets)
+
+
+def _seqs(n, source=None, start=0):
+    recs = [{"prompt_ids": [1, 2], "response_ids": [3], **({"source": source} if source else {})} for _ in range(n)]
+    offsets = torch.arange(n + 1) * 3
+    return FullSequences(recs, torch.full((3 * n, 4), float(start), dtype=torch.float16),
+                         torch.arange(3 * n) + start, offsets)
+
+
+def test_synthetic_records_extend_training_data_but_never_the_heldout_split():
+    base = _seqs(20)
+    both = base.extended(_seqs(15, "synthetic", start=100))
+    assert base.heldout(10) == both.heldout(10) == [9, 19]
+    assert len(both.records) == 35 and int(both.offsets[-1]) == both.tokens.numel() == 105
+    h, toks, _ = both.sequence(20)
+    assert toks.tolist() == [100, 101, 102] and float(h[0, 0]) == 100.0
+    with pytest.raises(ValueError, match="only synthetic records"):
+        base.extended(_seqs(2))
