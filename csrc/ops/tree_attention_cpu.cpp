@@ -3,7 +3,7 @@
 // Same algorithm as the CUDA kernel: online softmax over key tiles, no materialised mask. One task
 // is (batch b, KV head, block of tree nodes); its rows are every (node, query head) of that KV
 // head's group, so each key/value tile is converted to float once and reused by all G query heads
-// and all nodes of the block. Tasks run in parallel with at::parallel_for. The two inner loops work
+// and all nodes of the block (up to 256 rows; smaller blocks only when threads would idle). Tasks run in parallel with at::parallel_for. The two inner loops work
 // on 4 rows at a time (each loaded K / V element feeds 4 FMAs from registers) and vectorise without
 // reassociation: scores accumulate over d into key-contiguous rows (K tile stored transposed),
 // outputs accumulate over keys into d-contiguous register chunks. On x86-64 they
@@ -25,7 +25,8 @@ namespace specdec {
 namespace {
 
 constexpr int64_t kKeyTile = 32;   // keys per tile (T)
-constexpr int64_t kMaxRows = 64;   // rows (node x head pairs) per task
+constexpr int64_t kMaxRows = 256;  // rows (node x head pairs) per task at most
+constexpr int64_t kMinNodeBlock = 4;  // smallest node block when splitting for parallelism
 constexpr int64_t kRowBlock = 4;   // rows sharing each loaded K / V element (register blocking)
 constexpr int64_t kDimChunk = 16;  // output dims kept in registers while streaming a V tile
 
@@ -100,6 +101,48 @@ SPECDEC_MULTIVERSION void exp_shifted(float* s, float m) {
   }
 }
 
+// One key tile as float: kt [D, T] (transposed, columns >= keys zero) and vt [T, D] (rows >= keys
+// zero) from `keys` rows of K and V (`k_row` / `v_row`: element strides between consecutive keys).
+// K is converted row by row into kr ([T, D] scratch) (a contiguous, vectorisable conversion: for bf16 a
+// 16-bit shift), then K is transposed in 8-key blocks.
+template <typename T>
+inline void load_tile_impl(const T* k, int64_t k_row, const T* v, int64_t v_row, int64_t keys, int64_t dim,
+                           float* kr, float* kt, float* vt) {
+  for (int64_t j = 0; j < kKeyTile; ++j) {
+    float* kd = kr + j * dim;
+    float* vd = vt + j * dim;
+    if (j < keys) {
+      const T* ks = k + j * k_row;
+      const T* vs = v + j * v_row;
+      for (int64_t d = 0; d < dim; ++d) kd[d] = static_cast<float>(ks[d]);
+      for (int64_t d = 0; d < dim; ++d) vd[d] = static_cast<float>(vs[d]);
+    } else {
+      std::fill(kd, kd + dim, 0.0f);
+      std::fill(vd, vd + dim, 0.0f);
+    }
+  }
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int64_t j = 0; j < kKeyTile; ++j) kt[d * kKeyTile + j] = kr[j * dim + d];
+  }
+}
+
+SPECDEC_MULTIVERSION void load_tile(const float* k, int64_t k_row, const float* v, int64_t v_row, int64_t keys,
+                                    int64_t dim, float* scratch, float* kt, float* vt) {
+  load_tile_impl(k, k_row, v, v_row, keys, dim, scratch, kt, vt);
+}
+SPECDEC_MULTIVERSION void load_tile(const double* k, int64_t k_row, const double* v, int64_t v_row, int64_t keys,
+                                    int64_t dim, float* scratch, float* kt, float* vt) {
+  load_tile_impl(k, k_row, v, v_row, keys, dim, scratch, kt, vt);
+}
+SPECDEC_MULTIVERSION void load_tile(const c10::Half* k, int64_t k_row, const c10::Half* v, int64_t v_row, int64_t keys,
+                                    int64_t dim, float* scratch, float* kt, float* vt) {
+  load_tile_impl(k, k_row, v, v_row, keys, dim, scratch, kt, vt);
+}
+SPECDEC_MULTIVERSION void load_tile(const c10::BFloat16* k, int64_t k_row, const c10::BFloat16* v, int64_t v_row,
+                                    int64_t keys, int64_t dim, float* scratch, float* kt, float* vt) {
+  load_tile_impl(k, k_row, v, v_row, keys, dim, scratch, kt, vt);
+}
+
 inline bool mask_bit(const int64_t* row, int64_t j) {
   return (static_cast<uint64_t>(row[j >> 6]) >> (j & 63)) & 1u;
 }
@@ -159,6 +202,7 @@ struct CpuTask {
     float* m = vt + kKeyTile * dim;              // [rows]
     float* l = m + rows_pad;                     // [rows]
     float* s = l + rows_pad;                     // [kRowBlock, T]
+    float* kr = s + kRowBlock * kKeyTile;        // [T, D] K tile before the transpose
     std::fill(qf, qf + 2 * rows_pad * dim, 0.0f);
     std::vector<char> real(rows_pad, 0);
     for (int64_t r = 0; r < rows; ++r) {
@@ -174,17 +218,8 @@ struct CpuTask {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     for (int64_t t0 = 0; t0 < key_end; t0 += kKeyTile) {
       const int64_t tk = std::min(kKeyTile, key_end - t0);
-      for (int64_t j = 0; j < kKeyTile; ++j) {
-        const T* ksrc = k + b * ks[0] + (t0 + j) * ks[1] + kvh * ks[2];
-        const T* vsrc = v + b * vs[0] + (t0 + j) * vs[1] + kvh * vs[2];
-        if (j < tk) {
-          for (int64_t d = 0; d < dim; ++d) kt[d * kKeyTile + j] = static_cast<float>(ksrc[d]);
-          for (int64_t d = 0; d < dim; ++d) vt[j * dim + d] = static_cast<float>(vsrc[d]);
-        } else {
-          for (int64_t d = 0; d < dim; ++d) kt[d * kKeyTile + j] = 0.0f;
-          std::fill(vt + j * dim, vt + (j + 1) * dim, 0.0f);
-        }
-      }
+      load_tile(k + b * ks[0] + t0 * ks[1] + kvh * ks[2], ks[1], v + b * vs[0] + t0 * vs[1] + kvh * vs[2], vs[1],
+                tk, dim, kr, kt, vt);
       const bool tree_tile = t0 + kKeyTile > p_len;
       for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
         bool any_real = false;
@@ -232,6 +267,16 @@ struct CpuTask {
   }
 };
 
+// Nodes per task. A task converts (and transposes) every K/V tile of its (batch, KV head) once for
+// all its rows, so few large node blocks convert the least; but every thread needs work, so blocks
+// are halved while there are fewer than two tasks per thread.
+int64_t choose_node_block(const TreeAttentionSizes& sz, int64_t g_count) {
+  int64_t nb = std::max<int64_t>(1, std::min<int64_t>(sz.nodes, kMaxRows / g_count));
+  const int64_t want = 2 * static_cast<int64_t>(at::get_num_threads());
+  while (nb > kMinNodeBlock && sz.batch * sz.kv_heads * ((sz.nodes + nb - 1) / nb) < want) nb = (nb + 1) / 2;
+  return nb;
+}
+
 at::Tensor tree_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                               const at::Tensor& mask_in, const at::Tensor& prefix_in, std::optional<double> scale) {
   const TreeAttentionSizes sz = check_tree_attention_inputs(q_in, k_in, v_in, mask_in, prefix_in, scale);
@@ -241,7 +286,7 @@ at::Tensor tree_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, co
   at::Tensor out = at::empty({sz.batch, sz.nodes, sz.q_heads, sz.head_dim}, q.options());
   if (out.numel() == 0) return out;
   const int64_t g_count = sz.q_heads / sz.kv_heads;
-  const int64_t node_block = std::max<int64_t>(1, std::min<int64_t>(sz.nodes, kMaxRows / g_count));
+  const int64_t node_block = choose_node_block(sz, g_count);
   const int64_t blocks = (sz.nodes + node_block - 1) / node_block;
   const int64_t tasks = sz.batch * sz.kv_heads * blocks;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "tree_attention_cpu", [&] {
@@ -251,7 +296,7 @@ at::Tensor tree_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, co
                            {v.stride(0), v.stride(1), v.stride(2)}, node_block};
     const int64_t rows_max = (node_block * g_count + kRowBlock - 1) / kRowBlock * kRowBlock;
     const size_t scratch_len =
-        2 * rows_max * sz.head_dim + 2 * sz.head_dim * kKeyTile + 2 * rows_max + kRowBlock * kKeyTile;
+        2 * rows_max * sz.head_dim + 3 * sz.head_dim * kKeyTile + 2 * rows_max + kRowBlock * kKeyTile;
     at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scratch(scratch_len);
       for (int64_t t = begin; t < end; ++t) {
