@@ -9,9 +9,13 @@ steps that drafted anything, for
 
 * ``suffix-req``: SuffixProposer with the request cache only,
 * ``suffix+global``: plus the global cache, filled with earlier replayed responses (file order),
+  and first warmed with the responses of ``--warm`` (``SuffixProposer.warm``) when given,
 * ``hf-lookup``: HF ``PromptLookupCandidateGenerator`` (10 tokens, n-gram <= 2) as a chain.
 
-    python benchmarks/replay_suffix_acceptance.py [--data ...] [--budget 16]
+    python benchmarks/replay_suffix_acceptance.py [--data ...] [--budget 16] [--warm responses.jsonl]
+
+``--data`` / ``--warm`` rows hold ``prompt_ids`` and ``output_ids`` or ``response_ids`` (the
+self-distillation files of ``specdec train`` work as they are).
 """
 
 from __future__ import annotations
@@ -77,6 +81,17 @@ def replay_hf(prompt: list[int], output: list[int]) -> tuple[int, int, int]:
     return steps, accepted, drafted
 
 
+def read_rows(path: str) -> list[dict]:
+    """JSONL rows with ``prompt_ids``, ``category`` and ``output_ids`` (``response_ids`` renamed)."""
+    rows = []
+    for line in open(path):
+        if line.strip():
+            row = json.loads(line)
+            row.setdefault("output_ids", row.get("response_ids"))
+            rows.append(row)
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
@@ -84,12 +99,14 @@ def main(argv=None) -> None:
     ap.add_argument("--min-match-len", type=int, default=None, help="SuffixProposer default when omitted")
     ap.add_argument("--min-prob", type=float, default=None)
     ap.add_argument("--depth-factor", type=float, default=None)
+    ap.add_argument("--warm", default=None, help="JSONL of earlier responses to warm the global cache with")
     args = ap.parse_args(argv)
     opts = {k: v for k, v in [("min_match_len", args.min_match_len), ("min_prob", args.min_prob),
                               ("depth_factor", args.depth_factor)] if v is not None}
-    rows = [json.loads(line) for line in open(args.data)]
+    rows = read_rows(args.data)
     req_only = SuffixProposer(VOCAB, use_global=False, **opts)
     with_global = SuffixProposer(VOCAB, **opts)
+    warmed = with_global.warm(r["output_ids"] for r in read_rows(args.warm)) if args.warm else 0
     table = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0, 0]))
     for i, row in enumerate(rows):
         results = {
@@ -104,6 +121,7 @@ def main(argv=None) -> None:
                 cell[1] += acc
                 cell[2] += drafted
     names = ["suffix-req", "suffix+global", "hf-lookup"]
+    print(f"warm global cache: {warmed} tokens from {args.warm}" if args.warm else "cold global cache")
     print(f"{len(rows)} requests, budget {args.budget}, options {opts or 'defaults'}; cells: mean accepted draft tokens per step / share of steps drafting")
     print(f"{'category':>15} | " + " | ".join(f"{n:>18}" for n in names))
     for cat in sorted(table, key=lambda c: (c == "ALL", c)):

@@ -76,34 +76,44 @@ def test_request_draft_matches_reference(text, budget, min_match, min_prob, fact
     assert again.tokens.tolist() == tokens and again.parents.tolist() == parents
 
 
-def ref_pooled_root(context, docs, min_match):
-    """{token: probability} pooling the request's earlier continuations and the documents' ones."""
-    counts, total = {}, 0
+def ref_root(context, docs, min_match, combine):
+    """{token: probability} from the request's earlier continuations and the documents' ones:
+    pooled (``combine="pool"``) or only the cache with the longer match (request on ties)."""
     n = len(context)
+    parts = []  # (match length, counts, total) per cache that matches at least min_match tokens
     la = max((k for k in range(n) if occurs(context[:-1], context[n - k :])), default=0)
     if la >= min_match:
-        pat = context[n - la :]
+        pat, counts, total = context[n - la :], {}, 0
         for i in range(n - la):
             if context[i : i + la] == pat:
                 counts[context[i + la]] = counts.get(context[i + la], 0) + 1
                 total += 1
+        parts.append((la, counts, total))
     lb = max((k for k in range(n + 1) if any(occurs(d, context[n - k :]) for d in docs)), default=0)
     if lb >= min_match:
-        pat = context[n - lb :]
+        pat, counts, total = context[n - lb :], {}, 0
         for d in docs:
             for i in range(len(d) - lb + 1):
                 if d[i : i + lb] == pat:
                     total += 1  # an occurrence at the end of a document counts as "ended here"
                     if i + lb < len(d):
                         counts[d[i + lb]] = counts.get(d[i + lb], 0) + 1
+        parts.append((lb, counts, total))
+    if combine == "longest" and len(parts) == 2:
+        parts = [parts[1]] if parts[1][0] > parts[0][0] else [parts[0]]
+    counts, total = {}, sum(p[2] for p in parts)
+    for _, c, _ in parts:
+        for t, k in c.items():
+            counts[t] = counts.get(t, 0) + k
     return {t: c / total for t, c in counts.items()} if total else {}
 
 
 @SETTINGS
 @given(docs=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=25), max_size=4),
-       context=st.lists(st.integers(0, 3), min_size=1, max_size=25), min_match=st.integers(1, 3))
-def test_root_probabilities_pool_request_and_global_counts(docs, context, min_match):
-    prop = SuffixProposer(4, min_match_len=min_match, min_prob=0.0, max_depth=1)
+       context=st.lists(st.integers(0, 3), min_size=1, max_size=25), min_match=st.integers(1, 3),
+       combine=st.sampled_from(["longest", "pool"]))
+def test_root_probabilities_come_from_the_longest_match_or_pooled_counts(docs, context, min_match, combine):
+    prop = SuffixProposer(4, min_match_len=min_match, min_prob=0.0, max_depth=1, combine=combine)
     for i, d in enumerate(docs):
         prop.begin(i, [3])
         prop.commit(i, d)
@@ -111,7 +121,7 @@ def test_root_probabilities_pool_request_and_global_counts(docs, context, min_ma
     prop.begin("r", context)
     (scored,) = prop.propose_scored(["r"], 100)
     got = dict(zip(scored.tree.tokens.tolist(), scored.node_probs.tolist()))
-    expect = ref_pooled_root(context, docs, min_match)
+    expect = ref_root(context, docs, min_match, combine)
     assert got.keys() == expect.keys()
     for t in got:
         assert math.isclose(got[t], expect[t], rel_tol=1e-5)
@@ -319,8 +329,32 @@ def test_bad_input_raises_clear_errors(call, exc, msg):
 @pytest.mark.parametrize(
     "kwargs,msg",
     [({"min_match_len": 0}, "min_match_len"), ({"min_prob": 1.5}, "min_prob"), ({"max_depth": -1}, "max_depth"),
-     ({"global_cache_bytes": 10}, "global_cache_bytes"), ({"max_partitions": 0}, "max_partitions")],
+     ({"global_cache_bytes": 10}, "global_cache_bytes"), ({"max_partitions": 0}, "max_partitions"),
+     ({"combine": "sum"}, "combine must be 'longest' or 'pool'")],
 )
 def test_bad_configuration_is_refused(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         SuffixProposer(10, **kwargs)
+
+
+def test_warm_equals_ending_requests_with_those_responses():
+    docs = [[1, 2, 3, 4, 5], [6, 7, 8], [2, 3, 9]]
+    ended = SuffixProposer(100)
+    for i, d in enumerate(docs):
+        ended.begin(i, [90 + i])
+        ended.commit(i, d)
+        ended.end(i)
+    warmed = SuffixProposer(100)
+    assert warmed.warm([docs[0], np.array(docs[1]), torch.tensor(docs[2]), []]) == 11
+    assert warmed.global_stats() == ended.global_stats()
+    for prop in (ended, warmed):
+        prop.begin("q", [50, 2, 3])
+    assert warmed.propose(["q"], 8)[0].tokens.tolist() == ended.propose(["q"], 8)[0].tokens.tolist() != []
+    other = SuffixProposer(100)
+    other.warm([docs[0]], tenant="acme")
+    other.begin("anon", [2, 3])
+    assert other.propose(["anon"], 4)[0].num_nodes == 0  # warmed into acme's partition only
+    with pytest.raises(ValueError, match=r"documents\[1\] contains token id 100"):
+        other.warm([[1], [100]])
+    with pytest.raises(ValueError, match="use_global=False"):
+        SuffixProposer(100, use_global=False).warm([[1]])
