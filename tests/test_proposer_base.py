@@ -1,10 +1,11 @@
 """Proposer protocol pieces: the reference ReplayProposer, budgets, Artifact, pack_trees."""
 
+import numpy as np
 import pytest
 import torch
 
 from specdec import Artifact, DraftTree, Proposer, ReplayProposer, pack_trees
-from specdec.proposers.base import normalize_budgets
+from specdec.proposers.base import as_token_list, normalize_budgets
 
 
 def test_replay_proposer_follows_script_then_stops_on_divergence():
@@ -86,3 +87,23 @@ def test_every_public_name_resolves():
         assert getattr(specdec, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         specdec.Nope
+
+
+@pytest.mark.parametrize("ids,exc,msg", [
+    ([1, 2.7], TypeError, "integer token ids, got float 2.7"),
+    ([True, 1], TypeError, "got bool True"),
+    (torch.tensor([1.0]), TypeError, "torch.float32 tensor"),
+    (torch.tensor([True]), TypeError, "torch.bool tensor"),
+    (torch.tensor([[1]]), ValueError, "1-D"),
+    ([0, -2], ValueError, "negative token id -2"),
+    ([3, 10], ValueError, r"token id 10, outside the vocabulary \[0, 10\)"),
+])
+def test_token_lists_refuse_floats_bools_and_out_of_vocabulary_ids(ids, exc, msg):
+    with pytest.raises(exc, match=msg):
+        as_token_list(ids, "accepted_ids", 10)
+
+
+def test_token_lists_accept_ints_numpy_ints_and_integer_tensors():
+    assert as_token_list([1, np.int64(2)], "x", 10) == [1, 2]
+    assert as_token_list(torch.tensor([3, 4], dtype=torch.int32), "x") == [3, 4]
+    assert as_token_list(np.array([5, 6]), "x", 7) == [5, 6]

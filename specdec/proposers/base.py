@@ -39,6 +39,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Literal, Protocol, Sequence, runtime_checkable
 
+import numpy as np
 import torch
 
 from ..tree import DraftTree
@@ -121,15 +122,32 @@ def _one_budget(b) -> int:
     return int(b)
 
 
-def as_token_list(ids: Sequence[int] | torch.Tensor, what: str) -> list[int]:
-    """Token ids as a list of non-negative Python ints, or a ValueError naming ``what``."""
+def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int | None = None) -> list[int]:
+    """Token ids as a list of Python ints in ``[0, vocab_size)``, or an error naming ``what``.
+
+    A 1-D integer tensor or a sequence of ints (numpy integers included). Floats and bools are
+    refused rather than truncated (``int(2.7)`` would silently draft token 2).
+
+    Raises:
+        TypeError: float, complex or bool ids.
+        ValueError: a tensor that is not 1-D, a negative id, or an id ``>= vocab_size``.
+    """
     if isinstance(ids, torch.Tensor):
-        if ids.dim() != 1 or ids.dtype.is_floating_point:
-            raise ValueError(f"{what} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
-        ids = ids.tolist()
-    out = [int(t) for t in ids]
-    if any(t < 0 for t in out):
-        raise ValueError(f"{what} contains negative token ids")
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
+        if ids.dim() != 1:
+            raise ValueError(f"{what} must be a 1-D tensor, got shape {tuple(ids.shape)}")
+        out = ids.tolist()
+    else:
+        out = list(ids)
+        bad = next((t for t in out if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))), None)
+        if bad is not None:
+            raise TypeError(f"{what} must hold integer token ids, got {type(bad).__name__} {bad!r}")
+        out = [int(t) for t in out]
+    if out and min(out) < 0:
+        raise ValueError(f"{what} contains negative token id {min(out)}")
+    if vocab_size is not None and out and max(out) >= vocab_size:
+        raise ValueError(f"{what} contains token id {max(out)}, outside the vocabulary [0, {vocab_size})")
     return out
 
 
@@ -155,7 +173,7 @@ class ReplayProposer:
             raise ValueError(f"request {req_id!r} already begun")
         if req_id not in self._scripts:
             raise KeyError(f"ReplayProposer has no script for request {req_id!r}")
-        as_token_list(prompt_ids, "prompt_ids")
+        as_token_list(prompt_ids, "prompt_ids", self._vocab_size)
         self._generated[req_id] = []
 
     def _state(self, req_id) -> list[int]:
@@ -176,7 +194,7 @@ class ReplayProposer:
         return out
 
     def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
-        self._state(req_id).extend(as_token_list(accepted_ids, "accepted_ids"))
+        self._state(req_id).extend(as_token_list(accepted_ids, "accepted_ids", self._vocab_size))
 
     def end(self, req_id) -> None:
         self._state(req_id)

@@ -185,13 +185,13 @@ class MedusaProposer:
     def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None) -> None:
         if req_id in self._hidden:
             raise ValueError(f"request {req_id!r} already begun")
-        as_token_list(prompt_ids, "prompt_ids")
+        as_token_list(prompt_ids, "prompt_ids", self.vocab_size)
         self._hidden[req_id] = self._last_row(target_hidden, "begin")
         self._next_known[req_id] = False
 
     def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
         self._state(req_id)
-        ids = as_token_list(accepted_ids, "accepted_ids")
+        ids = as_token_list(accepted_ids, "accepted_ids", self.vocab_size)
         if not ids:
             raise ValueError("commit needs at least one emitted token")
         h = self._last_row(target_hidden, "commit")
