@@ -114,8 +114,21 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="2 trees for a batch of 1"):
         target.verify(state, [DraftTree.empty(), DraftTree.empty()])
     target.verify(state, [DraftTree.chain(torch.tensor([4, 5]))])
+    with pytest.raises(ValueError, match="previous verify step's rows"):
+        target.verify(state, [DraftTree.empty()])
     with pytest.raises(ValueError, match="outside the tree"):
         target.accept(state, [[5]], [1], num_nodes=2)
+    with pytest.raises(ValueError, match=r"num_nodes=3, but the last verify appended 1 \+ 2 rows"):
+        target.accept(state, [[0]], [1], num_nodes=3)
+    with pytest.raises(ValueError, match=r"not a root-to-node path \(node 1's parent is 0, not -1\)"):
+        target.accept(state, [[1]], [1], num_nodes=2)
+    with pytest.raises(ValueError, match="next token 64 is outside the vocabulary"):
+        target.accept(state, [[0]], [64], num_nodes=2)
+    target.accept(state, [[0, 1]], [1], num_nodes=2)
+    with pytest.raises(ValueError, match="no verify step awaits it"):
+        target.accept(state, [[]], [1], num_nodes=2)
+    with pytest.raises(ValueError, match="no verify step awaits it"):
+        target.discard(state, 0)
     with pytest.raises(ValueError, match="attention must be"):
         HFTarget(tiny_model("llama"), attention="flash")
 

@@ -46,11 +46,15 @@ class BatchState:
         lengths: committed K/V rows per request (``len == B``).
         pending: the emitted-but-not-cached token of each request (``len == B``), fed first on the
             next verify step.
+        verified: ``(N, parents per request)`` of the verify step whose rows await
+            :meth:`HFTarget.accept` / :meth:`HFTarget.discard`, else ``None``; lets them check the
+            paths and the row count they are given against what the forward actually appended.
     """
 
     cache: object
     lengths: list[int]
     pending: list[int]
+    verified: tuple[int, tuple[list[int], ...]] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -249,12 +253,26 @@ class HFTarget:
             raise ValueError(f"verify got {len(trees)} trees for a batch of {state.batch_size} requests")
         if min(state.pending) < 0:
             raise ValueError("verify needs a pending token per request: call accept() or set_pending() first")
+        if state.verified is not None:
+            raise ValueError("the previous verify step's rows are still in the cache: call accept() or discard() first")
         ids, pos, mask, extra = self._tree_inputs(state, trees)
         if ids.numel() and int(ids.max()) >= self.vocab_size:  # one check for every tree and pending token
             b = int((ids >= self.vocab_size).any(dim=1).nonzero()[0])
             raise ValueError(f"tree {b} has token id {int(ids[b].max())} >= vocab_size {self.vocab_size}")
         logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra)
+        state.verified = (ids.shape[1] - 1, tuple(t.parents.tolist() for t in trees))
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
+
+    @staticmethod
+    def _verified(state: BatchState, num_nodes: int, what: str) -> tuple[list[int], ...]:
+        """The pending verify's parents, after checking ``num_nodes`` against its row count (the
+        caller clears ``state.verified`` once its own checks passed, so a refused call can be retried)."""
+        if state.verified is None:
+            raise ValueError(f"{what}: no verify step awaits it (call verify() first; once per verify)")
+        n, parents = state.verified
+        if num_nodes != n:
+            raise ValueError(f"{what}: num_nodes={num_nodes}, but the last verify appended 1 + {n} rows per request")
+        return parents
 
     # ------------------------------------------------------------------ compaction
     @torch.inference_mode()
@@ -270,10 +288,25 @@ class HFTarget:
         B = state.batch_size
         if len(paths) != B or len(next_tokens) != B:
             raise ValueError(f"accept got {len(paths)} paths / {len(next_tokens)} tokens for {B} requests")
+        bad = [int(t) for t in next_tokens if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise ValueError(f"accept: next token {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+        parents = self._verified(state, num_nodes, "accept")
+        for b, p in enumerate(paths):
+            prev = -1
+            for node in p:
+                if not 0 <= node < len(parents[b]):
+                    raise ValueError(f"accept: path node {node} of request {b} is outside the tree "
+                                     f"({len(parents[b])} nodes, N={num_nodes})")
+                if parents[b][node] != prev:
+                    raise ValueError(f"accept: path {list(p)} of request {b} is not a root-to-node path "
+                                     f"(node {node}'s parent is {parents[b][node]}, not {prev})")
+                prev = node
         total = state.cache_len
         S = total - 1 - num_nodes
         if S < 0:
             raise ValueError(f"accept: cache has {total} rows, fewer than 1 + num_nodes={1 + num_nodes}")
+        state.verified = None
         new_lengths = [L + 1 + len(p) for L, p in zip(state.lengths, paths)]
         new_total = max(new_lengths)
         # Only the kept rows move: request b's pending row (S) and path rows (S + 1 + node) go to
@@ -281,9 +314,6 @@ class HFTarget:
         # cost is proportional to the accepted tokens, not to the cache's ragged tail.
         req, dst, src = [], [], []
         for b, (L, p) in enumerate(zip(state.lengths, paths)):
-            for node in p:
-                if not 0 <= node < num_nodes:
-                    raise ValueError(f"accept: path node {node} of request {b} is outside the tree (N={num_nodes})")
             for i, row in enumerate([S] + [S + 1 + node for node in p]):
                 if L + i != row:
                     req.append(b), dst.append(L + i), src.append(row)
@@ -299,6 +329,8 @@ class HFTarget:
 
     def discard(self, state: BatchState, num_nodes: int) -> None:
         """Drop every row the last verify added (``1 + num_nodes``), e.g. after a timing run."""
+        self._verified(state, num_nodes, "discard")
+        state.verified = None
         _truncate(state.cache, state.cache_len - 1 - num_nodes)
 
     def set_pending(self, state: BatchState, tokens: Sequence[int]) -> None:
@@ -313,6 +345,8 @@ class HFTarget:
         rows = list(rows)
         if not rows:
             raise ValueError("select needs at least one row to keep")
+        if state.verified is not None:
+            raise ValueError("select: a verify step's rows await accept() or discard()")
         index = torch.tensor(rows, device=self.device)
         for layer in state.cache.layers:
             layer.keys = layer.keys.index_select(0, index)
