@@ -108,3 +108,31 @@ def test_synthetic_records_extend_training_data_but_never_the_heldout_split():
     assert toks.tolist() == [100, 101, 102] and float(h[0, 0]) == 100.0
     with pytest.raises(ValueError, match="only synthetic records"):
         base.extended(_seqs(2))
+
+
+def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_path):
+    import json
+
+    from specdec.artifacts import load_artifact
+    from specdec.training.commands import main as train_main
+
+    model = tiny_model(seed=0)
+    model.save_pretrained(tmp_path / "t")
+    _tokenizer().save_pretrained(tmp_path / "t")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"w{i + 5} w{i + 6} w9"]})
+                               + "\n" for i in range(10)))
+    common = ["--target", str(tmp_path / "t"), "--prompts", str(prompts), "--max-new-tokens", "6",
+              "--cache-dir", str(tmp_path / "cache"), "--heldout-every", "5", "--epochs", "1", "--device", "cpu",
+              "--synthetic", "4", "--synthetic-batch", "8"]
+    assert train_main(["train", "eagle", "--out", str(tmp_path / "eagle"), "--vocab", "0"] + common) == 0
+    assert train_main(["train", "heads", "--full", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"]
+                      + common) == 0
+    eagle = load_artifact(str(tmp_path / "eagle"))[1].training
+    heads = load_artifact(str(tmp_path / "heads"))[1].training
+    assert eagle["synthetic"]["source"] == "generated" and heads["synthetic"]["source"] == "cached"
+    assert eagle["synthetic"]["records"] == heads["synthetic"]["records"] >= 1
+    assert eagle["records"] == 10 + eagle["synthetic"]["records"]
+    assert eagle["heldout"]["records"] == 2  # records 4 and 9 of the prompt file, never a synthetic one
+    with pytest.raises(SystemExit, match="--synthetic needs --full"):
+        train_main(["train", "heads", "--out", str(tmp_path / "h2")] + common)

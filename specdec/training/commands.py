@@ -85,18 +85,56 @@ def _start(args) -> _Run:
     return _Run(device, model, tok, fp, read_prompt_records(args.prompts, limit=args.limit), t_start, t_loaded)
 
 
+def _full_sequences(args, run: _Run):
+    """``(FullSequences, source, synthetic report | None)``: the prompt records' greedy responses with
+    full-sequence features (cached), extended by ``args.synthetic`` synthetic records when asked."""
+    from . import data as sd
+    from .eagle import load_or_build_full
+
+    t0 = time.time()
+    responses, source = sd.load_or_generate_responses(run.model, run.tokenizer, run.records, target_fp=run.fingerprint,
+                                                      max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
+                                                      batch_size=args.gen_batch, progress=_progress)
+    data, hidden_source = load_or_build_full(run.model, responses, target_fp=run.fingerprint,
+                                             n_prompts=len(run.records), max_new_tokens=args.max_new_tokens,
+                                             cache_dir=args.cache_dir, progress=_progress)
+    source = f"{source}; features {hidden_source}"
+    if not args.synthetic:
+        return data, source, None
+    from . import synthetic as syn
+
+    t1 = time.time()
+    extra, syn_source = syn.load_or_build(run.model, run.tokenizer, args.synthetic, target_fp=run.fingerprint,
+                                          seed=args.synthetic_seed, max_new_tokens=args.max_new_tokens,
+                                          cache_dir=args.cache_dir, batch_size=args.synthetic_batch,
+                                          progress=_progress)
+    report = {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
+              "positions": int(extra.tokens.numel()), "source": syn_source, "seconds": round(time.time() - t1, 1),
+              "prompt_records_seconds": round(t1 - t0, 1)}
+    return data.extended(extra), source, report
+
+
 def train_heads_main(args) -> int:
     from . import data as sd
-    from .medusa import HeadsTrainConfig, train_medusa
+    from .medusa import HeadsTrainConfig, rows_from_full, train_medusa
 
     cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, reduced_vocab=args.vocab,
                            epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed)
+    if args.full and args.max_tokens is not None:
+        raise SystemExit("--full trains on every record; it cannot be combined with --max-tokens")
+    if args.synthetic and not args.full:
+        raise SystemExit("--synthetic needs --full (synthetic records come with full-sequence features)")
     run = _start(args)
     device, model, tok, fp, records = run.device, run.model, run.tokenizer, run.fingerprint, run.records
     t_start, t_loaded, progress = run.t_start, run.t_loaded, _progress
-    data, source = sd.load_or_build(model, tok, records, target_fp=fp, max_new_tokens=args.max_new_tokens,
-                                    cache_dir=args.cache_dir, batch_size=args.gen_batch,
-                                    max_tokens=args.max_tokens, progress=progress)
+    synthetic = None
+    if args.full:
+        full, source, synthetic = _full_sequences(args, run)
+        data = rows_from_full(full)
+    else:
+        data, source = sd.load_or_build(model, tok, records, target_fp=fp, max_new_tokens=args.max_new_tokens,
+                                        cache_dir=args.cache_dir, batch_size=args.gen_batch,
+                                        max_tokens=args.max_tokens, progress=progress)
     t_data = time.time()
     lm_weight = model.get_output_embeddings().weight.detach().float()
     data.hidden = data.hidden.to(device)
@@ -118,7 +156,8 @@ def train_heads_main(args) -> int:
             **report,
             "prompts": os.path.basename(args.prompts), "records": len(data.records),
             "rows": int(data.tokens.numel()), "max_new_tokens": args.max_new_tokens,
-            "data_source": source, "max_tokens": args.max_tokens, "device": device,
+            "data_source": source, "max_tokens": args.max_tokens, "full": args.full, "synthetic": synthetic,
+            "device": device,
             "torch": torch.__version__,
             "seconds": {"load": round(t_loaded - t_start, 1), "data": round(t_data - t_loaded, 1),
                         "train": round(t_train - t_data, 1), "total": round(t_train - t_start, 1)},
@@ -133,34 +172,15 @@ def train_heads_main(args) -> int:
 
 
 def train_eagle_main(args) -> int:
-    from . import data as sd
-    from .eagle import EagleTrainConfig, load_or_build_full, train_eagle
     from ..proposers.eagle_layer import EagleConfig
+    from .eagle import EagleTrainConfig, train_eagle
 
     cfg = EagleTrainConfig(reduced_vocab=args.vocab, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                            context=args.context, ce_weight=args.ce_weight, noise=args.noise, seed=args.seed)
     run = _start(args)
-    device, model, tok, fp, records = run.device, run.model, run.tokenizer, run.fingerprint, run.records
-    t_start, t_loaded, progress = run.t_start, run.t_loaded, _progress
-    responses, source = sd.load_or_generate_responses(model, tok, records, target_fp=fp,
-                                                      max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
-                                                      batch_size=args.gen_batch, progress=progress)
-    t_responses = time.time()
-    data, hidden_source = load_or_build_full(model, responses, target_fp=fp, n_prompts=len(records),
-                                             max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
-                                             progress=progress)
-    t_data_prompts = time.time()
-    synthetic = None
-    if args.synthetic:
-        from . import synthetic as syn
-
-        extra, syn_source = syn.load_or_build(model, tok, args.synthetic, target_fp=fp, seed=args.synthetic_seed,
-                                              max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
-                                              batch_size=args.synthetic_batch, progress=progress)
-        data = data.extended(extra)
-        synthetic = {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
-                     "positions": int(extra.tokens.numel()), "source": syn_source,
-                     "seconds": round(time.time() - t_data_prompts, 1)}
+    device, model, tok, fp = run.device, run.model, run.tokenizer, run.fingerprint
+    t_start, t_loaded = run.t_start, run.t_loaded
+    data, source, synthetic = _full_sequences(args, run)
     t_data = time.time()
     embed = model.get_input_embeddings().weight.detach().float()
     lm_weight = model.get_output_embeddings().weight.detach().float()
@@ -181,18 +201,17 @@ def train_eagle_main(args) -> int:
             **report,
             "prompts": os.path.basename(args.prompts), "records": len(data.records),
             "positions": int(data.tokens.numel()), "max_new_tokens": args.max_new_tokens,
-            "data_source": source, "hidden_source": hidden_source, "synthetic": synthetic, "device": device,
+            "data_source": source, "synthetic": synthetic, "device": device,
             "torch": torch.__version__,
-            "seconds": {"load": round(t_loaded - t_start, 1), "responses": round(t_responses - t_loaded, 1),
-                        "hidden": round(t_data - t_responses, 1), "train": round(t_train - t_data, 1),
-                        "total": round(t_train - t_start, 1)},
+            "seconds": {"load": round(t_loaded - t_start, 1), "data": round(t_data - t_loaded, 1),
+                        "train": round(t_train - t_data, 1), "total": round(t_train - t_start, 1)},
             "command": "specdec " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:])),
         },
     )
     save_artifact(args.out, layer.state_tensors(torch.float16), manifest)
     held = report["heldout"]
     print(f"saved {args.out}: held-out top-1 {held['top1']:.3f} (before {report['heldout_before']['top1']:.3f}), "
-          f"loss {held['loss']:.3f}; refit {t_train - t_start:.0f} s (hidden {t_data - t_responses:.0f} s, "
+          f"loss {held['loss']:.3f}; refit {t_train - t_start:.0f} s (data {t_data - t_loaded:.0f} s, "
           f"train {t_train - t_data:.0f} s)")
     return 0
 
@@ -247,6 +266,13 @@ def _common(p, epochs: int, lr: float, batch: int) -> None:
     p.add_argument("--cache-dir", default=os.path.join("benchmarks", "data"))
 
 
+def _synthetic_args(p) -> None:
+    p.add_argument("--synthetic", type=int, default=0,
+                   help="also train on N prompts the target writes itself, answered greedily (never held out)")
+    p.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
+    p.add_argument("--synthetic-batch", type=int, default=64, help="rows per generate() batch for synthetic data")
+
+
 def register(subparsers) -> None:
     """Add ``train heads``, ``train eagle`` and ``train draft`` to a ``specdec`` argparse sub-parser collection."""
     train = subparsers.add_parser("train", help="train a proposer artifact (self-distillation)")
@@ -256,6 +282,10 @@ def register(subparsers) -> None:
     h.add_argument("--heads", type=int, default=4)
     h.add_argument("--layers", type=int, default=1)
     h.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
+    h.add_argument("--full", action="store_true",
+                   help="train on every record's response positions from the full-sequence feature cache "
+                        "(shared with train eagle) instead of a --max-tokens budget")
+    _synthetic_args(h)
     h.set_defaults(func=train_heads_main)
     e = kinds.add_parser("eagle", help="an EAGLE-style draft layer bound to the target checkpoint")
     _common(e, epochs=10, lr=2e-3, batch=8)
@@ -263,10 +293,7 @@ def register(subparsers) -> None:
     e.add_argument("--context", type=int, default=256, help="prompt tokens kept before each response in training")
     e.add_argument("--ce-weight", type=float, default=0.5, help="weight of the token cross-entropy")
     e.add_argument("--noise", type=float, default=0.05, help="input-feature noise std, fraction of the feature RMS")
-    e.add_argument("--synthetic", type=int, default=0,
-                   help="also train on N prompts the target writes itself, answered greedily (never held out)")
-    e.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
-    e.add_argument("--synthetic-batch", type=int, default=64, help="rows per generate() batch for synthetic data")
+    _synthetic_args(e)
     e.add_argument("--top-k", type=int, default=8, help="drafting default: children per node / frontier width")
     e.add_argument("--max-depth", type=int, default=6, help="drafting default: deepest level")
     e.add_argument("--min-prob", type=float, default=1e-3, help="drafting default: stop below this path probability")

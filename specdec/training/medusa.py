@@ -65,8 +65,24 @@ def head_targets(data: SelfDistillation, num_heads: int) -> tuple[torch.Tensor, 
 
 
 def record_split_mask(data: SelfDistillation, heldout_every: int = 10) -> torch.Tensor:
-    """``bool [N]``: True on rows of held-out records (every ``heldout_every``-th record)."""
-    return is_heldout(data.record, heldout_every)
+    """``bool [N]``: True on rows of held-out records (every ``heldout_every``-th record of the
+    prompt file; synthetic records, ``"source": "synthetic"``, always train)."""
+    from_prompts = torch.tensor([r.get("source", "prompts") == "prompts" for r in data.records], dtype=torch.bool)
+    return is_heldout(data.record, heldout_every) & from_prompts[data.record]
+
+
+def rows_from_full(full) -> SelfDistillation:
+    """Medusa's rows (the last prompt position and every response position of each record) out of
+    full-sequence features (:class:`~.eagle.FullSequences`, e.g. the EAGLE cache plus synthetic
+    records), so both trainers share one teacher-forced pass instead of computing features twice."""
+    keep, record = [], []
+    for i, rec in enumerate(full.records):
+        a, b = int(full.offsets[i]), int(full.offsets[i + 1])
+        lo = a + len(rec["prompt_ids"]) - 1
+        keep.append(torch.arange(lo, b))
+        record.append(torch.full((b - lo,), i))
+    idx = torch.cat(keep)
+    return SelfDistillation(list(full.records), full.hidden[idx], full.tokens[idx], torch.cat(record).long())
 
 
 def _to_reduced(targets: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
