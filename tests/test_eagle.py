@@ -82,6 +82,12 @@ def test_trees_respect_budget_prefix_closed_and_ranked():
     prop.commit("a", [11, 12], target_hidden=torch.randn(2, target.config.hidden_size))
     big, probs = prop.scored("a", 40)
     assert big.num_nodes == 40 and bool(big.deterministic.all()) and big.draft_probs is None
+    # propose_scored's estimates are the drafting pass's own path probabilities, which the
+    # independent node-by-node recomputation in scored() must reproduce
+    (sd,) = prop.propose_scored(["a"], 40)
+    assert torch.equal(sd.tree.tokens, big.tokens) and torch.equal(sd.tree.parents, big.parents)
+    torch.testing.assert_close(sd.node_probs.double(), probs, atol=1e-5, rtol=1e-4)
+    assert abs(sd.expected_accepted - float(probs.sum())) < 1e-4
     assert big.max_depth >= 3
     paths = {tuple(big.tokens[big.path_to(i)].tolist()): float(probs[i]) for i in range(big.num_nodes)}
     for b in range(0, 41, 3):

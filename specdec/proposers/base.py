@@ -151,6 +151,23 @@ def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int 
     return out
 
 
+@dataclass(frozen=True)
+class ScoredDraft:
+    """A draft tree with the proposer's acceptance estimate for each node.
+
+    Attributes:
+        tree: the :class:`DraftTree` (deterministic nodes: an estimate can only prune those).
+        node_probs: ``FloatTensor[n]``, estimated probability that node ``i`` is accepted
+            (product of estimated conditional probabilities along its path).
+        expected_accepted: ``node_probs.sum()``, the expected number of accepted draft tokens
+            (the target always adds one more token per step on top of this).
+    """
+
+    tree: DraftTree
+    node_probs: torch.Tensor
+    expected_accepted: float
+
+
 class ReplayProposer:
     """Reference proposer for tests: drafts the next tokens of a fixed script as a chain.
 

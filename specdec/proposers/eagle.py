@@ -31,7 +31,7 @@ import torch
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
 from ..target.linears import SkinnyLinears, linear_rows
 from ..tree import DraftTree
-from .base import as_token_list, normalize_budgets
+from .base import ScoredDraft, as_token_list, normalize_budgets
 from .eagle_layer import EagleConfig, EagleLayer
 
 
@@ -210,16 +210,29 @@ class EagleProposer:
     # ------------------------------------------------------------------ drafting
     @torch.no_grad()
     def propose(self, req_ids: Sequence[Hashable], budget) -> list[DraftTree]:
-        budgets = normalize_budgets(req_ids, budget)
-        reqs = [self._state(r) for r in req_ids]
-        return [self._draft(req, b) for req, b in zip(reqs, budgets)]
+        return [d.tree for d in self.propose_scored(req_ids, budget)]
 
     @torch.no_grad()
-    def _draft(self, req: _Request, budget: int) -> DraftTree:
-        """One request's EAGLE-2 tree (see the module docstring)."""
+    def propose_scored(self, req_ids: Sequence[Hashable], budget) -> list[ScoredDraft]:
+        """Like :meth:`propose`, with each node's cumulative draft probability as its acceptance
+        estimate (EAGLE-2's observation: draft confidence tracks acceptance). The decoder's
+        ``budget="auto"`` uses it to keep the cost-optimal part of each tree, after calibrating
+        it against the acceptance actually observed."""
+        budgets = normalize_budgets(req_ids, budget)
+        out = []
+        for req_id, b in zip(req_ids, budgets):
+            tree, logp = self._draft(self._state(req_id), b)
+            probs = logp.exp().float().cpu()
+            out.append(ScoredDraft(tree, probs, float(probs.sum())))
+        return out
+
+    @torch.no_grad()
+    def _draft(self, req: _Request, budget: int) -> tuple[DraftTree, torch.Tensor]:
+        """One request's EAGLE-2 tree (see the module docstring) and each node's cumulative draft
+        log-probability ``[n]``."""
         dev = self.lm_weight.device
         if budget == 0:
-            return DraftTree.empty(dev, vocab_size=self.vocab_size)
+            return DraftTree.empty(dev, vocab_size=self.vocab_size), torch.zeros(0, device=dev)
         k = min(self.top_k, budget)
         logp = torch.log_softmax(linear_rows(req.root[None], self._rows, None)[0].float(), -1)
         top = torch.topk(logp, k)
@@ -268,8 +281,10 @@ class EagleProposer:
             n_cand += scores.numel()
         return self._select(torch.cat(cand_tok), torch.cat(cand_par), torch.cat(cand_score), budget)
 
-    def _select(self, tok: torch.Tensor, par: torch.Tensor, score: torch.Tensor, budget: int) -> DraftTree:
-        """The ``budget`` best candidates (ties to the earlier one), renumbered in creation order."""
+    def _select(self, tok: torch.Tensor, par: torch.Tensor, score: torch.Tensor, budget: int
+                ) -> tuple[DraftTree, torch.Tensor]:
+        """The ``budget`` best candidates (ties to the earlier one), renumbered in creation order,
+        with their scores."""
         sc = score.tolist()
         order = sorted(range(len(sc)), key=lambda i: (-sc[i], i))[:budget]
         keep = sorted(order)
@@ -278,15 +293,16 @@ class EagleProposer:
         parents = [new[par_l[i]] if par_l[i] >= 0 else -1 for i in keep]
         idx = torch.tensor(keep, dtype=torch.long, device=tok.device)
         tokens = self.layer.token_ids(tok[idx])
-        return DraftTree.trusted(tokens, torch.tensor(parents, dtype=torch.int32, device=tok.device),
+        tree = DraftTree.trusted(tokens, torch.tensor(parents, dtype=torch.int32, device=tok.device),
                                  torch.ones(len(keep), dtype=torch.bool, device=tok.device),
                                  vocab_size=self.vocab_size)
+        return tree, score[idx]
 
     def scored(self, req_id, budget: int) -> tuple[DraftTree, torch.Tensor]:
         """``(tree, path_probs [n])`` for one request: each node's cumulative draft probability
         (for tests and analysis; the decoder uses :meth:`propose`)."""
         req = self._state(req_id)
-        tree = self._draft(req, budget)
+        tree, _ = self._draft(req, budget)
         return tree, self._path_probs(req, tree)
 
     @torch.no_grad()

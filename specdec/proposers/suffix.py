@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
@@ -39,7 +38,7 @@ import torch
 
 from ..suffix import SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
-from .base import Artifact, normalize_budgets
+from .base import Artifact, ScoredDraft, normalize_budgets
 
 _MIN_CACHE_BYTES = 64 * 1024
 _DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds
@@ -74,23 +73,6 @@ def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
             bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
             raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
     return np.ascontiguousarray(arr, dtype=np.int32)
-
-
-@dataclass(frozen=True)
-class ScoredDraft:
-    """A draft tree with the proposer's acceptance estimate for each node.
-
-    Attributes:
-        tree: the :class:`DraftTree` (deterministic nodes).
-        node_probs: ``FloatTensor[n]``, estimated probability that node ``i`` is accepted
-            (product of estimated conditional probabilities along its path).
-        expected_accepted: ``node_probs.sum()``, the expected number of accepted draft tokens
-            (the target always adds one more token per step on top of this).
-    """
-
-    tree: DraftTree
-    node_probs: torch.Tensor
-    expected_accepted: float
 
 
 class _Partition:
