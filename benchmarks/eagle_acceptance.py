@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="replay only the first N held-out records")
     ap.add_argument("--medusa", default=None, help="also replay this Medusa artifact on the same records")
     ap.add_argument("--online", type=int, default=0, help="also time N prompts through SpeculativeDecoder")
-    ap.add_argument("--online-budget", type=int, default=16)
+    ap.add_argument("--online-budget", default="16", help="an int, or 'auto' (cost model up to --online-max-budget)")
+    ap.add_argument("--online-max-budget", type=int, default=16)
     ap.add_argument("--online-tokens", type=int, default=64)
     ap.add_argument("--record", action="store_true", help="append the results to the artifact's manifest")
     args = ap.parse_args(argv)
@@ -115,8 +116,9 @@ def main(argv=None) -> int:
             print(f"medusa budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps "
                   f"({len(unseen)} records it never trained on), propose {r['propose_ms']} ms/step")
     if args.online:
+        budget = args.online_budget if args.online_budget == "auto" else int(args.online_budget)
         facts["online"] = online_speedup(model, prop, [responses[i]["prompt_ids"] for i in held[: args.online]],
-                                  args.online_budget, args.online_tokens, name="eagle")
+                                         budget, args.online_tokens, name="eagle", max_budget=args.online_max_budget)
         print(json.dumps(facts["online"], indent=1))
     if args.record:
         best = max(results, key=lambda b: results[b]["overall"])

@@ -199,10 +199,11 @@ def plot(table: dict[str, dict[str, Row]], path: str | Path) -> None:
     plt.close(fig)
 
 
-def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: int, max_new_tokens: int,
-                   name: str = "speculative") -> dict:
+def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: int | str, max_new_tokens: int,
+                   name: str = "speculative", max_budget: int = 16) -> dict:
     """Same-run wall clock of plain decoding vs ``proposer`` through :class:`SpeculativeDecoder`
-    (greedy, fixed ``budget``), interleaved per prompt, after one warm-up generation each.
+    (greedy; a fixed ``budget``, or ``"auto"``: the cost-model budget up to ``max_budget``),
+    interleaved per prompt, after one warm-up generation each.
 
     Raises:
         AssertionError: when the speculative outputs differ from plain greedy decoding (they must
@@ -212,7 +213,7 @@ def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: in
     if not prompts:
         raise ValueError("online_speedup needs at least one prompt")
     plain = SpeculativeDecoder(model, None)
-    spec = SpeculativeDecoder(model, proposer, max_budget=budget, budget=budget)
+    spec = SpeculativeDecoder(model, proposer, max_budget=max_budget if budget == "auto" else budget, budget=budget)
     plain.generate(prompts[0], 4)
     spec.generate(prompts[0], 4)
     plain_s = spec_s = 0.0

@@ -33,6 +33,9 @@ def test_online_speedup_checks_outputs_and_reports_both_times():
     res = online_speedup(model, SuffixProposer(model.config.vocab_size), [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]],
                          budget=4, max_new_tokens=8, name="suffix")
     assert res["prompts"] == 2 and res["plain_s"] > 0 and res["suffix_s"] > 0 and res["tokens_per_step"] >= 1
+    auto = online_speedup(model, SuffixProposer(model.config.vocab_size), [[1, 2, 3, 1, 2, 3]], budget="auto",
+                          max_new_tokens=8, max_budget=6)
+    assert auto["budget"] == "auto" and auto["tokens_per_step"] >= 1
     with pytest.raises(ValueError, match="at least one prompt"):
         online_speedup(model, SuffixProposer(model.config.vocab_size), [], budget=4, max_new_tokens=8)
 
