@@ -22,9 +22,13 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
     """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target."""
     from .training.commands import load_target
 
-    if proposer in LOOKUP_PROPOSERS:
-        return {"proposer": proposer, "bound_to": "nothing", "compatible": True,
-                "reason": "lookup proposers hold no weights: they survive every checkpoint swap"}
+    if proposer in LOOKUP_PROPOSERS or proposer.partition(":")[0] in LOOKUP_PROPOSERS:
+        report = {"proposer": proposer, "bound_to": "nothing", "compatible": True,
+                  "reason": "lookup proposers hold no weights: they survive every checkpoint swap"}
+        if ":" in proposer:
+            report["note"] = ("the warm-start responses are token ids of the tokenizer that produced them; "
+                              "after a tokenizer change they only cost acceptance, never exactness")
+        return report
     if not os.path.isdir(proposer):
         raise FileNotFoundError(f"--proposer {proposer!r} is neither {LOOKUP_PROPOSERS} nor a directory")
     model, tok = load_target(target_spec, device)

@@ -35,6 +35,8 @@ def test_check_reports_compatibility_and_last_measurement(tmp_path, capsys):
     assert "INCOMPATIBLE" in out and m.fingerprint in out and "specdec train heads" in out
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", str(art), "--allow-mismatch"]) == 0
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", "suffix"]) == 0
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", "suffix:past.jsonl", "--json"]) == 0
+    assert "only cost acceptance, never exactness" in capsys.readouterr().out
 
 
 def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):

@@ -30,6 +30,27 @@ def test_bad_proposer_spec_and_target_memory():
     assert mem["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4 and mem["weights_bytes"] > 0
 
 
+def test_suffix_spec_with_a_responses_file_warms_the_global_cache(tmp_path):
+    import json
+
+    model = tiny_model()
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"response_ids": [5, 6, 7, 8]}) + "\n\n" + json.dumps({"output_ids": [9, 10]}) + "\n")
+    prop = make_proposer(f"suffix:{path}", model, None)
+    assert prop.global_stats() == {**prop.global_stats(), "tokens": 6, "documents": 2}
+    prop.begin("r", [1, 5, 6])
+    assert prop.propose(["r"], 4)[0].tokens.tolist() == [7, 8]
+    assert make_proposer("suffix", model, None).global_stats()["tokens"] == 0
+    path.write_text(json.dumps({"prompt_ids": [1]}) + "\n")
+    with pytest.raises(ValueError, match=r"r.jsonl:1: expected an object with a 'response_ids' or 'output_ids'"):
+        make_proposer(f"suffix:{path}", model, None)
+    with pytest.raises(ValueError, match="cannot read responses file"):
+        make_proposer(f"suffix:{tmp_path / 'missing.jsonl'}", model, None)
+    path.write_text(json.dumps({"response_ids": [5, 640]}) + "\n")
+    with pytest.raises(ValueError, match=r"documents\[0\] contains token id 640"):
+        make_proposer(f"suffix:{path}", model, None)
+
+
 def test_trained_heads_are_measured_through_the_decoder(tmp_path):
     """A proposer that needs target hidden states (Medusa) is measured end to end from its spec:
     memory probe with the prompt's hidden states, acceptance through the SpeculativeDecoder."""

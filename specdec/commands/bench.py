@@ -59,7 +59,7 @@ def build_methods(args, model, stops, tokenizer=None):
                                  budget=budget)
         if budget == "auto":
             cost_model = dec.ensure_cost_model()  # measured once, shared by every proposer
-        methods.append(specdec_method(name, dec, stops))
+        methods.append(specdec_method("suffix-warm" if name.startswith("suffix:") else name, dec, stops))
     return methods, cost_model
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 #: Proposer specs every command accepts (the same strings as ``specdec plan --proposer``).
-PROPOSER_SPECS = "none | suffix | draft:<model dir> | medusa:<artifact dir> | eagle:<artifact dir>"
+PROPOSER_SPECS = ("none | suffix | suffix:<responses .jsonl to warm its cache> | draft:<model dir> | "
+                  "medusa:<artifact dir> | eagle:<artifact dir>")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -53,7 +54,7 @@ def load_target(args):
 def check_spec(spec: str) -> str:
     """Syntax check of a proposer spec before any model is loaded (SystemExit naming it)."""
     kind, sep, arg = spec.partition(":")
-    if (spec in ("none", "suffix")) or (kind in ("draft", "medusa", "eagle") and sep and arg):
+    if (spec in ("none", "suffix")) or (kind in ("suffix", "draft", "medusa", "eagle") and sep and arg):
         return spec
     raise SystemExit(f"unknown proposer spec {spec!r}; expected {PROPOSER_SPECS}")
 

@@ -75,6 +75,36 @@ def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
+def read_documents(path: str) -> list[list[int]]:
+    """Response token lists from a JSONL file, for :meth:`SuffixProposer.warm`.
+
+    Each non-empty line is an object with ``response_ids`` (the self-distillation files of
+    ``specdec train``) or ``output_ids`` (``benchmarks/gen_greedy_outputs.py``).
+
+    Raises:
+        ValueError: a missing file, a line that is not JSON, or a row without either field.
+    """
+    import json
+
+    try:
+        lines = open(path).read().splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read responses file {path!r}: {exc}") from exc
+    docs = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from exc
+        ids = row.get("response_ids", row.get("output_ids")) if isinstance(row, dict) else None
+        if not isinstance(ids, list):
+            raise ValueError(f"{path}:{n}: expected an object with a 'response_ids' or 'output_ids' list")
+        docs.append(ids)
+    return docs
+
+
 class _Partition:
     """One tenant's global cache: an automaton over its documents, under a byte cap."""
 

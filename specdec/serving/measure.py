@@ -6,6 +6,8 @@ re-runs exactly this on the current target and artifacts and compares the number
 Proposer specs (command-line strings):
 
 * ``suffix`` -- :class:`~specdec.proposers.suffix.SuffixProposer` (bound to nothing);
+  ``suffix:<responses .jsonl>`` -- the same with its global cache warmed from earlier responses
+  (:meth:`~specdec.proposers.suffix.SuffixProposer.warm`; the ids must come from this tokenizer);
 * ``draft:<model path>`` -- :class:`~specdec.proposers.draft_model.DraftModelProposer` over a
   Hugging Face checkpoint sharing the target's tokenizer (bound to the tokenizer);
 * ``medusa:<artifact dir>`` -- trained heads (bound to the target checkpoint); measured through
@@ -51,11 +53,14 @@ def load_target(spec: str):
 def make_proposer(spec: str, model, tokenizer):
     """A fresh proposer from a spec string (see the module docstring)."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
-    if spec == "suffix":
-        from ..proposers.suffix import SuffixProposer
-
-        return SuffixProposer(vocab)
     kind, _, arg = spec.partition(":")
+    if spec == "suffix" or (kind == "suffix" and arg):
+        from ..proposers.suffix import SuffixProposer, read_documents
+
+        prop = SuffixProposer(vocab)
+        if arg:
+            prop.warm(read_documents(arg))
+        return prop
     if kind == "draft" and arg:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -74,7 +79,7 @@ def make_proposer(spec: str, model, tokenizer):
         from ..proposers.eagle import EagleProposer
 
         return EagleProposer.load(arg, model)
-    raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'draft:<model dir>', "
+    raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
                      "'medusa:<artifact dir>' or 'eagle:<artifact dir>'")
 
 
