@@ -80,7 +80,7 @@ SPECDEC_MULTIVERSION void accumulate_block(const float* p, const float* vt, int6
 // kernel). 2^y with y = (s - m) log2(e) <= 0 split as 2^n * 2^f, n = round(y), |f| <= 1/2, 2^f by
 // its degree-6 Taylor polynomial (relative error < 2e-7, about one float ulp); y < -125 -> 0, so
 // masked keys (-inf) give exactly 0.
-SPECDEC_MULTIVERSION void exp_shifted(float* s, float m) {
+inline __attribute__((always_inline)) void exp_shifted(float* s, float m) {
   constexpr float kLog2e = 1.44269504088896341f, kRound = 12582912.0f;  // 1.5 * 2^23
   for (int64_t j = 0; j < kKeyTile; ++j) {
     const float y = (s[j] - m) * kLog2e;
@@ -99,6 +99,55 @@ SPECDEC_MULTIVERSION void exp_shifted(float* s, float m) {
     std::memcpy(&scale, &bits, sizeof(scale));
     s[j] = y < -125.0f ? 0.0f : p * scale;
   }
+}
+
+// Largest / sum of T values by a fixed halving tree (vectorises without reassociation flags; the
+// order is the same on every ISA, so results do not depend on which clone runs).
+inline __attribute__((always_inline)) float tree_max(const float* x) {
+  float t[kKeyTile];
+  std::memcpy(t, x, sizeof(t));
+  for (int64_t w = kKeyTile / 2; w > 0; w /= 2) {
+    for (int64_t j = 0; j < w; ++j) t[j] = t[j] > t[j + w] ? t[j] : t[j + w];
+  }
+  return t[0];
+}
+
+inline __attribute__((always_inline)) float tree_sum(const float* x) {
+  float t[kKeyTile];
+  std::memcpy(t, x, sizeof(t));
+  for (int64_t w = kKeyTile / 2; w > 0; w /= 2) {
+    for (int64_t j = 0; j < w; ++j) t[j] += t[j + w];
+  }
+  return t[0];
+}
+
+// Online-softmax update of 4 rows for one key tile. s [4, T]: scores in, unnormalised
+// probabilities out (0 for hidden keys). visible [4, T] (1 = the row sees the key) or nullptr when
+// every row sees every key of the tile. m, l: the rows' running max and sum; alpha: the factor
+// their accumulated outputs must be rescaled by. Returns whether any row saw a key.
+SPECDEC_MULTIVERSION bool softmax_rows(float* s, const float* visible, float* m, float* l, float* alpha) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  bool touched = false;
+  for (int64_t i = 0; i < kRowBlock; ++i) {
+    float* sr = s + i * kKeyTile;
+    if (visible != nullptr) {
+      const float* vr = visible + i * kKeyTile;
+      for (int64_t j = 0; j < kKeyTile; ++j) sr[j] = vr[j] > 0.0f ? sr[j] : kNegInf;
+    }
+    alpha[i] = 1.0f;
+    const float tile_max = tree_max(sr);
+    if (tile_max == kNegInf) {  // nothing visible in this tile: contributes nothing
+      std::fill(sr, sr + kKeyTile, 0.0f);
+      continue;
+    }
+    const float m_new = std::max(m[i], tile_max);
+    alpha[i] = std::exp(m[i] - m_new);  // 0 when m was -inf
+    exp_shifted(sr, m_new);
+    l[i] = l[i] * alpha[i] + tree_sum(sr);
+    m[i] = m_new;
+    touched = true;
+  }
+  return touched;
 }
 
 // One key tile as float: kt [D, T] (transposed, columns >= keys zero) and vt [T, D] (rows >= keys
@@ -203,6 +252,7 @@ struct CpuTask {
     float* l = m + rows_pad;                     // [rows]
     float* s = l + rows_pad;                     // [kRowBlock, T]
     float* kr = s + kRowBlock * kKeyTile;        // [T, D] K tile before the transpose
+    float* vis = kr + kKeyTile * dim;            // [kRowBlock, T] key visibility of masked tiles
     std::fill(qf, qf + 2 * rows_pad * dim, 0.0f);
     std::vector<char> real(rows_pad, 0);
     for (int64_t r = 0; r < rows; ++r) {
@@ -210,51 +260,36 @@ struct CpuTask {
       real[r] = mask_bit(mask + (b * sz.nodes + node) * w, node);
       const T* src = q + b * qs[0] + node * qs[1] + h * qs[2];
       for (int64_t d = 0; d < dim; ++d) qf[r * dim + d] = static_cast<float>(src[d]) * sz.scale;
-      m[r] = -std::numeric_limits<float>::infinity();
-      l[r] = 0.0f;
     }
+    std::fill(m, m + rows_pad, -std::numeric_limits<float>::infinity());  // padding rows run too (q = 0)
+    std::fill(l, l + rows_pad, 0.0f);
     // Keys beyond the last node of this block's tree part are never attended by its rows.
     const int64_t key_end = p_len + n1;
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     for (int64_t t0 = 0; t0 < key_end; t0 += kKeyTile) {
       const int64_t tk = std::min(kKeyTile, key_end - t0);
       load_tile(k + b * ks[0] + t0 * ks[1] + kvh * ks[2], ks[1], v + b * vs[0] + t0 * vs[1] + kvh * vs[2], vs[1],
                 tk, dim, kr, kt, vt);
-      const bool tree_tile = t0 + kKeyTile > p_len;
+      // Prefix tiles that are full need no mask; the last partial tile and tiles reaching the tree
+      // get per-row visibility (prefix keys: every real row; tree key j: the row's ancestor bits).
+      const bool masked = tk < kKeyTile || t0 + kKeyTile > p_len;
       for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
         bool any_real = false;
         for (int64_t i = 0; i < kRowBlock; ++i) any_real = any_real || real[r0 + i];
         if (!any_real) continue;
-        scores_block(qf + r0 * dim, kt, dim, s);
-        float alpha[kRowBlock];
-        bool touched = false;
-        for (int64_t i = 0; i < kRowBlock; ++i) {
-          const int64_t r = r0 + i;
-          float* sr = s + i * kKeyTile;
-          alpha[i] = 1.0f;
-          float tile_max = kNegInf;
-          if (real[r]) {
-            const int64_t* mrow = mask + (b * sz.nodes + n0 + r / g_count) * w;
+        if (masked) {
+          for (int64_t i = 0; i < kRowBlock; ++i) {
+            const int64_t r = r0 + i;
+            float* vr = vis + i * kKeyTile;
+            const int64_t* mrow = real[r] ? mask + (b * sz.nodes + n0 + r / g_count) * w : nullptr;
             for (int64_t j = 0; j < kKeyTile; ++j) {
               const int64_t t = t0 + j;
-              const bool keep = j < tk && (!tree_tile || t < p_len || mask_bit(mrow, t - p_len));
-              sr[j] = keep ? sr[j] : kNegInf;
-              tile_max = std::max(tile_max, sr[j]);
+              vr[j] = mrow != nullptr && j < tk && (t < p_len || mask_bit(mrow, t - p_len)) ? 1.0f : 0.0f;
             }
           }
-          if (tile_max == kNegInf) {  // nothing visible in this tile: contributes nothing
-            std::fill(sr, sr + kKeyTile, 0.0f);
-            continue;
-          }
-          const float m_new = std::max(m[r], tile_max);
-          alpha[i] = std::exp(m[r] - m_new);  // 0 when m[r] was -inf
-          exp_shifted(sr, m_new);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < kKeyTile; ++j) sum += sr[j];
-          l[r] = l[r] * alpha[i] + sum;
-          m[r] = m_new;
-          touched = true;
         }
+        scores_block(qf + r0 * dim, kt, dim, s);
+        float alpha[kRowBlock];
+        const bool touched = softmax_rows(s, masked ? vis : nullptr, m + r0, l + r0, alpha);
         if (touched) accumulate_block(s, vt, tk, dim, alpha, acc + r0 * dim);
       }
     }
@@ -296,7 +331,7 @@ at::Tensor tree_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, co
                            {v.stride(0), v.stride(1), v.stride(2)}, node_block};
     const int64_t rows_max = (node_block * g_count + kRowBlock - 1) / kRowBlock * kRowBlock;
     const size_t scratch_len =
-        2 * rows_max * sz.head_dim + 3 * sz.head_dim * kKeyTile + 2 * rows_max + kRowBlock * kKeyTile;
+        2 * rows_max * sz.head_dim + 3 * sz.head_dim * kKeyTile + 2 * rows_max + 2 * kRowBlock * kKeyTile;
     at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scratch(scratch_len);
       for (int64_t t = begin; t < end; ++t) {
