@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--online-budget", default="16", help="an int, or 'auto' (cost model up to --online-max-budget)")
     ap.add_argument("--online-max-budget", type=int, default=16)
     ap.add_argument("--online-tokens", type=int, default=64)
-    ap.add_argument("--record", action="store_true", help="append the results to the artifact's manifest")
+    ap.add_argument("--record", action="store_true",
+                    help="append the results to the artifact's manifest (and Medusa's to its own with --medusa)")
     args = ap.parse_args(argv)
 
     from safetensors.torch import load_file
@@ -121,9 +122,18 @@ def main(argv=None) -> int:
                                          budget, args.online_tokens, name="eagle", max_budget=args.online_max_budget)
         print(json.dumps(facts["online"], indent=1))
     if args.record:
+        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
         best = max(results, key=lambda b: results[b]["overall"])
         record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts,
-                           command="python " + " ".join(shlex.quote(a) for a in sys.argv))
+                           command=command)
+        if args.medusa:  # the Medusa artifact keeps its own replay of the same records
+            med_res = facts["medusa_same_run"]["tokens_per_step"]
+            mb = max(med_res, key=lambda b: med_res[b]["overall"])
+            record_measurement(args.medusa, mean_accepted=med_res[mb]["overall"], budget=mb,
+                               kind="greedy replay, held-out records it never trained on",
+                               records=facts["medusa_same_run"]["records"], tokens_per_step=med_res,
+                               eagle_same_run={"artifact": args.artifact, "tokens_per_step": results},
+                               command=command)
     return 0
 
 

@@ -20,8 +20,9 @@ def occurs(text, pattern):
     return any(text[i : i + m] == pattern for i in range(len(text) - m + 1))
 
 
-def ref_root_distribution(text, min_match_len):
-    """Longest suffix occurring earlier, and {next token: probability} of its earlier occurrences."""
+def ref_root_distribution(text, min_match_len, prior=0.0):
+    """Longest suffix occurring earlier, and {next token: probability} of its earlier occurrences
+    (count over the occurrences plus the pseudo-count ``prior``)."""
     n = len(text)
     length = max((k for k in range(n) if occurs(text[:-1], text[n - k :])), default=0)
     if length < min_match_len:
@@ -31,7 +32,7 @@ def ref_root_distribution(text, min_match_len):
     for i in range(n - length):
         if text[i : i + length] == pattern:
             counts[text[i + length]] = counts.get(text[i + length], 0) + 1
-    total = sum(counts.values())
+    total = sum(counts.values()) + prior
     return length, {t: c / total for t, c in counts.items()}
 
 
@@ -42,17 +43,18 @@ def assert_valid_tree(tree, vocab):
 
 @SETTINGS
 @given(text=st.lists(st.integers(0, 3), min_size=1, max_size=70), budget=st.integers(0, 12),
-       min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.1, 0.3]), factor=st.sampled_from([1.0, 4.0]))
-def test_request_draft_matches_reference(text, budget, min_match, min_prob, factor):
+       min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.1, 0.3]), factor=st.sampled_from([1.0, 4.0]),
+       prior=st.sampled_from([0.0, 1.0, 3.0]))
+def test_request_draft_matches_reference(text, budget, min_match, min_prob, factor, prior):
     prop = SuffixProposer(4, min_match_len=min_match, min_prob=min_prob, max_depth=8, depth_factor=factor,
-                          use_global=False)
+                          use_global=False, count_prior=prior)
     prop.begin("r", text)
     (scored,) = prop.propose_scored(["r"], budget)
     tree, probs = scored.tree, scored.node_probs.tolist()
     assert_valid_tree(tree, 4)
     assert tree.num_nodes <= budget
     assert math.isclose(scored.expected_accepted, sum(probs), rel_tol=1e-5, abs_tol=1e-6)
-    length, dist = ref_root_distribution(text, min_match)
+    length, dist = ref_root_distribution(text, min_match, prior)
     parents, tokens = tree.parents.tolist(), tree.tokens.tolist()
     roots = {tokens[i]: probs[i] for i in range(len(tokens)) if parents[i] == -1}
     kept = {t: p for t, p in dist.items() if p >= min_prob and p > 0}
@@ -76,9 +78,10 @@ def test_request_draft_matches_reference(text, budget, min_match, min_prob, fact
     assert again.tokens.tolist() == tokens and again.parents.tolist() == parents
 
 
-def ref_root(context, docs, min_match, combine):
+def ref_root(context, docs, min_match, combine, prior=0.0, global_prior=0.0):
     """{token: probability} from the request's earlier continuations and the documents' ones:
-    pooled (``combine="pool"``) or only the cache with the longer match (request on ties)."""
+    pooled (``combine="pool"``) or only the cache with the longer match (request on ties); the
+    pseudo-count is ``global_prior`` when the documents alone draft, else ``prior``."""
     n = len(context)
     parts = []  # (match length, counts, total) per cache that matches at least min_match tokens
     la = max((k for k in range(n) if occurs(context[:-1], context[n - k :])), default=0)
@@ -88,7 +91,7 @@ def ref_root(context, docs, min_match, combine):
             if context[i : i + la] == pat:
                 counts[context[i + la]] = counts.get(context[i + la], 0) + 1
                 total += 1
-        parts.append((la, counts, total))
+        parts.append((la, counts, total, "request"))
     lb = max((k for k in range(n + 1) if any(occurs(d, context[n - k :]) for d in docs)), default=0)
     if lb >= min_match:
         pat, counts, total = context[n - lb :], {}, 0
@@ -98,11 +101,12 @@ def ref_root(context, docs, min_match, combine):
                     total += 1  # an occurrence at the end of a document counts as "ended here"
                     if i + lb < len(d):
                         counts[d[i + lb]] = counts.get(d[i + lb], 0) + 1
-        parts.append((lb, counts, total))
+        parts.append((lb, counts, total, "global"))
     if combine == "longest" and len(parts) == 2:
         parts = [parts[1]] if parts[1][0] > parts[0][0] else [parts[0]]
-    counts, total = {}, sum(p[2] for p in parts)
-    for _, c, _ in parts:
+    global_only = len(parts) == 1 and parts[0][3] == "global"
+    counts, total = {}, sum(p[2] for p in parts) + (global_prior if global_only else prior)
+    for _, c, _, _ in parts:
         for t, k in c.items():
             counts[t] = counts.get(t, 0) + k
     return {t: c / total for t, c in counts.items()} if total else {}
@@ -111,9 +115,10 @@ def ref_root(context, docs, min_match, combine):
 @SETTINGS
 @given(docs=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=25), max_size=4),
        context=st.lists(st.integers(0, 3), min_size=1, max_size=25), min_match=st.integers(1, 3),
-       combine=st.sampled_from(["longest", "pool"]))
-def test_root_probabilities_come_from_the_longest_match_or_pooled_counts(docs, context, min_match, combine):
-    prop = SuffixProposer(4, min_match_len=min_match, min_prob=0.0, max_depth=1, combine=combine)
+       combine=st.sampled_from(["longest", "pool"]), priors=st.sampled_from([(0.0, 0.0), (1.0, 8.0), (2.0, 0.5)]))
+def test_root_probabilities_come_from_the_longest_match_or_pooled_counts(docs, context, min_match, combine, priors):
+    prop = SuffixProposer(4, min_match_len=min_match, min_prob=0.0, max_depth=1, combine=combine,
+                          count_prior=priors[0], global_count_prior=priors[1])
     for i, d in enumerate(docs):
         prop.begin(i, [3])
         prop.commit(i, d)
@@ -121,7 +126,7 @@ def test_root_probabilities_come_from_the_longest_match_or_pooled_counts(docs, c
     prop.begin("r", context)
     (scored,) = prop.propose_scored(["r"], 100)
     got = dict(zip(scored.tree.tokens.tolist(), scored.node_probs.tolist()))
-    expect = ref_root(context, docs, min_match, combine)
+    expect = ref_root(context, docs, min_match, combine, *priors)
     assert got.keys() == expect.keys()
     for t in got:
         assert math.isclose(got[t], expect[t], rel_tol=1e-5)
@@ -154,10 +159,14 @@ def test_automata_stay_consistent_under_random_traffic():
 
 
 def test_looping_text_drafts_beyond_one_period():
-    prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0)
+    prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0, count_prior=0.0)
     prop.begin("r", [7, 8, 9] * 4)
     tree = prop.propose(["r"], 10)[0]
     assert tree.tokens.tolist() == [7, 8, 9, 7, 8, 9, 7, 8, 9, 7]
+    # a pseudo-count of 0.5 discounts each single-occurrence step (2/3 each): still past one period
+    prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0, count_prior=0.5)
+    prop.begin("r", [7, 8, 9] * 4)
+    assert prop.propose(["r"], 10)[0].tokens.tolist() == [7, 8, 9, 7, 8, 9, 7]
     assert tree.is_chain
 
 
@@ -174,7 +183,8 @@ def test_short_matches_draft_little_or_nothing():
 
 
 def test_global_cache_drafts_previous_responses_without_crossing_documents():
-    prop = SuffixProposer(100)
+    # cache mechanics, with the plain frequency estimate (no pseudo-count) so drafts run to the end
+    prop = SuffixProposer(100, global_count_prior=0.0)
     prop.begin("a", [90, 91])
     prop.commit("a", [1, 2, 3, 4, 5])
     prop.end("a")
@@ -198,7 +208,7 @@ def test_global_cache_drafts_previous_responses_without_crossing_documents():
 
 def test_prompts_are_indexed_only_when_asked():
     for index_prompts, expect in [(False, 0), (True, 2)]:
-        prop = SuffixProposer(100, index_prompts=index_prompts)
+        prop = SuffixProposer(100, index_prompts=index_prompts, global_count_prior=0.0)
         prop.begin("a", [10, 11, 12, 13])
         prop.commit("a", [1])
         prop.end("a")
@@ -209,7 +219,7 @@ def test_prompts_are_indexed_only_when_asked():
 def test_tenants_are_isolated_unless_sharing_is_configured():
     response = [5, 6, 7, 8, 9]
     for share in (False, True):
-        prop = SuffixProposer(100, share_across_tenants=share)
+        prop = SuffixProposer(100, share_across_tenants=share, global_count_prior=0.0)
         prop.begin("a", [1], tenant="acme")
         prop.commit("a", response)
         prop.end("a")
@@ -224,7 +234,7 @@ def test_tenants_are_isolated_unless_sharing_is_configured():
 
 def test_global_memory_cap_is_honoured_and_recent_documents_survive():
     cap = 256 * 1024
-    prop = SuffixProposer(49152, global_cache_bytes=cap)
+    prop = SuffixProposer(49152, global_cache_bytes=cap, global_count_prior=0.0)
     rng = np.random.default_rng(0)
     last = None
     for i in range(200):
@@ -241,7 +251,7 @@ def test_global_memory_cap_is_honoured_and_recent_documents_survive():
 
 def test_oversized_document_keeps_its_tail_under_the_cap():
     cap = 128 * 1024
-    prop = SuffixProposer(49152, global_cache_bytes=cap)
+    prop = SuffixProposer(49152, global_cache_bytes=cap, global_count_prior=0.0)
     doc = np.random.default_rng(3).integers(0, 49152, size=100_000)
     prop.begin("big", [1])
     prop.commit("big", doc)
@@ -330,7 +340,8 @@ def test_bad_input_raises_clear_errors(call, exc, msg):
     "kwargs,msg",
     [({"min_match_len": 0}, "min_match_len"), ({"min_prob": 1.5}, "min_prob"), ({"max_depth": -1}, "max_depth"),
      ({"global_cache_bytes": 10}, "global_cache_bytes"), ({"max_partitions": 0}, "max_partitions"),
-     ({"combine": "sum"}, "combine must be 'longest' or 'pool'")],
+     ({"combine": "sum"}, "combine must be 'longest' or 'pool'"), ({"count_prior": -1.0}, "count_prior"),
+     ({"global_count_prior": float("inf")}, "global_count_prior must be finite")],
 )
 def test_bad_configuration_is_refused(kwargs, msg):
     with pytest.raises(ValueError, match=msg):

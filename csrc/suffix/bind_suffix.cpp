@@ -144,19 +144,19 @@ void bind_suffix(py::module_& m) {
   m.def(
       "build_suffix_draft",
       [](const std::vector<py::tuple>& sources, int32_t budget, int32_t min_match_len, double min_prob,
-         int32_t max_depth, double depth_factor) {
+         int32_t max_depth, double depth_factor, double count_prior) {
         std::vector<DraftSource> srcs;
         for (const py::tuple& t : sources) {
           if (t.size() != 3) throw py::value_error("build_suffix_draft: each source must be (automaton, length, state)");
           srcs.push_back(DraftSource{t[0].cast<const SuffixAutomaton*>(), Match{t[1].cast<int32_t>(), t[2].cast<int32_t>()}});
         }
-        const Draft d = specdec::suffix::build_draft(srcs, DraftParams{budget, min_match_len, min_prob, max_depth, depth_factor});
+        const Draft d = specdec::suffix::build_draft(srcs, DraftParams{budget, min_match_len, min_prob, max_depth, depth_factor, count_prior});
         // Tokens as int64: DraftTree holds LongTensor tokens, so torch.from_numpy needs no cast.
         return py::make_tuple(to_numpy(std::vector<int64_t>(d.tokens.begin(), d.tokens.end())), to_numpy(d.parents),
                               to_numpy(d.probs));
       },
       py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 1, py::arg("min_prob") = 0.05,
-      py::arg("max_depth") = 32, py::arg("depth_factor") = 4.0,
+      py::arg("max_depth") = 32, py::arg("depth_factor") = 4.0, py::arg("count_prior") = 0.0,
       "Best-first draft tree over [(automaton, match_length, match_state), ...].\n"
       "Returns (tokens int64[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).");
 }

@@ -33,6 +33,9 @@ void check_params(const std::vector<DraftSource>& sources, const DraftParams& p)
   if (!(p.min_prob >= 0.0 && p.min_prob <= 1.0)) throw std::invalid_argument("build_draft: min_prob must be in [0, 1]");
   if (p.max_depth < 0) throw std::invalid_argument("build_draft: max_depth must be >= 0");
   if (!std::isfinite(p.depth_factor)) throw std::invalid_argument("build_draft: depth_factor must be finite");
+  if (!(p.count_prior >= 0.0 && std::isfinite(p.count_prior))) {
+    throw std::invalid_argument("build_draft: count_prior must be finite and >= 0");
+  }
   for (const DraftSource& s : sources) {
     if (s.sam == nullptr) throw std::invalid_argument("build_draft: null automaton");
     s.sam->check_state(s.match.state);
@@ -104,7 +107,8 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
         c.states[kids[i].source] = kids[i].state;
         cnt += kids[i].count;
       }
-      c.prob = node.prob * static_cast<float>(static_cast<double>(cnt) / static_cast<double>(total));
+      c.prob = node.prob * static_cast<float>(static_cast<double>(cnt) /
+                                              (static_cast<double>(total) + params.count_prior));
       if (c.prob >= floor_prob && c.prob > 0.0f) {
         heap.push_back(c);
         std::push_heap(heap.begin(), heap.end(), by_prob);

@@ -2,8 +2,9 @@
 //
 // Each tree node carries, per cache, the automaton state of "matched context + path so far".
 // A child token's conditional probability is estimated by pooling counts over the caches:
-//   p(c | node) = sum_k count_k(child on c) / sum_k sum_{c'} count_k(child on c'),
-// where the denominator includes end-of-document (separator) continuations. A node's path
+//   p(c | node) = sum_k count_k(child on c) / (sum_k sum_{c'} count_k(child on c') + count_prior),
+// where the denominator includes end-of-document (separator) continuations. count_prior > 0
+// keeps a continuation seen once from counting as certain (1 / (1 + prior) instead of 1). A node's path
 // probability is the product along its path: under greedy verification it estimates the chance
 // the node is accepted, so the sum over the tree estimates the accepted draft length.
 // Nodes are taken in decreasing path probability until the budget, the probability floor or the
@@ -31,6 +32,7 @@ struct DraftParams {
   double min_prob = 0.05;       // nodes with estimated path probability below this are not drafted
   int32_t max_depth = 32;       // hard depth limit
   double depth_factor = 4.0;    // depth limit <= ceil(depth_factor * longest usable match); <= 0 disables
+  double count_prior = 0.0;     // pseudo-count added to every denominator (shrinks small-count estimates)
 };
 
 struct Draft {
