@@ -78,7 +78,7 @@ class SpeculativeDecoder:
         self.live_cost: VerifyCostModel | None = None
         self.calibration_prefix = calibration_prefix
         self.estimator = AcceptanceEstimator()
-        self.calibration = ScoreCalibration()
+        self.calibrations: dict[str, ScoreCalibration] = {}  # one per estimator (ScoredDraft.source)
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ public API
@@ -195,7 +195,9 @@ class SpeculativeDecoder:
                     metrics[b].record_step(trees[row].num_nodes, len(paths[row]))
                     if speculate:
                         self.estimator.update(trees[row], len(paths[row]))
-                        self.calibration.update(predicted[row], len(paths[row]))
+                        if predicted[row] is not None:
+                            value, source = predicted[row]
+                            self._calibration(source).update(value, len(paths[row]))
                     ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
                     if ev.finished:
                         finished_rows.append(row)
@@ -220,27 +222,29 @@ class SpeculativeDecoder:
                 proposer.end(req_id)
 
     # ------------------------------------------------------------------ steps
-    def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[float | None]]:
+    def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[tuple[float, str] | None]]:
         """Draft, then keep the cost-optimal part of each deterministic tree.
 
         Node path probabilities come from the proposer when it offers ``propose_scored`` (as the
         suffix proposer does: ``ScoredDraft(tree, node_probs)``), scaled by how well its past
         estimates matched real acceptance (:class:`ScoreCalibration`), else from this decoder's
-        running per-depth acceptance rates for the proposer. Returns the trees to verify and, for
-        scored proposers, the proposer's (unscaled) expected accepted count of each kept tree.
+        running per-depth acceptance rates for the proposer. Each estimator the proposer names
+        (``ScoredDraft.source``) has its own calibration: one over-confident cache must not shrink
+        another's good estimates. Returns the trees to verify and, for scored proposers, the
+        proposer's (unscaled) expected accepted count of each kept tree with its source.
         """
         # A fixed int budget caps what is drafted: sampled trees cannot be pruned afterwards
         # (dropping sampled siblings would change the law they were drawn under).
         ask = self.max_budget if self.budget == "auto" else min(self.max_budget, self.budget)
         scored = getattr(self.proposer, "propose_scored", None)
         if scored is not None:
-            drafts = [(d.tree, d.node_probs.tolist()) for d in scored(req_ids, ask)]
+            drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in scored(req_ids, ask)]
         else:
-            drafts = [(t, None) for t in self.proposer.propose(req_ids, ask)]
+            drafts = [(t, None, "") for t in self.proposer.propose(req_ids, ask)]
         if len(drafts) != len(req_ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(req_ids)} requests")
         out, predicted = [], []
-        for tree, probs in drafts:
+        for tree, probs, source in drafts:
             if not isinstance(tree, DraftTree):
                 raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
             if tree.num_nodes > ask:
@@ -252,13 +256,19 @@ class SpeculativeDecoder:
                 predicted.append(None)
                 continue
             raw = probs
-            probs = self.estimator.path_probs(tree) if raw is None else self.calibration.apply(raw)
+            probs = self.estimator.path_probs(tree) if raw is None else self._calibration(source).apply(raw)
             k = self.budget if self.budget != "auto" else self.live_cost.best_size(probs)
             if k < tree.num_nodes and bool(tree.deterministic.all()):
                 tree = prune_tree(tree, probs, k)
             out.append(tree)
-            predicted.append(None if raw is None else sum(sorted(raw, reverse=True)[: tree.num_nodes]))
+            predicted.append(None if raw is None else (sum(sorted(raw, reverse=True)[: tree.num_nodes]), source))
         return out, predicted
+
+    def _calibration(self, source: str) -> "ScoreCalibration":
+        """The acceptance calibration of one estimator (created on first use)."""
+        if source not in self.calibrations:
+            self.calibrations[source] = ScoreCalibration()
+        return self.calibrations[source]
 
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:
         """The token after each prompt, from the prefill logits ``[B, V]``."""

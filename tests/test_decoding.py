@@ -224,3 +224,34 @@ def test_nan_logits_are_an_error_not_a_token(model):
     broken = torch.full((1, model.config.vocab_size), float("nan"))
     with pytest.raises(ValueError, match="NaN logits"):
         dec._first_tokens(broken, None, None)
+
+
+class _TwoSourceProposer(ReplayProposer):
+    """Scored drafts from two estimators, both claiming 0.9 per node: "good" drafts the script's
+    next tokens, "bad" a wrong token. The decoder must calibrate them separately."""
+
+    def __init__(self, scripts, vocab_size):
+        super().__init__(scripts, vocab_size)
+        self.calls = 0
+
+    def propose_scored(self, req_ids, budget):
+        from specdec.proposers.base import ScoredDraft
+
+        out = []
+        for tree in self.propose(req_ids, min(2, max(budget) if isinstance(budget, list) else budget)):
+            self.calls += 1
+            source = "good" if self.calls % 2 else "bad"
+            if source == "bad" and tree.num_nodes:
+                tree = type(tree).chain((tree.tokens + 1) % self._vocab_size, vocab_size=self._vocab_size)
+            probs = torch.full((tree.num_nodes,), 0.9)
+            out.append(ScoredDraft(tree, probs, float(probs.sum()), source))
+        return out
+
+
+def test_each_estimator_is_calibrated_against_its_own_acceptance(model, reference):
+    prop = _TwoSourceProposer({0: reference[0]}, model.config.vocab_size)
+    dec = SpeculativeDecoder(model, prop, budget=2)
+    assert dec.generate(PROMPTS[0], NEW, stop_tokens=(), req_id=0).tokens == reference[0]
+    good, bad = dec.calibrations["good"], dec.calibrations["bad"]
+    assert good.accepted > 0 and bad.accepted == 0 and bad.predicted > 0
+    assert bad.scale < 0.5 < good.scale  # the bad estimator does not drag the good one down

@@ -161,11 +161,15 @@ class ScoredDraft:
             (product of estimated conditional probabilities along its path).
         expected_accepted: ``node_probs.sum()``, the expected number of accepted draft tokens
             (the target always adds one more token per step on top of this).
+        source: which of the proposer's estimators scored this draft (e.g. the suffix proposer's
+            ``"request"`` or ``"global"`` cache). Estimators err differently, so the decoder
+            calibrates each source against its own observed acceptance.
     """
 
     tree: DraftTree
     node_probs: torch.Tensor
     expected_accepted: float
+    source: str = ""
 
 
 class ReplayProposer:

@@ -371,18 +371,19 @@ class SuffixProposer:
         budgets = normalize_budgets(req_ids, budget)
         out = []
         for req_id, b in zip(req_ids, budgets):
-            toks, parents, probs = self._draft(self._get(req_id), b)
+            toks, parents, probs, source = self._draft(self._get(req_id), b)
             tree = DraftTree.trusted(  # valid by construction: parents precede children, ids from the caches
                 torch.from_numpy(toks),
                 torch.from_numpy(parents),
                 torch.ones(toks.size, dtype=torch.bool),
                 vocab_size=self.vocab_size,
             )
-            out.append(ScoredDraft(tree, torch.from_numpy(probs), sum(probs.tolist())))
+            out.append(ScoredDraft(tree, torch.from_numpy(probs), sum(probs.tolist()), source))
         return out
 
     def _draft(self, req: _Request, budget: int):
-        """(tokens int64[n], parents int32[n], probs float32[n]) for one request."""
+        """(tokens int64[n], parents int32[n], probs float32[n], source) for one request; source
+        names the cache(s) drafted from: ``"request"``, ``"global"``, ``"pooled"`` or ``""``."""
         sources = []
         length, state = req.sam.repeat_match()
         if length >= self.min_match_len:
@@ -399,9 +400,10 @@ class SuffixProposer:
             sources = [max(sources, key=lambda src: src[1])]  # first maximum: the request cache on ties
         global_only = len(sources) == 1 and sources[0][0] is not req.sam
         prior = self.global_count_prior if global_only else self.count_prior
-        return build_suffix_draft(
+        source = "" if not sources else "global" if global_only else "request" if len(sources) == 1 else "pooled"
+        return (*build_suffix_draft(
             sources, budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior
-        )
+        ), source)
 
     # ------------------------------------------------------------------ accounting
     def memory_bytes(self) -> int:
