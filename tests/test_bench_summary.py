@@ -45,3 +45,5 @@ def test_load_note_warns_when_the_machine_was_oversubscribed():
 
     assert load_note(0.5, 1.4, 2) == "load average 0.5 -> 1.4 on 2 cores"
     assert "WARNING: the machine was oversubscribed" in load_note(0.5, 4.2, 2)
+    assert "WARNING" not in load_note(0.9, 2.0, 2)  # the benchmark's own two threads fill two cores
+    assert "WARNING" in load_note(2.6, 1.0, 2)
