@@ -134,5 +134,9 @@ def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_pat
     assert eagle["synthetic"]["records"] == heads["synthetic"]["records"] >= 1
     assert eagle["records"] == 10 + eagle["synthetic"]["records"]
     assert eagle["heldout"]["records"] == 2  # records 4 and 9 of the prompt file, never a synthetic one
+    assert train_main(["train", "draft", "--out", str(tmp_path / "draft"), "--layers", "1"] + common) == 0
+    draft = load_artifact(str(tmp_path / "draft"), verify_weights=False)[1].training
+    assert draft["synthetic"]["records"] == eagle["synthetic"]["records"]
+    assert draft["heldout"]["tokens"] > 0 and draft["records"] == eagle["records"]
     with pytest.raises(SystemExit, match="--synthetic needs --full"):
         train_main(["train", "heads", "--out", str(tmp_path / "h2")] + common)

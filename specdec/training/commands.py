@@ -230,11 +230,23 @@ def train_draft_main(args) -> int:
                                                       batch_size=args.gen_batch, progress=progress)
     if args.max_tokens is not None:
         responses = sd.select_by_budget(responses, args.max_tokens)
+    synthetic = None
+    if args.synthetic:
+        from . import synthetic as syn
+
+        t_syn = time.time()
+        extra, syn_source = syn.load_or_build(model, tok, args.synthetic, target_fp=fp, seed=args.synthetic_seed,
+                                              max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
+                                              batch_size=args.synthetic_batch, progress=progress)
+        responses = list(responses) + list(extra.records)  # appended: the held-out split is unchanged
+        synthetic = {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
+                     "source": syn_source, "seconds": round(time.time() - t_syn, 1)}
     t_data = time.time()
     drafter = small_drafter(model, cfg.num_layers)
     report = train_drafter(drafter, responses, cfg, heldout_every=args.heldout_every)
     t_train = time.time()
     report.update({"prompts": os.path.basename(args.prompts), "records": len(responses), "data_source": source,
+                   "synthetic": synthetic,
                    "max_new_tokens": args.max_new_tokens, "max_tokens": args.max_tokens, "device": device,
                    "target_fingerprint": fp, "torch": torch.__version__,
                    "seconds": {"data": round(t_data - t_start, 1), "train": round(t_train - t_data, 1)},
@@ -301,6 +313,7 @@ def register(subparsers) -> None:
     d = kinds.add_parser("draft", help="a small drafter (target layers + shared embeddings), bound to the tokenizer")
     _common(d, epochs=1, lr=3e-4, batch=4)
     d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")
+    _synthetic_args(d)
     d.set_defaults(func=train_draft_main)
 
 

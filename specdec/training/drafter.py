@@ -130,8 +130,11 @@ def train_drafter(drafter, records: Sequence[dict], cfg: DrafterTrainConfig, *, 
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     seqs = [(r["prompt_ids"] + r["response_ids"], len(r["prompt_ids"])) for r in records]
-    train = [s for i, s in enumerate(seqs) if not is_heldout(i, heldout_every)]
-    held = [s for i, s in enumerate(seqs) if is_heldout(i, heldout_every)]
+    # every N-th record of the prompt file is held out; synthetic records always train
+    held_mask = [is_heldout(i, heldout_every) and r.get("source", "prompts") == "prompts"
+                 for i, r in enumerate(records)]
+    train = [s for s, h in zip(seqs, held_mask) if not h]
+    held = [s for s, h in zip(seqs, held_mask) if h]
     if not train or not held:
         raise ValueError(f"need training and held-out records, got {len(train)} and {len(held)}")
     params = [p for n, p in drafter.named_parameters() if not _is_shared(n)]
