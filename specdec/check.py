@@ -22,12 +22,23 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
     """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target."""
     from .training.commands import load_target
 
-    if proposer in LOOKUP_PROPOSERS or proposer.partition(":")[0] in LOOKUP_PROPOSERS:
+    kind, _, warm_file = proposer.partition(":")
+    if proposer in LOOKUP_PROPOSERS or kind in LOOKUP_PROPOSERS:
         report = {"proposer": proposer, "bound_to": "nothing", "compatible": True,
                   "reason": "lookup proposers hold no weights: they survive every checkpoint swap"}
-        if ":" in proposer:
-            report["note"] = ("the warm-start responses are token ids of the tokenizer that produced them; "
-                              "after a tokenizer change they only cost acceptance, never exactness")
+        if warm_file:
+            from .proposers.suffix import read_documents
+
+            docs = read_documents(warm_file)  # ValueError naming the file / line when unusable
+            model, _ = load_target(target_spec, device)
+            vocab = int(model.get_output_embeddings().weight.shape[0])
+            top = max((max(d) for d in docs if d), default=-1)
+            report.update({"warm_documents": len(docs), "warm_tokens": sum(len(d) for d in docs),
+                           "note": "the warm-start responses are token ids of the tokenizer that produced them; "
+                                   "after a tokenizer change they only cost acceptance, never exactness"})
+            if top >= vocab:
+                report.update(compatible=False, reason=f"{warm_file} holds token id {top}, outside the target's "
+                                                       f"vocabulary of {vocab}")
         return report
     if not os.path.isdir(proposer):
         raise FileNotFoundError(f"--proposer {proposer!r} is neither {LOOKUP_PROPOSERS} nor a directory")

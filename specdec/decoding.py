@@ -251,6 +251,9 @@ class SpeculativeDecoder:
                 raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {ask}")
             if probs is not None and len(probs) != tree.num_nodes:
                 raise ValueError(f"proposer scored {len(probs)} nodes for a tree of {tree.num_nodes}")
+            if probs is not None and not all(0.0 <= p <= 1.0 for p in probs):  # False for NaN too
+                bad = next(p for p in probs if not 0.0 <= p <= 1.0)
+                raise ValueError(f"proposer scored a node {bad}: acceptance estimates must be probabilities in [0, 1]")
             if not tree.num_nodes:
                 out.append(tree)
                 predicted.append(None)
@@ -389,17 +392,13 @@ def _greedy_walk(tree: DraftTree, best: list[int]) -> tuple[list[int], list[int]
 
 
 def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:
-    if isinstance(prompt, torch.Tensor):
-        if prompt.dim() != 1 or prompt.dtype.is_floating_point:
-            raise ValueError(f"prompt {index} must be a 1-D integer tensor, got {prompt.dtype} {tuple(prompt.shape)}")
-        prompt = prompt.tolist()
+    from .proposers.base import as_token_list
+
     if isinstance(prompt, (str, bytes)):
         raise TypeError(f"prompt {index} must be token ids, got {type(prompt).__name__}: tokenize it first")
-    ids = [int(t) for t in prompt]
+    ids = as_token_list(prompt, f"prompt {index}", vocab_size)
     if not ids:
         raise ValueError(f"prompt {index} is empty: at least one token id is needed")
-    if min(ids) < 0 or max(ids) >= vocab_size:
-        raise ValueError(f"prompt {index} has token ids outside [0, {vocab_size}): range [{min(ids)}, {max(ids)}]")
     return ids
 
 

@@ -12,9 +12,10 @@ The automaton lives in the compiled extension (``csrc/suffix/``) because the pro
     ``num_transitions``, ``num_tokens``. Token arrays are 1-D contiguous int32 numpy arrays or CPU
     torch tensors, read in place; other dtypes/layouts raise TypeError/ValueError.
 
-``build_suffix_draft(sources, budget, min_match_len=1, min_prob=0.05, max_depth=32, depth_factor=4.0)``
+``build_suffix_draft(sources, budget, min_match_len=1, min_prob=0.05, max_depth=32, depth_factor=4.0, count_prior=0.0)``
     Best-first draft tree over ``[(automaton, match_length, match_state), ...]``; returns
-    ``(tokens int64[n], parents int32[n], probs float32[n])``.
+    ``(tokens int64[n], parents int32[n], probs float32[n])``; ``count_prior`` is a pseudo-count
+    added to every continuation total.
 """
 
 from ._ext import load

@@ -35,8 +35,15 @@ def test_check_reports_compatibility_and_last_measurement(tmp_path, capsys):
     assert "INCOMPATIBLE" in out and m.fingerprint in out and "specdec train heads" in out
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", str(art), "--allow-mismatch"]) == 0
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", "suffix"]) == 0
-    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", "suffix:past.jsonl", "--json"]) == 0
-    assert "only cost acceptance, never exactness" in capsys.readouterr().out
+    capsys.readouterr()
+    past = tmp_path / "past.jsonl"
+    past.write_text(json.dumps({"response_ids": [1, 2, 3]}) + "\n")
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{past}", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["warm_tokens"] == 3 and "only cost acceptance, never exactness" in report["note"]
+    past.write_text(json.dumps({"response_ids": [1, 64]}) + "\n")
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{past}"]) == 1
+    assert "holds token id 64, outside the target's vocabulary of 64" in capsys.readouterr().out
 
 
 def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):

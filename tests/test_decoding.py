@@ -255,3 +255,30 @@ def test_each_estimator_is_calibrated_against_its_own_acceptance(model, referenc
     good, bad = dec.calibrations["good"], dec.calibrations["bad"]
     assert good.accepted > 0 and bad.accepted == 0 and bad.predicted > 0
     assert bad.scale < 0.5 < good.scale  # the bad estimator does not drag the good one down
+
+
+@pytest.mark.parametrize("prompt,exc,msg", [
+    ("hello", TypeError, "tokenize it first"),
+    ([], ValueError, "is empty"),
+    ([3, 2.7], TypeError, "integer token ids, got float"),
+    (torch.tensor([1.0, 2.0]), TypeError, "float32 tensor"),
+    (torch.tensor([True]), TypeError, "bool tensor"),
+    ([3, 64], ValueError, r"token id 64, outside the vocabulary \[0, 64\)"),
+    ([-1, 3], ValueError, "negative token id -1"),
+])
+def test_bad_prompts_are_refused_with_the_reason(model, prompt, exc, msg):
+    with pytest.raises(exc, match=msg):
+        SpeculativeDecoder(model, None).generate(prompt, 4)
+
+
+def test_scores_that_are_not_probabilities_are_refused(model, reference):
+    class NaNScores(_TwoSourceProposer):
+        def propose_scored(self, req_ids, budget):
+            out = super().propose_scored(req_ids, budget)
+            return [type(d)(d.tree, torch.full((d.tree.num_nodes,), float("nan")), float("nan"), d.source)
+                    for d in out]
+
+    dec = SpeculativeDecoder(model, NaNScores({0: reference[0]}, model.config.vocab_size), budget="auto",
+                             cost_model=cheap_cost())
+    with pytest.raises(ValueError, match="acceptance estimates must be probabilities"):
+        dec.generate(PROMPTS[0], NEW, stop_tokens=(), req_id=0)

@@ -99,6 +99,15 @@ def _seqs(n, source=None, start=0):
                          torch.arange(3 * n) + start, offsets)
 
 
+def test_medusa_rows_hold_out_prompt_records_only():
+    from specdec.training.medusa import record_split_mask, rows_from_full
+
+    data = rows_from_full(_seqs(10).extended(_seqs(10, "synthetic", start=100)))
+    assert data.hidden.shape[0] == data.tokens.numel() == 20 * 2  # last prompt position + 1 response token
+    held = record_split_mask(data, 5)
+    assert sorted(set(data.record[held].tolist())) == [4, 9]  # not the synthetic records 14 and 19
+
+
 def test_synthetic_records_extend_training_data_but_never_the_heldout_split():
     base = _seqs(20)
     both = base.extended(_seqs(15, "synthetic", start=100))
@@ -124,16 +133,17 @@ def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_pat
                                + "\n" for i in range(10)))
     common = ["--target", str(tmp_path / "t"), "--prompts", str(prompts), "--max-new-tokens", "6",
               "--cache-dir", str(tmp_path / "cache"), "--heldout-every", "5", "--epochs", "1", "--device", "cpu",
-              "--synthetic", "4", "--synthetic-batch", "8"]
+              "--synthetic", "6", "--synthetic-batch", "8"]
     assert train_main(["train", "eagle", "--out", str(tmp_path / "eagle"), "--vocab", "0"] + common) == 0
     assert train_main(["train", "heads", "--full", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"]
                       + common) == 0
     eagle = load_artifact(str(tmp_path / "eagle"))[1].training
     heads = load_artifact(str(tmp_path / "heads"))[1].training
     assert eagle["synthetic"]["source"] == "generated" and heads["synthetic"]["source"] == "cached"
-    assert eagle["synthetic"]["records"] == heads["synthetic"]["records"] >= 1
+    assert eagle["synthetic"]["records"] == heads["synthetic"]["records"] == 6
     assert eagle["records"] == 10 + eagle["synthetic"]["records"]
-    assert eagle["heldout"]["records"] == 2  # records 4 and 9 of the prompt file, never a synthetic one
+    # records 4 and 9 of the prompt file; synthetic record 14 sits in a held-out slot but trains
+    assert eagle["heldout"]["records"] == 2
     assert train_main(["train", "draft", "--out", str(tmp_path / "draft"), "--layers", "1"] + common) == 0
     draft = load_artifact(str(tmp_path / "draft"), verify_weights=False)[1].training
     assert draft["synthetic"]["records"] == eagle["synthetic"]["records"]

@@ -58,11 +58,13 @@ def test_matches_float64_reference(device, dtype, case):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_padded_nodes_are_zero(device):
-    q, k, v, mask, prefix = make_case(2, 9, 4, 2, 64, [3, 0], torch.float32, device, node_counts=[4, 9])
+@pytest.mark.parametrize("prefixes", [[3, 0], [70, 100]])  # the second spans full prefix tiles
+def test_padded_nodes_are_zero(device, prefixes):
+    q, k, v, mask, prefix = make_case(2, 9, 4, 2, 64, prefixes, torch.float32, device, node_counts=[4, 9])
+    q[0, 4:] = float("nan")  # a padding node's query is garbage: it must not reach the output
     out = ta.tree_attention(q, k, v, mask, prefix, impl="op")
     assert torch.equal(out[0, 4:].cpu(), torch.zeros_like(out[0, 4:].cpu()))
-    assert out[0, :4].abs().sum() > 0
+    assert out[0, :4].abs().sum() > 0 and bool(torch.isfinite(out).all())
 
 
 @pytest.mark.parametrize("impl", ["reference", pytest.param("op", marks=needs_ext)])

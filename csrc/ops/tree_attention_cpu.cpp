@@ -160,7 +160,7 @@ SPECDEC_MULTIVERSION bool softmax_rows(float* s, const float* visible, float* m,
 // One key tile as float: kt [D, T] (transposed, columns >= keys zero) and vt [T, D] (rows >= keys
 // zero) from `keys` rows of K and V (`k_row` / `v_row`: element strides between consecutive keys).
 // K is converted row by row into kr ([T, D] scratch) (a contiguous, vectorisable conversion: for bf16 a
-// 16-bit shift), then K is transposed in 8-key blocks.
+// 16-bit shift), then transposed into kt.
 template <typename T>
 inline void load_tile_impl(const T* k, int64_t k_row, const T* v, int64_t v_row, int64_t keys, int64_t dim,
                            float* kr, float* kt, float* vt) {
@@ -303,7 +303,11 @@ struct CpuTask {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t node = n0 + r / g_count, h = kvh * g_count + r % g_count;
       T* dst = out + ((b * sz.nodes + node) * sz.q_heads + h) * dim;
-      const float inv = (real[r] && l[r] > 0.0f) ? 1.0f / l[r] : 0.0f;
+      if (!real[r] || !(l[r] > 0.0f)) {  // padding node (or nothing visible): exactly zero, even
+        std::fill(dst, dst + dim, static_cast<T>(0.0f));  // if its q made acc inf/NaN
+        continue;
+      }
+      const float inv = 1.0f / l[r];
       for (int64_t d = 0; d < dim; ++d) dst[d] = static_cast<T>(acc[r * dim + d] * inv);
     }
   }

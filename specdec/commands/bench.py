@@ -59,7 +59,10 @@ def build_methods(args, model, stops, tokenizer=None):
                                  budget=budget)
         if budget == "auto":
             cost_model = dec.ensure_cost_model()  # measured once, shared by every proposer
-        methods.append(specdec_method("suffix-warm" if name.startswith("suffix:") else name, dec, stops))
+        label = f"suffix-warm:{Path(name.partition(':')[2]).name}" if name.startswith("suffix:") else name
+        if label in [m.name for m in methods]:
+            raise SystemExit(f"--proposers names {label!r} twice")
+        methods.append(specdec_method(label, dec, stops))
     return methods, cost_model
 
 

@@ -300,7 +300,8 @@ class EagleProposer:
 
     def scored(self, req_id, budget: int) -> tuple[DraftTree, torch.Tensor]:
         """``(tree, path_probs [n])`` for one request: each node's cumulative draft probability
-        (for tests and analysis; the decoder uses :meth:`propose`)."""
+        (for tests and analysis; the decoder reads the drafting pass's own estimates through
+        :meth:`propose_scored`)."""
         req = self._state(req_id)
         tree, _ = self._draft(req, budget)
         return tree, self._path_probs(req, tree)

@@ -87,7 +87,8 @@ def read_documents(path: str) -> list[list[int]]:
     import json
 
     try:
-        lines = open(path).read().splitlines()
+        with open(path) as f:
+            lines = f.read().splitlines()
     except OSError as exc:
         raise ValueError(f"cannot read responses file {path!r}: {exc}") from exc
     docs = []

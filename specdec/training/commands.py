@@ -278,8 +278,15 @@ def _common(p, epochs: int, lr: float, batch: int) -> None:
     p.add_argument("--cache-dir", default=os.path.join("benchmarks", "data"))
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _synthetic_args(p) -> None:
-    p.add_argument("--synthetic", type=int, default=0,
+    p.add_argument("--synthetic", type=_count, default=0,
                    help="also train on N prompts the target writes itself, answered greedily (never held out)")
     p.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
     p.add_argument("--synthetic-batch", type=int, default=64, help="rows per generate() batch for synthetic data")

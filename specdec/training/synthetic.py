@@ -102,10 +102,14 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     for r, p in enumerate(prompts):
         ids[r, width - len(p):] = torch.tensor(list(p))
         mask[r, width - len(p):] = 1
-    kwargs = dict(do_sample=True, **sample) if sample else dict(do_sample=False)
+    from transformers import GenerationConfig
+
+    # A fresh config, not the checkpoint's generation defaults: those may carry a repetition
+    # penalty or other processors, and then "greedy" would not be the target's argmax.
+    config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=list(ends),
+                              **({"do_sample": True, **sample} if sample else {"do_sample": False}))
     with _FinalNormCapture(model) as cap, SkinnyLinears(model):
-        gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-                             pad_token_id=pad_id, eos_token_id=list(ends), **kwargs)
+        gen = model.generate(ids.to(device), attention_mask=mask.to(device), generation_config=config)
     prefill, steps = cap.outputs[0], cap.outputs[1:]
     if prefill.shape[1] != width or any(s.shape[1] != 1 for s in steps):
         raise RuntimeError("unexpected forward shapes while capturing hidden states (is a static cache in use?)")
@@ -170,6 +174,8 @@ def answer(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, batch
         if progress:
             progress("synthetic answers", min(s + batch_size, len(order)), len(order))
     keep = [i for i in range(len(prompts)) if i in done]
+    if not keep:
+        raise RuntimeError(f"none of the {len(prompts)} synthetic prompts got an answer longer than one token")
     offsets = [0]
     for i in keep:
         offsets.append(offsets[-1] + len(done[i][2]))
@@ -179,6 +185,8 @@ def answer(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, batch
 
 
 def cache_path(cache_dir: str, target_fp: str, n: int, seed: int, max_new_tokens: int) -> str:
+    """Cache stem. The batch size (``--synthetic-batch``) is not part of it although it changes
+    the sampling stream: a cached set is reused as it is, and its manifest records how it was made."""
     return os.path.join(cache_dir, f"selfdistill-{target_fp}-synthetic{n}-seed{seed}x{max_new_tokens}")
 
 
@@ -194,7 +202,14 @@ def load_or_build(model, tokenizer, n: int, *, target_fp: str, seed: int, max_ne
     stem = cache_path(cache_dir, target_fp, n, seed, max_new_tokens)
     if os.path.isfile(stem + ".jsonl") and os.path.isfile(stem + "-full.safetensors"):
         t = load_file(stem + "-full.safetensors")
-        return FullSequences(load_records(stem + ".jsonl"), t["hidden"], t["tokens"], t["offsets"]), "cached"
+        records = load_records(stem + ".jsonl")
+        if (t["offsets"].numel() != len(records) + 1 or int(t["offsets"][-1]) != t["hidden"].shape[0]
+                or t["tokens"].numel() != t["hidden"].shape[0]):
+            raise ValueError(f"synthetic cache {stem}.* is inconsistent (records, offsets and features disagree): "
+                             "delete both files to regenerate")
+        return FullSequences(records, t["hidden"], t["tokens"], t["offsets"]), "cached"
+    if n < 1:
+        raise ValueError(f"the number of synthetic prompts must be >= 1, got {n}")
     texts = write_prompts(model, tokenizer, n, seed=seed, batch_size=batch_size, progress=progress)
     data = answer(model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
     os.makedirs(cache_dir, exist_ok=True)
