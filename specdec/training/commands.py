@@ -287,7 +287,8 @@ def _count(text: str) -> int:
 
 def _synthetic_args(p) -> None:
     p.add_argument("--synthetic", type=_count, default=0,
-                   help="also train on N prompts the target writes itself, answered greedily (never held out)")
+                   help="also train on N prompts the target writes itself, answered greedily (never held out; "
+                        "--max-tokens selects among the prompt-file records only)")
     p.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
     p.add_argument("--synthetic-batch", type=int, default=64, help="rows per generate() batch for synthetic data")
 
