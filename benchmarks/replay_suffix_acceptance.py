@@ -12,6 +12,9 @@ steps that drafted anything, for
   and first warmed with the responses of ``--warm`` (``SuffixProposer.warm``) when given,
 * ``hf-lookup``: HF ``PromptLookupCandidateGenerator`` (10 tokens, n-gram <= 2) as a chain.
 
+Last, the estimates of ``suffix+global`` against what was accepted, per drafting cache
+(``ScoredDraft.source``): the calibration the decoder's cost model depends on.
+
     python benchmarks/replay_suffix_acceptance.py [--data ...] [--budget 16] [--warm responses.jsonl]
 
 ``--data`` / ``--warm`` rows hold ``prompt_ids`` and ``output_ids`` or ``response_ids`` (the
@@ -44,17 +47,23 @@ def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> 
     return depth
 
 
-def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int], budget: int) -> tuple[int, int, int]:
-    """(steps, accepted draft tokens, steps that drafted) for one request."""
+def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int], budget: int,
+                  calibration: dict | None = None) -> tuple[int, int, int]:
+    """(steps, accepted draft tokens, steps that drafted) for one request. ``calibration``, when
+    given, accumulates ``{source: [drafting steps, predicted accepted, accepted]}`` per cache."""
     prop.begin(rid, prompt)
     pos = steps = accepted = drafted = 0
     while pos < len(output):
-        tree = prop.propose([rid], budget)[0]
+        (scored,) = prop.propose_scored([rid], budget)
+        tree = scored.tree
         a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), output[pos:])
         a = min(a, len(output) - pos - 1)  # the last output token is always the target's own
         steps += 1
         accepted += a
         drafted += tree.num_nodes > 0
+        if calibration is not None and tree.num_nodes:
+            cell = calibration.setdefault(scored.source, [0, 0.0, 0])
+            cell[0], cell[1], cell[2] = cell[0] + 1, cell[1] + scored.expected_accepted, cell[2] + a
         prop.commit(rid, output[pos : pos + a + 1])
         pos += a + 1
     prop.end(rid)
@@ -100,18 +109,25 @@ def main(argv=None) -> None:
     ap.add_argument("--min-prob", type=float, default=None)
     ap.add_argument("--depth-factor", type=float, default=None)
     ap.add_argument("--warm", default=None, help="JSONL of earlier responses to warm the global cache with")
+    ap.add_argument("--combine", default=None, choices=("longest", "pool"))
+    ap.add_argument("--count-prior", type=float, default=None)
+    ap.add_argument("--global-count-prior", type=float, default=None)
     args = ap.parse_args(argv)
     opts = {k: v for k, v in [("min_match_len", args.min_match_len), ("min_prob", args.min_prob),
-                              ("depth_factor", args.depth_factor)] if v is not None}
+                              ("depth_factor", args.depth_factor), ("combine", args.combine),
+                              ("count_prior", args.count_prior), ("global_count_prior", args.global_count_prior)]
+            if v is not None}
     rows = read_rows(args.data)
     req_only = SuffixProposer(VOCAB, use_global=False, **opts)
     with_global = SuffixProposer(VOCAB, **opts)
     warmed = with_global.warm(r["output_ids"] for r in read_rows(args.warm)) if args.warm else 0
     table = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0, 0]))
+    calibration: dict = {}
     for i, row in enumerate(rows):
         results = {
             "suffix-req": replay_suffix(req_only, i, row["prompt_ids"], row["output_ids"], args.budget),
-            "suffix+global": replay_suffix(with_global, i, row["prompt_ids"], row["output_ids"], args.budget),
+            "suffix+global": replay_suffix(with_global, i, row["prompt_ids"], row["output_ids"], args.budget,
+                                           calibration),
             "hf-lookup": replay_hf(row["prompt_ids"], row["output_ids"]),
         }
         for name, (steps, acc, drafted) in results.items():
@@ -127,6 +143,9 @@ def main(argv=None) -> None:
     for cat in sorted(table, key=lambda c: (c == "ALL", c)):
         cells = [table[cat][n] for n in names]
         print(f"{cat:>15} | " + " | ".join(f"{c[1] / c[0]:>9.3f} / {c[2] / c[0]:>5.2f}" for c in cells))
+    print("suffix+global calibration (steps that drafted): cache, steps, predicted accepted per step, accepted per step")
+    for source, (n, predicted, acc) in sorted(calibration.items()):
+        print(f"{source:>15} | {n:>6} | {predicted / n:>7.3f} | {acc / n:>7.3f}")
 
 
 if __name__ == "__main__":
