@@ -27,6 +27,7 @@ import torch
 from .cost_model import AcceptanceEstimator, VerifyCostModel, prune_tree
 from .logits import SamplingParams
 from .metrics import RequestMetrics
+from .proposers.base import as_token_list
 from .target.hf import HFTarget
 from .tree import DraftTree
 
@@ -392,8 +393,6 @@ def _greedy_walk(tree: DraftTree, best: list[int]) -> tuple[list[int], list[int]
 
 
 def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:
-    from .proposers.base import as_token_list
-
     if isinstance(prompt, (str, bytes)):
         raise TypeError(f"prompt {index} must be token ids, got {type(prompt).__name__}: tokenize it first")
     ids = as_token_list(prompt, f"prompt {index}", vocab_size)

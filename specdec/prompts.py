@@ -8,9 +8,10 @@ module rather than each parsing it their own way.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
+
+from .jsonl import read_jsonl
 
 
 def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = None,
@@ -32,13 +33,7 @@ def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = 
     out: list[dict] = []
     taken: dict[str, int] = {}
     known: set[str] = set()
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+    for lineno, rec in read_jsonl(path, "prompt file"):
         if not isinstance(rec, dict) or "category" not in rec or not isinstance(rec.get("turns"), list) or not rec["turns"]:
             raise ValueError(f"{path}:{lineno}: expected an object with 'category' and a non-empty 'turns' list")
         cat = rec["category"]

@@ -36,6 +36,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 import torch
 
+from ..jsonl import read_jsonl
 from ..suffix import SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft, normalize_budgets
@@ -84,21 +85,8 @@ def read_documents(path: str) -> list[list[int]]:
     Raises:
         ValueError: a missing file, a line that is not JSON, or a row without either field.
     """
-    import json
-
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise ValueError(f"cannot read responses file {path!r}: {exc}") from exc
     docs = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from exc
+    for n, row in read_jsonl(path, "responses file"):
         ids = row.get("response_ids", row.get("output_ids")) if isinstance(row, dict) else None
         if not isinstance(ids, list):
             raise ValueError(f"{path}:{n}: expected an object with a 'response_ids' or 'output_ids' list")
@@ -385,10 +373,10 @@ class SuffixProposer:
     def _draft(self, req: _Request, budget: int):
         """(tokens int64[n], parents int32[n], probs float32[n], source) for one request; source
         names the cache(s) drafted from: ``"request"``, ``"global"``, ``"pooled"`` or ``""``."""
-        sources = []
+        sources = {}  # cache name -> (automaton, match length, match state); the request's first
         length, state = req.sam.repeat_match()
         if length >= self.min_match_len:
-            sources.append((req.sam, length, state))
+            sources["request"] = (req.sam, length, state)
         part = self._partitions.get(req.partition) if self.use_global else None
         if part is not None:
             if req.g_generation != part.generation:
@@ -396,15 +384,16 @@ class SuffixProposer:
                 req.g_len, req.g_state = part.sam.longest_match(window)
                 req.g_generation = part.generation
             if req.g_len >= self.min_match_len:
-                sources.append((part.sam, req.g_len, req.g_state))
+                sources["global"] = (part.sam, req.g_len, req.g_state)
         if self.combine == "longest" and len(sources) > 1:
-            sources = [max(sources, key=lambda src: src[1])]  # first maximum: the request cache on ties
-        global_only = len(sources) == 1 and sources[0][0] is not req.sam
-        prior = self.global_count_prior if global_only else self.count_prior
-        source = "" if not sources else "global" if global_only else "request" if len(sources) == 1 else "pooled"
-        return (*build_suffix_draft(
-            sources, budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior
-        ), source)
+            best = max(sources, key=lambda name: sources[name][1])  # first maximum: the request on ties
+            sources = {best: sources[best]}
+        source = "pooled" if len(sources) > 1 else next(iter(sources), "")
+        prior = self.global_count_prior if source == "global" else self.count_prior
+        toks, parents, probs = build_suffix_draft(
+            list(sources.values()), budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior
+        )
+        return toks, parents, probs, source
 
     # ------------------------------------------------------------------ accounting
     def memory_bytes(self) -> int:

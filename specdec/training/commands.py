@@ -101,17 +101,22 @@ def _full_sequences(args, run: _Run):
     source = f"{source}; features {hidden_source}"
     if not args.synthetic:
         return data, source, None
+    extra, report = _synthetic(args, run)
+    report["prompt_records_seconds"] = round(time.time() - t0 - report["seconds"], 1)
+    return data.extended(extra), source, report
+
+
+def _synthetic(args, run: _Run):
+    """``(FullSequences, report)``: ``args.synthetic`` synthetic records (cached) and what the
+    manifest records of them."""
     from . import synthetic as syn
 
-    t1 = time.time()
-    extra, syn_source = syn.load_or_build(run.model, run.tokenizer, args.synthetic, target_fp=run.fingerprint,
-                                          seed=args.synthetic_seed, max_new_tokens=args.max_new_tokens,
-                                          cache_dir=args.cache_dir, batch_size=args.synthetic_batch,
-                                          progress=_progress)
-    report = {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
-              "positions": int(extra.tokens.numel()), "source": syn_source, "seconds": round(time.time() - t1, 1),
-              "prompt_records_seconds": round(t1 - t0, 1)}
-    return data.extended(extra), source, report
+    t0 = time.time()
+    extra, source = syn.load_or_build(run.model, run.tokenizer, args.synthetic, target_fp=run.fingerprint,
+                                      seed=args.synthetic_seed, max_new_tokens=args.max_new_tokens,
+                                      cache_dir=args.cache_dir, batch_size=args.synthetic_batch, progress=_progress)
+    return extra, {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
+                   "positions": int(extra.tokens.numel()), "source": source, "seconds": round(time.time() - t0, 1)}
 
 
 def train_heads_main(args) -> int:
@@ -232,15 +237,8 @@ def train_draft_main(args) -> int:
         responses = sd.select_by_budget(responses, args.max_tokens)
     synthetic = None
     if args.synthetic:
-        from . import synthetic as syn
-
-        t_syn = time.time()
-        extra, syn_source = syn.load_or_build(model, tok, args.synthetic, target_fp=fp, seed=args.synthetic_seed,
-                                              max_new_tokens=args.max_new_tokens, cache_dir=args.cache_dir,
-                                              batch_size=args.synthetic_batch, progress=progress)
+        extra, synthetic = _synthetic(args, run)
         responses = list(responses) + list(extra.records)  # appended: the held-out split is unchanged
-        synthetic = {"prompts": args.synthetic, "records": len(extra.records), "seed": args.synthetic_seed,
-                     "source": syn_source, "seconds": round(time.time() - t_syn, 1)}
     t_data = time.time()
     drafter = small_drafter(model, cfg.num_layers)
     report = train_drafter(drafter, responses, cfg, heldout_every=args.heldout_every)

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..jsonl import read_jsonl
 from ..prompts import encode_first_turn
 
 DEFAULT_CACHE_DIR = os.path.join("benchmarks", "data")
@@ -42,13 +43,8 @@ def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: in
     results: dict[int, list[int]] = {}
     for s in range(0, len(order), batch_size):
         idx = order[s: s + batch_size]
-        width = max(len(prompts[i]) for i in idx)
-        ids = torch.full((len(idx), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            p = prompts[i]
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
+        ids, mask = left_padded([prompts[i] for i in idx], pad)
+        width = ids.shape[1]
         gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
                              do_sample=False, pad_token_id=pad, eos_token_id=eos_token_id)
         for row, i in enumerate(idx):
@@ -63,12 +59,28 @@ def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: in
     return out
 
 
+def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, attention mask)``, both ``LongTensor [len(prompts), longest]``, prompts right-aligned
+    (what batched ``generate`` needs so every row's next token lands in the same column)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
+def decoder_of(model):
+    """The decoder stack of a causal LM (its output is the final post-norm hidden state)."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+
+
 @torch.inference_mode()
 def final_hidden_states(model, ids: Sequence[int]) -> torch.Tensor:
     """``[len(ids), H]`` post-norm final hidden states of one sequence (the LM head's input)."""
     device = next(model.parameters()).device
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    out = base(input_ids=torch.tensor([list(ids)], device=device))
+    out = decoder_of(model)(input_ids=torch.tensor([list(ids)], device=device))
     return out.last_hidden_state[0].float()
 
 
@@ -162,8 +174,7 @@ def save_records(records: Sequence[dict], jsonl: str) -> None:
 
 
 def load_records(jsonl: str) -> list[dict]:
-    with open(jsonl) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [rec for _, rec in read_jsonl(jsonl, "self-distillation records")]
 
 
 def load_or_generate_responses(model, tokenizer, records: Sequence[dict], *, target_fp: str, max_new_tokens: int,

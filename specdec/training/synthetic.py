@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..prompts import chat_ids
+from .data import decoder_of, left_padded
 from .eagle import FullSequences
 
 
@@ -55,7 +56,7 @@ class _FinalNormCapture:
     """Collects the decoder's final-norm outputs (the LM head's inputs) of every forward in a ``with``."""
 
     def __init__(self, model):
-        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        base = decoder_of(model)
         self.norm = getattr(base, "norm", None)
         if self.norm is None:
             raise ValueError(f"{type(base).__name__} has no final 'norm' module to capture hidden states from")
@@ -96,12 +97,8 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     from ..target.linears import SkinnyLinears
 
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for r, p in enumerate(prompts):
-        ids[r, width - len(p):] = torch.tensor(list(p))
-        mask[r, width - len(p):] = 1
+    ids, mask = left_padded(prompts, pad_id)
+    width = ids.shape[1]
     from transformers import GenerationConfig
 
     # A fresh config, not the checkpoint's generation defaults: those may carry a repetition
