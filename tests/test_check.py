@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
@@ -44,6 +45,8 @@ def test_check_reports_compatibility_and_last_measurement(tmp_path, capsys):
     past.write_text(json.dumps({"response_ids": [1, 64]}) + "\n")
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{past}"]) == 1
     assert "holds token id 64, outside the target's vocabulary of 64" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="cannot read responses file"):
+        main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{tmp_path / 'missing.jsonl'}"])
 
 
 def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):

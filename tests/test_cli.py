@@ -29,6 +29,8 @@ def test_unknown_proposer_and_bad_budget_are_rejected():
         cli.main(["generate", "--proposer", "magic", "hi"])
     with pytest.raises(SystemExit, match="unknown proposer spec 'medusa'"):
         cli.main(["bench", "--proposers", "suffix,medusa"])
+    with pytest.raises(SystemExit, match=r"names \['suffix-warm:r.jsonl'\] more than once"):
+        cli.main(["bench", "--proposers", "suffix:a/r.jsonl,suffix,suffix:b/r.jsonl"])
     from specdec.commands.common import parse_budget
 
     assert parse_budget("auto") == "auto" and parse_budget("12") == 12

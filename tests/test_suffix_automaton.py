@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec.suffix import SuffixAutomaton
+from specdec.suffix import SuffixAutomaton, build_suffix_draft
 
 DATA = pathlib.Path(__file__).parent / "data" / "smollm2_token_streams.json"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -221,3 +221,12 @@ def test_bad_states_and_sizes_are_refused():
         sam.transitions(-1)
     with pytest.raises(ValueError, match="match length"):
         sam.advance(5, 1, i32([1]))
+
+
+def test_draft_builder_refuses_a_bad_count_prior():
+    sam = SuffixAutomaton(8)
+    sam.extend(np.array([1, 2, 1, 2], dtype=np.int32))
+    length, state = sam.repeat_match()
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="count_prior must be finite and >= 0"):
+            build_suffix_draft([(sam, length, state)], 4, count_prior=bad)

@@ -150,3 +150,25 @@ def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_pat
     assert draft["heldout"]["tokens"] > 0 and draft["records"] == eagle["records"]
     with pytest.raises(SystemExit, match="--synthetic needs --full"):
         train_main(["train", "heads", "--out", str(tmp_path / "h2")] + common)
+
+
+def test_bad_synthetic_requests_and_caches_are_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from specdec.training.commands import main as train_main
+    from specdec.training.data import save_records
+
+    model, tok = tiny_model(seed=0), _tokenizer()
+    with pytest.raises(ValueError, match="number of synthetic prompts must be >= 1, got 0"):
+        syn.load_or_build(model, tok, 0, target_fp="fp", seed=0, max_new_tokens=4, cache_dir=str(tmp_path))
+    stem = syn.cache_path(str(tmp_path), "fp", 2, 0, 4)
+    save_records([{"prompt_ids": [1], "response_ids": [2]}], stem + ".jsonl")  # one record, offsets for two
+    save_file({"hidden": torch.zeros(3, 4), "tokens": torch.zeros(3, dtype=torch.long),
+               "offsets": torch.tensor([0, 2, 3])}, stem + "-full.safetensors")
+    with pytest.raises(ValueError, match="inconsistent .* delete both files to regenerate"):
+        syn.load_or_build(model, tok, 2, target_fp="fp", seed=0, max_new_tokens=4, cache_dir=str(tmp_path))
+    common = ["--prompts", "p.jsonl", "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit):  # argparse: --synthetic must be >= 0
+        train_main(["train", "eagle", "--synthetic", "-1"] + common)
+    with pytest.raises(SystemExit, match="--full trains on every record; it cannot be combined with --max-tokens"):
+        train_main(["train", "heads", "--full", "--max-tokens", "100"] + common)

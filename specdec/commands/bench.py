@@ -59,11 +59,14 @@ def build_methods(args, model, stops, tokenizer=None):
                                  budget=budget)
         if budget == "auto":
             cost_model = dec.ensure_cost_model()  # measured once, shared by every proposer
-        label = f"suffix-warm:{Path(name.partition(':')[2]).name}" if name.startswith("suffix:") else name
-        if label in [m.name for m in methods]:
-            raise SystemExit(f"--proposers names {label!r} twice")
-        methods.append(specdec_method(label, dec, stops))
+        methods.append(specdec_method(method_label(name), dec, stops))
     return methods, cost_model
+
+
+def method_label(spec: str) -> str:
+    """The row name of a proposer spec in the tables: the spec itself, except that a warmed
+    suffix proposer is named by its responses file (``suffix-warm:<file name>``)."""
+    return f"suffix-warm:{Path(spec.partition(':')[2]).name}" if spec.startswith("suffix:") else spec
 
 
 def run(args) -> int:
@@ -80,9 +83,10 @@ def execute(args):
     if args.per_category < 1 or args.max_new_tokens < 1:
         raise SystemExit("--per-category and --max-new-tokens must be >= 1")
     started, load_start = time.time(), os.getloadavg()[0]
-    for spec in (args.proposers or "").split(","):
-        if spec:
-            check_spec(spec)
+    labels = [method_label(check_spec(spec)) for spec in (args.proposers or "").split(",") if spec]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise SystemExit(f"--proposers names {repeated} more than once (rows are keyed by name)")
     model, tok = load_target(args)
     cats = [c for c in args.categories.split(",") if c] if args.categories else None
     prompts = load_prompts(args.prompts or SAMPLE_PROMPTS, tok, categories=cats, per_category=args.per_category)
