@@ -10,7 +10,10 @@
 // Layout of the work: tiles of 4 weight rows x 4 input rows keep 16 accumulators of 16 floats in
 // registers (AVX-512: 16 + 4 + 1 of 32 zmm registers); each loaded weight vector feeds 4 FMAs and
 // each loaded input vector 4 FMAs. Input rows (M x K floats, at most 17 x 4 KB here) stay in L1/L2,
-// so DRAM traffic is the weight matrix once. Tasks are blocks of weight rows, run with
+// so DRAM traffic is the weight matrix once. With 2+ input rows each tile also prefetches the weight
+// rows 16 rows ahead: the hardware prefetchers lose these short row streams once FMAs slow the loads,
+// and DRAM time and FMA time then add up instead of overlapping (8 rows: 24.4 -> 18.4 ms over a
+// SmolLM2 forward's products, benchmarks/bench_skinny_linear.py). Tasks are blocks of weight rows, run with
 // at::parallel_for. Every output is summed by one thread in a fixed order (16 lane partial sums over
 // k, a fixed pairwise tree over the lanes, then the scalar tail), so results do not depend on the
 // thread count.
@@ -28,6 +31,8 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kTile = 4;                 // weight rows and input rows per register tile
 constexpr int64_t kRowsPerTask = 64;     // weight rows per parallel task
+constexpr int kPrefetchRows = 4;         // weight rows prefetched per tile
+constexpr int64_t kPrefetchAhead = 16;    // ... this many rows past the tile's first row
 
 typedef float vec16 __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -62,12 +67,15 @@ SPECDEC_INLINE vec16 reduce16(const vec16* v) {
 
 constexpr int kBitReverse4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
 
-// y[m * ldy + r] = dot(w[r * K:], x[m * K:]) for r < R, m < MT (R, MT <= kTile).
+// y[m * ldy + r] = dot(w[r * K:], x[m * K:]) for r < R, m < MT (R, MT <= kTile). When ``next`` is
+// not null, the same columns of the kPrefetchRows weight rows at ``next`` are prefetched on the way.
 template <int R, int MT>
-SPECDEC_INLINE void tile(const float* w, const float* x, int64_t K, float* y, int64_t ldy) {
+SPECDEC_INLINE void tile(const float* w, const float* x, int64_t K, float* y, int64_t ldy, const float* next) {
   vec16 acc[kTile * kTile] = {};  // slot r * kTile + m; unused slots stay zero
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
+    if (next != nullptr)
+      for (int r = 0; r < kPrefetchRows; ++r) __builtin_prefetch(next + r * K + k, 0, 2);
     vec16 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = load16(w + r * K + k);
     for (int m = 0; m < MT; ++m) {
@@ -87,27 +95,34 @@ SPECDEC_INLINE void tile(const float* w, const float* x, int64_t K, float* y, in
   }
 }
 
+// The first pass over the R weight rows (input rows 0-3) prefetches ``next`` (or nothing: null).
 template <int R>
-SPECDEC_INLINE void row_tile(const float* w, const float* x, int64_t M, int64_t K, float* y, int64_t ldy) {
+SPECDEC_INLINE void row_tile(const float* w, const float* x, int64_t M, int64_t K, float* y, int64_t ldy,
+                             const float* next) {
   int64_t m = 0;
-  for (; m + kTile <= M; m += kTile) tile<R, kTile>(w, x + m * K, K, y + m * ldy, ldy);
+  for (; m + kTile <= M; m += kTile, next = nullptr) tile<R, kTile>(w, x + m * K, K, y + m * ldy, ldy, next);
   switch (M - m) {
-    case 3: tile<R, 3>(w, x + m * K, K, y + m * ldy, ldy); break;
-    case 2: tile<R, 2>(w, x + m * K, K, y + m * ldy, ldy); break;
-    case 1: tile<R, 1>(w, x + m * K, K, y + m * ldy, ldy); break;
+    case 3: tile<R, 3>(w, x + m * K, K, y + m * ldy, ldy, next); break;
+    case 2: tile<R, 2>(w, x + m * K, K, y + m * ldy, ldy, next); break;
+    case 1: tile<R, 1>(w, x + m * K, K, y + m * ldy, ldy, next); break;
     default: break;
   }
 }
 
-// Weight rows [n0, n1): y[:, n0:n1] for all M input rows.
+// Weight rows [n0, n1): y[:, n0:n1] for all M input rows. Each full tile prefetches the weight rows
+// kPrefetchRows further on (within [n0, n1)), so DRAM streams the next rows while the FMAs of this
+// tile run: without it a step of 2-8 rows costs the single-row DRAM time PLUS the FMA time.
 SPECDEC_MULTIVERSION void rows_block(
     const float* w, const float* x, int64_t M, int64_t K, int64_t n0, int64_t n1, float* y, int64_t N) {
   int64_t n = n0;
-  for (; n + kTile <= n1; n += kTile) row_tile<kTile>(w + n * K, x, M, K, y + n, N);
+  for (; n + kTile <= n1; n += kTile) {
+    const float* next = M > 1 && n + kPrefetchAhead + kPrefetchRows <= N ? w + (n + kPrefetchAhead) * K : nullptr;
+    row_tile<kTile>(w + n * K, x, M, K, y + n, N, next);
+  }
   switch (n1 - n) {
-    case 3: row_tile<3>(w + n * K, x, M, K, y + n, N); break;
-    case 2: row_tile<2>(w + n * K, x, M, K, y + n, N); break;
-    case 1: row_tile<1>(w + n * K, x, M, K, y + n, N); break;
+    case 3: row_tile<3>(w + n * K, x, M, K, y + n, N, nullptr); break;
+    case 2: row_tile<2>(w + n * K, x, M, K, y + n, N, nullptr); break;
+    case 1: row_tile<1>(w + n * K, x, M, K, y + n, N, nullptr); break;
     default: break;
   }
 }
