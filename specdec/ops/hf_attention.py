@@ -6,8 +6,9 @@ How an adapter uses it (transformers 5.x, decoder models whose attention calls
 1. ``enable(model)`` once: registers :func:`tree_attention_forward` under ``ATTENTION_NAME``
    (``"specdec_tree"``) in ``AttentionInterface`` and transformers' SDPA mask builder under the same
    name in ``AttentionMaskInterface``, then switches the model to it. Every forward WITHOUT tree
-   kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) runs exactly
-   transformers' SDPA path, so enabling costs nothing there.
+   kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) runs SDPA as
+   :mod:`specdec.target.gqa_sdpa` does (transformers' path without its K/V head copy), so enabling
+   costs nothing there.
 2. For a verify step whose new K/V rows directly follow each request's committed prefix (the cache
    holds ``[B, Hkv, S, D]`` with no holes, every request at length ``S``), call the base model with
    ``**tree_kwargs(ancestor_mask, prefix_lens)`` added to its usual arguments (``input_ids`` of the
@@ -19,7 +20,7 @@ How an adapter uses it (transformers 5.x, decoder models whose attention calls
    the parent of every root of the tree), for adapters that feed ``1 + N`` tokens per step.
 3. Ragged batches whose new rows do not directly follow every prefix (holes in a right-padded cache)
    cannot be expressed as (prefix, tree) rows: the adapter passes its dense 4-D mask instead and
-   omits the tree kwargs, which is the fallback (transformers' SDPA with that mask).
+   omits the tree kwargs, which is the fallback (SDPA with that mask).
 
 In tree mode the model still builds its causal mask (the SDPA builder); it is not used, because the
 tree kwargs define visibility. Dropout (training), soft-capping, sliding windows and sinks are not
@@ -45,9 +46,9 @@ _UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "sinks")
 
 
 def _sdpa_forward():
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from ..target.gqa_sdpa import sdpa_forward
 
-    return sdpa_attention_forward
+    return sdpa_forward
 
 
 def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -56,7 +57,8 @@ def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.
     Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S + T, D]`` (cache after update).
     With ``specdec_tree_mask`` (``int64 [B, T, ceil(T/64)]``) and ``specdec_prefix_lens``
     (``int32 [B]``) in kwargs, runs the tree-attention op and returns ``([B, T, Hq, D], None)``;
-    without them, delegates to transformers' SDPA attention unchanged.
+    without them, delegates to :func:`specdec.target.gqa_sdpa.sdpa_forward` (transformers' SDPA
+    attention, minus its K/V head copy when a mask comes with several query rows).
     """
     tree_mask = kwargs.pop(TREE_MASK_KWARG, None)
     prefix_lens = kwargs.pop(PREFIX_LENS_KWARG, None)

@@ -32,6 +32,7 @@ import torch
 
 from ..tree import DraftTree, unpack_mask
 from ..tree_batch import pack_trees
+from .gqa_sdpa import GroupedSDPA
 from .linears import SkinnyLinears, lm_head_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
@@ -85,7 +86,9 @@ class HFTarget:
 
     Args:
         model: a Llama-family (llama, mistral, qwen2, qwen3) or GPT-2 causal LM, in eval mode.
-        attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask) or
+        attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
+            SDPA model runs :mod:`specdec.target.gqa_sdpa` during specdec's forwards, which skips
+            transformers' copy of grouped K/V heads) or
             ``"tree_op"`` (Llama-family only: :mod:`specdec.ops.hf_attention` registers the
             specdec tree-attention op with transformers' attention registry; steps without holes
             in the cache use it, ragged steps fall back to the 4-D mask).
@@ -123,6 +126,7 @@ class HFTarget:
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.skinny_linear = bool(skinny_linear)
         self._linears = SkinnyLinears(self.base if self.skinny_linear else None)
+        self._attention = GroupedSDPA(self.model)
 
     def _enable_tree_op(self) -> None:
         try:
@@ -146,7 +150,7 @@ class HFTarget:
         Logits are ``[B, T, V]``, or ``[B, V]`` at positions ``rows`` (``LongTensor[B]``) when given:
         prefill needs only the last position, and the LM head over a long prompt is expensive.
         """
-        with self._linears:
+        with self._linears, self._attention:
             out = self.base(
                 input_ids=input_ids,
                 position_ids=position_ids,
