@@ -181,6 +181,11 @@ class AcceptanceEstimator:
         return [cum[d] for d in tree._depth_list]
 
 
+def top_nodes(path_probs: Sequence[float], k: int) -> list[int]:
+    """Indices of the ``k`` largest path probabilities (ties: lower index first), in index order."""
+    return sorted(sorted(range(len(path_probs)), key=lambda i: (-path_probs[i], i))[:k])
+
+
 def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTree:
     """The ``k`` most likely nodes of a deterministic tree (ties: lower index first), re-indexed.
 
@@ -192,8 +197,7 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
         return tree
     if not bool(tree.deterministic.all()):
         raise ValueError("prune_tree only prunes deterministic trees: sampled siblings must be kept as drawn")
-    order = sorted(range(tree.num_nodes), key=lambda i: (-path_probs[i], i))[:k]
-    keep = sorted(order)
+    keep = top_nodes(path_probs, k)
     new_index = {old: new for new, old in enumerate(keep)}
     parents = tree._parent_list
     new_parents = []
@@ -205,3 +209,82 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
     idx = torch.tensor(keep, dtype=torch.long)
     return DraftTree(tree.tokens[idx.to(tree.device)], torch.tensor(new_parents, dtype=torch.int32, device=tree.device),
                      vocab_size=tree.vocab_size, validate=False)
+
+
+@dataclass
+class ScoreCalibration:
+    """Shrinks a proposer's own acceptance estimates, depth by depth, by how they have fared so far.
+
+    For tree depth ``d`` (1 = a child of the root)::
+
+        ratio[d] = (accepted[d] + prior_accepted) / (predicted[d] + prior_predicted)
+
+    ``predicted[d]`` sums the proposer's estimates for the verified nodes at depth ``d``;
+    ``accepted[d]`` counts the steps whose accepted path reached depth ``d`` (a step accepts at most
+    one node per depth). The ratios are capped at 1 and made non-increasing in depth (a running
+    minimum), so a child's calibrated estimate never exceeds its parent's and pruning stays
+    prefix-closed. The prior counts 0.5: estimates from a few lookup counts are unproven and a
+    wasted verify costs more than a missed speculation on CPUs.
+
+    Why per depth: most drafted mass sits deep in the tree, where estimates are least reliable (the
+    suffix proposer's depth-1 nodes were accepted at half their estimate, depth 3 and deeper at a
+    fifth). One scale for all nodes let the deep misses drag the good shallow estimates under the
+    price of a node. Why ``decay`` (applied by :meth:`tick` once per decoding step, drafted or not):
+    an estimator that stopped drafting after a bad start would otherwise never be tried again; in
+    replay one wrong first answer ended all drafting for the decoder's lifetime. Both measured by
+    ``benchmarks/replay_decoder.py``.
+    """
+
+    prior_predicted: float = 4.0
+    prior_accepted: float = 2.0
+    decay: float = 0.998
+    predicted: list[float] = field(default_factory=list)  # index d - 1
+    accepted: list[float] = field(default_factory=list)
+
+    def ratios(self, max_depth: int) -> list[float]:
+        """``r[d - 1]`` for ``d = 1 .. max_depth``: capped at 1, non-increasing in ``d``."""
+        out, r = [], 1.0
+        for i in range(max_depth):
+            pred = self.predicted[i] if i < len(self.predicted) else 0.0
+            acc = self.accepted[i] if i < len(self.accepted) else 0.0
+            r = min(r, (acc + self.prior_accepted) / (pred + self.prior_predicted))
+            out.append(r)
+        return out
+
+    def apply(self, probs: Sequence[float], depths: Sequence[int]) -> list[float]:
+        """Calibrated estimates of nodes with the proposer's ``probs`` at tree ``depths`` (>= 1)."""
+        r = self.ratios(max(depths, default=0))
+        return [min(1.0, float(p) * r[d - 1]) for p, d in zip(probs, depths)]
+
+    def update(self, probs: Sequence[float], depths: Sequence[int], accepted: int) -> None:
+        """Record one verified tree: its nodes' raw estimates, their depths, the accepted length."""
+        top = max(max(depths, default=0), accepted)
+        while len(self.predicted) < top:
+            self.predicted.append(0.0)
+            self.accepted.append(0.0)
+        for p, d in zip(probs, depths):
+            self.predicted[d - 1] += float(p)
+        for d in range(accepted):
+            self.accepted[d] += 1.0
+
+    def tick(self) -> None:
+        """One decoding step passed: old evidence fades, the prior regains weight."""
+        self.predicted = [x * self.decay for x in self.predicted]
+        self.accepted = [x * self.decay for x in self.accepted]
+
+
+def size_scored_draft(tree: DraftTree, raw: Sequence[float], calibration: ScoreCalibration,
+                      cost: VerifyCostModel) -> tuple[DraftTree, list[float]]:
+    """The cost-optimal part of a scored draft: ``(kept tree, the proposer's own estimates of the
+    kept nodes)``.
+
+    ``raw`` are the proposer's per-node acceptance estimates (``ScoredDraft.node_probs``), which
+    ``calibration`` corrects by depth; :meth:`VerifyCostModel.best_size` then picks how many of the
+    most likely nodes pay for their verify time. Trees with sampled nodes are returned whole.
+    """
+    raw = [float(p) for p in raw]
+    probs = calibration.apply(raw, tree._depth_list)
+    k = cost.best_size(probs)
+    if k >= tree.num_nodes or not bool(tree.deterministic.all()):
+        return tree, raw
+    return prune_tree(tree, probs, k), [raw[i] for i in top_nodes(probs, k)]

@@ -24,7 +24,7 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from .cost_model import AcceptanceEstimator, VerifyCostModel, prune_tree
+from .cost_model import AcceptanceEstimator, ScoreCalibration, VerifyCostModel, prune_tree, size_scored_draft
 from .logits import SamplingParams
 from .metrics import RequestMetrics
 from .proposers.base import as_token_list
@@ -197,8 +197,8 @@ class SpeculativeDecoder:
                     if speculate:
                         self.estimator.update(trees[row], len(paths[row]))
                         if predicted[row] is not None:
-                            value, source = predicted[row]
-                            self._calibration(source).update(value, len(paths[row]))
+                            raw, source = predicted[row]
+                            self._calibration(source).update(raw, trees[row]._depth_list, len(paths[row]))
                     ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
                     if ev.finished:
                         finished_rows.append(row)
@@ -209,6 +209,8 @@ class SpeculativeDecoder:
                         proposer.commit(req_ids[b], emitted[row], target_hidden=h)
                     events.append(ev)
                 target.accept(state, paths, [e[-1] for e in emitted], out.logits.shape[1] - 1)
+                for cal in self.calibrations.values():
+                    cal.tick()
                 t3 = time.perf_counter()
                 if speculate and self.live_cost is not None and len(active) == 1:
                     self.live_cost.observe(trees[0].num_nodes, t2 - t1)
@@ -223,7 +225,7 @@ class SpeculativeDecoder:
                 proposer.end(req_id)
 
     # ------------------------------------------------------------------ steps
-    def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[tuple[float, str] | None]]:
+    def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[tuple[list[float], str] | None]]:
         """Draft, then keep the cost-optimal part of each deterministic tree.
 
         Node path probabilities come from the proposer when it offers ``propose_scored`` (as the
@@ -232,7 +234,7 @@ class SpeculativeDecoder:
         running per-depth acceptance rates for the proposer. Each estimator the proposer names
         (``ScoredDraft.source``) has its own calibration: one over-confident cache must not shrink
         another's good estimates. Returns the trees to verify and, for scored proposers, the
-        proposer's (unscaled) expected accepted count of each kept tree with its source.
+        proposer's own (unscaled) estimates of each kept tree's nodes with their source.
         """
         # A fixed int budget caps what is drafted: sampled trees cannot be pruned afterwards
         # (dropping sampled siblings would change the law they were drawn under).
@@ -259,13 +261,17 @@ class SpeculativeDecoder:
                 out.append(tree)
                 predicted.append(None)
                 continue
-            raw = probs
-            probs = self.estimator.path_probs(tree) if raw is None else self._calibration(source).apply(raw)
-            k = self.budget if self.budget != "auto" else self.live_cost.best_size(probs)
-            if k < tree.num_nodes and bool(tree.deterministic.all()):
-                tree = prune_tree(tree, probs, k)
+            if self.budget != "auto":
+                pass  # the proposer was asked for at most ``budget`` nodes: nothing to prune
+            elif probs is None:
+                path = self.estimator.path_probs(tree)
+                k = self.live_cost.best_size(path)
+                if k < tree.num_nodes and bool(tree.deterministic.all()):
+                    tree = prune_tree(tree, path, k)
+            else:
+                tree, probs = size_scored_draft(tree, probs, self._calibration(source), self.live_cost)
             out.append(tree)
-            predicted.append(None if raw is None else (sum(sorted(raw, reverse=True)[: tree.num_nodes]), source))
+            predicted.append(None if probs is None else (probs, source))
         return out, predicted
 
     def _calibration(self, source: str) -> "ScoreCalibration":
@@ -345,36 +351,6 @@ class SpeculativeDecoder:
         if any(t < 0 for t in out):
             raise ValueError(f"stop_tokens must be non-negative token ids, got {sorted(out)}")
         return out
-
-
-@dataclass
-class ScoreCalibration:
-    """Shrinks a proposer's own acceptance estimates by how they have fared so far.
-
-    ``scale = (accepted + prior_accepted) / (predicted + prior_predicted)`` over all verified steps
-    (capped at 1), so an over-confident proposer stops buying verify time its drafts do not repay.
-    The prior starts at 0.5: estimates from a few lookup counts are unproven and a wasted verify
-    costs more than a missed speculation on CPUs. One scale for all nodes keeps path probabilities
-    ordered (pruning stays prefix-closed).
-    """
-
-    predicted: float = 0.0
-    accepted: float = 0.0
-    prior_predicted: float = 4.0
-    prior_accepted: float = 2.0
-
-    @property
-    def scale(self) -> float:
-        return min(1.0, (self.accepted + self.prior_accepted) / (self.predicted + self.prior_predicted))
-
-    def apply(self, probs: Sequence[float]) -> list[float]:
-        s = self.scale
-        return [min(1.0, float(p) * s) for p in probs]
-
-    def update(self, predicted: float | None, accepted: int) -> None:
-        if predicted is not None:
-            self.predicted += predicted
-            self.accepted += accepted
 
 
 def _greedy_walk(tree: DraftTree, best: list[int]) -> tuple[list[int], list[int]]:

@@ -175,20 +175,41 @@ def test_sampling_law_end_to_end():
     assert g_test(counts, exact_law(untempered, prompt, 2, vocab))[2] < 1e-3
 
 
-def test_score_calibration_shrinks_overconfident_estimates():
+def test_score_calibration_shrinks_overconfident_estimates_per_depth():
     from specdec.decoding import ScoreCalibration
 
     cal = ScoreCalibration()
-    assert cal.apply([0.9, 0.5]) == [0.45, 0.25]  # unproven estimates count half
-    for _ in range(50):
-        cal.update(2.0, 0)  # predicted two accepted tokens, got none
-        cal.update(None, 5)  # unscored steps do not count
-    assert cal.scale < 0.05
-    shrunk = cal.apply([0.9, 0.5])
-    assert shrunk[0] > shrunk[1] and shrunk[0] < 0.05
+    assert cal.apply([0.9, 0.5], [1, 2]) == [0.45, 0.25]  # unproven estimates count half
+    for _ in range(200):
+        cal.update([1.0, 1.0], [1, 2], 1)  # depth 1 always accepted, depth 2 never
+    first, second = cal.apply([0.9, 0.9], [1, 2])
+    assert first > 0.85 and second < 0.05  # one scale for both would have given ~0.45 each
     for _ in range(500):
-        cal.update(1.0, 3)  # under-confident: the scale is capped at 1
-    assert cal.scale == 1.0
+        cal.update([0.5, 0.5], [1, 2], 2)  # under-confident: ratios are capped at 1
+    assert cal.ratios(2)[0] == 1.0
+
+
+def test_score_calibration_never_raises_a_child_over_its_parent():
+    from specdec.decoding import ScoreCalibration
+
+    cal = ScoreCalibration()
+    for _ in range(100):
+        cal.update([1.0], [1], 0)  # depth 1 is always rejected...
+    cal.update([1.0, 1.0, 1.0], [1, 2, 3], 3)  # ...depth 3 once accepted
+    r = cal.ratios(3)
+    assert r[0] >= r[1] >= r[2]
+
+
+def test_score_calibration_forgets_so_a_bad_start_does_not_end_speculation():
+    from specdec.decoding import ScoreCalibration
+
+    cal = ScoreCalibration()
+    for _ in range(40):
+        cal.update([1.0], [1], 0)
+    assert cal.apply([1.0], [1])[0] < 0.1  # under the price of a node on a CPU: no more drafts
+    for _ in range(2000):
+        cal.tick()  # steps without drafting
+    assert cal.apply([1.0], [1])[0] > 0.4  # back near the prior: the estimator is tried again
 
 
 def test_closing_a_stream_early_releases_proposer_state(model):
@@ -253,8 +274,8 @@ def test_each_estimator_is_calibrated_against_its_own_acceptance(model, referenc
     dec = SpeculativeDecoder(model, prop, budget=2)
     assert dec.generate(PROMPTS[0], NEW, stop_tokens=(), req_id=0).tokens == reference[0]
     good, bad = dec.calibrations["good"], dec.calibrations["bad"]
-    assert good.accepted > 0 and bad.accepted == 0 and bad.predicted > 0
-    assert bad.scale < 0.5 < good.scale  # the bad estimator does not drag the good one down
+    assert sum(good.accepted) > 0 and sum(bad.accepted) == 0 and sum(bad.predicted) > 0
+    assert bad.ratios(1)[0] < 0.5 < good.ratios(1)[0]  # the bad estimator does not drag the good one down
 
 
 @pytest.mark.parametrize("prompt,exc,msg", [

@@ -1,0 +1,112 @@
+"""The decoder's draft-sizing policy replayed on the target's own greedy answers, variant by variant.
+
+Each step the suffix proposer drafts from prompt + committed tokens (``propose_scored``, budget
+``--budget``), the decoder's policy (:func:`specdec.cost_model.size_scored_draft`: the
+:class:`~specdec.cost_model.ScoreCalibration` of the drafting cache, then the verify-cost curve's
+best size) keeps part of the tree, the greedy target accepts the longest kept path that matches its
+recorded answer, and the calibration learns from it, as in :class:`~specdec.SpeculativeDecoder`
+(one ``tick`` per step). Under greedy verification this is what the decode loop accepts, without
+running the model; the step costs ``c(kept nodes) / c(0)``, from a verify-cost curve measured in
+the same run on the embedded SmolLM2 or given with ``--cost``. Model time only: proposer,
+acceptance and compaction overheads and the prefill are not charged.
+
+Variants, all in the same run on the same answers:
+
+* ``per-depth`` -- the library's calibration (a ratio per tree depth, evidence decaying by 0.998
+  per step);
+* ``per-depth, no decay`` -- the same without forgetting;
+* ``one scale`` / ``one scale, no decay`` -- one ratio pooled over all depths (the decoder's
+  policy before 2026-11-30 is ``one scale, no decay``).
+
+    python benchmarks/replay_decoder.py [--data benchmarks/data/greedy_smollm2.jsonl] [--cost "0:22,1:24.3,..."]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+from dataclasses import dataclass
+
+from lookup_ceiling import DEFAULT_DATA, measured_curve, parse_curve
+from replay_suffix_acceptance import VOCAB, accepted_length, read_rows
+
+from specdec.cost_model import ScoreCalibration, VerifyCostModel, size_scored_draft
+from specdec.proposers.suffix import SuffixProposer
+
+
+@dataclass
+class OneScale(ScoreCalibration):
+    """One ratio for every depth: all accepted tokens over all estimated mass."""
+
+    def ratios(self, max_depth: int) -> list[float]:
+        r = (sum(self.accepted) + self.prior_accepted) / (sum(self.predicted) + self.prior_predicted)
+        return [min(1.0, r)] * max_depth
+
+
+VARIANTS = {
+    "per-depth": lambda: ScoreCalibration(),
+    "per-depth, no decay": lambda: ScoreCalibration(decay=1.0),
+    "one scale": lambda: OneScale(),
+    "one scale, no decay": lambda: OneScale(decay=1.0),
+}
+
+
+def replay(rows: list[dict], make_calibration, cost: VerifyCostModel, budget: int) -> dict:
+    """Totals over ``rows`` for one policy: tokens, steps, accepted, drafted, relative cost."""
+    prop = SuffixProposer(VOCAB)
+    calibrations: dict[str, ScoreCalibration] = {}
+    t = collections.Counter()
+    for i, row in enumerate(rows):
+        answer = row["output_ids"]
+        prop.begin(i, row["prompt_ids"])
+        pos = 0
+        while pos < len(answer):
+            (scored,) = prop.propose_scored([i], budget)
+            tree, raw = scored.tree, scored.node_probs.tolist()
+            cal = None
+            if tree.num_nodes:
+                cal = calibrations.setdefault(scored.source, make_calibration())
+                tree, raw = size_scored_draft(tree, raw, cal, cost)
+            a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else 0
+            a = min(a, len(answer) - pos - 1)  # the last answer token is always the target's own
+            if cal is not None:
+                cal.update(raw, tree._depth_list, a)
+            for c in calibrations.values():
+                c.tick()
+            t["steps"] += 1
+            t["tokens"] += a + 1
+            t["accepted"] += a
+            t["drafted"] += tree.num_nodes
+            t["cost"] += cost.cost(tree.num_nodes) / cost.cost(0)
+            prop.commit(i, answer[pos : pos + a + 1])
+            pos += a + 1
+        prop.end(i)
+    return t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(DEFAULT_DATA),
+                    help="JSONL rows with prompt_ids and output_ids or response_ids")
+    ap.add_argument("--budget", type=int, default=16, help="nodes the proposer may draft per step")
+    ap.add_argument("--cost", default=None, help='verify cost curve "nodes:ms,..."; measured when omitted')
+    ap.add_argument("--prefix", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+
+    curve = parse_curve(args.cost) if args.cost else measured_curve(args.prefix, args.repeats)
+    cost = VerifyCostModel(sizes=[n for n, _ in curve], seconds=[s for _, s in curve])
+    print("verify cost: " + cost.describe())
+    rows = read_rows(args.data)
+    print(f"\n{args.data}: {len(rows)} answers, budget {args.budget}")
+    print("| calibration | tokens/step | accepted/step | drafted/step | est. speedup (model time) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, make in VARIANTS.items():
+        t = replay(rows, make, cost, args.budget)
+        print(f"| {name} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
+              f"{t['drafted'] / t['steps']:.2f} | {t['tokens'] / t['cost']:.3f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
