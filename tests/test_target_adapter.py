@@ -110,6 +110,10 @@ def test_bad_inputs_raise():
     state, _, _ = target.prefill([[1, 2]])
     with pytest.raises(ValueError, match="pending token"):
         target.verify(state, [DraftTree.empty()])
+    with pytest.raises(TypeError, match="set_pending: tokens must hold integer token ids"):
+        target.set_pending(state, [True])
+    with pytest.raises(ValueError, match="set_pending: tokens contains token id 64"):
+        target.set_pending(state, [64])
     target.set_pending(state, [3])
     with pytest.raises(ValueError, match="2 trees for a batch of 1"):
         target.verify(state, [DraftTree.empty(), DraftTree.empty()])
@@ -122,8 +126,10 @@ def test_bad_inputs_raise():
         target.accept(state, [[0]], [1], num_nodes=3)
     with pytest.raises(ValueError, match=r"not a root-to-node path \(node 1's parent is 0, not -1\)"):
         target.accept(state, [[1]], [1], num_nodes=2)
-    with pytest.raises(ValueError, match="next token 64 is outside the vocabulary"):
+    with pytest.raises(ValueError, match=r"next_tokens contains token id 64, outside the vocabulary \[0, 64\)"):
         target.accept(state, [[0]], [64], num_nodes=2)
+    with pytest.raises(TypeError, match="next_tokens must hold integer token ids, got float 3.7"):
+        target.accept(state, [[0]], [3.7], num_nodes=2)  # int() would have committed token 3
     target.accept(state, [[0, 1]], [1], num_nodes=2)
     with pytest.raises(ValueError, match="no verify step awaits it"):
         target.accept(state, [[]], [1], num_nodes=2)

@@ -30,6 +30,7 @@ from typing import Sequence
 
 import torch
 
+from ..proposers.base import as_token_list
 from ..tree import DraftTree, unpack_mask
 from ..tree_batch import pack_trees
 from .gqa_sdpa import GroupedSDPA
@@ -292,9 +293,7 @@ class HFTarget:
         B = state.batch_size
         if len(paths) != B or len(next_tokens) != B:
             raise ValueError(f"accept got {len(paths)} paths / {len(next_tokens)} tokens for {B} requests")
-        bad = [int(t) for t in next_tokens if not 0 <= int(t) < self.vocab_size]
-        if bad:
-            raise ValueError(f"accept: next token {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+        next_tokens = as_token_list(next_tokens, "accept: next_tokens", self.vocab_size)
         parents = self._verified(state, num_nodes, "accept")
         for b, p in enumerate(paths):
             prev = -1
@@ -329,7 +328,7 @@ class HFTarget:
                     t[b_idx, :, d_idx] = t[b_idx, :, s_idx]
         _truncate(state.cache, new_total)
         state.lengths = new_lengths
-        state.pending = [int(t) for t in next_tokens]
+        state.pending = next_tokens
 
     def discard(self, state: BatchState, num_nodes: int) -> None:
         """Drop every row the last verify added (``1 + num_nodes``), e.g. after a timing run."""
@@ -341,7 +340,7 @@ class HFTarget:
         """Set the pending token of each request (after prefill, the first emitted token)."""
         if len(tokens) != state.batch_size:
             raise ValueError(f"set_pending got {len(tokens)} tokens for {state.batch_size} requests")
-        state.pending = [int(t) for t in tokens]
+        state.pending = as_token_list(tokens, "set_pending: tokens", self.vocab_size)
 
     @torch.inference_mode()
     def select(self, state: BatchState, rows: Sequence[int]) -> None:
