@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .decoding import SpeculativeDecoder
+from .generation import clean_generate
 from .metrics import RequestMetrics
 from .prompts import encode_first_turn, read_prompt_records
 
@@ -72,13 +73,13 @@ def specdec_method(name: str, decoder: SpeculativeDecoder, stop_tokens: Sequence
 
 
 def hf_method(name: str, model, stop_tokens: Sequence[int], **generate_kwargs) -> Method:
-    """``model.generate`` greedy (plus assisted-generation kwargs), same stop tokens."""
+    """``model.generate`` greedy (plus assisted-generation kwargs), same stop tokens, without the
+    checkpoint's generation defaults (:func:`specdec.generation.clean_generate`)."""
     eos = list(stop_tokens) or None
 
     def fn(ids, n):
-        with torch.inference_mode():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=eos,
-                                 pad_token_id=eos[0] if eos else 0, **generate_kwargs)
+        out = clean_generate(model, torch.tensor([ids]), max_new_tokens=n, eos_token_id=eos,
+                             pad_token_id=eos[0] if eos else 0, **generate_kwargs)
         return out[0, len(ids):].tolist(), None
 
     return Method(name, fn)

@@ -172,3 +172,25 @@ def test_bad_synthetic_requests_and_caches_are_refused(tmp_path):
         train_main(["train", "eagle", "--synthetic", "-1"] + common)
     with pytest.raises(SystemExit, match="--full trains on every record; it cannot be combined with --max-tokens"):
         train_main(["train", "heads", "--full", "--max-tokens", "100"] + common)
+
+
+def test_greedy_data_ignores_the_checkpoints_generation_defaults():
+    """A checkpoint whose generation config carries a repetition penalty must still yield the
+    target's argmax answers (what speculative decoding reproduces), in both data paths."""
+    from specdec.decoding import SpeculativeDecoder
+    from specdec.training.data import greedy_responses
+
+    model = tiny_model(seed=3)
+    prompts = [[5, 9, 12], [7, 30, 22, 41, 8, 16]]
+    plain = [SpeculativeDecoder(model).generate(p, 10, stop_tokens=[1]).tokens for p in prompts]
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.no_repeat_ngram_size = 1
+    assert greedy_responses(model, prompts, 10, eos_token_id=1) == plain
+    outs = syn.generate_batch(model, prompts, max_new_tokens=10, ends=[1], sample=None, pad_id=0)
+    assert [r for r, _, _ in outs] == plain
+
+
+def test_cache_name_holds_a_non_default_batch_size():
+    """The batch size changes the sampled prompts, so two batch sizes must not share a cache."""
+    assert syn.cache_path("d", "fp", 8, 0, 16) == syn.cache_path("d", "fp", 8, 0, 16, syn.DEFAULT_BATCH)
+    assert syn.cache_path("d", "fp", 8, 0, 16, 4) != syn.cache_path("d", "fp", 8, 0, 16)

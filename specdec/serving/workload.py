@@ -63,23 +63,24 @@ def make_requests(items: Sequence[WorkloadItem], arrivals: Sequence[float], rng:
 
 
 def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:
-    """The target's greedy continuation of each prompt (``model.generate(do_sample=False)``).
+    """The target's greedy continuation of each prompt (:func:`specdec.generation.clean_generate`).
 
     These are what a lookup/draft proposer is replayed against; with greedy verification the
     speculative decoder emits exactly these tokens whatever the proposer.
     """
     import torch
 
+    from ..generation import clean_generate
+
     out = {}
     device = next(model.parameters()).device
-    with torch.inference_mode():
-        for i, (rid, ids) in enumerate(prompts.items()):
-            x = torch.tensor([ids], device=device)
-            y = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
-                               eos_token_id=eos_token_id, pad_token_id=eos_token_id)
-            out[rid] = y[0, x.shape[1]:].tolist()
-            if progress:
-                progress(i + 1, len(prompts))
+    for i, (rid, ids) in enumerate(prompts.items()):
+        x = torch.tensor([ids], device=device)
+        y = clean_generate(model, x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                           eos_token_id=eos_token_id, pad_token_id=eos_token_id)
+        out[rid] = y[0, x.shape[1]:].tolist()
+        if progress:
+            progress(i + 1, len(prompts))
     return out
 
 

@@ -21,6 +21,7 @@ import torch
 
 from ..artifacts import Manifest, save_artifact, target_fingerprint, tokenizer_fingerprint
 from ..prompts import read_prompt_records
+from .synthetic import DEFAULT_BATCH as SYNTHETIC_BATCH
 
 
 def load_target(spec: str, device: str, dtype: torch.dtype = torch.float32):
@@ -288,7 +289,8 @@ def _synthetic_args(p) -> None:
                    help="also train on N prompts the target writes itself, answered greedily (never held out; "
                         "--max-tokens selects among the prompt-file records only)")
     p.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
-    p.add_argument("--synthetic-batch", type=int, default=64, help="rows per generate() batch for synthetic data")
+    p.add_argument("--synthetic-batch", type=int, default=SYNTHETIC_BATCH,
+                   help="rows per generate() batch for synthetic data (it changes the sampled prompts: part of the cache name)")
 
 
 def register(subparsers) -> None:

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..generation import clean_generate
 from ..jsonl import read_jsonl
 from ..prompts import encode_first_turn
 
@@ -45,8 +46,8 @@ def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: in
         idx = order[s: s + batch_size]
         ids, mask = left_padded([prompts[i] for i in idx], pad)
         width = ids.shape[1]
-        gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=pad, eos_token_id=eos_token_id)
+        gen = clean_generate(model, ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+                             pad_token_id=pad, eos_token_id=eos_token_id)
         for row, i in enumerate(idx):
             toks = gen[row, width:].tolist()
             if eos_token_id is not None and eos_token_id in toks:

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..prompts import chat_ids
+from ..generation import clean_generate
 from .data import decoder_of, left_padded
 from .eagle import FullSequences
 
@@ -99,14 +100,9 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     device = next(model.parameters()).device
     ids, mask = left_padded(prompts, pad_id)
     width = ids.shape[1]
-    from transformers import GenerationConfig
-
-    # A fresh config, not the checkpoint's generation defaults: those may carry a repetition
-    # penalty or other processors, and then "greedy" would not be the target's argmax.
-    config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=list(ends),
-                              **({"do_sample": True, **sample} if sample else {"do_sample": False}))
     with _FinalNormCapture(model) as cap, SkinnyLinears(model):
-        gen = model.generate(ids.to(device), attention_mask=mask.to(device), generation_config=config)
+        gen = clean_generate(model, ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+                             pad_token_id=pad_id, eos_token_id=list(ends), sample=sample)
     prefill, steps = cap.outputs[0], cap.outputs[1:]
     if prefill.shape[1] != width or any(s.shape[1] != 1 for s in steps):
         raise RuntimeError("unexpected forward shapes while capturing hidden states (is a static cache in use?)")
@@ -181,14 +177,19 @@ def answer(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, batch
                          torch.tensor(offsets))
 
 
-def cache_path(cache_dir: str, target_fp: str, n: int, seed: int, max_new_tokens: int) -> str:
-    """Cache stem. The batch size (``--synthetic-batch``) is not part of it although it changes
-    the sampling stream: a cached set is reused as it is, and its manifest records how it was made."""
-    return os.path.join(cache_dir, f"selfdistill-{target_fp}-synthetic{n}-seed{seed}x{max_new_tokens}")
+DEFAULT_BATCH = 64
+
+
+def cache_path(cache_dir: str, target_fp: str, n: int, seed: int, max_new_tokens: int,
+               batch_size: int = DEFAULT_BATCH) -> str:
+    """Cache stem: everything that changes the records. The batch size (``--synthetic-batch``)
+    changes the sampling stream of the written prompts, so a non-default one is part of the name."""
+    batch = "" if batch_size == DEFAULT_BATCH else f"-batch{batch_size}"
+    return os.path.join(cache_dir, f"selfdistill-{target_fp}-synthetic{n}-seed{seed}x{max_new_tokens}{batch}")
 
 
 def load_or_build(model, tokenizer, n: int, *, target_fp: str, seed: int, max_new_tokens: int, cache_dir: str,
-                  batch_size: int = 64, progress: Callable[[str, int, int], None] | None = None
+                  batch_size: int = DEFAULT_BATCH, progress: Callable[[str, int, int], None] | None = None
                   ) -> tuple[FullSequences, str]:
     """``n`` synthetic records with full-sequence features, cached by target fingerprint and seed;
     returns ``(data, "cached" | "generated")``."""
@@ -196,7 +197,7 @@ def load_or_build(model, tokenizer, n: int, *, target_fp: str, seed: int, max_ne
 
     from .data import load_records, save_records
 
-    stem = cache_path(cache_dir, target_fp, n, seed, max_new_tokens)
+    stem = cache_path(cache_dir, target_fp, n, seed, max_new_tokens, batch_size)
     if os.path.isfile(stem + ".jsonl") and os.path.isfile(stem + "-full.safetensors"):
         t = load_file(stem + "-full.safetensors")
         records = load_records(stem + ".jsonl")
