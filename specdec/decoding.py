@@ -24,7 +24,8 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from .cost_model import AcceptanceEstimator, ScoreCalibration, VerifyCostModel, prune_tree, size_scored_draft
+from .cost_model import (AcceptanceEstimator, DraftOverhead, ScoreCalibration, VerifyCostModel, prune_tree,
+                         size_scored_draft)
 from .logits import SamplingParams
 from .metrics import RequestMetrics
 from .proposers.base import as_token_list
@@ -79,6 +80,7 @@ class SpeculativeDecoder:
         self.live_cost: VerifyCostModel | None = None
         self.calibration_prefix = calibration_prefix
         self.estimator = AcceptanceEstimator()
+        self.draft_overhead = DraftOverhead()
         self.calibrations: dict[str, ScoreCalibration] = {}  # one per estimator (ScoredDraft.source)
         self._ids = itertools.count()
 
@@ -214,6 +216,7 @@ class SpeculativeDecoder:
                 t3 = time.perf_counter()
                 if speculate and self.live_cost is not None and len(active) == 1:
                     self.live_cost.observe(trees[0].num_nodes, t2 - t1)
+                    self.draft_overhead.observe(trees[0].num_nodes > 0, t3 - t2)
                 for b in active:
                     metrics[b].propose_s += t1 - t0
                     metrics[b].verify_s += t2 - t1
@@ -265,11 +268,12 @@ class SpeculativeDecoder:
                 pass  # the proposer was asked for at most ``budget`` nodes: nothing to prune
             elif probs is None:
                 path = self.estimator.path_probs(tree)
-                k = self.live_cost.best_size(path)
+                k = self.live_cost.best_size(path, self.draft_overhead.seconds)
                 if k < tree.num_nodes and bool(tree.deterministic.all()):
                     tree = prune_tree(tree, path, k)
             else:
-                tree, probs = size_scored_draft(tree, probs, self._calibration(source), self.live_cost)
+                tree, probs = size_scored_draft(tree, probs, self._calibration(source), self.live_cost,
+                                                self.draft_overhead.seconds)
             out.append(tree)
             predicted.append(None if probs is None else (probs, source))
         return out, predicted

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specdec import DraftTree
-from specdec.cost_model import AcceptanceEstimator, VerifyCostModel, prune_tree
+from specdec.cost_model import AcceptanceEstimator, DraftOverhead, VerifyCostModel, prune_tree
 from specdec.models import tiny_model
 from specdec.target.hf import HFTarget
 
@@ -53,6 +53,42 @@ def test_decoder_refines_its_own_copy_of_the_cost_model():
     dec.generate([1, 2, 3, 1, 2, 3, 1, 2], max_new_tokens=12)
     assert given.seconds == [1e-6, 1.1e-6, 1.2e-6, 1.4e-6]  # the caller's model is untouched
     assert dec.live_cost is not given and dec.live_cost.seconds[0] > given.seconds[0]  # real steps are slower
+
+
+def test_draft_overhead_prices_out_marginal_drafts():
+    model = VerifyCostModel([0, 1], [1.0, 1.05])
+    assert model.best_size([0.1]) == 1  # 1.1 tokens for 1.05: worth it on verify time alone
+    assert model.best_size([0.1], draft_overhead=0.1) == 0  # not once the step's extra work counts
+    assert model.best_size([0.9], draft_overhead=0.1) == 1
+    with pytest.raises(ValueError, match="draft_overhead must be >= 0"):
+        model.best_size([0.5], draft_overhead=-1.0)
+
+
+def test_draft_overhead_is_the_measured_difference_never_negative():
+    o = DraftOverhead(min_samples=3)
+    for _ in range(3):
+        o.observe(False, 0.010)
+    for _ in range(2):
+        o.observe(True, 0.014)
+    assert o.seconds == 0.0  # too few drafting steps yet
+    o.observe(True, 0.014)
+    assert o.seconds == pytest.approx(0.004)
+    for _ in range(200):
+        o.observe(True, 0.005)  # drafting steps got cheaper than plain ones: no negative overhead
+    assert o.seconds == 0.0
+    with pytest.raises(ValueError, match="cannot take"):
+        o.observe(True, -1.0)
+
+
+def test_decoder_measures_its_draft_overhead():
+    from specdec import SpeculativeDecoder
+    from specdec.proposers.suffix import SuffixProposer
+
+    target = HFTarget(tiny_model("llama"))
+    dec = SpeculativeDecoder(target, SuffixProposer(target.vocab_size),
+                             cost_model=VerifyCostModel([0, 1, 2, 4], [1e-6, 1.1e-6, 1.2e-6, 1.4e-6]))
+    res = dec.generate([1, 2, 3, 1, 2, 3, 1, 2], max_new_tokens=12)
+    assert sum(dec.draft_overhead.counts) == res.metrics.steps and dec.draft_overhead.counts[1] > 0
 
 
 def test_bad_cost_models_are_refused():
