@@ -99,12 +99,27 @@ def parse_curve(text: str) -> list[tuple[int, float]]:
     return pairs
 
 
-def relative_costs(curve: list[tuple[int, float]], up_to: int) -> list[float]:
-    """``c(k) / c(0)`` for ``k = 0 .. up_to`` (the :class:`VerifyCostModel` interpolation)."""
+def relative_costs(cost, up_to: int) -> list[float]:
+    """``c(k) / c(0)`` for ``k = 0 .. up_to`` from a :class:`~specdec.cost_model.VerifyCostModel`."""
+    return [cost.cost(k) / cost.cost(0) for k in range(up_to + 1)]
+
+
+def add_cost_args(ap: argparse.ArgumentParser) -> None:
+    """``--cost`` / ``--prefix`` / ``--repeats``: a given verify-cost curve, or how to measure one."""
+    ap.add_argument("--cost", default=None, help='verify cost curve "nodes:ms,..."; measured when omitted')
+    ap.add_argument("--prefix", type=int, default=256, help="prefix length of the measured curve")
+    ap.add_argument("--repeats", type=int, default=3, help="curves measured (fastest per size kept)")
+
+
+def cost_model(args):
+    """The :class:`~specdec.cost_model.VerifyCostModel` the options of :func:`add_cost_args` name
+    (printed, so every table states the curve it was priced with)."""
     from specdec.cost_model import VerifyCostModel
 
+    curve = parse_curve(args.cost) if args.cost else measured_curve(args.prefix, args.repeats)
     model = VerifyCostModel(sizes=[n for n, _ in curve], seconds=[s for _, s in curve])
-    return [model.cost(k) / model.cost(0) for k in range(up_to + 1)]
+    print("verify cost: " + model.describe())
+    return model
 
 
 def main(argv=None) -> int:
@@ -116,15 +131,11 @@ def main(argv=None) -> int:
     ap.add_argument("--min-match", type=int, default=0,
                     help="drafts must follow an occurrence of the last N committed tokens (0: anywhere)")
     ap.add_argument("--max-draft", type=int, default=64, help="most nodes one verify may hold")
-    ap.add_argument("--cost", default=None, help='verify cost curve "nodes:ms,..."; measured when omitted')
-    ap.add_argument("--prefix", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
+    add_cost_args(ap)
     args = ap.parse_args(argv)
 
-    curve = parse_curve(args.cost) if args.cost else measured_curve(args.prefix, args.repeats)
-    rel = relative_costs(curve, args.max_draft)
+    rel = relative_costs(cost_model(args), args.max_draft)
     flat = [1.0] * (args.max_draft + 1)
-    print("verify cost: " + ", ".join(f"n={n}: {1e3 * s:.1f} ms" for n, s in curve))
 
     table = collections.defaultdict(lambda: [0, 0, 0.0, 0, 0.0])  # tokens, sum K, cost, steps, free cost
     seen = ""

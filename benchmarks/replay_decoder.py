@@ -27,7 +27,7 @@ import argparse
 import collections
 from dataclasses import dataclass
 
-from lookup_ceiling import DEFAULT_DATA, measured_curve, parse_curve
+from lookup_ceiling import DEFAULT_DATA, add_cost_args, cost_model
 from replay_suffix_acceptance import VOCAB, accepted_length, read_rows
 
 from specdec.cost_model import ScoreCalibration, VerifyCostModel, size_scored_draft
@@ -93,14 +93,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(DEFAULT_DATA),
                     help="JSONL rows with prompt_ids and output_ids or response_ids")
     ap.add_argument("--budget", type=int, default=16, help="nodes the proposer may draft per step")
-    ap.add_argument("--cost", default=None, help='verify cost curve "nodes:ms,..."; measured when omitted')
-    ap.add_argument("--prefix", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
+    add_cost_args(ap)
     args = ap.parse_args(argv)
 
-    curve = parse_curve(args.cost) if args.cost else measured_curve(args.prefix, args.repeats)
-    cost = VerifyCostModel(sizes=[n for n, _ in curve], seconds=[s for _, s in curve])
-    print("verify cost: " + cost.describe())
+    cost = cost_model(args)
     rows = read_rows(args.data)
     print(f"\n{args.data}: {len(rows)} answers, budget {args.budget}")
     print("| calibration | tokens/step | accepted/step | drafted/step | est. speedup (model time) | lowest category |")

@@ -1,0 +1,43 @@
+"""The replay benchmarks' own logic (benchmarks/lookup_ceiling.py, benchmarks/replay_decoder.py):
+the bound and the replayed policy must compute what their docs claim, on hand-checked cases."""
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "benchmarks"))
+lookup_ceiling = pytest.importorskip("lookup_ceiling")
+replay_decoder = pytest.importorskip("replay_decoder")
+
+from specdec.cost_model import VerifyCostModel  # noqa: E402
+
+
+def test_copy_lengths_follow_the_anchor():
+    context = [1, 2, 3, 4]
+    answer = [2, 3, 4, 9, 9, 5]
+    # anywhere: "2 3 4" is in the context; "9" only once committed; the last token is never drafted
+    assert lookup_ceiling.copy_lengths(context, answer) == [3, 2, 1, 0, 1, 0]
+    # after a 1-token match: position 0 follows "4", whose continuation is unseen
+    assert lookup_ceiling.copy_lengths(context, answer, min_match=1)[0] == 0
+    assert lookup_ceiling.copy_lengths([1, 2, 3, 1], [2, 3, 5], min_match=1) == [2, 1, 0]  # "1" was followed by "2 3"
+
+
+def test_best_schedule_is_the_cheapest_cover():
+    # one verify of k drafted nodes costs 1 + 0.1 k: drafting all 3 copyable tokens at once is best
+    cost, steps = lookup_ceiling.best_schedule([3, 2, 1, 0], [1.0, 1.1, 1.2, 1.3])
+    assert (round(cost, 6), steps) == (1.3, 1)
+    # drafts that cost more than a step never pay
+    cost, steps = lookup_ceiling.best_schedule([3, 2, 1, 0], [1.0, 2.5, 4.0, 5.5])
+    assert (cost, steps) == (4.0, 4)
+
+
+def test_replayed_policy_counts_every_answer_token():
+    rows = [{"category": "a", "prompt_ids": [1, 2, 3, 1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 7]},
+            {"category": "b", "prompt_ids": [5, 6], "output_ids": [8, 9, 10]}]
+    cost = VerifyCostModel([0, 1, 4], [1.0, 1.02, 1.08])
+    for make in replay_decoder.VARIANTS.values():
+        totals = replay_decoder.replay(rows, make, cost, budget=4)
+        assert totals[None]["tokens"] == 10 and totals["a"]["tokens"] == 7 and totals["b"]["tokens"] == 3
+        assert totals[None]["steps"] <= 10 and totals[None]["cost"] >= totals[None]["steps"]
+    assert replay_decoder.replay(rows, replay_decoder.VARIANTS["per-depth"], cost, 4)["a"]["accepted"] > 0
