@@ -247,6 +247,20 @@ def test_nan_logits_are_an_error_not_a_token(model):
         dec._first_tokens(broken, None, None)
 
 
+def test_a_single_nan_logit_in_a_read_row_is_found_and_padding_is_ignored():
+    from specdec.decoding import _checked_argmax
+
+    gen = torch.Generator().manual_seed(0)
+    for col in (0, 17, 63):  # wherever it sits, even beside a larger finite logit
+        logits = torch.randn(2, 4, 64, generator=gen)
+        logits[1, 2, col] = float("nan")
+        logits[1, 2, (col + 5) % 64] = 1e30
+        with pytest.raises(ValueError, match="NaN logits"):
+            _checked_argmax(logits, torch.tensor([4, 3]))
+        best = _checked_argmax(logits, torch.tensor([4, 2]))  # row 2 of request 1 is padding
+        assert torch.equal(best[0], logits[0].argmax(-1))
+
+
 class _TwoSourceProposer(ReplayProposer):
     """Scored drafts from two estimators, both claiming 0.9 per node: "good" drafts the script's
     next tokens, "bad" a wrong token. The decoder must calibrate them separately."""
