@@ -12,8 +12,10 @@ acceptance and compaction overheads and the prefill are not charged.
 
 Variants, all in the same run on the same answers:
 
-* ``per-depth`` -- the library's calibration (a ratio per tree depth, evidence decaying by 0.998
-  per step);
+* ``per-request + per-depth`` -- the library's calibration: each request's own per-depth
+  evidence shrunk toward its source's decoder-wide one (``RequestCalibration``);
+* ``per-depth`` -- the decoder-wide calibration alone (a ratio per tree depth, evidence decaying
+  by 0.998 per step);
 * ``per-depth, no decay`` -- the same without forgetting;
 * ``one scale`` / ``one scale, no decay`` -- one ratio pooled over all depths (the decoder's
   policy before 2026-11-30 is ``one scale, no decay``).
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from lookup_ceiling import DEFAULT_DATA, add_cost_args, cost_model
 from replay_suffix_acceptance import VOCAB, accepted_length, read_rows
 
-from specdec.cost_model import ScoreCalibration, VerifyCostModel, size_scored_draft
+from specdec.cost_model import RequestCalibration, ScoreCalibration, VerifyCostModel, size_scored_draft
 from specdec.proposers.suffix import SuffixProposer
 
 
@@ -43,22 +45,26 @@ class OneScale(ScoreCalibration):
         return [min(1.0, r)] * max_depth
 
 
+# name -> (shared calibration per source, whether each request has its own on top)
 VARIANTS = {
-    "per-depth": lambda: ScoreCalibration(),
-    "per-depth, no decay": lambda: ScoreCalibration(decay=1.0),
-    "one scale": lambda: OneScale(),
-    "one scale, no decay": lambda: OneScale(decay=1.0),
+    "per-request + per-depth": (ScoreCalibration, True),
+    "per-depth": (ScoreCalibration, False),
+    "per-depth, no decay": (lambda: ScoreCalibration(decay=1.0), False),
+    "one scale": (OneScale, False),
+    "one scale, no decay": (lambda: OneScale(decay=1.0), False),
 }
 
 
-def replay(rows: list[dict], make_calibration, cost: VerifyCostModel, budget: int) -> dict:
-    """Totals over ``rows`` for one policy, overall (``None``) and per category: tokens, steps,
-    accepted, drafted, relative cost."""
+def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int) -> dict:
+    """Totals over ``rows`` for one policy (a :data:`VARIANTS` value), overall (``None``) and per
+    category: tokens, steps, accepted, drafted, relative cost."""
+    make_calibration, per_request = variant
     prop = SuffixProposer(VOCAB)
     calibrations: dict[str, ScoreCalibration] = {}
     totals = collections.defaultdict(collections.Counter)
     for i, row in enumerate(rows):
         t = collections.Counter()
+        own: dict[str, RequestCalibration] = {}  # this request's, as the decoder keeps them
         answer = row["output_ids"]
         prop.begin(i, row["prompt_ids"])
         pos = 0
@@ -68,12 +74,14 @@ def replay(rows: list[dict], make_calibration, cost: VerifyCostModel, budget: in
             cal = None
             if tree.num_nodes:
                 cal = calibrations.setdefault(scored.source, make_calibration())
+                if per_request:
+                    cal = own.setdefault(scored.source, RequestCalibration(shared=cal))
                 tree, raw = size_scored_draft(tree, raw, cal, cost)
             a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else 0
             a = min(a, len(answer) - pos - 1)  # the last answer token is always the target's own
             if cal is not None:
                 cal.update(raw, tree._depth_list, a)
-            for c in calibrations.values():
+            for c in [*calibrations.values(), *own.values()]:
                 c.tick()
             t["steps"] += 1
             t["tokens"] += a + 1

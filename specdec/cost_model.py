@@ -278,6 +278,36 @@ class ScoreCalibration:
 
 
 @dataclass
+class RequestCalibration(ScoreCalibration):
+    """One request's own acceptance evidence, shrunk toward its source's decoder-wide calibration.
+
+    ``ratio[d] = (accepted[d] + strength * shared_ratio[d]) / (predicted[d] + strength)``, capped
+    and non-increasing like :class:`ScoreCalibration`; :meth:`update` feeds both. Why: requests
+    differ far more than the decoder-wide ratios can say (extraction answers accept 2-8 tokens per
+    step, code 0.17), and a request whose drafts keep missing should stop paying for them before
+    the shared evidence moves. ``tick`` decays the request's own evidence only; the shared one
+    ticks once per decoder step.
+    """
+
+    shared: ScoreCalibration = field(default_factory=ScoreCalibration)
+    strength: float = 8.0
+
+    def ratios(self, max_depth: int) -> list[float]:
+        base = self.shared.ratios(max_depth)
+        out, r = [], 1.0
+        for i in range(max_depth):
+            pred = self.predicted[i] if i < len(self.predicted) else 0.0
+            acc = self.accepted[i] if i < len(self.accepted) else 0.0
+            r = min(r, (acc + self.strength * base[i]) / (pred + self.strength))
+            out.append(r)
+        return out
+
+    def update(self, probs: Sequence[float], depths: Sequence[int], accepted: int) -> None:
+        super().update(probs, depths, accepted)
+        self.shared.update(probs, depths, accepted)
+
+
+@dataclass
 class DraftOverhead:
     """Seconds a decoding step spends outside the verify forward only because it drafted.
 

@@ -24,8 +24,8 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from .cost_model import (AcceptanceEstimator, DraftOverhead, ScoreCalibration, VerifyCostModel, prune_tree,
-                         size_scored_draft)
+from .cost_model import (AcceptanceEstimator, DraftOverhead, RequestCalibration, ScoreCalibration, VerifyCostModel,
+                         prune_tree, size_scored_draft)
 from .logits import SamplingParams
 from .metrics import RequestMetrics
 from .proposers.base import as_token_list
@@ -160,6 +160,7 @@ class SpeculativeDecoder:
         # Requests whose proposer state is open: closed on every exit (finished, a consumer that
         # stops iterating, an exception), so a req_id can be reused afterwards.
         begun: set = set()
+        request_cals: dict = {}  # (req_id, source) -> RequestCalibration, while the request runs
         try:
             for b in active:
                 metrics[b].prefill_s = prefill_s
@@ -183,7 +184,7 @@ class SpeculativeDecoder:
                 # 1. propose
                 t0 = time.perf_counter()
                 if speculate:
-                    trees, predicted = self._propose([req_ids[b] for b in active])
+                    trees, predicted = self._propose([req_ids[b] for b in active], request_cals)
                 else:
                     trees, predicted = [DraftTree.empty()] * len(active), [None] * len(active)
                 t1 = time.perf_counter()
@@ -199,11 +200,13 @@ class SpeculativeDecoder:
                     if speculate:
                         self.estimator.update(trees[row], len(paths[row]))
                         if predicted[row] is not None:
-                            raw, source = predicted[row]
-                            self._calibration(source).update(raw, trees[row]._depth_list, len(paths[row]))
+                            raw, cal = predicted[row]
+                            cal.update(raw, trees[row]._depth_list, len(paths[row]))
                     ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
                     if ev.finished:
                         finished_rows.append(row)
+                        for key in [k for k in request_cals if k[0] == req_ids[b]]:
+                            del request_cals[key]
                     elif speculate:
                         h = None
                         if proposer.requires_target_hidden:
@@ -211,7 +214,7 @@ class SpeculativeDecoder:
                         proposer.commit(req_ids[b], emitted[row], target_hidden=h)
                     events.append(ev)
                 target.accept(state, paths, [e[-1] for e in emitted], out.logits.shape[1] - 1)
-                for cal in self.calibrations.values():
+                for cal in itertools.chain(self.calibrations.values(), request_cals.values()):
                     cal.tick()
                 t3 = time.perf_counter()
                 if speculate and self.live_cost is not None and len(active) == 1:
@@ -228,7 +231,8 @@ class SpeculativeDecoder:
                 proposer.end(req_id)
 
     # ------------------------------------------------------------------ steps
-    def _propose(self, req_ids: list[Hashable]) -> tuple[list[DraftTree], list[tuple[list[float], str] | None]]:
+    def _propose(self, req_ids: list[Hashable], request_cals: dict
+                 ) -> tuple[list[DraftTree], list[tuple[list[float], ScoreCalibration] | None]]:
         """Draft, then keep the cost-optimal part of each deterministic tree.
 
         Node path probabilities come from the proposer when it offers ``propose_scored`` (as the
@@ -236,8 +240,10 @@ class SpeculativeDecoder:
         estimates matched real acceptance (:class:`ScoreCalibration`), else from this decoder's
         running per-depth acceptance rates for the proposer. Each estimator the proposer names
         (``ScoredDraft.source``) has its own calibration: one over-confident cache must not shrink
-        another's good estimates. Returns the trees to verify and, for scored proposers, the
-        proposer's own (unscaled) estimates of each kept tree's nodes with their source.
+        another's good estimates, and each request has its own, shrunk toward its source's
+        (:class:`RequestCalibration`, kept in ``request_cals`` by ``(req_id, source)`` for the
+        request's lifetime). Returns the trees to verify and, for scored proposers, the proposer's
+        own (unscaled) estimates of each kept tree's nodes with the calibration to update.
         """
         # A fixed int budget caps what is drafted: sampled trees cannot be pruned afterwards
         # (dropping sampled siblings would change the law they were drawn under).
@@ -250,7 +256,7 @@ class SpeculativeDecoder:
         if len(drafts) != len(req_ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(req_ids)} requests")
         out, predicted = [], []
-        for tree, probs, source in drafts:
+        for req_id, (tree, probs, source) in zip(req_ids, drafts):
             if not isinstance(tree, DraftTree):
                 raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
             if tree.num_nodes > ask:
@@ -264,18 +270,23 @@ class SpeculativeDecoder:
                 out.append(tree)
                 predicted.append(None)
                 continue
-            if self.budget != "auto":
-                pass  # the proposer was asked for at most ``budget`` nodes: nothing to prune
-            elif probs is None:
-                path = self.estimator.path_probs(tree)
-                k = self.live_cost.best_size(path, self.draft_overhead.seconds)
-                if k < tree.num_nodes and bool(tree.deterministic.all()):
-                    tree = prune_tree(tree, path, k)
-            else:
-                tree, probs = size_scored_draft(tree, probs, self._calibration(source), self.live_cost,
-                                                self.draft_overhead.seconds)
+            # With an int budget the proposer was asked for at most that many nodes: nothing to prune.
+            if probs is None:  # no estimates: this decoder's per-depth acceptance rates
+                if self.budget == "auto":
+                    path = self.estimator.path_probs(tree)
+                    k = self.live_cost.best_size(path, self.draft_overhead.seconds)
+                    if k < tree.num_nodes and bool(tree.deterministic.all()):
+                        tree = prune_tree(tree, path, k)
+                out.append(tree)
+                predicted.append(None)
+                continue
+            cal = request_cals.get((req_id, source))
+            if cal is None:
+                cal = request_cals[(req_id, source)] = RequestCalibration(shared=self._calibration(source))
+            if self.budget == "auto":
+                tree, probs = size_scored_draft(tree, probs, cal, self.live_cost, self.draft_overhead.seconds)
             out.append(tree)
-            predicted.append(None if probs is None else (probs, source))
+            predicted.append((probs, cal))
         return out, predicted
 
     def _calibration(self, source: str) -> "ScoreCalibration":

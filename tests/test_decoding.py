@@ -317,3 +317,55 @@ def test_scores_that_are_not_probabilities_are_refused(model, reference):
                              cost_model=cheap_cost())
     with pytest.raises(ValueError, match="acceptance estimates must be probabilities"):
         dec.generate(PROMPTS[0], NEW, stop_tokens=(), req_id=0)
+
+
+class _OneGoodOneBadProposer(ReplayProposer):
+    """Scored drafts from ONE estimator, claiming 0.9 per node for every request: request 0's
+    drafts are its script, request 1's are wrong tokens."""
+
+    def propose_scored(self, req_ids, budget):
+        from specdec.proposers.base import ScoredDraft
+
+        out = []
+        for req_id, tree in zip(req_ids, self.propose(req_ids, 3)):
+            if req_id == 1 and tree.num_nodes:
+                tree = type(tree).chain((tree.tokens + 1) % self._vocab_size, vocab_size=self._vocab_size)
+            probs = torch.full((tree.num_nodes,), 0.9)
+            out.append(ScoredDraft(tree, probs, float(probs.sum()), "shared"))
+        return out
+
+
+def test_each_request_learns_its_own_acceptance(model, reference, monkeypatch):
+    """Both requests draft from the same estimator, but each step's outcome is recorded in that
+    request's own RequestCalibration (which also feeds the one shared calibration)."""
+    from specdec.cost_model import RequestCalibration
+
+    seen = {}
+    real = RequestCalibration.update
+
+    def spy(self, probs, depths, accepted):
+        seen.setdefault(id(self), (self, []))[1].append(accepted)
+        real(self, probs, depths, accepted)
+
+    monkeypatch.setattr(RequestCalibration, "update", spy)
+    prop = _OneGoodOneBadProposer({0: reference[0], 1: reference[0]}, model.config.vocab_size)
+    dec = SpeculativeDecoder(model, prop, cost_model=VerifyCostModel([0, 1, 4], [1.0, 1.1, 1.4]))
+    good, bad = dec.generate_batch([PROMPTS[0], PROMPTS[0]], NEW, stop_tokens=(), req_ids=[0, 1])
+    assert good.tokens == bad.tokens == reference[0]
+    (cal_a, acc_a), (cal_b, acc_b) = seen.values()
+    assert cal_a is not cal_b and cal_a.shared is cal_b.shared is dec.calibrations["shared"]
+    assert sorted([sum(acc_a), sum(acc_b)]) == [0, good.metrics.accepted]
+    bad_cal = cal_a if sum(acc_a) == 0 else cal_b
+    assert bad_cal.ratios(1)[0] < bad_cal.shared.ratios(1)[0]  # its own misses count more than the pool's
+
+
+def test_request_calibration_shrinks_toward_the_shared_one():
+    from specdec.cost_model import RequestCalibration, ScoreCalibration
+
+    shared = ScoreCalibration()
+    mine = RequestCalibration(shared=shared)
+    assert mine.ratios(2) == shared.ratios(2)  # no evidence of its own yet
+    for _ in range(20):
+        mine.update([1.0], [1], 0)
+    assert mine.ratios(1)[0] < shared.ratios(1)[0] < 0.5  # own misses weigh more; the shared one learns too
+    assert sum(shared.predicted) == 20

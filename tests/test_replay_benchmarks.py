@@ -36,8 +36,8 @@ def test_replayed_policy_counts_every_answer_token():
     rows = [{"category": "a", "prompt_ids": [1, 2, 3, 1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 7]},
             {"category": "b", "prompt_ids": [5, 6], "output_ids": [8, 9, 10]}]
     cost = VerifyCostModel([0, 1, 4], [1.0, 1.02, 1.08])
-    for make in replay_decoder.VARIANTS.values():
-        totals = replay_decoder.replay(rows, make, cost, budget=4)
+    for variant in replay_decoder.VARIANTS.values():
+        totals = replay_decoder.replay(rows, variant, cost, budget=4)
         assert totals[None]["tokens"] == 10 and totals["a"]["tokens"] == 7 and totals["b"]["tokens"] == 3
         assert totals[None]["steps"] <= 10 and totals[None]["cost"] >= totals[None]["steps"]
     assert replay_decoder.replay(rows, replay_decoder.VARIANTS["per-depth"], cost, 4)["a"]["accepted"] > 0
