@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import pathlib
 
-from specdec.jsonl import read_jsonl
-
-DEFAULT_DATA = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
+from replay_suffix_acceptance import DEFAULT_DATA, read_rows
 
 
 def _text(ids: list[int]) -> str:
@@ -46,10 +43,11 @@ def copy_lengths(context: list[int], answer: list[int], seen: str = "", max_len:
     ``max_len`` and never the answer's last token, which is always the target's own) found in
     ``context + answer[:t]`` or in ``seen`` (other documents, already joined by :func:`_text`)
     right after an occurrence of the last ``min_match`` tokens committed (0: anywhere)."""
-    ctx = _text(context)
+    hay = _text(context)
     out = []
     for t in range(len(answer)):
-        hay = ctx + _text(answer[:t])
+        if t:
+            hay += chr(answer[t - 1])
         anchor = hay[len(hay) - min_match :] if min_match else ""
         limit = min(max_len, len(answer) - t - 1) if len(anchor) == min_match else 0
         k = 0
@@ -139,8 +137,8 @@ def main(argv=None) -> int:
 
     table = collections.defaultdict(lambda: [0, 0, 0.0, 0, 0.0])  # tokens, sum K, cost, steps, free cost
     seen = ""
-    for _, row in read_jsonl(args.data):
-        answer = row.get("output_ids") or row["response_ids"]
+    for row in read_rows(args.data):
+        answer = row["output_ids"]
         ks = copy_lengths(row["prompt_ids"], answer, seen if args.use_global else "", args.max_draft,
                           args.min_match)
         cost, steps = best_schedule(ks, rel)

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import pathlib
 
 import torch
 
-from specdec.proposers.suffix import SuffixProposer
+from specdec.jsonl import read_jsonl
+from specdec.proposers.suffix import SuffixProposer, row_response_ids
 
 DEFAULT_DATA = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
 VOCAB = 49152
@@ -92,13 +92,7 @@ def replay_hf(prompt: list[int], output: list[int]) -> tuple[int, int, int]:
 
 def read_rows(path: str) -> list[dict]:
     """JSONL rows with ``prompt_ids``, ``category`` and ``output_ids`` (``response_ids`` renamed)."""
-    rows = []
-    for line in open(path):
-        if line.strip():
-            row = json.loads(line)
-            row.setdefault("output_ids", row.get("response_ids"))
-            rows.append(row)
-    return rows
+    return [{**row, "output_ids": row_response_ids(row, f"{path}:{n}")} for n, row in read_jsonl(path)]
 
 
 def main(argv=None) -> None:

@@ -247,11 +247,16 @@ class ScoreCalibration:
 
     def ratios(self, max_depth: int) -> list[float]:
         """``r[d - 1]`` for ``d = 1 .. max_depth``: capped at 1, non-increasing in ``d``."""
+        return self._shrunk([self.prior_accepted] * max_depth, self.prior_predicted)
+
+    def _shrunk(self, prior_accepted: Sequence[float], prior_predicted: float) -> list[float]:
+        """``(accepted[i] + prior_accepted[i]) / (predicted[i] + prior_predicted)`` per depth, as a
+        running minimum from 1 (capped, non-increasing)."""
         out, r = [], 1.0
-        for i in range(max_depth):
+        for i, prior in enumerate(prior_accepted):
             pred = self.predicted[i] if i < len(self.predicted) else 0.0
             acc = self.accepted[i] if i < len(self.accepted) else 0.0
-            r = min(r, (acc + self.prior_accepted) / (pred + self.prior_predicted))
+            r = min(r, (acc + prior) / (pred + prior_predicted))
             out.append(r)
         return out
 
@@ -293,14 +298,7 @@ class RequestCalibration(ScoreCalibration):
     strength: float = 8.0
 
     def ratios(self, max_depth: int) -> list[float]:
-        base = self.shared.ratios(max_depth)
-        out, r = [], 1.0
-        for i in range(max_depth):
-            pred = self.predicted[i] if i < len(self.predicted) else 0.0
-            acc = self.accepted[i] if i < len(self.accepted) else 0.0
-            r = min(r, (acc + self.strength * base[i]) / (pred + self.strength))
-            out.append(r)
-        return out
+        return self._shrunk([self.strength * r for r in self.shared.ratios(max_depth)], self.strength)
 
     def update(self, probs: Sequence[float], depths: Sequence[int], accepted: int) -> None:
         super().update(probs, depths, accepted)
@@ -340,6 +338,17 @@ class DraftOverhead:
         return max(0.0, self.means[1] - self.means[0])
 
 
+def size_draft(tree: DraftTree, path_probs: Sequence[float], cost: VerifyCostModel,
+               draft_overhead: float = 0.0) -> tuple[DraftTree, list[int] | None]:
+    """The cost-optimal part of a tree whose nodes have acceptance estimates ``path_probs``:
+    ``(kept tree, indices of the kept nodes)``, or ``(tree, None)`` when it is kept whole (every
+    node pays for its verify time plus ``draft_overhead``, or the tree has sampled nodes)."""
+    k = cost.best_size(path_probs, draft_overhead)
+    if k >= tree.num_nodes or not bool(tree.deterministic.all()):
+        return tree, None
+    return prune_tree(tree, path_probs, k), top_nodes(path_probs, k)
+
+
 def size_scored_draft(tree: DraftTree, raw: Sequence[float], calibration: ScoreCalibration,
                       cost: VerifyCostModel, draft_overhead: float = 0.0) -> tuple[DraftTree, list[float]]:
     """The cost-optimal part of a scored draft: ``(kept tree, the proposer's own estimates of the
@@ -351,8 +360,5 @@ def size_scored_draft(tree: DraftTree, raw: Sequence[float], calibration: ScoreC
     Trees with sampled nodes are returned whole.
     """
     raw = [float(p) for p in raw]
-    probs = calibration.apply(raw, tree._depth_list)
-    k = cost.best_size(probs, draft_overhead)
-    if k >= tree.num_nodes or not bool(tree.deterministic.all()):
-        return tree, raw
-    return prune_tree(tree, probs, k), [raw[i] for i in top_nodes(probs, k)]
+    kept, keep = size_draft(tree, calibration.apply(raw, tree._depth_list), cost, draft_overhead)
+    return kept, raw if keep is None else [raw[i] for i in keep]

@@ -25,7 +25,7 @@ from typing import Hashable, Iterator, Sequence
 import torch
 
 from .cost_model import (AcceptanceEstimator, DraftOverhead, RequestCalibration, ScoreCalibration, VerifyCostModel,
-                         prune_tree, size_scored_draft)
+                         size_draft, size_scored_draft)
 from .logits import SamplingParams
 from .metrics import RequestMetrics
 from .proposers.base import as_token_list
@@ -273,10 +273,8 @@ class SpeculativeDecoder:
             # With an int budget the proposer was asked for at most that many nodes: nothing to prune.
             if probs is None:  # no estimates: this decoder's per-depth acceptance rates
                 if self.budget == "auto":
-                    path = self.estimator.path_probs(tree)
-                    k = self.live_cost.best_size(path, self.draft_overhead.seconds)
-                    if k < tree.num_nodes and bool(tree.deterministic.all()):
-                        tree = prune_tree(tree, path, k)
+                    tree, _ = size_draft(tree, self.estimator.path_probs(tree), self.live_cost,
+                                         self.draft_overhead.seconds)
                 out.append(tree)
                 predicted.append(None)
                 continue

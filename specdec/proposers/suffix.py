@@ -85,13 +85,20 @@ def read_documents(path: str) -> list[list[int]]:
     Raises:
         ValueError: a missing file, a line that is not JSON, or a row without either field.
     """
-    docs = []
-    for n, row in read_jsonl(path, "responses file"):
-        ids = row.get("response_ids", row.get("output_ids")) if isinstance(row, dict) else None
-        if not isinstance(ids, list):
-            raise ValueError(f"{path}:{n}: expected an object with a 'response_ids' or 'output_ids' list")
-        docs.append(ids)
-    return docs
+    return [row_response_ids(row, f"{path}:{n}") for n, row in read_jsonl(path, "responses file")]
+
+
+def row_response_ids(row, where: str) -> list:
+    """The response of one JSONL row: its ``response_ids`` (``specdec train`` caches) or
+    ``output_ids`` (``benchmarks/gen_greedy_outputs.py``) list.
+
+    Raises:
+        ValueError: naming ``where`` when the row is not an object with either list.
+    """
+    ids = row.get("response_ids", row.get("output_ids")) if isinstance(row, dict) else None
+    if not isinstance(ids, list):
+        raise ValueError(f"{where}: expected an object with a 'response_ids' or 'output_ids' list")
+    return ids
 
 
 class _Partition:
