@@ -91,7 +91,11 @@ def measured_curve(prefix: int, repeats: int) -> list[tuple[int, float]]:
 
 
 def parse_curve(text: str) -> list[tuple[int, float]]:
-    pairs = sorted((int(n), float(ms) / 1e3) for n, ms in (p.split(":") for p in text.split(",")))
+    """``"0:25.1,1:27.2,..."`` (nodes:ms) -> ``[(nodes, seconds)]``, sorted; SystemExit naming the problem."""
+    try:
+        pairs = sorted((int(n), float(ms) / 1e3) for n, ms in (p.split(":") for p in text.split(",")))
+    except ValueError as exc:
+        raise SystemExit(f"--cost must look like '0:25.1,1:27.2' (nodes:ms pairs), got {text!r}") from exc
     if not pairs or pairs[0][0] != 0:
         raise SystemExit(f"--cost needs a point at 0 nodes, got {text!r}")
     return pairs
@@ -131,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-draft", type=int, default=64, help="most nodes one verify may hold")
     add_cost_args(ap)
     args = ap.parse_args(argv)
+    if args.min_match < 0 or args.max_draft < 1:
+        raise SystemExit(f"--min-match must be >= 0 and --max-draft >= 1, got {args.min_match} / {args.max_draft}")
 
     rel = relative_costs(cost_model(args), args.max_draft)
     flat = [1.0] * (args.max_draft + 1)

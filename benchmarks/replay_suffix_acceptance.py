@@ -13,7 +13,7 @@ steps that drafted anything, for
 * ``hf-lookup``: HF ``PromptLookupCandidateGenerator`` (10 tokens, n-gram <= 2) as a chain.
 
 Last, the estimates of ``suffix+global`` against what was accepted, per drafting cache
-(``ScoredDraft.source``): the calibration the decoder's cost model depends on.
+(``ScoredDraft.source``) and per tree depth: the calibration the decoder's cost model depends on.
 
     python benchmarks/replay_suffix_acceptance.py [--data ...] [--budget 16] [--warm responses.jsonl]
 
@@ -36,28 +36,40 @@ DEFAULT_DATA = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
 VOCAB = 49152
 
 
-def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> int:
-    """Length of the longest root path whose tokens equal ``truth``'s prefix (greedy acceptance)."""
-    node, depth = -1, 0
-    while depth < len(truth):
-        nxt = next((i for i, p in enumerate(parents) if p == node and tokens[i] == truth[depth]), None)
+def accepted_path(tokens: list[int], parents: list[int], truth: list[int]) -> list[int]:
+    """Nodes of the longest root path whose tokens equal ``truth``'s prefix (greedy acceptance)."""
+    path, node = [], -1
+    while len(path) < len(truth):
+        nxt = next((i for i, p in enumerate(parents) if p == node and tokens[i] == truth[len(path)]), None)
         if nxt is None:
             break
-        node, depth = nxt, depth + 1
-    return depth
+        path.append(nxt)
+        node = nxt
+    return path
+
+
+def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> int:
+    """Length of the longest root path whose tokens equal ``truth``'s prefix (greedy acceptance)."""
+    return len(accepted_path(tokens, parents, truth))
 
 
 def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int], budget: int,
-                  calibration: dict | None = None) -> tuple[int, int, int]:
+                  calibration: dict | None = None, depths: dict | None = None) -> tuple[int, int, int]:
     """(steps, accepted draft tokens, steps that drafted) for one request. ``calibration``, when
-    given, accumulates ``{source: [drafting steps, predicted accepted, accepted]}`` per cache."""
+    given, accumulates ``{source: [drafting steps, predicted accepted, accepted]}`` per cache, and
+    ``depths`` ``{tree depth: [nodes, summed estimates, accepted nodes]}``."""
     prop.begin(rid, prompt)
     pos = steps = accepted = drafted = 0
     while pos < len(output):
         (scored,) = prop.propose_scored([rid], budget)
         tree = scored.tree
-        a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), output[pos:])
-        a = min(a, len(output) - pos - 1)  # the last output token is always the target's own
+        path = accepted_path(tree.tokens.tolist(), tree.parents.tolist(), output[pos:])
+        path = path[: len(output) - pos - 1]  # the last output token is always the target's own
+        a = len(path)
+        if depths is not None:
+            for node, (d, p) in enumerate(zip(tree._depth_list, scored.node_probs.tolist())):
+                cell = depths.setdefault(d, [0, 0.0, 0])
+                cell[0], cell[1], cell[2] = cell[0] + 1, cell[1] + p, cell[2] + (node in path)
         steps += 1
         accepted += a
         drafted += tree.num_nodes > 0
@@ -117,11 +129,12 @@ def main(argv=None) -> None:
     warmed = with_global.warm(r["output_ids"] for r in read_rows(args.warm)) if args.warm else 0
     table = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0, 0]))
     calibration: dict = {}
+    depths: dict = {}
     for i, row in enumerate(rows):
         results = {
             "suffix-req": replay_suffix(req_only, i, row["prompt_ids"], row["output_ids"], args.budget),
             "suffix+global": replay_suffix(with_global, i, row["prompt_ids"], row["output_ids"], args.budget,
-                                           calibration),
+                                           calibration, depths),
             "hf-lookup": replay_hf(row["prompt_ids"], row["output_ids"]),
         }
         for name, (steps, acc, drafted) in results.items():
@@ -140,6 +153,9 @@ def main(argv=None) -> None:
     print("suffix+global calibration (steps that drafted): cache, steps, predicted accepted per step, accepted per step")
     for source, (n, predicted, acc) in sorted(calibration.items()):
         print(f"{source:>15} | {n:>6} | {predicted / n:>7.3f} | {acc / n:>7.3f}")
+    print("suffix+global drafted nodes by tree depth: depth, nodes, mean estimate, share accepted")
+    for d, (n, predicted, acc) in sorted(depths.items()):
+        print(f"{d:>15} | {n:>6} | {predicted / n:>7.3f} | {acc / n:>7.3f}")
 
 
 if __name__ == "__main__":

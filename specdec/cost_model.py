@@ -231,8 +231,8 @@ class ScoreCalibration:
     wasted verify costs more than a missed speculation on CPUs.
 
     Why per depth: most drafted mass sits deep in the tree, where estimates are least reliable (the
-    suffix proposer's depth-1 nodes were accepted at half their estimate, depth 3 and deeper at a
-    fifth). One scale for all nodes let the deep misses drag the good shallow estimates under the
+    suffix proposer's depth-1 nodes were accepted at half their estimate, depth 3-8 at a quarter to a
+    fifth: ``benchmarks/replay_suffix_acceptance.py``, its table by depth). One scale for all nodes let the deep misses drag the good shallow estimates under the
     price of a node. Why ``decay`` (applied by :meth:`tick` once per decoding step, drafted or not):
     an estimator that stopped drafting after a bad start would otherwise never be tried again; in
     replay one wrong first answer ended all drafting for the decoder's lifetime. Both measured by
@@ -244,6 +244,13 @@ class ScoreCalibration:
     decay: float = 0.998
     predicted: list[float] = field(default_factory=list)  # index d - 1
     accepted: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not (self.prior_predicted > 0 and 0 <= self.prior_accepted <= self.prior_predicted):
+            raise ValueError(f"ScoreCalibration needs 0 <= prior_accepted <= prior_predicted and prior_predicted > 0, "
+                             f"got {self.prior_accepted} / {self.prior_predicted}")
+        if not 0 < self.decay <= 1:
+            raise ValueError(f"ScoreCalibration decay must be in (0, 1], got {self.decay}")
 
     def ratios(self, max_depth: int) -> list[float]:
         """``r[d - 1]`` for ``d = 1 .. max_depth``: capped at 1, non-increasing in ``d``."""
@@ -297,6 +304,11 @@ class RequestCalibration(ScoreCalibration):
     shared: ScoreCalibration = field(default_factory=ScoreCalibration)
     strength: float = 8.0
 
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.strength > 0:
+            raise ValueError(f"RequestCalibration strength must be > 0, got {self.strength}")
+
     def ratios(self, max_depth: int) -> list[float]:
         return self._shrunk([self.strength * r for r in self.shared.ratios(max_depth)], self.strength)
 
@@ -310,10 +322,9 @@ class DraftOverhead:
     """Seconds a decoding step spends outside the verify forward only because it drafted.
 
     A drafting step's accept phase reads ``1 + n`` logit rows instead of one, walks the tree, moves
-    the accepted path's K/V rows and commits more tokens to the proposer. On SmolLM2 on 2 CPU cores
-    that is ~0.4 ms more than a step that drafted nothing (~2% of a step), a cost the verify-cost
-    curve does not see; in categories whose drafts are rarely accepted it made speculation a small
-    tax. The decoder folds each single-request step's accept-phase time into one of two running
+    the accepted path's K/V rows and commits more tokens to the proposer: a cost the verify-cost
+    curve does not see, which in categories whose drafts are rarely accepted can make speculation a
+    small tax. The decoder folds each single-request step's accept-phase time into one of two running
     means (drafted or not); :attr:`seconds` is their difference, never negative, and 0 until both
     means have ``min_samples`` observations.
     """

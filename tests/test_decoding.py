@@ -369,3 +369,23 @@ def test_request_calibration_shrinks_toward_the_shared_one():
         mine.update([1.0], [1], 0)
     assert mine.ratios(1)[0] < shared.ratios(1)[0] < 0.5  # own misses weigh more; the shared one learns too
     assert sum(shared.predicted) == 20
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"decay": 0.0}, "decay must be in"),
+    ({"decay": 1.5}, "decay must be in"),
+    ({"prior_predicted": 0.0}, "prior_predicted > 0"),
+    ({"prior_accepted": 5.0}, "prior_accepted <= prior_predicted"),
+])
+def test_bad_calibration_settings_are_refused(kwargs, msg):
+    from specdec.cost_model import ScoreCalibration
+
+    with pytest.raises(ValueError, match=msg):
+        ScoreCalibration(**kwargs)
+
+
+def test_bad_request_calibration_strength_is_refused():
+    from specdec.cost_model import RequestCalibration
+
+    with pytest.raises(ValueError, match="strength must be > 0"):
+        RequestCalibration(strength=0.0)

@@ -41,3 +41,9 @@ def test_replayed_policy_counts_every_answer_token():
         assert totals[None]["tokens"] == 10 and totals["a"]["tokens"] == 7 and totals["b"]["tokens"] == 3
         assert totals[None]["steps"] <= 10 and totals[None]["cost"] >= totals[None]["steps"]
     assert replay_decoder.replay(rows, replay_decoder.VARIANTS["per-depth"], cost, 4)["a"]["accepted"] > 0
+
+
+@pytest.mark.parametrize("text", ["abc", "0:1,x:2", "1:20,2:30"])
+def test_bad_cost_curves_are_refused_by_name(text):
+    with pytest.raises(SystemExit, match="--cost"):
+        lookup_ceiling.parse_curve(text)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Compare two commits' compiled kernels on this CPU: the verify-step cost curve of SmolLM2
+# (bench_verify_attention.py, SDPA path) and one forward's linear products (bench_skinny_linear.py).
+#
+# Two builds of the extension cannot load into one process, so a same-process ratio is impossible;
+# instead each commit is built in its own git worktree and the runs ALTERNATE (A B A B ...), so load
+# drift hits both alike. Report the fastest time per size over the rounds.
+#
+#   bash benchmarks/compare_builds.sh BASE_REV [NEW_REV=HEAD] [ROUNDS=2]
+#
+# Uses the checkout's .venv (its torch); worktrees go to /tmp/specdec-builds/<rev>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BASE="$1"; NEW="${2:-HEAD}"; ROUNDS="${3:-2}"
+HERE="$PWD"
+PY="$HERE/.venv/bin/python"
+ROOT=/tmp/specdec-builds
+mkdir -p "$ROOT"
+dirs=()
+for rev in "$BASE" "$NEW"; do
+  sha=$(git rev-parse --short "$rev")
+  dir="$ROOT/$sha"
+  [ -d "$dir" ] || git worktree add -f --detach "$dir" "$sha" >/dev/null
+  (cd "$dir" && "$PY" setup.py build_ext --inplace >"$dir/build.log" 2>&1) || { tail -30 "$dir/build.log"; exit 1; }
+  # the worktree's own package must be the one imported, not the checkout's editable install
+  (cd "$dir" && PYTHONPATH="$dir" "$PY" -c "import specdec, sys; assert specdec.__file__.startswith('$dir'), specdec.__file__")
+  dirs+=("$dir")
+done
+for round in $(seq "$ROUNDS"); do
+  for dir in "${dirs[@]}"; do
+    echo "=== round $round: $(basename "$dir")"
+    (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --threads 2 --rows 1 2 5 9 17 2>&1 | tail -6)
+    (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/bench_verify_attention.py" --prefix 256 --repeats 1 --modes mask 2>&1 | tail -10)
+  done
+done
