@@ -41,7 +41,7 @@ def check(table) -> list[str]:
 
 
 def main(argv=None):
-    from specdec.commands import bench
+    from specdec.cli import bench
 
     argv = list(sys.argv[1:] if argv is None else argv)
     table = bench.execute(build_parser().parse_args(["bench", *argv]))

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.decoding import SpeculativeDecoder
+from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default
 from specdec.proposers.suffix import SuffixProposer
 from specdec.serving.acceptance import AcceptanceDist, measure_by_replay

@@ -30,8 +30,8 @@ import pytest
 import torch
 
 from specdec import DraftTree
-from specdec.sampling import rejection_sample_batch
-from specdec.sampling_reference import reference_rejection_sample
+from specdec.sampling.rejection import rejection_sample_batch
+from specdec.sampling.reference import reference_rejection_sample
 
 V = 49152
 

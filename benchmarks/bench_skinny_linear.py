@@ -6,7 +6,7 @@ CPU the weights stream from DRAM, so the step should cost what a one-row step co
 * ``layers``: all linear products of one forward of a Llama-shaped model (default: SmolLM2-135M's
   shapes, 30 layers + the 49,152 x 576 LM head, 540 MB of float32 weights, so they stream from
   DRAM as in a real forward), by row count, ``F.linear`` vs :func:`specdec.ops.skinny_linear`.
-* ``--model default``: the real target's verify step (:class:`~specdec.target.hf.HFTarget`) by
+* ``--model default``: the real target's verify step (:class:`~specdec.verify.hf.HFTarget`) by
   chain length, with ``skinny_linear=False`` vs ``True``, interleaved, fastest of ``--repeats``.
 
     python benchmarks/bench_skinny_linear.py [--threads 2] [--rows 1 2 4 8 16 32 64] [--model default]
@@ -58,9 +58,9 @@ def bench_layers(args) -> None:
 
 
 def bench_verify(args) -> None:
-    from specdec.cost_model import VerifyCostModel
+    from specdec.engine.sizing import VerifyCostModel
     from specdec.models import load_default
-    from specdec.target.hf import HFTarget
+    from specdec.verify.hf import HFTarget
 
     model, _ = load_default()
     targets = {"F.linear": HFTarget(model, skinny_linear=False), "skinny": HFTarget(model, skinny_linear=True)}

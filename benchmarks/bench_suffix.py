@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from specdec.proposers.suffix import SuffixProposer
-from specdec.suffix import SuffixAutomaton, build_suffix_draft
+from specdec.proposers.suffix_automaton import SuffixAutomaton, build_suffix_draft
 
 VOCAB = 49152
 HF_TOKENS = 10  # HF prompt lookup defaults: 10 output tokens, n-gram size <= 2

@@ -22,9 +22,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
 
-    from specdec.cost_model import VerifyCostModel
+    from specdec.engine.sizing import VerifyCostModel
     from specdec.models import load_default
-    from specdec.target.hf import HFTarget
+    from specdec.verify.hf import HFTarget
 
     model, _ = load_default()
     best: dict[str, list[float]] = {}

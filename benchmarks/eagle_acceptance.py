@@ -8,7 +8,7 @@
   without running the target. Tokens per step counts the bonus token (Spec-Bench's "mean accepted
   tokens"). With ``--medusa DIR`` the committed Medusa heads are replayed on the same records in
   the same run (records Medusa was trained on are left out of its number and counted).
-* ``--online N``: plain decoding vs EAGLE through :class:`~specdec.decoding.SpeculativeDecoder` on N
+* ``--online N``: plain decoding vs EAGLE through :class:`~specdec.SpeculativeDecoder` on N
   held-out prompts in the same process: wall-clock ratio, outputs checked identical.
 
 Usage (after ``specdec train eagle``)::

@@ -8,7 +8,7 @@ Two measurements:
   greedy continuation whatever the draft, so the accepted length at each step is the longest tree
   path matching that continuation: this is exactly what the decoder would accept, without running
   the target again. Tokens per step counts the bonus token (Spec-Bench's "mean accepted tokens").
-* ``--online N``: runs :class:`~specdec.decoding.SpeculativeDecoder` with the heads and plain
+* ``--online N``: runs :class:`~specdec.SpeculativeDecoder` with the heads and plain
   decoding through the same loop on N held-out prompts, in the same process, and reports the
   wall-clock ratio (and checks both outputs are identical).
 

@@ -80,9 +80,9 @@ def best_schedule(k_max: list[int], rel_cost: list[float]) -> tuple[float, int]:
 
 def measured_curve(prefix: int, repeats: int) -> list[tuple[int, float]]:
     """``[(nodes, seconds)]``: the fastest of ``repeats`` verify-cost calibrations of SmolLM2."""
-    from specdec.cost_model import VerifyCostModel
+    from specdec.engine.sizing import VerifyCostModel
     from specdec.models import load_default
-    from specdec.target.hf import HFTarget
+    from specdec.verify.hf import HFTarget
 
     model, _ = load_default()
     target = HFTarget(model)
@@ -102,7 +102,7 @@ def parse_curve(text: str) -> list[tuple[int, float]]:
 
 
 def relative_costs(cost, up_to: int) -> list[float]:
-    """``c(k) / c(0)`` for ``k = 0 .. up_to`` from a :class:`~specdec.cost_model.VerifyCostModel`."""
+    """``c(k) / c(0)`` for ``k = 0 .. up_to`` from a :class:`~specdec.engine.verify_cost.VerifyCostModel`."""
     return [cost.cost(k) / cost.cost(0) for k in range(up_to + 1)]
 
 
@@ -114,9 +114,9 @@ def add_cost_args(ap: argparse.ArgumentParser) -> None:
 
 
 def cost_model(args):
-    """The :class:`~specdec.cost_model.VerifyCostModel` the options of :func:`add_cost_args` name
+    """The :class:`~specdec.engine.verify_cost.VerifyCostModel` the options of :func:`add_cost_args` name
     (printed, so every table states the curve it was priced with)."""
-    from specdec.cost_model import VerifyCostModel
+    from specdec.engine.sizing import VerifyCostModel
 
     curve = parse_curve(args.cost) if args.cost else measured_curve(args.prefix, args.repeats)
     model = VerifyCostModel(sizes=[n for n, _ in curve], seconds=[s for _, s in curve])

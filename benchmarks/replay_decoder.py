@@ -1,8 +1,8 @@
 """The decoder's draft-sizing policy replayed on the target's own greedy answers, variant by variant.
 
 Each step the suffix proposer drafts from prompt + committed tokens (``propose_scored``, budget
-``--budget``), the decoder's policy (:func:`specdec.cost_model.size_scored_draft`: the
-:class:`~specdec.cost_model.ScoreCalibration` of the drafting cache, then the verify-cost curve's
+``--budget``), the decoder's policy (:func:`specdec.engine.sizing.size_scored_draft`: the
+:class:`~specdec.engine.sizing.ScoreCalibration` of the drafting cache, then the verify-cost curve's
 best size) keeps part of the tree, the greedy target accepts the longest kept path that matches its
 recorded answer, and the calibration learns from it, as in :class:`~specdec.SpeculativeDecoder`
 (one ``tick`` per step). Under greedy verification this is what the decode loop accepts, without
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from lookup_ceiling import DEFAULT_DATA, add_cost_args, cost_model
 from replay_suffix_acceptance import VOCAB, accepted_length, read_rows
 
-from specdec.cost_model import RequestCalibration, ScoreCalibration, VerifyCostModel, size_scored_draft
+from specdec.engine.sizing import RequestCalibration, ScoreCalibration, VerifyCostModel, size_scored_draft
 from specdec.proposers.suffix import SuffixProposer
 
 

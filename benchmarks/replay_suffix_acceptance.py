@@ -29,7 +29,7 @@ import pathlib
 
 import torch
 
-from specdec.jsonl import read_jsonl
+from specdec.prompts import read_jsonl
 from specdec.proposers.suffix import SuffixProposer, row_response_ids
 
 DEFAULT_DATA = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"

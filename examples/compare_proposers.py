@@ -10,7 +10,7 @@ prompts, print one markdown table per category. Add your own proposer to ``metho
 import argparse
 
 from specdec.bench import SAMPLE_PROMPTS, Method, Prompt, load_prompts, markdown, run_benchmark, specdec_method, summarize
-from specdec.decoding import SpeculativeDecoder
+from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default, tiny_model
 from specdec.proposers.suffix import SuffixProposer
 

@@ -11,11 +11,11 @@ import argparse
 
 import torch
 
-from specdec.logits import SamplingParams
+from specdec.sampling.params import SamplingParams
 from specdec.models import load_default, tiny_model
 from specdec.proposers.suffix import SuffixProposer
-from specdec.sampling import rejection_sample
-from specdec.target.hf import HFTarget
+from specdec.sampling.rejection import rejection_sample
+from specdec.verify.hf import HFTarget
 
 
 def main(argv=None):

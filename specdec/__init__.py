@@ -4,33 +4,26 @@ Proposers draft token trees, a tree-attention op verifies them in one target for
 exact rejection sampler accepts a prefix while leaving the target's output distribution unchanged.
 """
 
-from .logits import SamplingParams, process_logits
-from .proposers.base import Artifact, Proposer, ReplayProposer
-from .sampling import (
-    AcceptResult,
-    BatchAcceptResult,
-    Rule,
-    rejection_sample,
-    rejection_sample_batch,
-    rejection_sample_padded,
-    verify_logits,
-)
+from .sampling.params import SamplingParams, process_logits
+from .proposers.base import Artifact, Proposer
+from .proposers.replay import ReplayProposer
+from .sampling.rejection import AcceptResult, BatchAcceptResult, Rule, rejection_sample, rejection_sample_batch, rejection_sample_padded, verify_logits
 from .tree import DraftTree
-from .tree_batch import TreeBatch, pack_trees
+from .tree import TreeBatch, pack_trees
 
 __version__ = "0.1.0"
 
 # Parts that need the compiled extension or transformers load on first use, so that importing
 # specdec for the sampler or DraftTree stays cheap and works before the extension is built.
 _LAZY = {
-    "SuffixAutomaton": ("specdec.suffix", "SuffixAutomaton"),
+    "SuffixAutomaton": ("specdec.proposers.suffix_automaton", "SuffixAutomaton"),
     "SuffixProposer": ("specdec.proposers.suffix", "SuffixProposer"),
-    "SpeculativeDecoder": ("specdec.decoding", "SpeculativeDecoder"),
-    "GenerationResult": ("specdec.decoding", "GenerationResult"),
-    "StepEvent": ("specdec.decoding", "StepEvent"),
-    "HFTarget": ("specdec.target", "HFTarget"),
-    "RequestMetrics": ("specdec.metrics", "RequestMetrics"),
-    "VerifyCostModel": ("specdec.cost_model", "VerifyCostModel"),
+    "SpeculativeDecoder": ("specdec.engine.decoder", "SpeculativeDecoder"),
+    "GenerationResult": ("specdec.engine.decoder", "GenerationResult"),
+    "StepEvent": ("specdec.engine.decoder", "StepEvent"),
+    "HFTarget": ("specdec.verify", "HFTarget"),
+    "RequestMetrics": ("specdec.engine.metrics", "RequestMetrics"),
+    "VerifyCostModel": ("specdec.engine.verify_cost", "VerifyCostModel"),
     "load_default": ("specdec.models", "load_default"),
     "tiny_model": ("specdec.models", "tiny_model"),
     "DraftModelProposer": ("specdec.proposers.draft_model", "DraftModelProposer"),

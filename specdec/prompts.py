@@ -3,15 +3,40 @@
 Every tool that runs prompts (``specdec bench``, ``plan``, ``train``, the benchmarks) reads the
 same JSONL format — one object a line with ``category``, ``turns`` (user messages) and usually
 ``question_id`` — and feeds the first turn through the model's chat template, so they share this
-module rather than each parsing it their own way.
+module rather than each parsing it their own way. The JSON Lines reader beneath it,
+:func:`read_jsonl`, also reads response logs (for warming the suffix cache) and the
+self-distillation caches, with errors that name the file and line.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
-from .jsonl import read_jsonl
+
+
+def read_jsonl(path: str | Path, what: str = "JSONL file") -> list[tuple[int, object]]:
+    """``(line number, value)`` for every non-empty line, numbered from 1.
+
+    Raises:
+        ValueError: ``cannot read <what> <path>`` when the file cannot be opened, or
+            ``<path>:<line>: not valid JSON`` for a line that does not parse.
+    """
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {str(path)!r}: {exc}") from exc
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((lineno, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
+    return out
 
 
 def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = None,

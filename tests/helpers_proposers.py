@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from specdec import DraftTree
-from specdec.proposers.base import Artifact, normalize_budgets
+from specdec.proposers.base import Artifact
+from specdec.checks import normalize_budgets
 
 
 class RandomTreeProposer:

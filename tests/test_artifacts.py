@@ -152,7 +152,7 @@ def test_refit_command_names_the_training_command_of_each_kind():
 def test_train_commands_refuse_a_heldout_every_below_2():
     from types import SimpleNamespace
 
-    from specdec.training.commands import _start
+    from specdec.cli.train import _start
 
     with pytest.raises(SystemExit, match="--heldout-every must be >= 2"):
         _start(SimpleNamespace(heldout_every=0))

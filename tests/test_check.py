@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
 from specdec.artifacts import Manifest, record_measurement, save_artifact, target_fingerprint
-from specdec.check import main
+from specdec.cli import main
 from specdec.models import tiny_model
 
 
@@ -61,7 +61,7 @@ def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):
 
 def test_train_commands_write_bound_artifacts(tmp_path, capsys):
     from specdec.proposers.heads import MedusaProposer
-    from specdec.training.commands import main as train_main
+    from specdec.cli import main as train_main
     from specdec.training.drafter import load_drafter
 
     a = _save_model(tmp_path / "a", 0)

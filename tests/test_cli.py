@@ -31,7 +31,7 @@ def test_unknown_proposer_and_bad_budget_are_rejected():
         cli.main(["bench", "--proposers", "suffix,medusa"])
     with pytest.raises(SystemExit, match=r"names \['suffix-warm:r.jsonl'\] more than once"):
         cli.main(["bench", "--proposers", "suffix:a/r.jsonl,suffix,suffix:b/r.jsonl"])
-    from specdec.commands.common import parse_budget
+    from specdec.cli.common import parse_budget
 
     assert parse_budget("auto") == "auto" and parse_budget("12") == 12
     with pytest.raises(SystemExit, match="--budget"):

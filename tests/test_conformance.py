@@ -8,22 +8,12 @@ reject an exact sampler.
 import pytest
 import torch
 
-from specdec.conformance import (
-    FAMILY_ALPHA,
-    Case,
-    batch_sampler,
-    default_cases,
-    g_test,
-    padded_sampler,
-    run_suite,
-    simulate,
-    single_sampler,
-)
-from specdec.conformance_models import DraftSpec, ProcessedModel, TableModel, exact_law
-from specdec.conformance_mutants import MUTANTS, kernel_sampler
-from specdec.sampling import rejection_sample, rejection_sample_batch, rejection_sample_padded
-from specdec.sampling_core import TreeSpeculative
-from specdec.sampling_reference import reference_rejection_sample
+from specdec.conformance.suite import FAMILY_ALPHA, Case, batch_sampler, default_cases, g_test, padded_sampler, run_suite, simulate, single_sampler
+from specdec.conformance.models import DraftSpec, ProcessedModel, TableModel, exact_law
+from specdec.conformance.mutants import MUTANTS, kernel_sampler
+from specdec.sampling.rejection import rejection_sample, rejection_sample_batch, rejection_sample_padded
+from specdec.sampling.kernels import TreeSpeculative
+from specdec.sampling.reference import reference_rejection_sample
 
 
 @pytest.fixture(autouse=True, scope="module")

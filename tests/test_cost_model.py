@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from specdec import DraftTree
-from specdec.cost_model import AcceptanceEstimator, DraftOverhead, VerifyCostModel, prune_tree
+from specdec.engine.sizing import AcceptanceEstimator, DraftOverhead, VerifyCostModel, prune_tree
 from specdec.models import tiny_model
-from specdec.target.hf import HFTarget
+from specdec.verify.hf import HFTarget
 
 CPU = VerifyCostModel([0, 7, 15, 63], [0.056, 0.106, 0.122, 0.191])  # the 2-core CPU figures
 

@@ -6,11 +6,11 @@ import torch
 from helpers_proposers import RandomTreeProposer, SampledTreeProposer
 
 from specdec import ReplayProposer
-from specdec.conformance import g_test
-from specdec.conformance_models import exact_law
-from specdec.cost_model import VerifyCostModel
-from specdec.decoding import SpeculativeDecoder
-from specdec.logits import SamplingParams
+from specdec.conformance.suite import g_test
+from specdec.conformance.models import exact_law
+from specdec.engine.sizing import VerifyCostModel
+from specdec.engine.decoder import SpeculativeDecoder
+from specdec.sampling.params import SamplingParams
 from specdec.models import tiny_model
 from specdec.proposers.suffix import SuffixProposer
 
@@ -176,7 +176,7 @@ def test_sampling_law_end_to_end():
 
 
 def test_score_calibration_shrinks_overconfident_estimates_per_depth():
-    from specdec.decoding import ScoreCalibration
+    from specdec.engine.decoder import ScoreCalibration
 
     cal = ScoreCalibration()
     assert cal.apply([0.9, 0.5], [1, 2]) == [0.45, 0.25]  # unproven estimates count half
@@ -190,7 +190,7 @@ def test_score_calibration_shrinks_overconfident_estimates_per_depth():
 
 
 def test_score_calibration_never_raises_a_child_over_its_parent():
-    from specdec.decoding import ScoreCalibration
+    from specdec.engine.decoder import ScoreCalibration
 
     cal = ScoreCalibration()
     for _ in range(100):
@@ -201,7 +201,7 @@ def test_score_calibration_never_raises_a_child_over_its_parent():
 
 
 def test_score_calibration_forgets_so_a_bad_start_does_not_end_speculation():
-    from specdec.decoding import ScoreCalibration
+    from specdec.engine.decoder import ScoreCalibration
 
     cal = ScoreCalibration()
     for _ in range(40):
@@ -248,7 +248,7 @@ def test_nan_logits_are_an_error_not_a_token(model):
 
 
 def test_a_single_nan_logit_in_a_read_row_is_found_and_padding_is_ignored():
-    from specdec.decoding import _checked_argmax
+    from specdec.engine.decoder import _checked_argmax
 
     gen = torch.Generator().manual_seed(0)
     for col in (0, 17, 63):  # wherever it sits, even beside a larger finite logit
@@ -338,7 +338,7 @@ class _OneGoodOneBadProposer(ReplayProposer):
 def test_each_request_learns_its_own_acceptance(model, reference, monkeypatch):
     """Both requests draft from the same estimator, but each step's outcome is recorded in that
     request's own RequestCalibration (which also feeds the one shared calibration)."""
-    from specdec.cost_model import RequestCalibration
+    from specdec.engine.sizing import RequestCalibration
 
     seen = {}
     real = RequestCalibration.update
@@ -360,7 +360,7 @@ def test_each_request_learns_its_own_acceptance(model, reference, monkeypatch):
 
 
 def test_request_calibration_shrinks_toward_the_shared_one():
-    from specdec.cost_model import RequestCalibration, ScoreCalibration
+    from specdec.engine.sizing import RequestCalibration, ScoreCalibration
 
     shared = ScoreCalibration()
     mine = RequestCalibration(shared=shared)
@@ -378,14 +378,14 @@ def test_request_calibration_shrinks_toward_the_shared_one():
     ({"prior_accepted": 5.0}, "prior_accepted <= prior_predicted"),
 ])
 def test_bad_calibration_settings_are_refused(kwargs, msg):
-    from specdec.cost_model import ScoreCalibration
+    from specdec.engine.sizing import ScoreCalibration
 
     with pytest.raises(ValueError, match=msg):
         ScoreCalibration(**kwargs)
 
 
 def test_bad_request_calibration_strength_is_refused():
-    from specdec.cost_model import RequestCalibration
+    from specdec.engine.sizing import RequestCalibration
 
     with pytest.raises(ValueError, match="strength must be > 0"):
         RequestCalibration(strength=0.0)

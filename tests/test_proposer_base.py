@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specdec import Artifact, DraftTree, Proposer, ReplayProposer, pack_trees
-from specdec.proposers.base import as_token_list, normalize_budgets
+from specdec.checks import as_token_list, normalize_budgets
 
 
 def test_replay_proposer_follows_script_then_stops_on_divergence():

@@ -10,7 +10,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "benchmarks"))
 lookup_ceiling = pytest.importorskip("lookup_ceiling")
 replay_decoder = pytest.importorskip("replay_decoder")
 
-from specdec.cost_model import VerifyCostModel  # noqa: E402
+from specdec.engine.sizing import VerifyCostModel  # noqa: E402
 
 
 def test_copy_lengths_follow_the_anchor():

@@ -15,14 +15,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from specdec import DraftTree
-from specdec.sampling import (
-    AcceptResult,
-    Rule,
-    rejection_sample,
-    rejection_sample_batch,
-    rejection_sample_padded,
-)
-from specdec.sampling_core import residual, sample_rows, sibling_links
+from specdec.sampling.rejection import AcceptResult, Rule, rejection_sample, rejection_sample_batch, rejection_sample_padded
+from specdec.sampling.kernels import residual, sample_rows, sibling_links
 
 V = 5
 
@@ -371,8 +365,8 @@ def test_tree_token_outside_target_vocab_is_refused():
 
 
 def test_verify_logits_routes_temperature_zero_to_greedy_and_processes_otherwise():
-    from specdec.logits import SamplingParams, process_logits
-    from specdec.sampling import verify_logits
+    from specdec.sampling.params import SamplingParams, process_logits
+    from specdec.sampling.rejection import verify_logits
 
     logits = torch.randn(2, 4, V, generator=torch.Generator().manual_seed(0)) * 3
     trees = [DraftTree.chain(torch.tensor([1, 2, 3])), DraftTree.chain(torch.tensor([0]))]
@@ -393,7 +387,7 @@ def test_verify_logits_routes_temperature_zero_to_greedy_and_processes_otherwise
 
 def test_chain_batches_never_enter_the_tree_loop(monkeypatch):
     """Chains take the loop-free path (all tests at once, cumprod), trees the per-test loop."""
-    import specdec.sampling as sampling_mod
+    import specdec.sampling.rejection as sampling_mod
 
     class Forbidden:
         def __call__(self, *args, **kwargs):

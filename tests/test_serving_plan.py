@@ -6,7 +6,7 @@ import json
 import pytest
 from serving_fixtures import good_acceptance, gpu_like_cost, items, zero_acceptance
 
-from specdec.serving.commands import register
+from specdec.cli import plan, review
 from specdec.serving.memory import ProposerMemory
 from specdec.serving.metrics import SLO
 from specdec.serving.plan import PlanSettings, choose, plan_pool, recommend_policy
@@ -83,7 +83,9 @@ def test_bad_trigger_files(tmp_path):
 
 def test_register_adds_plan_and_review():
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="cmd"))
+    sub = parser.add_subparsers(dest="cmd")
+    plan.register(sub)
+    review.register(sub)
     args = parser.parse_args(["plan", "--memory-gb", "1", "--proposer", "suffix", "--proposer", "draft:/x"])
     assert args.proposers == ["suffix", "draft:/x"] and args.func.__name__ == "run_plan"
     assert parser.parse_args(["review", "rep"]).func.__name__ == "run_review"

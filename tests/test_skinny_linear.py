@@ -1,5 +1,5 @@
 """The skinny-linear kernel against a float64 oracle, its contract errors, and the scoped patching
-of a model's linear layers (specdec.ops.skinny_linear, specdec.target.lm_head)."""
+of a model's linear layers (specdec.ops.skinny_linear, specdec.ops.skinny_linear.lm_head_logits)."""
 
 import pytest
 import torch
@@ -7,7 +7,8 @@ from torch import nn
 
 from specdec import _ext
 from specdec.ops.skinny_linear import FAST_ROWS, skinny_linear, skinny_linear_reference
-from specdec.target.linears import SkinnyLinears, lm_head_logits
+from specdec.verify.linears import SkinnyLinears
+from specdec.ops.skinny_linear import lm_head_logits
 
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="compiled extension not built")
 
@@ -110,7 +111,7 @@ def test_patched_layers_compute_the_same_and_are_restored():
 
 @needs_ext
 def test_linear_rows_uses_the_kernel_only_without_autograd(monkeypatch):
-    from specdec.target import linears
+    from specdec.verify import linears
 
     calls = []
     real = torch.ops.specdec.skinny_linear
@@ -120,7 +121,7 @@ def test_linear_rows_uses_the_kernel_only_without_autograd(monkeypatch):
             calls.append(1)
             return real(*a)
 
-    monkeypatch.setattr(linears.torch.ops, "specdec", Spy())
+    monkeypatch.setattr(torch.ops, "specdec", Spy())
     layer = nn.Linear(8, 6)  # parameters require grad
     x = torch.randn(3, 8)
     with torch.no_grad():
@@ -134,7 +135,7 @@ def test_linear_rows_uses_the_kernel_only_without_autograd(monkeypatch):
 @pytest.mark.parametrize("enabled", [True, False])
 def test_target_verify_routes_linears_through_the_kernel(monkeypatch, enabled):
     from specdec.models import tiny_model
-    from specdec.target import HFTarget, linears
+    from specdec.verify import HFTarget, linears
     from specdec.tree import DraftTree
 
     calls = []
@@ -149,7 +150,7 @@ def test_target_verify_routes_linears_through_the_kernel(monkeypatch, enabled):
     target = HFTarget(model, skinny_linear=enabled)
     state, logits, _ = target.prefill([[1, 2, 3, 4]])
     target.set_pending(state, [int(logits.argmax())])
-    monkeypatch.setattr(linears.torch.ops, "specdec", Spy())
+    monkeypatch.setattr(torch.ops, "specdec", Spy())
     target.verify(state, [DraftTree.from_paths([[5, 6], [7]])])
     n_linear = sum(1 for m in model.modules() if type(m) is nn.Linear)
     assert len(calls) == (n_linear if enabled else 0)  # every layer incl. the LM head, or none

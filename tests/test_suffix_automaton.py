@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec.suffix import SuffixAutomaton, build_suffix_draft
+from specdec.proposers.suffix_automaton import SuffixAutomaton, build_suffix_draft
 
 DATA = pathlib.Path(__file__).parent / "data" / "smollm2_token_streams.json"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

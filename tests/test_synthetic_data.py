@@ -123,7 +123,7 @@ def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_pat
     import json
 
     from specdec.artifacts import load_artifact
-    from specdec.training.commands import main as train_main
+    from specdec.cli import main as train_main
 
     model = tiny_model(seed=0)
     model.save_pretrained(tmp_path / "t")
@@ -155,7 +155,7 @@ def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_pat
 def test_bad_synthetic_requests_and_caches_are_refused(tmp_path):
     from safetensors.torch import save_file
 
-    from specdec.training.commands import main as train_main
+    from specdec.cli import main as train_main
     from specdec.training.data import save_records
 
     model, tok = tiny_model(seed=0), _tokenizer()
@@ -177,7 +177,7 @@ def test_bad_synthetic_requests_and_caches_are_refused(tmp_path):
 def test_greedy_data_ignores_the_checkpoints_generation_defaults():
     """A checkpoint whose generation config carries a repetition penalty must still yield the
     target's argmax answers (what speculative decoding reproduces), in both data paths."""
-    from specdec.decoding import SpeculativeDecoder
+    from specdec.engine.decoder import SpeculativeDecoder
     from specdec.training.data import greedy_responses
 
     model = tiny_model(seed=3)

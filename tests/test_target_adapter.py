@@ -5,7 +5,7 @@ import torch
 
 from specdec import DraftTree
 from specdec.models import tiny_model
-from specdec.target.hf import HFTarget
+from specdec.verify.hf import HFTarget
 
 ATOL = 1e-4
 

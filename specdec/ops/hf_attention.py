@@ -7,7 +7,7 @@ How an adapter uses it (transformers 5.x, decoder models whose attention calls
    (``"specdec_tree"``) in ``AttentionInterface`` and transformers' SDPA mask builder under the same
    name in ``AttentionMaskInterface``, then switches the model to it. Every forward WITHOUT tree
    kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) runs SDPA as
-   :mod:`specdec.target.gqa_sdpa` does (transformers' path without its K/V head copy), so enabling
+   :mod:`specdec.verify.gqa_sdpa` does (transformers' path without its K/V head copy), so enabling
    costs nothing there.
 2. For a verify step whose new K/V rows directly follow each request's committed prefix (the cache
    holds ``[B, Hkv, S, D]`` with no holes, every request at length ``S``), call the base model with
@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 
 import torch
+import torch.nn.functional as F
 
 from ..tree import pack_mask, unpack_mask
 
@@ -45,25 +46,19 @@ PREFIX_LENS_KWARG = "specdec_prefix_lens"
 _UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "sinks")
 
 
-def _sdpa_forward():
-    from ..target.gqa_sdpa import sdpa_forward
-
-    return sdpa_forward
-
-
 def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """Attention function for transformers' ``AttentionInterface``.
 
     Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S + T, D]`` (cache after update).
     With ``specdec_tree_mask`` (``int64 [B, T, ceil(T/64)]``) and ``specdec_prefix_lens``
     (``int32 [B]``) in kwargs, runs the tree-attention op and returns ``([B, T, Hq, D], None)``;
-    without them, delegates to :func:`specdec.target.gqa_sdpa.sdpa_forward` (transformers' SDPA
+    without them, delegates to :func:`specdec.ops.hf_attention.sdpa_forward` (transformers' SDPA
     attention, minus its K/V head copy when a mask comes with several query rows).
     """
     tree_mask = kwargs.pop(TREE_MASK_KWARG, None)
     prefix_lens = kwargs.pop(PREFIX_LENS_KWARG, None)
     if tree_mask is None and prefix_lens is None:
-        return _sdpa_forward()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if tree_mask is None or prefix_lens is None:
         raise ValueError(f"tree attention needs both {TREE_MASK_KWARG} and {PREFIX_LENS_KWARG} kwargs")
     if dropout and module.training:
@@ -124,3 +119,39 @@ def enable(model) -> None:
     """Registers the function and switches ``model`` (a ``PreTrainedModel``) to it."""
     register()
     model.set_attn_implementation(ATTENTION_NAME)
+
+
+GROUPED_SDPA_NAME = "specdec_sdpa"
+
+
+def _hf_sdpa():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward
+
+
+def sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """Attention function for transformers' ``AttentionInterface``.
+
+    Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S, D]``, ``attention_mask``
+    broadcastable to ``[B, Hq, T, S]`` (additive or boolean) or None. Returns
+    ``([B, T, Hq, D], None)`` as transformers' SDPA function does.
+    """
+    groups = getattr(module, "num_key_value_groups", 1)
+    special = any(kwargs.get(k) is not None for k in ("softcap", "position_bias")) or kwargs.get("output_attentions")
+    if attention_mask is None or groups == 1 or query.shape[2] == 1 or special:
+        return _hf_sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                          is_causal=is_causal, **kwargs)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_grouped_sdpa() -> str:
+    """Registers :func:`sdpa_forward` and transformers' SDPA mask builder under :data:`NAME`."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GROUPED_SDPA_NAME, sdpa_forward)
+    AttentionMaskInterface.register(GROUPED_SDPA_NAME, sdpa_mask)
+    return GROUPED_SDPA_NAME

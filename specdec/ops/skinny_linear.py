@@ -14,6 +14,8 @@ reference up to floating-point summation order (fixed, independent of the thread
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from .. import _ext
 
@@ -66,3 +68,29 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if impl == "reference" or not op_available():
         return skinny_linear_reference(x, weight, bias)
     return torch.ops.specdec.skinny_linear(x, weight, bias)
+
+
+def _eligible(module: nn.Module) -> bool:
+    """A plain float32 CPU ``nn.Linear`` (subclasses may override forward: left alone)."""
+    return (type(module) is nn.Linear and module.weight.dtype == torch.float32
+            and module.weight.device.type == "cpu")
+
+
+def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for ``x [..., K]``, through the skinny kernel when the number of
+    rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS`, ``x`` and ``weight`` are float32 on the
+    CPU and no gradient is being recorded (the op has no backward)."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if (rows in FAST_ROWS and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)) and op_available()):
+        out = torch.ops.specdec.skinny_linear(x.reshape(rows, x.shape[-1]), weight, bias)
+        return out.view(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight, bias)
+
+
+def lm_head_logits(lm_head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits ``[..., V]`` for hidden states ``[..., H]`` through ``lm_head`` (skinny kernel for a
+    plain float32 CPU ``nn.Linear`` when the compiled extension is available, else the module)."""
+    if _eligible(lm_head) and op_available():
+        return linear_rows(hidden, lm_head.weight, lm_head.bias)
+    return lm_head(hidden)

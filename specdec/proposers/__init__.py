@@ -1,11 +1,31 @@
-"""Proposers: the drafters that produce DraftTrees (see base.py for the contract).
+"""Propose: the drafters that produce DraftTrees (see :mod:`~specdec.proposers.base` for the contract).
 
-``SuffixProposer`` (C++ lookup), ``DraftModelProposer`` and the trained heads (``MedusaProposer`` in
-``specdec.proposers.heads``, ``EagleProposer`` in ``specdec.proposers.eagle``) live in their own
-modules and are imported from there (``specdec.proposers.suffix`` ...), so importing this package
-needs neither the compiled extension nor transformers.
+One module per proposer: ``suffix`` (lookup in the C++ suffix automata of ``suffix_automaton``),
+``draft_model``, ``heads`` (Medusa), ``eagle`` (with its layer in ``eagle_layer``), ``replay`` (the
+reference proposer for tests). Every proposer is importable from here; those that need the
+compiled extension or transformers load on first use, so ``import specdec.proposers`` needs
+neither.
 """
 
-from .base import Artifact, Proposer, ReplayProposer
+import importlib
 
-__all__ = ["Artifact", "Proposer", "ReplayProposer"]
+from .base import Artifact, Proposer, ScoredDraft, ScoredProposer
+
+_LAZY = {
+    "ReplayProposer": "specdec.proposers.replay",
+    "SuffixProposer": "specdec.proposers.suffix",
+    "SuffixAutomaton": "specdec.proposers.suffix_automaton",
+    "DraftModelProposer": "specdec.proposers.draft_model",
+    "MedusaProposer": "specdec.proposers.heads",
+    "MedusaHeads": "specdec.proposers.heads",
+    "EagleProposer": "specdec.proposers.eagle",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'specdec.proposers' has no attribute {name!r}")
+
+
+__all__ = ["Artifact", "Proposer", "ScoredDraft", "ScoredProposer", *_LAZY]

@@ -35,13 +35,12 @@ Accounting and lifecycle
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Literal, Protocol, Sequence, runtime_checkable
 
-import numpy as np
 import torch
 
+from .._compat import moved
 from ..tree import DraftTree
 
 BoundTo = Literal["nothing", "tokenizer", "target"]
@@ -93,64 +92,6 @@ class Proposer(Protocol):
     def memory_bytes(self) -> int: ...
 
 
-def normalize_budgets(req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[int]:
-    """One non-negative node budget per request (``budget`` is an int for all, or a sequence)."""
-    if isinstance(budget, torch.Tensor) and budget.dim() == 0:
-        budget = budget.item()
-    if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
-        budgets = [int(budget)] * len(req_ids)
-    else:
-        try:
-            items = list(budget)
-        except TypeError:
-            raise TypeError(f"propose budget must be an int or one int per request, got {budget!r}") from None
-        budgets = [_one_budget(b) for b in items]
-        if len(budgets) != len(req_ids):
-            raise ValueError(f"propose got {len(budgets)} budgets for {len(req_ids)} requests")
-    for b in budgets:
-        if b < 0:
-            raise ValueError(f"propose budget must be >= 0, got {b}")
-    return budgets
-
-
-def _one_budget(b) -> int:
-    """An integer budget (Python, numpy or 0-d tensor int); floats and bools are refused."""
-    if isinstance(b, torch.Tensor) and b.dim() == 0:
-        b = b.item()
-    if isinstance(b, bool) or not isinstance(b, numbers.Integral):
-        raise TypeError(f"propose budgets must be integers, got {b!r}")
-    return int(b)
-
-
-def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int | None = None) -> list[int]:
-    """Token ids as a list of Python ints in ``[0, vocab_size)``, or an error naming ``what``.
-
-    A 1-D integer tensor or a sequence of ints (numpy integers included). Floats and bools are
-    refused rather than truncated (``int(2.7)`` would silently draft token 2).
-
-    Raises:
-        TypeError: float, complex or bool ids.
-        ValueError: a tensor that is not 1-D, a negative id, or an id ``>= vocab_size``.
-    """
-    if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
-        if ids.dim() != 1:
-            raise ValueError(f"{what} must be a 1-D tensor, got shape {tuple(ids.shape)}")
-        out = ids.tolist()
-    else:
-        out = list(ids)
-        bad = next((t for t in out if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))), None)
-        if bad is not None:
-            raise TypeError(f"{what} must hold integer token ids, got {type(bad).__name__} {bad!r}")
-        out = [int(t) for t in out]
-    if out and min(out) < 0:
-        raise ValueError(f"{what} contains negative token id {min(out)}")
-    if vocab_size is not None and out and max(out) >= vocab_size:
-        raise ValueError(f"{what} contains token id {max(out)}, outside the vocabulary [0, {vocab_size})")
-    return out
-
-
 @dataclass(frozen=True)
 class ScoredDraft:
     """A draft tree with the proposer's acceptance estimate for each node.
@@ -172,54 +113,17 @@ class ScoredDraft:
     source: str = ""
 
 
-class ReplayProposer:
-    """Reference proposer for tests: drafts the next tokens of a fixed script as a chain.
+@runtime_checkable
+class ScoredProposer(Proposer, Protocol):
+    """A proposer that also says how likely each drafted node is to be accepted.
 
-    ``scripts[req_id]`` is the full token sequence the request is expected to produce after its
-    prompt. While the committed output agrees with the script, ``propose`` drafts the next
-    ``budget`` script tokens (deterministic nodes); once the output diverges it drafts nothing.
-    With the target's own greedy output as script, every draft is accepted.
+    ``propose_scored`` returns one :class:`ScoredDraft` per request (same budget rules as
+    ``propose``). The decoder prefers it: calibrated per-node estimates let its cost model keep
+    exactly the nodes that pay for their verify time (:mod:`specdec.engine.sizing`).
     """
 
-    requires_target_hidden = False
+    def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]: ...
 
-    def __init__(self, scripts: dict[Hashable, Sequence[int]], vocab_size: int | None = None):
-        self._scripts = {k: as_token_list(v, f"script for request {k!r}") for k, v in scripts.items()}
-        self._vocab_size = vocab_size
-        self._generated: dict[Hashable, list[int]] = {}
-        self.artifact = Artifact(name="replay")
 
-    def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None) -> None:
-        if req_id in self._generated:
-            raise ValueError(f"request {req_id!r} already begun")
-        if req_id not in self._scripts:
-            raise KeyError(f"ReplayProposer has no script for request {req_id!r}")
-        as_token_list(prompt_ids, "prompt_ids", self._vocab_size)
-        self._generated[req_id] = []
-
-    def _state(self, req_id) -> list[int]:
-        if req_id not in self._generated:
-            raise KeyError(f"unknown request {req_id!r}: call begin() first")
-        return self._generated[req_id]
-
-    def propose(self, req_ids, budget) -> list[DraftTree]:
-        out = []
-        for req_id, b in zip(req_ids, normalize_budgets(req_ids, budget)):
-            done = self._state(req_id)
-            script = self._scripts[req_id]
-            if script[: len(done)] != done:
-                out.append(DraftTree.empty(vocab_size=self._vocab_size))
-                continue
-            nxt = script[len(done) : len(done) + b]
-            out.append(DraftTree.chain(torch.tensor(nxt, dtype=torch.long), vocab_size=self._vocab_size))
-        return out
-
-    def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
-        self._state(req_id).extend(as_token_list(accepted_ids, "accepted_ids", self._vocab_size))
-
-    def end(self, req_id) -> None:
-        self._state(req_id)
-        del self._generated[req_id]
-
-    def memory_bytes(self) -> int:
-        return 0
+# Moved in 0.2: the token-id and budget checks to specdec.checks, ReplayProposer to its own module.
+__getattr__ = moved(__name__, "specdec.checks", "specdec.proposers.replay")[0]

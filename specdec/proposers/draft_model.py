@@ -15,7 +15,7 @@ Three drafting modes:
 
 * ``"greedy"``: a chain of argmax tokens, deterministic nodes (point masses).
 * ``"sample"``: a chain sampled from ``q = sampling.process(draft logits)`` with the target's
-  :class:`~specdec.logits.SamplingParams` (temperature / top-k / top-p, processed exactly as the
+  :class:`~specdec.sampling.SamplingParams` (temperature / top-k / top-p, processed exactly as the
   target's distribution is); each node carries the exact ``q`` row it was drawn from, so the exact
   rejection sampler applies.
 * ``"tree"``: a dynamic top-k tree (EAGLE-2 style reranking by path probability): each level
@@ -41,10 +41,11 @@ from ..artifacts import (
     tensors_fingerprint,
     tokenizer_fingerprint,
 )
-from ..logits import SamplingParams
-from ..target.linears import SkinnyLinears
+from ..sampling.params import SamplingParams
+from ..verify.linears import SkinnyLinears
 from ..tree import DraftTree
-from .base import Artifact, as_token_list, normalize_budgets
+from .base import Artifact
+from ..checks import as_token_list, normalize_budgets
 
 MODES = ("greedy", "sample", "tree")
 
@@ -73,7 +74,7 @@ class DraftModelProposer:
         target_tokenizer, draft_tokenizer: Hugging Face tokenizers or
             :class:`~specdec.artifacts.TokenizerInfo`; they must be identical.
         mode: ``"greedy"``, ``"sample"`` or ``"tree"`` (see module docstring).
-        sampling: the target's :class:`~specdec.logits.SamplingParams`, required for ``"sample"``
+        sampling: the target's :class:`~specdec.sampling.SamplingParams`, required for ``"sample"``
             mode (temperature > 0) so that q is processed like the target distribution (and is
             exactly what is sampled from); refused in the other modes.
         width: tree mode: children per expanded node and nodes expanded per level.

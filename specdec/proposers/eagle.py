@@ -29,9 +29,11 @@ from typing import Hashable, Sequence
 import torch
 
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
-from ..target.linears import SkinnyLinears, linear_rows
+from ..verify.linears import SkinnyLinears
+from ..ops.skinny_linear import linear_rows
 from ..tree import DraftTree
-from .base import ScoredDraft, as_token_list, normalize_budgets
+from .base import ScoredDraft
+from ..checks import as_token_list, normalize_budgets
 from .eagle_layer import EagleConfig, EagleLayer
 
 

@@ -26,9 +26,9 @@ import torch
 from torch import nn
 
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
-from ..target.linears import linear_rows
+from ..ops.skinny_linear import linear_rows
 from ..tree import DraftTree
-from .base import as_token_list, normalize_budgets
+from ..checks import as_token_list, normalize_budgets
 from .reduced_vocab import check_vocab_ids, lm_rows
 
 

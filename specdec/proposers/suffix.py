@@ -36,10 +36,11 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-from ..jsonl import read_jsonl
-from ..suffix import SuffixAutomaton, build_suffix_draft
+from ..prompts import read_jsonl
+from .suffix_automaton import SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
-from .base import Artifact, ScoredDraft, normalize_budgets
+from .base import Artifact, ScoredDraft
+from ..checks import normalize_budgets
 
 _MIN_CACHE_BYTES = 64 * 1024
 _DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds

@@ -280,7 +280,7 @@ def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: 
 def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: Iterable[int] = DEFAULT_GRID["tokens"],
                      contexts: Iterable[int] = DEFAULT_GRID["context"], prefills: Iterable[int] = DEFAULT_GRID["prefill"],
                      repeats: int = 3, meta: dict | None = None, progress=None) -> StepCostModel:
-    """Like :func:`calibrate`, but timing the engine's own verify path (:class:`specdec.target.hf.HFTarget`).
+    """Like :func:`calibrate`, but timing the engine's own verify path (:class:`specdec.verify.hf.HFTarget`).
 
     Why a second calibration: the engine verifies trees through a custom attention mask over a
     right-padded cache and then compacts the cache, which costs more per step than the plain
@@ -296,7 +296,7 @@ def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], 
     """
     import torch
 
-    from ..target.hf import HFTarget
+    from ..verify.hf import HFTarget
     from ..tree import DraftTree
 
     if not isinstance(target, HFTarget):

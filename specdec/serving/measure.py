@@ -140,7 +140,7 @@ def measure_with_decoder(model, proposer, prompts: Sequence[Sequence[int]], max_
     it, which would overstate the per-request drafting cost the simulator multiplies again by the
     number of drafting requests.
     """
-    from ..decoding import SpeculativeDecoder
+    from ..engine.decoder import SpeculativeDecoder
 
     dec = SpeculativeDecoder(model, proposer, max_budget=budget, budget=budget)
     hist: list[int] = []

@@ -63,14 +63,14 @@ def make_requests(items: Sequence[WorkloadItem], arrivals: Sequence[float], rng:
 
 
 def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:
-    """The target's greedy continuation of each prompt (:func:`specdec.generation.clean_generate`).
+    """The target's greedy continuation of each prompt (:func:`specdec.models.clean_generate`).
 
     These are what a lookup/draft proposer is replayed against; with greedy verification the
     speculative decoder emits exactly these tokens whatever the proposer.
     """
     import torch
 
-    from ..generation import clean_generate
+    from ..models import clean_generate
 
     out = {}
     device = next(model.parameters()).device

@@ -22,8 +22,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..generation import clean_generate
-from ..jsonl import read_jsonl
+from ..models import clean_generate
+from ..prompts import read_jsonl
 from ..prompts import encode_first_turn
 
 DEFAULT_CACHE_DIR = os.path.join("benchmarks", "data")

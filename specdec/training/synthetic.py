@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..prompts import chat_ids
-from ..generation import clean_generate
+from ..models import clean_generate
 from .data import decoder_of, left_padded
 from .eagle import FullSequences
 
@@ -95,7 +95,7 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     id, ``ended`` says whether it reached one, ``hidden [len(prompt) + len(response) - 1, H]``
     (float32) holds the features of the prompt and of every response token but the last.
     """
-    from ..target.linears import SkinnyLinears
+    from ..verify.linears import SkinnyLinears
 
     device = next(model.parameters()).device
     ids, mask = left_padded(prompts, pad_id)

@@ -35,7 +35,7 @@ def register(subparsers) -> None:
 
 def build_methods(args, model, stops, tokenizer=None):
     from ..bench import hf_method, specdec_method
-    from ..decoding import SpeculativeDecoder
+    from ..engine.decoder import SpeculativeDecoder
 
     plain = SpeculativeDecoder(model)
     methods = [specdec_method("plain", plain, stops)]

@@ -1,6 +1,6 @@
 """Print the conformance suite's verdict on the real samplers and its measured power on the mutants.
 
-``python -m specdec.conformance_report [--trials N]`` prints a Markdown table (the one in
+``python -m specdec.conformance.report [--trials N]`` prints a Markdown table (the one in
 docs/exactness.md): for every sampler, how many of the suite's tests reject it at the Bonferroni
 level, the smallest p-value and the first failing test. Exact samplers must show 0 rejections;
 every mutant must show at least one.
@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from .conformance import FAMILY_ALPHA, default_cases, padded_sampler, run_suite
-from .conformance_mutants import MUTANTS, kernel_sampler
-from .sampling import rejection_sample_padded
-from .sampling_core import TreeSpeculative
+from .suite import FAMILY_ALPHA, default_cases, padded_sampler, run_suite
+from .mutants import MUTANTS, kernel_sampler
+from ..sampling.rejection import rejection_sample_padded
+from ..sampling.kernels import TreeSpeculative
 
 
 def power_table(trials: int = 20000) -> list[str]:

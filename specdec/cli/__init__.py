@@ -1,4 +1,4 @@
-"""The ``specdec`` command: one sub-command per module, each exposing ``register(subparsers)``.
+"""The ``specdec`` command: one module per sub-command, each exposing ``register(subparsers)``.
 
 A command module's ``register`` adds its sub-parser and sets ``func`` (``func(args) -> int``) as the
 parser default. Adding a command means adding its module to :data:`COMMAND_MODULES`.
@@ -11,11 +11,12 @@ import importlib
 import sys
 
 COMMAND_MODULES = (
-    "specdec.commands.generate",
-    "specdec.commands.bench",
-    "specdec.serving.commands",
-    "specdec.training.commands",
-    "specdec.check",
+    "specdec.cli.generate",
+    "specdec.cli.bench",
+    "specdec.cli.plan",
+    "specdec.cli.review",
+    "specdec.cli.train",
+    "specdec.cli.check",
 )
 
 
@@ -28,7 +29,9 @@ def build_parser(modules=COMMAND_MODULES) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded in trained artifacts' manifests as the command that made them
     return int(args.func(args) or 0)
 
 

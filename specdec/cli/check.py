@@ -7,12 +7,11 @@ Exit status 0 when compatible, 1 when not (``--allow-mismatch`` reports but exit
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
-from .artifacts import (MANIFEST_NAME, read_manifest, refit_command, target_fingerprint, tokenizer_fingerprint,
+from ..artifacts import (MANIFEST_NAME, read_manifest, refit_command, target_fingerprint, tokenizer_fingerprint,
                         tokenizer_mismatch)
 
 LOOKUP_PROPOSERS = ("suffix",)
@@ -20,14 +19,14 @@ LOOKUP_PROPOSERS = ("suffix",)
 
 def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
     """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target."""
-    from .training.commands import load_target
+    from .train import load_target
 
     kind, _, warm_file = proposer.partition(":")
     if proposer in LOOKUP_PROPOSERS or kind in LOOKUP_PROPOSERS:
         report = {"proposer": proposer, "bound_to": "nothing", "compatible": True,
                   "reason": "lookup proposers hold no weights: they survive every checkpoint swap"}
         if warm_file:
-            from .proposers.suffix import read_documents
+            from ..proposers.suffix import read_documents
 
             docs = read_documents(warm_file)  # ValueError naming the file / line when unusable
             model, _ = load_target(target_spec, device)
@@ -101,14 +100,3 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=check_main)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

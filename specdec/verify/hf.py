@@ -30,11 +30,12 @@ from typing import Sequence
 
 import torch
 
-from ..proposers.base import as_token_list
+from ..checks import as_token_list
 from ..tree import DraftTree, unpack_mask
-from ..tree_batch import pack_trees
+from ..tree import pack_trees
 from .gqa_sdpa import GroupedSDPA
-from .linears import SkinnyLinears, lm_head_logits
+from .linears import SkinnyLinears
+from ..ops.skinny_linear import lm_head_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 
@@ -88,14 +89,14 @@ class HFTarget:
     Args:
         model: a Llama-family (llama, mistral, qwen2, qwen3) or GPT-2 causal LM, in eval mode.
         attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
-            SDPA model runs :mod:`specdec.target.gqa_sdpa` during specdec's forwards, which skips
+            SDPA model runs :mod:`specdec.verify.gqa_sdpa` during specdec's forwards, which skips
             transformers' copy of grouped K/V heads) or
             ``"tree_op"`` (Llama-family only: :mod:`specdec.ops.hf_attention` registers the
             specdec tree-attention op with transformers' attention registry; steps without holes
             in the cache use it, ragged steps fall back to the 4-D mask).
         skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
             :func:`specdec.ops.skinny_linear` during specdec's forwards (default True; see
-            :mod:`specdec.target.linears`). False keeps the model's own ``F.linear`` calls.
+            :mod:`specdec.verify.linears`). False keeps the model's own ``F.linear`` calls.
 
     Raises:
         ValueError: for a model type the adapter has not been verified on, or sliding-window

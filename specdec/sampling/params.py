@@ -16,14 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-def prob_tolerance(dtype: torch.dtype) -> float:
-    """How far a probability row may sum from 1 and still count as a distribution.
-
-    Half-precision softmax rows are off by up to ~1e-3 over large vocabularies; float32 rows by
-    ~1e-6. The tolerance only guards against passing logits or unnormalised scores by mistake.
-    """
-    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+from ..checks import check_logits
 
 
 @dataclass(frozen=True)
@@ -72,23 +65,6 @@ class SamplingParams:
         return process_logits(logits, self.temperature, self.top_k, self.top_p)
 
 
-def check_logits(logits: torch.Tensor, name: str = "logits") -> None:
-    """Raise ValueError for NaN or +inf entries, or a row that is entirely -inf.
-
-    ``-inf`` is allowed: it is the standard way to mask a token (probability 0).
-    """
-    if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits).__name__)}")
-    if logits.dim() < 1 or logits.shape[-1] == 0:
-        raise ValueError(f"{name} must have shape [..., V] with V > 0, got {tuple(logits.shape)}")
-    if bool(torch.isnan(logits).any()):
-        raise ValueError(f"{name} contain NaN: the target model produced invalid scores")
-    if bool((logits == math.inf).any()):
-        raise ValueError(f"{name} contain +inf: scores must be finite (use -inf to mask a token)")
-    if logits.numel() and bool((logits.amax(-1) == -math.inf).any()):
-        raise ValueError(f"{name} have a row where every entry is -inf: no token can be emitted")
-
-
 def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0) -> torch.Tensor:
     """Processed target distribution from raw logits.
 
@@ -134,33 +110,3 @@ def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
     return probs
 
 
-def check_distributions(probs: torch.Tensor, valid_rows: torch.Tensor | None = None, name: str = "target_probs") -> None:
-    """Raise ValueError unless every (valid) row of ``probs [..., V]`` is a distribution.
-
-    Two reductions over the tensor (row ``amin`` and row sum); cheap next to the softmax
-    that produced it. ``valid_rows`` (bool, ``probs.shape[:-1]``) excludes padding rows.
-    """
-    if not probs.dtype.is_floating_point:
-        raise ValueError(f"{name} must be floating point probabilities, got {probs.dtype}")
-    if probs.numel() == 0:
-        return
-    # float32 accumulation is ~25x faster than sum(dtype=float64) on CPU and accurate to ~1e-6 here.
-    sums = (probs if probs.dtype in (torch.float32, torch.float64) else probs.float()).sum(-1)
-    lo = probs.amin(-1)
-    if valid_rows is not None:
-        sums = torch.where(valid_rows, sums, torch.ones_like(sums))
-        lo = torch.where(valid_rows, lo, torch.zeros_like(lo))
-    if not bool(torch.isfinite(sums).all()):
-        bad = (~torch.isfinite(sums)).nonzero()[0].tolist()
-        raise ValueError(f"{name} row {bad} contains NaN or inf: target probabilities must be finite")
-    if bool((lo < 0).any()):
-        bad = (lo < 0).nonzero()[0].tolist()
-        raise ValueError(f"{name} row {bad} has negative entries: expected probabilities (did you pass logits?)")
-    tol = prob_tolerance(probs.dtype)
-    off = (sums - 1).abs() > tol
-    if bool(off.any()):
-        bad = off.nonzero()[0].tolist()
-        raise ValueError(
-            f"{name} row {bad} sums to {float(sums[tuple(bad)]):.6g}, not 1 (tolerance {tol}): "
-            "expected probabilities (use process_logits on logits)"
-        )

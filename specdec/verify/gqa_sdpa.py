@@ -15,42 +15,9 @@ transformers' own SDPA function.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-
-NAME = "specdec_sdpa"
-
-
-def _hf_sdpa():
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    return sdpa_attention_forward
-
-
-def sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """Attention function for transformers' ``AttentionInterface``.
-
-    Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S, D]``, ``attention_mask``
-    broadcastable to ``[B, Hq, T, S]`` (additive or boolean) or None. Returns
-    ``([B, T, Hq, D], None)`` as transformers' SDPA function does.
-    """
-    groups = getattr(module, "num_key_value_groups", 1)
-    special = any(kwargs.get(k) is not None for k in ("softcap", "position_bias")) or kwargs.get("output_attentions")
-    if attention_mask is None or groups == 1 or query.shape[2] == 1 or special:
-        return _hf_sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                          is_causal=is_causal, **kwargs)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, enable_gqa=True)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def register() -> str:
-    """Registers :func:`sdpa_forward` and transformers' SDPA mask builder under :data:`NAME`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, sdpa_forward)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
-    return NAME
+from ..ops.hf_attention import GROUPED_SDPA_NAME as NAME
+from ..ops.hf_attention import register_grouped_sdpa as register
+from ..ops.hf_attention import sdpa_forward  # noqa: F401  (the function a model runs inside the block)
 
 
 class GroupedSDPA:

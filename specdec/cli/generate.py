@@ -25,8 +25,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import torch
 
-    from ..decoding import SpeculativeDecoder
-    from ..logits import SamplingParams
+    from ..engine.decoder import SpeculativeDecoder
+    from ..sampling.params import SamplingParams
     from ..prompts import chat_ids
 
     check_spec(args.proposer)

@@ -31,8 +31,8 @@ from typing import Callable, Sequence
 import torch
 from scipy import stats
 
-from .conformance_models import DraftSpec, Model, PrefixTable, ProcessedModel, TableModel, exact_law
-from .tree import DraftTree
+from .models import DraftSpec, Model, PrefixTable, ProcessedModel, TableModel, exact_law
+from ..tree import DraftTree
 
 FAMILY_ALPHA = 0.01
 """Family-wise false-rejection rate of :func:`run_suite` on an exact sampler (Bonferroni: each of

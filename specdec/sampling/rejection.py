@@ -26,9 +26,10 @@ from typing import Sequence
 
 import torch
 
-from .logits import SamplingParams, check_distributions
-from .sampling_core import Drafts, Outcome, Rows, TreeSpeculative, chain_speculative, greedy_verify
-from .tree import DraftTree
+from .params import SamplingParams
+from ..checks import check_distributions
+from .kernels import Drafts, Outcome, Rows, TreeSpeculative, chain_speculative, greedy_verify
+from ..tree import DraftTree
 
 
 class Rule(enum.Enum):

@@ -1,8 +1,8 @@
 """Deliberately broken samplers: the conformance suite must reject every one of them.
 
-Each mutant is :class:`~specdec.sampling_core.TreeSpeculative` with exactly one step replaced by a
+Each mutant is :class:`~specdec.sampling.kernels.TreeSpeculative` with exactly one step replaced by a
 plausible implementation mistake, so a pass of the suite is evidence that it can see that mistake.
-:class:`~specdec.sampling_core.TreeSpeculative` itself (no override) runs through the same adapter
+:class:`~specdec.sampling.kernels.TreeSpeculative` itself (no override) runs through the same adapter
 and must pass: the harness, not only the mutation, is under test.
 
 Use ``kernel_sampler(MUTANTS["always_accept"]())`` to get a conformance sampler.
@@ -14,8 +14,8 @@ from types import MappingProxyType
 
 import torch
 
-from .conformance import DraftBatch
-from .sampling_core import Drafts, Rows, TreeSpeculative, residual
+from .suite import DraftBatch
+from ..sampling.kernels import Drafts, Rows, TreeSpeculative, residual
 
 
 def kernel_sampler(kernel: TreeSpeculative):

@@ -5,7 +5,7 @@ release): fingerprint the target, generate (or reuse cached) self-distillation d
 write ``weights.safetensors`` + ``manifest.json`` naming the target fingerprint, the data, the
 hyper-parameters, the held-out metrics and the wall time of each stage.
 
-Usable without the top-level CLI: ``python -m specdec.training.commands train heads ...``.
+Usable without the top-level CLI: ``python -m specdec.cli train heads ...``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 
 from ..artifacts import Manifest, save_artifact, target_fingerprint, tokenizer_fingerprint
 from ..prompts import read_prompt_records
-from .synthetic import DEFAULT_BATCH as SYNTHETIC_BATCH
+from ..training.synthetic import DEFAULT_BATCH as SYNTHETIC_BATCH
 
 
 def load_target(spec: str, device: str, dtype: torch.dtype = torch.float32):
@@ -89,8 +89,8 @@ def _start(args) -> _Run:
 def _full_sequences(args, run: _Run):
     """``(FullSequences, source, synthetic report | None)``: the prompt records' greedy responses with
     full-sequence features (cached), extended by ``args.synthetic`` synthetic records when asked."""
-    from . import data as sd
-    from .eagle import load_or_build_full
+    from ..training import data as sd
+    from ..training.eagle import load_or_build_full
 
     t0 = time.time()
     responses, source = sd.load_or_generate_responses(run.model, run.tokenizer, run.records, target_fp=run.fingerprint,
@@ -110,7 +110,7 @@ def _full_sequences(args, run: _Run):
 def _synthetic(args, run: _Run):
     """``(FullSequences, report)``: ``args.synthetic`` synthetic records (cached) and what the
     manifest records of them."""
-    from . import synthetic as syn
+    from ..training import synthetic as syn
 
     t0 = time.time()
     extra, source = syn.load_or_build(run.model, run.tokenizer, args.synthetic, target_fp=run.fingerprint,
@@ -121,8 +121,8 @@ def _synthetic(args, run: _Run):
 
 
 def train_heads_main(args) -> int:
-    from . import data as sd
-    from .medusa import HeadsTrainConfig, rows_from_full, train_medusa
+    from ..training import data as sd
+    from ..training.medusa import HeadsTrainConfig, rows_from_full, train_medusa
 
     cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, reduced_vocab=args.vocab,
                            epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed)
@@ -179,7 +179,7 @@ def train_heads_main(args) -> int:
 
 def train_eagle_main(args) -> int:
     from ..proposers.eagle_layer import EagleConfig
-    from .eagle import EagleTrainConfig, train_eagle
+    from ..training.eagle import EagleTrainConfig, train_eagle
 
     cfg = EagleTrainConfig(reduced_vocab=args.vocab, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                            context=args.context, ce_weight=args.ce_weight, noise=args.noise, seed=args.seed)
@@ -223,8 +223,8 @@ def train_eagle_main(args) -> int:
 
 
 def train_draft_main(args) -> int:
-    from . import data as sd
-    from .drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter, train_drafter
+    from ..training import data as sd
+    from ..training.drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter, train_drafter
 
     cfg = DrafterTrainConfig(num_layers=args.layers, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                              seed=args.seed)
@@ -323,16 +323,3 @@ def register(subparsers) -> None:
     d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")
     _synthetic_args(d)
     d.set_defaults(func=train_draft_main)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="specdec")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    args.argv = argv
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,7 +4,7 @@ The whole loop is :meth:`SpeculativeDecoder.run`; everything else formats its ev
 
 1. **propose**: the proposer drafts a tree per active request (at most ``max_budget`` nodes); the
    cost model keeps the ``k`` nodes that maximise expected tokens per second (see
-   :mod:`specdec.cost_model`).
+   :mod:`specdec.engine.sizing`).
 2. **verify**: one target forward over every request's pending token + tree (:class:`HFTarget`).
 3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection_sample`)
    picks the accepted path and one bonus/recovery token; stop tokens and ``max_new_tokens`` cut it.
@@ -24,13 +24,13 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from .cost_model import (AcceptanceEstimator, DraftOverhead, RequestCalibration, ScoreCalibration, VerifyCostModel,
-                         size_draft, size_scored_draft)
-from .logits import SamplingParams
+from .sizing import AcceptanceEstimator, DraftOverhead, RequestCalibration, ScoreCalibration, size_draft, size_scored_draft
+from .verify_cost import VerifyCostModel
+from ..sampling.params import SamplingParams
 from .metrics import RequestMetrics
-from .proposers.base import as_token_list
-from .target.hf import HFTarget
-from .tree import DraftTree
+from ..checks import as_token_list
+from ..verify.hf import HFTarget
+from ..tree import DraftTree
 
 
 @dataclass
@@ -297,7 +297,7 @@ class SpeculativeDecoder:
         """The token after each prompt, from the prefill logits ``[B, V]``."""
         if sampling is None:
             return _checked_argmax(logits).tolist()
-        from .sampling import verify_logits
+        from ..sampling.rejection import verify_logits
 
         empty = [DraftTree.empty(device=logits.device, vocab_size=logits.shape[-1])] * logits.shape[0]
         # [B, 1, V]: an empty tree's root row
@@ -314,7 +314,7 @@ class SpeculativeDecoder:
                 paths.append(path)
                 emitted.append(toks)
             return paths, emitted
-        from .sampling import verify_logits
+        from ..sampling.rejection import verify_logits
 
         # Proposers may draft on the CPU while the target runs elsewhere: the sampler needs one device.
         trees = [t if t.device == logits.device else t.to(logits.device) for t in trees]

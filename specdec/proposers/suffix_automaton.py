@@ -18,7 +18,7 @@ The automaton lives in the compiled extension (``csrc/suffix/``) because the pro
     added to every continuation total.
 """
 
-from ._ext import load
+from .._ext import load
 
 SuffixAutomaton = load().SuffixAutomaton
 build_suffix_draft = load().build_suffix_draft

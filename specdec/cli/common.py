@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 #: Proposer specs every command accepts (the same strings as ``specdec plan --proposer``).
 PROPOSER_SPECS = ("none | suffix | suffix:<responses .jsonl to warm its cache> | draft:<model dir> | "
                   "medusa:<artifact dir> | eagle:<artifact dir>")
+
+
+def log(msg: str) -> None:
+    """A progress line on stderr, time-stamped (stdout carries the command's results)."""
+    print(f"[specdec {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ Three kernels:
 * :class:`TreeSpeculative` — trees (SpecInfer multi-step speculative sampling, deterministic
   siblings, mixtures). One Python iteration per *test* (at most ``N + 1``), each vectorised over
   the batch and the vocabulary. Its steps are methods so that the conformance suite's deliberately
-  broken samplers can override exactly one step (see :mod:`specdec.conformance_mutants`).
+  broken samplers can override exactly one step (see :mod:`specdec.conformance.mutants`).
 * :func:`greedy_verify` — argmax rule for chains and trees.
 
 All randomness comes from ``torch.rand`` on the given generator, so a seeded generator gives

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .logits import process_logits
+from ..sampling.params import process_logits
 
 Model = Callable[[tuple], torch.Tensor]
 

@@ -1,0 +1,48 @@
+"""``specdec review``: re-measure a plan's basis; flag fingerprint changes and acceptance drift.
+
+    specdec review plan_report          # exit status 1 when the setting is stale
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..serving.measure import build_workload, fingerprints, load_target, measure_proposer
+from ..serving.review import compare, load_trigger, review_markdown
+from .common import log
+
+
+def register(subparsers) -> None:
+    """Add ``review`` to an ``argparse`` subparsers object."""
+    r = subparsers.add_parser("review", help="re-measure a plan's basis; flag fingerprint changes and acceptance drift")
+    r.add_argument("report", help="a plan's output directory (or its review.json)")
+    r.add_argument("--target", default=None, help="target to review against (default: the plan's)")
+    r.add_argument("--tolerance", type=float, default=None, help="override the plan's drift tolerance")
+    r.add_argument("--out", default=None, help="where to write review.md (default: beside review.json)")
+    r.set_defaults(func=run_review)
+
+
+def run_review(args) -> int:
+    trigger = load_trigger(args.report)
+    target = args.target or trigger["target"]
+    log(f"loading target {target}")
+    model, tok, _ = load_target(target)
+    fps = fingerprints(model, tok)
+    wl_desc = trigger["workload"]
+    base = Path(args.report) if Path(args.report).is_dir() else Path(args.report).parent
+    wl = build_workload(model, tok, wl_desc["path"], categories=wl_desc["categories"], per_category=wl_desc["per_category"],
+                        max_new_tokens=wl_desc["max_new_tokens"], target_fp=fps["target"], cache_dir=base / ".cache")
+    artifacts, acceptance = {}, {}
+    for spec in trigger["proposers"]:
+        try:
+            m = measure_proposer(spec, model, tok, wl, int(trigger["budget"]))
+        except (ValueError, OSError) as e:  # e.g. heads refusing a new checkpoint: reported as a finding
+            log(f"{spec}: {e}")
+            continue
+        artifacts[spec], acceptance[spec] = m.artifact, m.acceptance
+    flags = compare(trigger, fps, artifacts, acceptance, args.tolerance)
+    text = review_markdown(trigger, flags, acceptance)
+    out = Path(args.out) if args.out else base / "review.md"
+    out.write_text(text)
+    print(text)
+    return 1 if flags else 0

@@ -1,1 +1,0 @@
-"""``specdec`` sub-commands; see :mod:`specdec.cli` for how they are registered."""
