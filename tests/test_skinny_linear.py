@@ -1,14 +1,15 @@
 """The skinny-linear kernel against a float64 oracle, its contract errors, and the scoped patching
-of a model's linear layers (specdec.ops.skinny_linear, specdec.ops.skinny_linear.lm_head_logits)."""
+of a model's linear layers (specdec.ops.skinny_linear, specdec.verify.patch)."""
+
+import importlib
 
 import pytest
 import torch
 from torch import nn
 
 from specdec import _ext
-from specdec.ops.skinny_linear import FAST_ROWS, skinny_linear, skinny_linear_reference
-from specdec.verify.linears import SkinnyLinears
-from specdec.ops.skinny_linear import lm_head_logits
+from specdec.ops.skinny_linear import FAST_ROWS, lm_head_logits, skinny_linear, skinny_linear_reference
+from specdec.verify.patch import ForwardPatch
 
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="compiled extension not built")
 
@@ -98,7 +99,7 @@ def test_patched_layers_compute_the_same_and_are_restored():
     model = nn.Sequential(nn.Linear(32, 48), nn.SiLU(), nn.Linear(48, 16, bias=False))
     x = torch.randn(5, 32)
     expected = model(x)
-    patch = SkinnyLinears(model)
+    patch = ForwardPatch(model, linears=model, attention=False)
     assert len(patch.modules) == 2
     with torch.inference_mode(), patch:
         assert all("forward" in m.__dict__ for m in patch.modules)
@@ -111,7 +112,7 @@ def test_patched_layers_compute_the_same_and_are_restored():
 
 @needs_ext
 def test_linear_rows_uses_the_kernel_only_without_autograd(monkeypatch):
-    from specdec.verify import linears
+    linears = importlib.import_module("specdec.ops.skinny_linear")
 
     calls = []
     real = torch.ops.specdec.skinny_linear
@@ -135,7 +136,7 @@ def test_linear_rows_uses_the_kernel_only_without_autograd(monkeypatch):
 @pytest.mark.parametrize("enabled", [True, False])
 def test_target_verify_routes_linears_through_the_kernel(monkeypatch, enabled):
     from specdec.models import tiny_model
-    from specdec.verify import HFTarget, linears
+    from specdec.verify import HFTarget
     from specdec.tree import DraftTree
 
     calls = []
@@ -161,7 +162,7 @@ def test_patch_keeps_instance_level_wrappers():
     layer = nn.Linear(4, 4)
     wrapper = lambda x: torch.zeros(x.shape[0], 4)  # e.g. accelerate's hooked forward
     layer.forward = wrapper
-    with SkinnyLinears(layer):
+    with ForwardPatch(layer, linears=layer, attention=False):
         assert layer.forward is wrapper
     assert layer.forward is wrapper
 
@@ -171,11 +172,11 @@ def test_patch_leaves_other_layers_alone():
         pass
 
     model = nn.Sequential(Custom(4, 4), nn.Linear(4, 4).double())
-    assert SkinnyLinears(model).modules == []
+    assert ForwardPatch(model, linears=model, attention=False).modules == []
 
 
 def test_patch_is_not_reentrant():
-    patch = SkinnyLinears(nn.Linear(4, 4))
+    patch = ForwardPatch(nn.Linear(4, 4), linears=None)
     with patch:
         with pytest.raises(RuntimeError, match="not re-entrant"):
             patch.__enter__()

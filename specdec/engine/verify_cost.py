@@ -131,7 +131,7 @@ class VerifyCostModel:
                 t0 = time.perf_counter()
                 target.verify(state, [tree])
                 elapsed = time.perf_counter() - t0
-                target.discard(state, tree.num_nodes)
+                target.discard(state)
                 if sweep:  # the first sweep warms caches and the allocator for every shape
                     times[i].append(elapsed)
         seconds = [min(t) for t in times]

@@ -1,26 +1,29 @@
-"""Hugging Face integration of the tree-attention op through transformers' attention registry.
+"""specdec's attention function for transformers' attention registry: grouped SDPA and tree attention.
 
-How an adapter uses it (transformers 5.x, decoder models whose attention calls
-``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, ...)``, e.g. Llama / Qwen2):
+:func:`tree_attention_forward` is registered under :data:`ATTENTION_NAME` (``"specdec_tree"``) in
+``AttentionInterface``, with transformers' SDPA mask builder under the same name in
+``AttentionMaskInterface`` (:func:`register`). A model whose ``config._attn_implementation`` names it
+(transformers 5.x decoders call ``ALL_ATTENTION_FUNCTIONS.get_interface(...)``: Llama, Qwen2, ...)
+runs it in every layer. :class:`specdec.verify.patch.ForwardPatch` switches the model to it for the
+duration of specdec's own forwards only; :func:`enable` switches a model for good, for users who call
+the function from their own loop.
 
-1. ``enable(model)`` once: registers :func:`tree_attention_forward` under ``ATTENTION_NAME``
-   (``"specdec_tree"``) in ``AttentionInterface`` and transformers' SDPA mask builder under the same
-   name in ``AttentionMaskInterface``, then switches the model to it. Every forward WITHOUT tree
-   kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) runs SDPA as
-   :mod:`specdec.verify.gqa_sdpa` does (transformers' path without its K/V head copy), so enabling
-   costs nothing there.
-2. For a verify step whose new K/V rows directly follow each request's committed prefix (the cache
-   holds ``[B, Hkv, S, D]`` with no holes, every request at length ``S``), call the base model with
-   ``**tree_kwargs(ancestor_mask, prefix_lens)`` added to its usual arguments (``input_ids`` of the
-   ``T`` new tokens, ``position_ids`` = prefix length + depth, the cache). The model appends the
-   ``T`` rows at ``[S, S + T)`` and every layer's attention becomes one
-   ``specdec.ops.tree_attention`` call: new token i attends to rows ``[0, prefix_lens[b])`` and to
-   the new rows of its ancestors and itself. The mask is validated once here, not per layer.
-   ``tree_kwargs(..., add_root=True)`` prepends a root node (a pending token fed before the tree,
-   the parent of every root of the tree), for adapters that feed ``1 + N`` tokens per step.
-3. Ragged batches whose new rows do not directly follow every prefix (holes in a right-padded cache)
-   cannot be expressed as (prefix, tree) rows: the adapter passes its dense 4-D mask instead and
-   omits the tree kwargs, which is the fallback (SDPA with that mask).
+Without tree kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) it is
+:func:`sdpa_forward`: transformers' SDPA attention, except that a mask with several query rows over
+grouped-query heads no longer copies every K/V head ``num_key_value_groups`` times (``repeat_kv``:
+the whole cache of the layer, every layer, every verify step that holds a draft). torch's SDPA
+computes the same attention from the grouped K/V with ``enable_gqa=True``, mask included (SmolLM2:
+9 query / 3 KV heads, so the copy moved 3x each layer's cache; ``benchmarks/bench_verify_attention.py``).
+
+With tree kwargs (:func:`tree_kwargs`), for a verify step whose new K/V rows directly follow each
+request's committed prefix (the cache holds ``[B, Hkv, S, D]`` with no holes, every request at length
+``S``), every layer's attention becomes one ``specdec.ops.tree_attention`` call: new token i attends to
+rows ``[0, prefix_lens[b])`` and to the new rows of its ancestors and itself. The mask is validated
+once in :func:`tree_kwargs`, not per layer; ``add_root_node=True`` prepends a root node (a pending
+token fed before the tree, the parent of every root of the tree), for adapters that feed ``1 + N``
+tokens per step. Ragged batches whose new rows do not directly follow every prefix (holes in a
+right-padded cache) cannot be expressed as (prefix, tree) rows: the adapter passes its dense 4-D mask
+instead and omits the tree kwargs (SDPA with that mask).
 
 In tree mode the model still builds its causal mask (the SDPA builder); it is not used, because the
 tree kwargs define visibility. Dropout (training), soft-capping, sliding windows and sinks are not
@@ -106,7 +109,7 @@ def tree_kwargs(ancestor_mask, prefix_lens, *, add_root_node=False, total_rows=N
 
 
 def register() -> str:
-    """Registers the attention function and its (SDPA) mask builder; returns ``ATTENTION_NAME``."""
+    """Registers :func:`tree_attention_forward` and its (SDPA) mask builder; returns ``ATTENTION_NAME``."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -116,12 +119,12 @@ def register() -> str:
 
 
 def enable(model) -> None:
-    """Registers the function and switches ``model`` (a ``PreTrainedModel``) to it."""
+    """Registers the function and switches ``model`` (a ``PreTrainedModel``) to it for good (for a
+    caller's own loop; specdec's decoder switches only during its forwards, :mod:`specdec.verify.patch`)."""
     register()
     model.set_attn_implementation(ATTENTION_NAME)
 
 
-GROUPED_SDPA_NAME = "specdec_sdpa"
 
 
 def _hf_sdpa():
@@ -145,13 +148,3 @@ def sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                          scale=scaling, enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
-
-
-def register_grouped_sdpa() -> str:
-    """Registers :func:`sdpa_forward` and transformers' SDPA mask builder under :data:`NAME`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(GROUPED_SDPA_NAME, sdpa_forward)
-    AttentionMaskInterface.register(GROUPED_SDPA_NAME, sdpa_mask)
-    return GROUPED_SDPA_NAME

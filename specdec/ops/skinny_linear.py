@@ -70,7 +70,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.specdec.skinny_linear(x, weight, bias)
 
 
-def _eligible(module: nn.Module) -> bool:
+def eligible_linear(module: nn.Module) -> bool:
     """A plain float32 CPU ``nn.Linear`` (subclasses may override forward: left alone)."""
     return (type(module) is nn.Linear and module.weight.dtype == torch.float32
             and module.weight.device.type == "cpu")
@@ -91,6 +91,6 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 def lm_head_logits(lm_head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """Logits ``[..., V]`` for hidden states ``[..., H]`` through ``lm_head`` (skinny kernel for a
     plain float32 CPU ``nn.Linear`` when the compiled extension is available, else the module)."""
-    if _eligible(lm_head) and op_available():
+    if eligible_linear(lm_head) and op_available():
         return linear_rows(hidden, lm_head.weight, lm_head.bias)
     return lm_head(hidden)

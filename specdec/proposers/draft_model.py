@@ -42,7 +42,7 @@ from ..artifacts import (
     tokenizer_fingerprint,
 )
 from ..sampling.params import SamplingParams
-from ..verify.linears import SkinnyLinears
+from ..verify.patch import ForwardPatch
 from ..tree import DraftTree
 from .base import Artifact
 from ..checks import as_token_list, normalize_budgets
@@ -114,7 +114,7 @@ class DraftModelProposer:
             )
         self.model = model.eval()
         # The drafter's few-row forwards go through the skinny-linear kernel, like the target's.
-        self._linears = SkinnyLinears(model)
+        self._linears = ForwardPatch(model, linears=model, attention=False)
         # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; accept either.
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.mode, self.sampling = mode, sampling

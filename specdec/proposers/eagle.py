@@ -29,7 +29,7 @@ from typing import Hashable, Sequence
 import torch
 
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
-from ..verify.linears import SkinnyLinears
+from ..verify.patch import ForwardPatch
 from ..ops.skinny_linear import linear_rows
 from ..tree import DraftTree
 from .base import ScoredDraft
@@ -97,7 +97,7 @@ class EagleProposer:
         self.lm_weight = lm_head_weight.detach()
         self._rows = self.layer.lm_rows(self.lm_weight).contiguous()  # [R, H], gathered once
         # Drafting feeds a few rows at a time: the layer's products go through the skinny kernel on CPU.
-        self._linears = SkinnyLinears(self.layer)
+        self._linears = ForwardPatch(self.layer, linears=self.layer, attention=False)
         self.vocab_size = int(lm_head_weight.shape[0])
         self.top_k = min(top_k, int(self._rows.shape[0]))
         self.max_depth, self.min_logp = max_depth, (math.log(min_prob) if min_prob > 0 else -math.inf)

@@ -332,7 +332,7 @@ def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], 
 
                 def step():
                     target.verify(state, trees)
-                    target.accept(state, [[]] * B, [0] * B, n - 1)
+                    target.accept(state, [[]] * B, [0] * B)
 
                 samples.append(Sample(B, n, C, timed(step)))
                 done += 1

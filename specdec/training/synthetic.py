@@ -95,12 +95,12 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     id, ``ended`` says whether it reached one, ``hidden [len(prompt) + len(response) - 1, H]``
     (float32) holds the features of the prompt and of every response token but the last.
     """
-    from ..verify.linears import SkinnyLinears
+    from ..verify.patch import ForwardPatch
 
     device = next(model.parameters()).device
     ids, mask = left_padded(prompts, pad_id)
     width = ids.shape[1]
-    with _FinalNormCapture(model) as cap, SkinnyLinears(model):
+    with _FinalNormCapture(model) as cap, ForwardPatch(model, linears=model, attention=False):
         gen = clean_generate(model, ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
                              pad_token_id=pad_id, eos_token_id=list(ends), sample=sample)
     prefill, steps = cap.outputs[0], cap.outputs[1:]

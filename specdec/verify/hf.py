@@ -25,6 +25,7 @@ uses its own causal path: plain decoding then runs the same kernels as ``model.g
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -33,9 +34,8 @@ import torch
 from ..checks import as_token_list
 from ..tree import DraftTree, unpack_mask
 from ..tree import pack_trees
-from .gqa_sdpa import GroupedSDPA
-from .linears import SkinnyLinears
 from ..ops.skinny_linear import lm_head_logits
+from .patch import ForwardPatch
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 
@@ -89,21 +89,26 @@ class HFTarget:
     Args:
         model: a Llama-family (llama, mistral, qwen2, qwen3) or GPT-2 causal LM, in eval mode.
         attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
-            SDPA model runs :mod:`specdec.verify.gqa_sdpa` during specdec's forwards, which skips
-            transformers' copy of grouped K/V heads) or
-            ``"tree_op"`` (Llama-family only: :mod:`specdec.ops.hf_attention` registers the
-            specdec tree-attention op with transformers' attention registry; steps without holes
-            in the cache use it, ragged steps fall back to the 4-D mask).
+            SDPA model runs grouped SDPA during specdec's forwards, which skips transformers' copy
+            of grouped K/V heads) or ``"tree_op"`` (the specdec tree-attention op through
+            transformers' attention registry; steps without holes in the cache use it, ragged
+            steps fall back to the 4-D mask). Both go through :mod:`specdec.verify.patch`, which
+            changes the model only while specdec's own forwards run.
         skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
-            :func:`specdec.ops.skinny_linear` during specdec's forwards (default True; see
-            :mod:`specdec.verify.linears`). False keeps the model's own ``F.linear`` calls.
+            :func:`specdec.ops.skinny_linear` during specdec's forwards (default True). False keeps
+            the model's own ``F.linear`` calls.
 
     Raises:
-        ValueError: for a model type the adapter has not been verified on, or sliding-window
-            attention (its cache layers drop rows, which breaks compaction).
+        ValueError: for a model type the adapter has not been verified on, sliding-window
+            attention (its cache layers drop rows, which breaks compaction), or a
+            ``torch.compile``'d model.
+
+    One HFTarget serves one thread at a time (its forwards raise ``RuntimeError`` when another
+    thread is inside one); several HFTargets over one shared model may run in parallel threads.
     """
 
     def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True):
+        _refuse_compiled(model)
         config = getattr(model, "config", None)
         model_type = getattr(config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
@@ -121,21 +126,12 @@ class HFTarget:
         self.model = model.eval()
         self.config = config
         self.attention = attention
-        if attention == "tree_op":
-            self._enable_tree_op()
         self.base = getattr(model, model.base_model_prefix)
         self.lm_head = model.get_output_embeddings()
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.skinny_linear = bool(skinny_linear)
-        self._linears = SkinnyLinears(self.base if self.skinny_linear else None)
-        self._attention = GroupedSDPA(self.model)
-
-    def _enable_tree_op(self) -> None:
-        try:
-            from ..ops import hf_attention
-        except ImportError as exc:
-            raise ValueError("attention='tree_op' needs specdec.ops.hf_attention, which is not available") from exc
-        hf_attention.enable(self.model)
+        self._patch = ForwardPatch(self.model, linears=self.base if self.skinny_linear else None,
+                                   tree_attention=attention == "tree_op")
 
     @property
     def device(self) -> torch.device:
@@ -152,7 +148,7 @@ class HFTarget:
         Logits are ``[B, T, V]``, or ``[B, V]`` at positions ``rows`` (``LongTensor[B]``) when given:
         prefill needs only the last position, and the LM head over a long prompt is expensive.
         """
-        with self._linears, self._attention:
+        with self._patch:
             out = self.base(
                 input_ids=input_ids,
                 position_ids=position_ids,
@@ -270,32 +266,44 @@ class HFTarget:
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
 
     @staticmethod
-    def _verified(state: BatchState, num_nodes: int, what: str) -> tuple[list[int], ...]:
-        """The pending verify's parents, after checking ``num_nodes`` against its row count (the
-        caller clears ``state.verified`` once its own checks passed, so a refused call can be retried)."""
+    def _verified(state: BatchState, num_nodes: int | None, what: str) -> tuple[int, tuple[list[int], ...]]:
+        """``(N, parents)`` of the pending verify. ``num_nodes`` (deprecated: the target knows ``N``)
+        must match it when given. The caller clears ``state.verified`` once its own checks passed, so
+        a refused call can be retried."""
         if state.verified is None:
             raise ValueError(f"{what}: no verify step awaits it (call verify() first; once per verify)")
         n, parents = state.verified
-        if num_nodes != n:
-            raise ValueError(f"{what}: num_nodes={num_nodes}, but the last verify appended 1 + {n} rows per request")
-        return parents
+        if num_nodes is not None:
+            warnings.warn(f"HFTarget.{what}(num_nodes=...) is deprecated: the target knows the last verify's size",
+                          DeprecationWarning, stacklevel=3)
+            if num_nodes != n:
+                raise ValueError(f"{what}: num_nodes={num_nodes}, but the last verify appended 1 + {n} rows per request")
+        return n, parents
 
     # ------------------------------------------------------------------ compaction
-    @torch.inference_mode()
     def accept(self, state: BatchState, paths: Sequence[Sequence[int]], next_tokens: Sequence[int],
-               num_nodes: int) -> None:
+               num_nodes: int | None = None, *, validate: bool = True) -> None:
         """Keep the pending row and the accepted path's rows of the last verify; drop the rest.
 
         Args:
             paths: per request, accepted node indices root->leaf (may be empty).
             next_tokens: per request, the token emitted after the path (the new pending token).
-            num_nodes: ``N``, the padded tree size of the last verify (the forward added ``1 + N`` rows).
+            num_nodes: deprecated and optional: the last verify's padded tree size ``N``, which the
+                target already knows; checked when given.
+            validate: check the paths against the verified trees and the tokens against the
+                vocabulary; False only for values the engine's own sampler produced.
         """
         B = state.batch_size
         if len(paths) != B or len(next_tokens) != B:
             raise ValueError(f"accept got {len(paths)} paths / {len(next_tokens)} tokens for {B} requests")
-        next_tokens = as_token_list(next_tokens, "accept: next_tokens", self.vocab_size)
-        parents = self._verified(state, num_nodes, "accept")
+        num_nodes, parents = self._verified(state, num_nodes, "accept")
+        if validate:
+            next_tokens = as_token_list(next_tokens, "accept: next_tokens", self.vocab_size)
+            self._check_paths(paths, parents, num_nodes)
+        self._compact(state, paths, list(next_tokens), num_nodes)
+
+    @staticmethod
+    def _check_paths(paths: Sequence[Sequence[int]], parents: tuple[list[int], ...], num_nodes: int) -> None:
         for b, p in enumerate(paths):
             prev = -1
             for node in p:
@@ -306,6 +314,10 @@ class HFTarget:
                     raise ValueError(f"accept: path {list(p)} of request {b} is not a root-to-node path "
                                      f"(node {node}'s parent is {parents[b][node]}, not {prev})")
                 prev = node
+
+    @torch.inference_mode()
+    def _compact(self, state: BatchState, paths: Sequence[Sequence[int]], next_tokens: list[int],
+                 num_nodes: int) -> None:
         total = state.cache_len
         S = total - 1 - num_nodes
         if S < 0:
@@ -331,9 +343,10 @@ class HFTarget:
         state.lengths = new_lengths
         state.pending = next_tokens
 
-    def discard(self, state: BatchState, num_nodes: int) -> None:
-        """Drop every row the last verify added (``1 + num_nodes``), e.g. after a timing run."""
-        self._verified(state, num_nodes, "discard")
+    def discard(self, state: BatchState, num_nodes: int | None = None) -> None:
+        """Drop every row the last verify added (``1 + N``), e.g. after a timing run (``num_nodes``:
+        deprecated, as in :meth:`accept`)."""
+        num_nodes, _ = self._verified(state, num_nodes, "discard")
         state.verified = None
         _truncate(state.cache, state.cache_len - 1 - num_nodes)
 
@@ -358,6 +371,19 @@ class HFTarget:
         state.lengths = [state.lengths[r] for r in rows]
         state.pending = [state.pending[r] for r in rows]
         _truncate(state.cache, max(state.lengths))
+
+
+def _refuse_compiled(model) -> None:
+    """A ``torch.compile``'d model (or one holding compiled submodules) is refused by name: every
+    verify step has another shape (a recompile, or a silent fallback, each step), and the forward
+    patch must reach the model's own modules, which a compiled wrapper hides."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    compiled = [name or "the model" for name, m in model.named_modules() if isinstance(m, OptimizedModule)] \
+        if isinstance(model, torch.nn.Module) else []
+    if compiled:
+        raise ValueError(f"HFTarget does not take torch.compile'd models ({compiled[0]} is compiled): pass the "
+                         "uncompiled model (a compiled module keeps it as ._orig_mod)")
 
 
 def _truncate(cache, length: int) -> None:
