@@ -1,11 +1,10 @@
 """The decoder's draft-sizing policy replayed on the target's own greedy answers, variant by variant.
 
 Each step the suffix proposer drafts from prompt + committed tokens (``propose_scored``, budget
-``--budget``), the decoder's policy (:func:`specdec.engine.sizing.size_scored_draft`: the
-:class:`~specdec.engine.sizing.ScoreCalibration` of the drafting cache, then the verify-cost curve's
-best size) keeps part of the tree, the greedy target accepts the longest kept path that matches its
-recorded answer, and the calibration learns from it, as in :class:`~specdec.SpeculativeDecoder`
-(one ``tick`` per step). Under greedy verification this is what the decode loop accepts, without
+``--budget``), the decoder's own policy object (:class:`~specdec.engine.sizing.DraftSizer`: the
+calibration of the drafting cache, then the verify-cost curve's best size) keeps part of the tree,
+the greedy target accepts the longest kept path that matches its recorded answer, and the sizer
+learns from it, as in :class:`~specdec.SpeculativeDecoder` (one ``tick`` per step). Under greedy verification this is what the decode loop accepts, without
 running the model; the step costs ``c(kept nodes) / c(0)``, from a verify-cost curve measured in
 the same run on the embedded SmolLM2 or given with ``--cost``. Model time only: proposer,
 acceptance and compaction overheads and the prefill are not charged.
@@ -29,10 +28,10 @@ import argparse
 import collections
 from dataclasses import dataclass
 
-from lookup_ceiling import DEFAULT_DATA, add_cost_args, cost_model
-from replay_suffix_acceptance import VOCAB, accepted_length, read_rows
+from common import DEFAULT_DATA, VOCAB, accepted_length, add_cost_args, cost_model, read_rows
 
-from specdec.engine.sizing import RequestCalibration, ScoreCalibration, VerifyCostModel, size_scored_draft
+from specdec.engine.sizing import DraftSizer, ScoreCalibration
+from specdec.engine.verify_cost import VerifyCostModel
 from specdec.proposers.suffix import SuffixProposer
 
 
@@ -60,29 +59,21 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int) -> dic
     category: tokens, steps, accepted, drafted, relative cost."""
     make_calibration, per_request = variant
     prop = SuffixProposer(VOCAB)
-    calibrations: dict[str, ScoreCalibration] = {}
+    sizer = DraftSizer("auto", budget, calibration=make_calibration, per_request=per_request)
+    sizer.set_cost(cost)
     totals = collections.defaultdict(collections.Counter)
     for i, row in enumerate(rows):
         t = collections.Counter()
-        own: dict[str, RequestCalibration] = {}  # this request's, as the decoder keeps them
         answer = row["output_ids"]
         prop.begin(i, row["prompt_ids"])
         pos = 0
         while pos < len(answer):
-            (scored,) = prop.propose_scored([i], budget)
-            tree, raw = scored.tree, scored.node_probs.tolist()
-            cal = None
-            if tree.num_nodes:
-                cal = calibrations.setdefault(scored.source, make_calibration())
-                if per_request:
-                    cal = own.setdefault(scored.source, RequestCalibration(shared=cal))
-                tree, raw = size_scored_draft(tree, raw, cal, cost)
+            (scored,) = prop.propose_scored([i], sizer.ask)
+            tree, ticket = sizer.size(i, scored.tree, scored.node_probs.tolist(), scored.source)
             a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else 0
             a = min(a, len(answer) - pos - 1)  # the last answer token is always the target's own
-            if cal is not None:
-                cal.update(raw, tree._depth_list, a)
-            for c in [*calibrations.values(), *own.values()]:
-                c.tick()
+            sizer.observe(ticket, a)
+            sizer.tick()
             t["steps"] += 1
             t["tokens"] += a + 1
             t["accepted"] += a
@@ -91,6 +82,7 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int) -> dic
             prop.commit(i, answer[pos : pos + a + 1])
             pos += a + 1
         prop.end(i)
+        sizer.end(i)
         totals[None].update(t)
         totals[row.get("category", "-")].update(t)
     return totals

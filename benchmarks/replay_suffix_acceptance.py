@@ -29,28 +29,9 @@ import pathlib
 
 import torch
 
-from specdec.prompts import read_jsonl
-from specdec.proposers.suffix import SuffixProposer, row_response_ids
+from common import DEFAULT_DATA, VOCAB, accepted_path, read_rows
 
-DEFAULT_DATA = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
-VOCAB = 49152
-
-
-def accepted_path(tokens: list[int], parents: list[int], truth: list[int]) -> list[int]:
-    """Nodes of the longest root path whose tokens equal ``truth``'s prefix (greedy acceptance)."""
-    path, node = [], -1
-    while len(path) < len(truth):
-        nxt = next((i for i, p in enumerate(parents) if p == node and tokens[i] == truth[len(path)]), None)
-        if nxt is None:
-            break
-        path.append(nxt)
-        node = nxt
-    return path
-
-
-def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> int:
-    """Length of the longest root path whose tokens equal ``truth``'s prefix (greedy acceptance)."""
-    return len(accepted_path(tokens, parents, truth))
+from specdec.proposers.suffix import SuffixProposer
 
 
 def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int], budget: int,
@@ -67,7 +48,7 @@ def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int
         path = path[: len(output) - pos - 1]  # the last output token is always the target's own
         a = len(path)
         if depths is not None:
-            for node, (d, p) in enumerate(zip(tree._depth_list, scored.node_probs.tolist())):
+            for node, (d, p) in enumerate(zip(tree.depth_list, scored.node_probs.tolist())):
                 cell = depths.setdefault(d, [0, 0.0, 0])
                 cell[0], cell[1], cell[2] = cell[0] + 1, cell[1] + p, cell[2] + (node in path)
         steps += 1
@@ -100,11 +81,6 @@ def replay_hf(prompt: list[int], output: list[int]) -> tuple[int, int, int]:
         drafted += len(draft) > 0
         pos += a + 1
     return steps, accepted, drafted
-
-
-def read_rows(path: str) -> list[dict]:
-    """JSONL rows with ``prompt_ids``, ``category`` and ``output_ids`` (``response_ids`` renamed)."""
-    return [{**row, "output_ids": row_response_ids(row, f"{path}:{n}")} for n, row in read_jsonl(path)]
 
 
 def main(argv=None) -> None:

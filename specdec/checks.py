@@ -117,16 +117,21 @@ def check_distributions(probs: torch.Tensor, valid_rows: torch.Tensor | None = N
         sums = torch.where(valid_rows, sums, torch.ones_like(sums))
         lo = torch.where(valid_rows, lo, torch.zeros_like(lo))
     if not bool(torch.isfinite(sums).all()):
-        bad = (~torch.isfinite(sums)).nonzero()[0].tolist()
-        raise ValueError(f"{name} row {bad} contains NaN or inf: target probabilities must be finite")
+        bad = _row((~torch.isfinite(sums)).nonzero()[0].tolist())
+        raise ValueError(f"{name} row {bad} contains NaN or inf: probabilities must be finite")
     if bool((lo < 0).any()):
-        bad = (lo < 0).nonzero()[0].tolist()
+        bad = _row((lo < 0).nonzero()[0].tolist())
         raise ValueError(f"{name} row {bad} has negative entries: expected probabilities (did you pass logits?)")
     tol = prob_tolerance(probs.dtype)
     off = (sums - 1).abs() > tol
     if bool(off.any()):
         bad = off.nonzero()[0].tolist()
         raise ValueError(
-            f"{name} row {bad} sums to {float(sums[tuple(bad)]):.6g}, not 1 (tolerance {tol}): "
+            f"{name} row {_row(bad)} sums to {float(sums[tuple(bad)]):.6g}, not 1 (tolerance {tol}): "
             "expected probabilities (use process_logits on logits)"
         )
+
+
+def _row(index: list[int]):
+    """A row index as errors print it: ``3`` for a table of rows, ``[b, i]`` for a batch of them."""
+    return index[0] if len(index) == 1 else index

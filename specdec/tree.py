@@ -32,6 +32,8 @@ from typing import Sequence
 
 import torch
 
+from .checks import check_distributions, prob_tolerance
+
 _WORD_BITS = 64
 
 
@@ -47,11 +49,6 @@ def _index_tensor(values, empty_dtype: torch.dtype, device=None) -> torch.Tensor
         return values
     t = torch.as_tensor(values, device=device)
     return t.to(empty_dtype) if t.numel() == 0 else t
-
-
-def _prob_tolerance(dtype: torch.dtype) -> float:
-    """How far a row of ``draft_probs`` may sum from 1 and still count as a distribution."""
-    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
 
 
 class DraftTree:
@@ -200,28 +197,30 @@ class DraftTree:
     @property
     def is_chain(self) -> bool:
         """True when every node's parent is the node before it."""
-        return self._parent_list == list(range(-1, self.num_nodes - 1))
+        return self.parent_list == list(range(-1, self.num_nodes - 1))
 
     # ------------------------------------------------------------------ derived, cached
     @functools.cached_property
-    def _parent_list(self) -> list[int]:
+    def parent_list(self) -> list[int]:
+        """:attr:`parents` as a list of Python ints (host-side bookkeeping, no device sync)."""
         return self.parents.tolist()
 
     @functools.cached_property
     def depth(self) -> torch.Tensor:
         """``LongTensor[n]``: 1 for children of the root, parent's depth + 1 otherwise."""
-        return torch.tensor(self._depth_list, dtype=torch.long, device=self.device)
+        return torch.tensor(self.depth_list, dtype=torch.long, device=self.device)
 
     @functools.cached_property
-    def _depth_list(self) -> list[int]:
+    def depth_list(self) -> list[int]:
+        """:attr:`depth` as a list of Python ints (what host-side bookkeeping reads, no device sync)."""
         depth: list[int] = []
-        for p in self._parent_list:
+        for p in self.parent_list:
             depth.append(1 if p < 0 else depth[p] + 1)
         return depth
 
     @property
     def max_depth(self) -> int:
-        return max(self._depth_list, default=0)
+        return max(self.depth_list, default=0)
 
     @functools.cached_property
     def position_offsets(self) -> torch.Tensor:
@@ -237,14 +236,14 @@ class DraftTree:
         """``children[i]``: node indices whose parent is ``i``, in node order (the root is ``-1``,
         so root children are in :attr:`root_children`)."""
         kids: list[list[int]] = [[] for _ in range(self.num_nodes)]
-        for i, p in enumerate(self._parent_list):
+        for i, p in enumerate(self.parent_list):
             if p >= 0:
                 kids[p].append(i)
         return kids
 
     @functools.cached_property
     def root_children(self) -> list[int]:
-        return [i for i, p in enumerate(self._parent_list) if p < 0]
+        return [i for i, p in enumerate(self.parent_list) if p < 0]
 
     def children_of(self, node: int) -> list[int]:
         """Children of ``node``, where ``node = -1`` is the root."""
@@ -254,7 +253,7 @@ class DraftTree:
     def paths(self) -> list[list[int]]:
         """Root-to-leaf paths as lists of node indices, one per leaf, in leaf order."""
         has_child = [False] * self.num_nodes
-        for p in self._parent_list:
+        for p in self.parent_list:
             if p >= 0:
                 has_child[p] = True
         out = []
@@ -266,7 +265,7 @@ class DraftTree:
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root's child down to ``node`` (inclusive)."""
         path = []
-        parents = self._parent_list
+        parents = self.parent_list
         while node >= 0:
             path.append(node)
             node = parents[node]
@@ -281,7 +280,7 @@ class DraftTree:
         n = self.num_nodes
         words = (n + _WORD_BITS - 1) // _WORD_BITS
         sets: list[int] = []
-        for i, p in enumerate(self._parent_list):
+        for i, p in enumerate(self.parent_list):
             sets.append((sets[p] if p >= 0 else 0) | (1 << i))
         full = (1 << _WORD_BITS) - 1
         rows = [[_to_signed64((s >> (_WORD_BITS * w)) & full) for w in range(words)] for s in sets]
@@ -363,19 +362,13 @@ def _validate_probs(tokens, draft_probs, deterministic, vocab_size):
         raise ValueError(f"DraftTree vocab_size={vocab_size} but draft_probs has V={V} columns")
     if not n:
         return V
-    if not bool(torch.isfinite(draft_probs).all()):
-        raise ValueError("DraftTree draft_probs contain NaN or inf")
-    if bool((draft_probs < 0).any()):
-        raise ValueError("DraftTree draft_probs contain negative values: rows must be probability distributions")
     if int(tokens.max()) >= V:
         raise ValueError(f"DraftTree token id {int(tokens.max())} is out of vocabulary (V={V})")
-    sums = draft_probs.double().sum(-1)
-    tol = _prob_tolerance(draft_probs.dtype)
+    # Every row must be finite and non-negative (a deterministic row too: zeros or a point mass);
+    # sampled rows must be distributions.
+    check_distributions(draft_probs, ~deterministic, "DraftTree draft_probs")
+    tol = prob_tolerance(draft_probs.dtype)
     sampled = ~deterministic
-    bad = (sampled & ((sums - 1).abs() > tol)).nonzero()
-    if bad.numel():
-        i = int(bad[0])
-        raise ValueError(f"DraftTree draft_probs row {i} sums to {float(sums[i]):.6g}, not 1 (tolerance {tol})")
     own = draft_probs.gather(1, tokens.long().unsqueeze(1)).squeeze(1)
     bad = (sampled & (own <= 0)).nonzero()
     if bad.numel():
@@ -387,6 +380,9 @@ def _validate_probs(tokens, draft_probs, deterministic, vocab_size):
     det_rows = deterministic.nonzero().squeeze(1)
     if det_rows.numel():
         rows = draft_probs[det_rows].double()
+        if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()):
+            i = int(det_rows[int((~torch.isfinite(rows) | (rows < 0)).any(-1).nonzero()[0])])
+            raise ValueError(f"DraftTree draft_probs row {i} (a deterministic node) has NaN, inf or negative entries")
         zero = rows.abs().sum(-1) == 0
         point = ((rows.sum(-1) - 1).abs() <= tol) & ((own[det_rows].double() - 1).abs() <= tol)
         bad = (~(zero | point)).nonzero()
@@ -400,24 +396,24 @@ def _validate_probs(tokens, draft_probs, deterministic, vocab_size):
 
 @dataclass(frozen=True)
 class TreeBatch:
-    """Padded batch of ``B`` trees.
+    """Padded batch of ``B`` trees with at most ``N`` nodes each, on one device.
 
     Attributes:
         trees: the original trees (length ``B``).
         tokens: ``LongTensor[B, N]`` drafted tokens, 0 in padding.
         parents: ``IntTensor[B, N]`` parent indices, -1 in padding.
-        position_offsets: ``LongTensor[B, N]`` offset from each request's first uncommitted
-            position, 0 in padding.
-        ancestor_mask: ``int64[B, N, ceil(N/64)]`` packed ancestor bits, all-zero rows in padding.
+        deterministic: ``BoolTensor[B, N]`` point-mass (chosen) nodes, True in padding.
         sizes: ``IntTensor[B]`` number of real nodes per tree.
         valid: ``BoolTensor[B, N]`` True for real nodes.
+
+    :attr:`position_offsets` and :attr:`ancestor_mask` are built on first use: the verify forward
+    needs them, the sampler does not.
     """
 
     trees: tuple[DraftTree, ...]
     tokens: torch.Tensor
     parents: torch.Tensor
-    position_offsets: torch.Tensor
-    ancestor_mask: torch.Tensor
+    deterministic: torch.Tensor
     sizes: torch.Tensor
     valid: torch.Tensor
 
@@ -425,15 +421,38 @@ class TreeBatch:
     def max_nodes(self) -> int:
         return int(self.tokens.shape[1])
 
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
     def __len__(self) -> int:
         return len(self.trees)
 
+    @functools.cached_property
+    def position_offsets(self) -> torch.Tensor:
+        """``LongTensor[B, N]``: offset from each request's first uncommitted position, 0 in padding."""
+        out = torch.zeros(len(self.trees), self.max_nodes, dtype=torch.long)
+        for b, t in enumerate(self.trees):
+            out[b, : t.num_nodes] = t.position_offsets.cpu()
+        return out.to(self.device)
+
+    @functools.cached_property
+    def ancestor_mask(self) -> torch.Tensor:
+        """``int64[B, N, ceil(N/64)]``: packed ancestor bits, all-zero rows in padding."""
+        N = self.max_nodes
+        out = torch.zeros(len(self.trees), N, (N + _WORD_BITS - 1) // _WORD_BITS, dtype=torch.int64)
+        for b, t in enumerate(self.trees):
+            if t.num_nodes:
+                out[b, : t.num_nodes, : t.ancestor_mask.shape[1]] = t.ancestor_mask.cpu()
+        return out.to(self.device)
+
 
 def pack_trees(trees: Sequence[DraftTree], device=None) -> TreeBatch:
-    """Pad ``trees`` to the largest size and stack them (see :class:`TreeBatch`).
+    """Pad ``trees`` to the largest size and stack them (see :class:`TreeBatch`), on ``device``
+    (default: the trees' own).
 
     Raises:
-        ValueError: for an empty list or a non-DraftTree element.
+        ValueError: for an empty list, a non-DraftTree element or trees on different devices.
     """
     if len(trees) == 0:
         raise ValueError("pack_trees needs at least one DraftTree")
@@ -443,31 +462,18 @@ def pack_trees(trees: Sequence[DraftTree], device=None) -> TreeBatch:
     devices = {t.device for t in trees}
     if len(devices) > 1:
         raise ValueError(f"pack_trees got trees on different devices: {sorted(str(d) for d in devices)}")
-    device = torch.device(device) if device is not None else trees[0].device
-    B = len(trees)
-    N = max(t.num_nodes for t in trees)
-    W = (N + 63) // 64
-    tokens = torch.zeros(B, N, dtype=torch.long)
-    parents = torch.full((B, N), -1, dtype=torch.int32)
-    offsets = torch.zeros(B, N, dtype=torch.long)
-    mask = torch.zeros(B, N, W, dtype=torch.int64)
-    sizes = torch.zeros(B, dtype=torch.int32)
-    for b, t in enumerate(trees):
-        n = t.num_nodes
-        sizes[b] = n
-        if n == 0:
-            continue
-        tokens[b, :n] = t.tokens.cpu()
-        parents[b, :n] = t.parents.cpu()
-        offsets[b, :n] = t.position_offsets.cpu()
-        mask[b, :n, : t.ancestor_mask.shape[1]] = t.ancestor_mask.cpu()
-    valid = torch.arange(N).unsqueeze(0) < sizes.unsqueeze(1)
-    return TreeBatch(
-        trees=tuple(trees),
-        tokens=tokens.to(device),
-        parents=parents.to(device),
-        position_offsets=offsets.to(device),
-        ancestor_mask=mask.to(device),
-        sizes=sizes.to(device),
-        valid=valid.to(device),
-    )
+    here = trees[0].device
+    sizes = torch.tensor([t.num_nodes for t in trees], dtype=torch.int32, device=here)
+    if int(sizes.max()):
+        pad = torch.nn.utils.rnn.pad_sequence
+        tokens = pad([t.tokens for t in trees], batch_first=True, padding_value=0)
+        parents = pad([t.parents for t in trees], batch_first=True, padding_value=-1)
+        deterministic = pad([t.deterministic for t in trees], batch_first=True, padding_value=True)
+    else:
+        tokens = torch.zeros(len(trees), 0, dtype=torch.long, device=here)
+        parents = torch.zeros(len(trees), 0, dtype=torch.int32, device=here)
+        deterministic = torch.zeros(len(trees), 0, dtype=torch.bool, device=here)
+    valid = torch.arange(tokens.shape[1], device=here).unsqueeze(0) < sizes.unsqueeze(1)
+    to = torch.device(device) if device is not None else here
+    return TreeBatch(trees=tuple(trees), tokens=tokens.to(to), parents=parents.to(to),
+                     deterministic=deterministic.to(to), sizes=sizes.to(to), valid=valid.to(to))

@@ -176,7 +176,7 @@ def test_sampling_law_end_to_end():
 
 
 def test_score_calibration_shrinks_overconfident_estimates_per_depth():
-    from specdec.engine.decoder import ScoreCalibration
+    from specdec.engine.sizing import ScoreCalibration
 
     cal = ScoreCalibration()
     assert cal.apply([0.9, 0.5], [1, 2]) == [0.45, 0.25]  # unproven estimates count half
@@ -190,7 +190,7 @@ def test_score_calibration_shrinks_overconfident_estimates_per_depth():
 
 
 def test_score_calibration_never_raises_a_child_over_its_parent():
-    from specdec.engine.decoder import ScoreCalibration
+    from specdec.engine.sizing import ScoreCalibration
 
     cal = ScoreCalibration()
     for _ in range(100):
@@ -201,7 +201,7 @@ def test_score_calibration_never_raises_a_child_over_its_parent():
 
 
 def test_score_calibration_forgets_so_a_bad_start_does_not_end_speculation():
-    from specdec.engine.decoder import ScoreCalibration
+    from specdec.engine.sizing import ScoreCalibration
 
     cal = ScoreCalibration()
     for _ in range(40):
@@ -248,7 +248,7 @@ def test_nan_logits_are_an_error_not_a_token(model):
 
 
 def test_a_single_nan_logit_in_a_read_row_is_found_and_padding_is_ignored():
-    from specdec.engine.decoder import _checked_argmax
+    from specdec.sampling.kernels import checked_argmax as _checked_argmax
 
     gen = torch.Generator().manual_seed(0)
     for col in (0, 17, 63):  # wherever it sits, even beside a larger finite logit

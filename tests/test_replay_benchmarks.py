@@ -8,9 +8,10 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "benchmarks"))
 lookup_ceiling = pytest.importorskip("lookup_ceiling")
+common = pytest.importorskip("common")
 replay_decoder = pytest.importorskip("replay_decoder")
 
-from specdec.engine.sizing import VerifyCostModel  # noqa: E402
+from specdec.engine.verify_cost import VerifyCostModel  # noqa: E402
 
 
 def test_copy_lengths_follow_the_anchor():
@@ -46,4 +47,4 @@ def test_replayed_policy_counts_every_answer_token():
 @pytest.mark.parametrize("text", ["abc", "0:1,x:2", "1:20,2:30"])
 def test_bad_cost_curves_are_refused_by_name(text):
     with pytest.raises(SystemExit, match="--cost"):
-        lookup_ceiling.parse_curve(text)
+        common.parse_curve(text)

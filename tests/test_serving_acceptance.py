@@ -71,7 +71,9 @@ def test_replay_records_drafted_nodes_and_sim_pays_only_for_them():
     d = measure_by_replay(ReplayProposer({0: list(range(10, 14)) + [99] * 6}), prompts, outputs, budget=3)
     assert d.drafted is not None and d.drafted[0] > 0 and np.all(np.cumsum(d.drafted) <= np.cumsum(d.counts))
     assert d.expected_max_drafted(3, 1) < 3 and d.expected_max_drafted(3, 64) > d.expected_max_drafted(3, 1)
-    full = AcceptanceDist(d.counts)  # same acceptance, but assumed to draft the full budget
+    # Same acceptance and the same measured propose time (the load on the machine must not decide the
+    # comparison), but assumed to draft the full budget.
+    full = AcceptanceDist(d.counts, d.propose_s_per_req)
     reqs = [SimRequest(i, 0.0, WorkloadItem(8, 40)) for i in range(4)]
     sparse = simulate(reqs, AlwaysOn(3), ServerConfig(gpu_like_cost(), d, seed=1))
     dense = simulate(reqs, AlwaysOn(3), ServerConfig(gpu_like_cost(), full, seed=1))

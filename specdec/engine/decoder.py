@@ -1,36 +1,43 @@
 """SpeculativeDecoder: the propose -> verify -> accept -> commit loop over a batch of requests.
 
-The whole loop is :meth:`SpeculativeDecoder.run`; everything else formats its events. One step:
+The whole loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py`` is the same loop for
+one request, without the batching). One step:
 
-1. **propose**: the proposer drafts a tree per active request (at most ``max_budget`` nodes); the
-   cost model keeps the ``k`` nodes that maximise expected tokens per second (see
-   :mod:`specdec.engine.sizing`).
+1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.engine.sizing.DraftSizer`
+   keeps the nodes worth their verify time.
 2. **verify**: one target forward over every request's pending token + tree (:class:`HFTarget`).
-3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection_sample`)
+3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection.accept_step`)
    picks the accepted path and one bonus/recovery token; stop tokens and ``max_new_tokens`` cut it.
-4. **commit**: the target's KV cache keeps the accepted rows; the proposer learns the emitted tokens.
+4. **commit**: the target's KV cache keeps the accepted rows; the proposer and the sizer learn what
+   was accepted.
 
 Requests progress raggedly: each accepts its own number of tokens per step, and finished requests
 leave the batch (their cache rows are dropped). Without a proposer the same loop is plain
 decoding (empty trees), which is how the speed of the engine itself is measured.
+
+One decoder serves one thread at a time (its learned state is not synchronised): a second thread
+entering :meth:`run` while another is inside gets ``RuntimeError``. Decoders may share one model.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from .sizing import AcceptanceEstimator, DraftOverhead, RequestCalibration, ScoreCalibration, size_draft, size_scored_draft
-from .verify_cost import VerifyCostModel
-from ..sampling.params import SamplingParams
-from .metrics import RequestMetrics
 from ..checks import as_token_list
-from ..verify.hf import HFTarget
+from ..proposers.base import ScoredProposer
+from ..sampling.params import SamplingParams
+from ..sampling.rejection import accept_step
 from ..tree import DraftTree
+from ..verify.hf import HFTarget
+from .metrics import RequestMetrics
+from .sizing import DraftSizer, Ticket, check_draft
+from .verify_cost import VerifyCostModel
 
 
 @dataclass
@@ -53,6 +60,17 @@ class StepEvent:
     metrics: RequestMetrics
 
 
+@dataclass
+class _Request:
+    """One request while it runs: everything the loop keeps about it, in one place."""
+
+    index: int
+    req_id: Hashable
+    prompt: list[int]
+    metrics: RequestMetrics
+    begun: bool = False  # the proposer holds state for it (closed on every exit)
+
+
 class SpeculativeDecoder:
     """Speculative decoding over a Hugging Face target with any :class:`~specdec.Proposer`.
 
@@ -70,19 +88,19 @@ class SpeculativeDecoder:
                  cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256):
         self.target = target if isinstance(target, HFTarget) else HFTarget(target)
         self.proposer = proposer
-        if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
-            raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")
-        if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-            raise ValueError(f"budget must be 'auto' or an int >= 0, got {budget!r}")
-        self.max_budget = max_budget
-        self.budget = budget
+        self.sizer = DraftSizer(budget, max_budget)
+        self.max_budget, self.budget = max_budget, budget
         self.cost_model = cost_model
-        self.live_cost: VerifyCostModel | None = None
         self.calibration_prefix = calibration_prefix
-        self.estimator = AcceptanceEstimator()
-        self.draft_overhead = DraftOverhead()
-        self.calibrations: dict[str, ScoreCalibration] = {}  # one per estimator (ScoredDraft.source)
         self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._owner: tuple[int, int] | None = None  # (thread id, runs open in it)
+
+    # The sizer's learned state, under the names the decoder has always had.
+    estimator = property(lambda self: self.sizer.estimator)
+    calibrations = property(lambda self: self.sizer.calibrations)
+    draft_overhead = property(lambda self: self.sizer.draft_overhead)
+    live_cost = property(lambda self: self.sizer.live_cost)
 
     # ------------------------------------------------------------------ public API
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
@@ -118,13 +136,13 @@ class SpeculativeDecoder:
     def ensure_cost_model(self) -> VerifyCostModel:
         """The verify cost model, measured now (a few seconds) if none was given.
 
-        The decoder keeps its own copy (``live_cost``), which its single-request steps refine with
-        their measured verify times; the given or calibrated model is never modified.
+        The sizer keeps its own copy (``live_cost``), which single-request steps refine with their
+        measured verify times; the given or calibrated model is never modified.
         """
         if self.cost_model is None:
             self.cost_model = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
-        if self.live_cost is None:
-            self.live_cost = replace(self.cost_model, seconds=list(self.cost_model.seconds))
+        if self.sizer.live_cost is None:
+            self.sizer.set_cost(self.cost_model)
         return self.cost_model
 
     # ------------------------------------------------------------------ the loop
@@ -135,199 +153,109 @@ class SpeculativeDecoder:
 
         ``req_ids`` name the requests for the proposer (default: fresh unique ids).
         """
+        reqs = self._admit(prompts, req_ids)
+        limit, sampling, stops = _check_limit(max_new_tokens), _check_sampling(sampling), self._stop_tokens(stop_tokens)
+        speculate = self.proposer is not None and self.max_budget > 0
+        if speculate and self.sizer.auto:
+            self.ensure_cost_model()
+        with self._in_use():
+            try:
+                t0 = time.perf_counter()
+                state, logits, hidden = self.target.prefill([r.prompt for r in reqs])
+                first = self._first_tokens(logits, sampling, generator)
+                prefill_s = time.perf_counter() - t0
+                for r, h in zip(reqs, hidden):
+                    r.metrics.prefill_s = prefill_s
+                    if speculate:
+                        self._begin(r, h)
+                self.target.set_pending(state, first)
+                events = [self._emit(r, [tok], stops, limit) for r, tok in zip(reqs, first)]
+                for r, ev, h in zip(reqs, events, hidden):
+                    self._commit(r, ev, lambda: h[-1:], speculate)
+                yield from events
+                active = self._drop(state, reqs, events)
+                while active:
+                    t0 = time.perf_counter()  # 1. propose
+                    trees, tickets = self._propose(active) if speculate else ([DraftTree.empty()] * len(active), None)
+                    t1 = time.perf_counter()  # 2. verify
+                    out = self.target.verify(state, trees)
+                    t2 = time.perf_counter()  # 3. accept
+                    paths, emitted = accept_step(trees, out.logits, sampling, generator=generator)
+                    events = [self._emit(r, toks, stops, limit) for r, toks in zip(active, emitted)]
+                    for row, (r, ev, path) in enumerate(zip(active, events, paths)):  # 4. commit
+                        r.metrics.record_step(trees[row].num_nodes, len(path))
+                        if speculate:
+                            self.sizer.observe(tickets[row], len(path))
+                        self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
+                    self.target.accept(state, paths, [e[-1] for e in emitted], validate=False)
+                    t3 = time.perf_counter()
+                    self._account(active, trees, speculate, t0, t1, t2, t3)
+                    yield from events
+                    active = self._drop(state, active, events)
+            finally:
+                for r in reqs:
+                    self._end(r)
+
+    # ------------------------------------------------------------------ steps
+    def _admit(self, prompts, req_ids) -> list[_Request]:
+        """One :class:`_Request` per prompt, every prompt and id checked before any model work."""
         prompts = [_check_prompt(p, i, self.target.vocab_size) for i, p in enumerate(prompts)]
         if not prompts:
             raise ValueError("run needs at least one prompt")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        sampling = _check_sampling(sampling)
-        stops = self._stop_tokens(stop_tokens)
-        speculate = self.proposer is not None and self.max_budget > 0
-        if speculate and self.budget == "auto":
-            self.ensure_cost_model()
-        target, proposer = self.target, self.proposer
-
-        metrics = [RequestMetrics() for _ in prompts]
-        t0 = time.perf_counter()
-        state, logits, hidden = target.prefill(prompts)
         if req_ids is None:
             req_ids = [("specdec", next(self._ids)) for _ in prompts]
         elif len(req_ids) != len(prompts) or len(set(req_ids)) != len(req_ids):
             raise ValueError(f"req_ids must be {len(prompts)} distinct ids, one per prompt, got {list(req_ids)!r}")
-        first = self._first_tokens(logits, sampling, generator)
-        prefill_s = time.perf_counter() - t0
-        active = list(range(len(prompts)))
-        # Requests whose proposer state is open: closed on every exit (finished, a consumer that
-        # stops iterating, an exception), so a req_id can be reused afterwards.
-        begun: set = set()
-        request_cals: dict = {}  # (req_id, source) -> RequestCalibration, while the request runs
-        try:
-            for b in active:
-                metrics[b].prefill_s = prefill_s
-                if speculate:
-                    h = hidden[b] if proposer.requires_target_hidden else None
-                    proposer.begin(req_ids[b], prompts[b], target_hidden=h)
-                    begun.add(req_ids[b])
-            target.set_pending(state, first)
-            produced = [0] * len(prompts)
-            finished_rows = []
-            for row, b in enumerate(active):
-                ev = self._emit(b, [first[row]], produced, metrics, stops, max_new_tokens)
-                if speculate and not ev.finished:
-                    h = hidden[b][-1:] if proposer.requires_target_hidden else None
-                    proposer.commit(req_ids[b], ev.tokens, target_hidden=h)
-                finished_rows += [row] if ev.finished else []
-                yield ev
-            active = self._drop(state, active, finished_rows, req_ids, begun)
+        return [_Request(i, req_id, p, RequestMetrics()) for i, (p, req_id) in enumerate(zip(prompts, req_ids))]
 
-            while active:
-                # 1. propose
-                t0 = time.perf_counter()
-                if speculate:
-                    trees, predicted = self._propose([req_ids[b] for b in active], request_cals)
-                else:
-                    trees, predicted = [DraftTree.empty()] * len(active), [None] * len(active)
-                t1 = time.perf_counter()
-                # 2. verify
-                out = target.verify(state, trees)
-                t2 = time.perf_counter()
-                # 3. accept
-                paths, emitted = self._accept(out.logits, trees, sampling, generator)
-                # 4. commit
-                events, finished_rows = [], []
-                for row, b in enumerate(active):
-                    metrics[b].record_step(trees[row].num_nodes, len(paths[row]))
-                    if speculate:
-                        self.estimator.update(trees[row], len(paths[row]))
-                        if predicted[row] is not None:
-                            raw, cal = predicted[row]
-                            cal.update(raw, trees[row]._depth_list, len(paths[row]))
-                    ev = self._emit(b, emitted[row], produced, metrics, stops, max_new_tokens)
-                    if ev.finished:
-                        finished_rows.append(row)
-                        for key in [k for k in request_cals if k[0] == req_ids[b]]:
-                            del request_cals[key]
-                    elif speculate:
-                        h = None
-                        if proposer.requires_target_hidden:
-                            h = out.hidden[row, [0] + [1 + i for i in paths[row]]]
-                        proposer.commit(req_ids[b], emitted[row], target_hidden=h)
-                    events.append(ev)
-                target.accept(state, paths, [e[-1] for e in emitted], out.logits.shape[1] - 1)
-                for cal in itertools.chain(self.calibrations.values(), request_cals.values()):
-                    cal.tick()
-                t3 = time.perf_counter()
-                if speculate and self.live_cost is not None and len(active) == 1:
-                    self.live_cost.observe(trees[0].num_nodes, t2 - t1)
-                    self.draft_overhead.observe(trees[0].num_nodes > 0, t3 - t2)
-                for b in active:
-                    metrics[b].propose_s += t1 - t0
-                    metrics[b].verify_s += t2 - t1
-                    metrics[b].accept_s += t3 - t2
-                yield from events
-                active = self._drop(state, active, finished_rows, req_ids, begun)
-        finally:
-            for req_id in begun:
-                proposer.end(req_id)
+    def _begin(self, r: _Request, hidden: torch.Tensor) -> None:
+        h = hidden if self.proposer.requires_target_hidden else None
+        self.proposer.begin(r.req_id, r.prompt, target_hidden=h)
+        r.begun = True
 
-    # ------------------------------------------------------------------ steps
-    def _propose(self, req_ids: list[Hashable], request_cals: dict
-                 ) -> tuple[list[DraftTree], list[tuple[list[float], ScoreCalibration] | None]]:
-        """Draft, then keep the cost-optimal part of each deterministic tree.
+    def _commit(self, r: _Request, ev: StepEvent, hidden, speculate: bool) -> None:
+        """Tell the proposer what the target emitted; ``hidden()`` gathers the target rows those tokens
+        were verified against, only for proposers that read them."""
+        if speculate and not ev.finished:
+            h = hidden() if self.proposer.requires_target_hidden else None
+            self.proposer.commit(r.req_id, ev.tokens, target_hidden=h)
 
-        Node path probabilities come from the proposer when it offers ``propose_scored`` (as the
-        suffix proposer does: ``ScoredDraft(tree, node_probs)``), scaled by how well its past
-        estimates matched real acceptance (:class:`ScoreCalibration`), else from this decoder's
-        running per-depth acceptance rates for the proposer. Each estimator the proposer names
-        (``ScoredDraft.source``) has its own calibration: one over-confident cache must not shrink
-        another's good estimates, and each request has its own, shrunk toward its source's
-        (:class:`RequestCalibration`, kept in ``request_cals`` by ``(req_id, source)`` for the
-        request's lifetime). Returns the trees to verify and, for scored proposers, the proposer's
-        own (unscaled) estimates of each kept tree's nodes with the calibration to update.
+    def _end(self, r: _Request) -> None:
+        """Close the request's proposer state (finished, a consumer that stops iterating, an
+        exception), so its req_id can be reused afterwards."""
+        if r.begun:
+            r.begun = False
+            self.proposer.end(r.req_id)
+            self.sizer.end(r.req_id)
+
+    def _propose(self, active: list[_Request]) -> tuple[list[DraftTree], list[Ticket | None]]:
+        """Draft for every active request, then keep what the sizer finds worth verifying.
+
+        A proposer offering ``propose_scored`` (:class:`~specdec.proposers.base.ScoredProposer`)
+        gives each node's acceptance estimate, which the sizer calibrates per source and request;
+        otherwise the sizer uses its per-depth acceptance rates for the proposer.
         """
-        # A fixed int budget caps what is drafted: sampled trees cannot be pruned afterwards
-        # (dropping sampled siblings would change the law they were drawn under).
-        ask = self.max_budget if self.budget == "auto" else min(self.max_budget, self.budget)
-        scored = getattr(self.proposer, "propose_scored", None)
-        if scored is not None:
-            drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in scored(req_ids, ask)]
+        ids, ask = [r.req_id for r in active], self.sizer.ask
+        if isinstance(self.proposer, ScoredProposer):
+            drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in self.proposer.propose_scored(ids, ask)]
         else:
-            drafts = [(t, None, "") for t in self.proposer.propose(req_ids, ask)]
-        if len(drafts) != len(req_ids):
-            raise ValueError(f"proposer returned {len(drafts)} trees for {len(req_ids)} requests")
-        out, predicted = [], []
-        for req_id, (tree, probs, source) in zip(req_ids, drafts):
-            if not isinstance(tree, DraftTree):
-                raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
-            if tree.num_nodes > ask:
-                raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {ask}")
-            if probs is not None and len(probs) != tree.num_nodes:
-                raise ValueError(f"proposer scored {len(probs)} nodes for a tree of {tree.num_nodes}")
-            if probs is not None and not all(0.0 <= p <= 1.0 for p in probs):  # False for NaN too
-                bad = next(p for p in probs if not 0.0 <= p <= 1.0)
-                raise ValueError(f"proposer scored a node {bad}: acceptance estimates must be probabilities in [0, 1]")
-            if not tree.num_nodes:
-                out.append(tree)
-                predicted.append(None)
-                continue
-            # With an int budget the proposer was asked for at most that many nodes: nothing to prune.
-            if probs is None:  # no estimates: this decoder's per-depth acceptance rates
-                if self.budget == "auto":
-                    tree, _ = size_draft(tree, self.estimator.path_probs(tree), self.live_cost,
-                                         self.draft_overhead.seconds)
-                out.append(tree)
-                predicted.append(None)
-                continue
-            cal = request_cals.get((req_id, source))
-            if cal is None:
-                cal = request_cals[(req_id, source)] = RequestCalibration(shared=self._calibration(source))
-            if self.budget == "auto":
-                tree, probs = size_scored_draft(tree, probs, cal, self.live_cost, self.draft_overhead.seconds)
-            out.append(tree)
-            predicted.append((probs, cal))
-        return out, predicted
-
-    def _calibration(self, source: str) -> "ScoreCalibration":
-        """The acceptance calibration of one estimator (created on first use)."""
-        if source not in self.calibrations:
-            self.calibrations[source] = ScoreCalibration()
-        return self.calibrations[source]
+            drafts = [(t, None, "") for t in self.proposer.propose(ids, ask)]
+        if len(drafts) != len(ids):
+            raise ValueError(f"proposer returned {len(drafts)} trees for {len(ids)} requests")
+        sized = []
+        for req_id, (tree, probs, source) in zip(ids, drafts):
+            check_draft(tree, probs, ask)
+            sized.append(self.sizer.size(req_id, tree, probs, source))
+        return [t for t, _ in sized], [ticket for _, ticket in sized]
 
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:
-        """The token after each prompt, from the prefill logits ``[B, V]``."""
-        if sampling is None:
-            return _checked_argmax(logits).tolist()
-        from ..sampling.rejection import verify_logits
-
+        """The token after each prompt, from the prefill logits ``[B, V]``: an empty tree's root row."""
         empty = [DraftTree.empty(device=logits.device, vocab_size=logits.shape[-1])] * logits.shape[0]
-        # [B, 1, V]: an empty tree's root row
-        return [int(r.tokens[0]) for r in verify_logits(empty, logits.unsqueeze(1), sampling, generator=generator)]
+        return [toks[0] for toks in accept_step(empty, logits.unsqueeze(1), sampling, generator=generator)[1]]
 
-    def _accept(self, logits: torch.Tensor, trees: Sequence[DraftTree], sampling: SamplingParams | None, generator):
-        """Accepted node paths and emitted tokens per request from verify logits ``[B, 1 + N, V]``."""
-        paths, emitted = [], []
-        if sampling is None:
-            sizes = torch.tensor([1 + t.num_nodes for t in trees], device=logits.device)
-            best = _checked_argmax(logits, sizes).tolist()  # [B][1 + N]
-            for row, tree in enumerate(trees):
-                path, toks = _greedy_walk(tree, best[row])
-                paths.append(path)
-                emitted.append(toks)
-            return paths, emitted
-        from ..sampling.rejection import verify_logits
-
-        # Proposers may draft on the CPU while the target runs elsewhere: the sampler needs one device.
-        trees = [t if t.device == logits.device else t.to(logits.device) for t in trees]
-        # One call: processes the logits (refusing NaN / inf) and verifies against that processed
-        # distribution without re-validating it. Padded rows past a tree's n + 1 are never read.
-        for res in verify_logits(trees, logits, sampling, generator=generator):
-            paths.append(res.path.tolist())
-            emitted.append(res.tokens.tolist())
-        return paths, emitted
-
-    def _emit(self, b, tokens, produced, metrics, stops, max_new_tokens) -> StepEvent:
+    def _emit(self, r: _Request, tokens: list[int], stops: frozenset[int], limit: int) -> StepEvent:
         """Cut ``tokens`` at a stop token or the length limit and record them."""
-        room = max_new_tokens - produced[b]
+        room = limit - r.metrics.tokens
         reason = None
         for i, t in enumerate(tokens[:room]):
             if t in stops:
@@ -336,24 +264,34 @@ class SpeculativeDecoder:
         else:
             if len(tokens) >= room:
                 tokens, reason = tokens[:room], "length"
-        produced[b] += len(tokens)
-        metrics[b].tokens += len(tokens)
-        return StepEvent(index=b, tokens=list(tokens), finished=reason is not None, finish_reason=reason, metrics=metrics[b])
+        r.metrics.tokens += len(tokens)
+        return StepEvent(index=r.index, tokens=list(tokens), finished=reason is not None, finish_reason=reason,
+                         metrics=r.metrics)
 
-    def _drop(self, state, active, finished_rows, req_ids, begun: set) -> list[int]:
+    def _account(self, active: list[_Request], trees: list[DraftTree], speculate: bool, t0, t1, t2, t3) -> None:
+        """Charge the step's phases to every request in it; a single-request step's times also
+        refine the sizer's cost curve and drafting overhead."""
+        self.sizer.tick()
+        if speculate and len(active) == 1:
+            self.sizer.observe_step(trees[0].num_nodes, t2 - t1, t3 - t2)
+        for r in active:
+            r.metrics.propose_s += t1 - t0
+            r.metrics.verify_s += t2 - t1
+            r.metrics.accept_s += t3 - t2
+
+    def _drop(self, state, active: list[_Request], events: list[StepEvent]) -> list[_Request]:
         """Remove finished requests from the batch (cache rows and proposer state)."""
-        if not finished_rows:
-            return active
-        done = set(finished_rows)
-        for row in finished_rows:
-            req_id = req_ids[active[row]]
-            if req_id in begun:
-                begun.discard(req_id)
-                self.proposer.end(req_id)
-        keep = [row for row in range(len(active)) if row not in done]
-        if keep:
+        keep = [row for row, ev in enumerate(events) if not ev.finished]
+        for r, ev in zip(active, events):
+            if ev.finished:
+                self._end(r)
+        if keep and len(keep) < len(active):
             self.target.select(state, keep)
         return [active[row] for row in keep]
+
+    def _in_use(self):
+        """Context manager marking this decoder busy in the current thread for the duration of a run."""
+        return _InUse(self)
 
     def _stop_tokens(self, stop_tokens) -> frozenset[int]:
         """``stop_tokens``, or the model's EOS ids (as ``model.generate`` uses) when None."""
@@ -366,19 +304,27 @@ class SpeculativeDecoder:
         return out
 
 
-def _greedy_walk(tree: DraftTree, best: list[int]) -> tuple[list[int], list[int]]:
-    """Follow the target's argmax through the tree: ``best[0]`` after the root, ``best[1 + i]``
-    after node i. Returns (accepted node path, emitted tokens = path tokens + one target token)."""
-    tokens = tree.tokens.tolist()
-    path, emitted, node = [], [], -1
-    while True:
-        want = best[0 if node < 0 else 1 + node]
-        emitted.append(want)
-        child = next((c for c in tree.children_of(node) if tokens[c] == want), None)
-        if child is None:
-            return path, emitted
-        path.append(child)
-        node = child
+class _InUse:
+    """A run holds its decoder for its thread: runs may interleave in one thread (generators), but a
+    second thread is refused. The decoder's learned state (calibrations, cost curve) and its
+    proposer's are not synchronised: one decoder per thread; decoders may share one model."""
+
+    def __init__(self, decoder: SpeculativeDecoder):
+        self.decoder = decoder
+
+    def __enter__(self):
+        d, me = self.decoder, threading.get_ident()
+        with d._lock:
+            if d._owner is not None and d._owner[0] != me:
+                raise RuntimeError("this SpeculativeDecoder is running in another thread: use one decoder per "
+                                   "thread (decoders may share one model)")
+            d._owner = (me, 1 + (d._owner[1] if d._owner else 0))
+
+    def __exit__(self, *exc):
+        d = self.decoder
+        with d._lock:
+            thread, runs = d._owner
+            d._owner = (thread, runs - 1) if runs > 1 else None
 
 
 def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:
@@ -390,21 +336,10 @@ def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:
     return ids
 
 
-def _checked_argmax(logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """Greedy choice over the last dim of ``[B, V]`` or ``[B, R, V]`` logits.
-
-    NaN logits raise (argmax would silently pick a NaN slot). ``rows[b]`` limits the check to the
-    first rows of request ``b``: rows past a tree's size are padding and never read. torch's argmax
-    propagates NaN (a row holding one returns a NaN slot), so checking the chosen logits finds every
-    NaN row without a second full pass over ``[B, R, V]``.
-    """
-    best = logits.argmax(-1)
-    nan = torch.isnan(logits.gather(-1, best.unsqueeze(-1)).squeeze(-1))
-    if rows is not None:
-        nan &= torch.arange(logits.shape[1], device=logits.device).unsqueeze(0) < rows.unsqueeze(1)
-    if bool(nan.any()):
-        raise ValueError("the target produced NaN logits: greedy decoding cannot choose a token")
-    return best
+def _check_limit(max_new_tokens) -> int:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    return max_new_tokens
 
 
 def _check_sampling(sampling) -> SamplingParams | None:

@@ -13,8 +13,9 @@ tokens per second; the decoder verifies the ``k`` that maximises it (``k = 0`` =
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Callable, Hashable, Sequence
 
 import torch
 
@@ -59,7 +60,7 @@ class AcceptanceEstimator:
         cum = [1.0]
         for d in range(1, tree.max_depth + 1):
             cum.append(cum[-1] * self.rate(d))
-        return [cum[d] for d in tree._depth_list]
+        return [cum[d] for d in tree.depth_list]
 
 
 def top_nodes(path_probs: Sequence[float], k: int) -> list[int]:
@@ -80,7 +81,7 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
         raise ValueError("prune_tree only prunes deterministic trees: sampled siblings must be kept as drawn")
     keep = top_nodes(path_probs, k)
     new_index = {old: new for new, old in enumerate(keep)}
-    parents = tree._parent_list
+    parents = tree.parent_list
     new_parents = []
     for old in keep:
         p = parents[old]
@@ -248,5 +249,140 @@ def size_scored_draft(tree: DraftTree, raw: Sequence[float], calibration: ScoreC
     Trees with sampled nodes are returned whole.
     """
     raw = [float(p) for p in raw]
-    kept, keep = size_draft(tree, calibration.apply(raw, tree._depth_list), cost, draft_overhead)
+    kept, keep = size_draft(tree, calibration.apply(raw, tree.depth_list), cost, draft_overhead)
     return kept, raw if keep is None else [raw[i] for i in keep]
+
+
+def check_draft(tree, node_probs: Sequence[float] | None, budget: int) -> None:
+    """Refuse what a proposer returned when it breaks the contract: not a DraftTree, over the node
+    budget, or (scored drafts) estimates that do not cover the tree or are not probabilities."""
+    if not isinstance(tree, DraftTree):
+        raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
+    if tree.num_nodes > budget:
+        raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {budget}")
+    if node_probs is None:
+        return
+    if len(node_probs) != tree.num_nodes:
+        raise ValueError(f"proposer scored {len(node_probs)} nodes for a tree of {tree.num_nodes}")
+    bad = next((p for p in node_probs if not 0.0 <= p <= 1.0), None)  # NaN fails the test too
+    if bad is not None:
+        raise ValueError(f"proposer scored a node {bad}: acceptance estimates must be probabilities in [0, 1]")
+
+
+@dataclass
+class Ticket:
+    """What a sized draft needs back after its verify (:meth:`DraftSizer.observe`).
+
+    Attributes:
+        tree: the tree that was verified (after pruning).
+        raw: the proposer's own estimates of its nodes (scored drafts), else None.
+        calibration: the calibration those estimates update (scored drafts), else None.
+    """
+
+    tree: DraftTree
+    raw: list[float] | None = None
+    calibration: ScoreCalibration | None = None
+
+
+class DraftSizer:
+    """The decoder's draft-sizing policy: how many nodes to ask for, and which of them to verify.
+
+    It owns everything the policy learns while decoding: the per-depth acceptance rates of
+    proposers without estimates (:class:`AcceptanceEstimator`), one :class:`ScoreCalibration` per
+    estimator a scored proposer names (``ScoredDraft.source``), one :class:`RequestCalibration` per
+    running request and source, the live verify-cost curve (a copy of the calibrated one, refined by
+    single-request steps) and the drafting overhead (:class:`DraftOverhead`). The decoder and
+    ``benchmarks/replay_decoder.py`` run the same object.
+
+    Args:
+        budget: ``"auto"`` (keep the cost-optimal nodes: needs :meth:`set_cost`) or an int (ask the
+            proposer for at most that many nodes and verify them all).
+        max_budget: most nodes asked of the proposer per request and step.
+        calibration: factory of the per-source calibrations (replays compare variants).
+        per_request: give each request its own calibration, shrunk toward its source's.
+    """
+
+    def __init__(self, budget: str | int = "auto", max_budget: int = 64, *,
+                 calibration: Callable[[], ScoreCalibration] = ScoreCalibration, per_request: bool = True):
+        if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
+            raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")
+        if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise ValueError(f"budget must be 'auto' or an int >= 0, got {budget!r}")
+        self.budget, self.max_budget = budget, max_budget
+        self.make_calibration, self.per_request = calibration, per_request
+        self.live_cost: VerifyCostModel | None = None
+        self.estimator = AcceptanceEstimator()
+        self.draft_overhead = DraftOverhead()
+        self.calibrations: dict[str, ScoreCalibration] = {}
+        self._requests: dict[tuple[Hashable, str], RequestCalibration] = {}
+
+    @property
+    def auto(self) -> bool:
+        return self.budget == "auto"
+
+    @property
+    def ask(self) -> int:
+        """Nodes to ask of the proposer. A fixed budget caps what is drafted: sampled trees cannot be
+        pruned afterwards (dropping sampled siblings would change the law they were drawn under)."""
+        return self.max_budget if self.auto else min(self.max_budget, self.budget)
+
+    def set_cost(self, cost: VerifyCostModel) -> None:
+        """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
+        self.live_cost = replace(cost, seconds=list(cost.seconds))
+
+    def size(self, req_id: Hashable, tree: DraftTree, node_probs: Sequence[float] | None = None,
+             source: str = "") -> tuple[DraftTree, Ticket | None]:
+        """``(tree to verify, ticket for observe)`` for one request's draft; ``node_probs`` and
+        ``source`` come with scored drafts (:class:`~specdec.proposers.base.ScoredDraft`). An empty
+        draft has no ticket."""
+        if not tree.num_nodes:
+            return tree, None
+        if self.auto and self.live_cost is None:
+            raise ValueError("DraftSizer(budget='auto') needs a verify-cost curve: call set_cost() first")
+        overhead = self.draft_overhead.seconds
+        if node_probs is None:  # no estimates: the proposer's running per-depth acceptance rates
+            if self.auto:
+                tree, _ = size_draft(tree, self.estimator.path_probs(tree), self.live_cost, overhead)
+            return tree, Ticket(tree)
+        cal = self._calibration(req_id, source)
+        raw = [float(p) for p in node_probs]
+        if self.auto:
+            tree, raw = size_scored_draft(tree, raw, cal, self.live_cost, overhead)
+        return tree, Ticket(tree, raw, cal)
+
+    def observe(self, ticket: Ticket | None, accepted: int) -> None:
+        """Learn from one verified draft: ``accepted`` of its nodes were accepted."""
+        if ticket is None:
+            return
+        self.estimator.update(ticket.tree, accepted)
+        if ticket.calibration is not None:
+            ticket.calibration.update(ticket.raw, ticket.tree.depth_list, accepted)
+
+    def tick(self) -> None:
+        """One decoding step passed (drafted or not): old calibration evidence fades."""
+        for cal in itertools.chain(self.calibrations.values(), self._requests.values()):
+            cal.tick()
+
+    def observe_step(self, nodes: int, verify_s: float, accept_s: float) -> None:
+        """Timings of a single-request step (a batched step's times say nothing about one tree):
+        its verify refines the live cost curve, its accept phase the drafting overhead."""
+        if self.live_cost is None:
+            return
+        self.live_cost.observe(nodes, verify_s)
+        self.draft_overhead.observe(nodes > 0, accept_s)
+
+    def end(self, req_id: Hashable) -> None:
+        """Forget a finished request's own calibrations (its evidence stays in the shared ones)."""
+        for key in [k for k in self._requests if k[0] == req_id]:
+            del self._requests[key]
+
+    def _calibration(self, req_id: Hashable, source: str) -> ScoreCalibration:
+        shared = self.calibrations.get(source)
+        if shared is None:
+            shared = self.calibrations[source] = self.make_calibration()
+        if not self.per_request:
+            return shared
+        own = self._requests.get((req_id, source))
+        if own is None:
+            own = self._requests[(req_id, source)] = RequestCalibration(shared=shared)
+        return own

@@ -13,7 +13,8 @@ Three kernels:
   siblings, mixtures). One Python iteration per *test* (at most ``N + 1``), each vectorised over
   the batch and the vocabulary. Its steps are methods so that the conformance suite's deliberately
   broken samplers can override exactly one step (see :mod:`specdec.conformance.mutants`).
-* :func:`greedy_verify` — argmax rule for chains and trees.
+* :func:`greedy_verify` — argmax rule for chains and trees (one rule: :func:`greedy_walk`, which the
+  engine's trusted path runs on its trees directly, and :func:`checked_argmax`).
 
 All randomness comes from ``torch.rand`` on the given generator, so a seeded generator gives
 bit-identical results for identical inputs.
@@ -22,7 +23,7 @@ bit-identical results for identical inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -301,34 +302,81 @@ class TreeSpeculative:
         return p
 
 
-def greedy_verify(d: Drafts, argmax: torch.Tensor, chain: bool) -> Outcome:
-    """Greedy rule: follow the first child (node order) whose token equals the target argmax of its
-    parent's row; emit the argmax of the row where no child matches.
+def checked_argmax(scores: torch.Tensor, rows: torch.Tensor | None = None, name: str = "target logits") -> torch.Tensor:
+    """Greedy choice over the last dim of ``[B, V]`` or ``[B, R, V]`` scores (logits or probabilities).
 
-    ``argmax: LongTensor[B, N + 1]`` = ``target_probs.argmax(-1)`` (first maximal index).
-    ``chain=True`` (every draft is a chain) takes the loop-free path: cumprod of matches.
+    Refuses a read row that holds a NaN or ``+inf``, or is ``-inf`` everywhere: argmax would
+    silently pick a slot no model meant. ``rows[b]`` (``[B]``, with ``[B, R, V]`` scores) limits the
+    check to the first rows of request ``b``: rows past a tree's ``n + 1`` are padding, never read.
+    One pass: torch's argmax propagates NaN (a row holding one returns a NaN slot) and picks ``+inf``
+    over anything finite, so the chosen values reveal every bad row.
+    """
+    best = scores.argmax(-1)
+    chosen = scores.gather(-1, best.unsqueeze(-1)).squeeze(-1)
+    read = None
+    if rows is not None:
+        read = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0) < rows.unsqueeze(1)
+    for bad, what in ((torch.isnan(chosen) | (chosen == float("inf")), "contains NaN or +inf: the target produced "
+                       "NaN logits or invalid scores"),
+                      (chosen == float("-inf"), "is -inf everywhere: no token is allowed")):
+        if read is not None:
+            bad = bad & read
+        if bool(bad.any()):
+            raise ValueError(f"{name} row {bad.nonzero()[0].tolist()} {what}; greedy decoding cannot choose a token")
+    return best
+
+
+def greedy_walk(tokens: Sequence[int], children_of: Callable[[int], Sequence[int]],
+                best: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The greedy rule on one tree: from the root, follow the first child (in node order) whose token
+    equals the target's argmax after its parent (``best[0]`` after the root, ``best[1 + i]`` after node
+    ``i``); where no child matches, emit that argmax. Returns ``(accepted node path, emitted tokens =
+    path tokens + one target token)``. ``children_of(-1)`` lists the root's children."""
+    path, emitted, node = [], [], -1
+    while True:
+        want = best[0 if node < 0 else 1 + node]
+        emitted.append(want)
+        child = next((c for c in children_of(node) if tokens[c] == want), None)
+        if child is None:
+            return path, emitted
+        path.append(child)
+        node = child
+
+
+def greedy_replay(tokens: Sequence[int], parents: Sequence[int], truth: Sequence[int]) -> list[int]:
+    """The nodes the greedy rule accepts when the target's argmax tokens are ``truth`` (a recorded
+    greedy answer: ``truth[d]`` follows a depth-``d`` path): :func:`greedy_walk` without the model,
+    for replays. Returns the accepted node path (at most ``len(truth)`` nodes)."""
+    depth: list[int] = []
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        depth.append(0 if p < 0 else depth[p] + 1)
+        kids.setdefault(p, []).append(i)
+    after = [truth[d] if d < len(truth) else -1 for d in [0] + [x + 1 for x in depth]]  # -1 matches no token
+    return greedy_walk(tokens, lambda node: kids.get(node, ()), after)[0]
+
+
+def greedy_verify(d: Drafts, argmax: torch.Tensor, chain: bool) -> Outcome:
+    """Greedy rule (:func:`greedy_walk`) for a padded batch. ``argmax: LongTensor[B, N + 1]`` =
+    ``target.argmax(-1)`` (first maximal index). ``chain=True`` (every draft is a chain) takes a
+    loop-free path (cumprod of matches); trees walk each request on the host (one sync for the
+    argmax table: a walk visits at most ``n`` nodes, cheaper than batched tensor steps per test).
     """
     B, N = d.tokens.shape
     dev = d.tokens.device
-    ar = torch.arange(B, device=dev)
     if chain:
         accept = (d.tokens == argmax[:, :N]) & d.valid
         k = accept.long().cumprod(1).sum(1)
-        return _assemble(d, torch.arange(N, device=dev).expand(B, N), k, argmax[ar, k])
-    first, nxt = sibling_links(d.parents, d.sizes)
-    row = torch.zeros(B, dtype=torch.long, device=dev)
-    cand = first[:, 0].clone()
-    k = torch.zeros(B, dtype=torch.long, device=dev)
-    path = torch.full((B, N + 1), -1, dtype=torch.long, device=dev)
-    for _ in range(N + 1):
-        testing = cand >= 0
-        if not bool(testing.any()):
-            break
-        c = cand.clamp(min=0)
-        acc = testing & (d.tokens[ar, c] == argmax[ar, row])
-        rej = testing & ~acc
-        path[ar, k] = torch.where(acc, c, path[ar, k])
-        k = k + acc.long()
-        row = torch.where(acc, c + 1, row)
-        cand = torch.where(acc, first[ar, c + 1], torch.where(rej, nxt[ar, c], cand))
-    return _assemble(d, path[:, :N], k, argmax[ar, row])
+        return _assemble(d, torch.arange(N, device=dev).expand(B, N), k, argmax[torch.arange(B, device=dev), k])
+    tokens, parents, best = d.tokens.tolist(), d.parents.tolist(), argmax.tolist()
+    path = torch.full((B, N), -1, dtype=torch.long)
+    k = torch.zeros(B, dtype=torch.long)
+    final = torch.zeros(B, dtype=torch.long)
+    for b, n in enumerate(d.size_list):
+        kids: dict[int, list[int]] = {}
+        for i in range(n):
+            kids.setdefault(parents[b][i], []).append(i)
+        p, emitted = greedy_walk(tokens[b], lambda node: kids.get(node, ()), best[b])
+        path[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        k[b], final[b] = len(p), emitted[-1]
+    return _assemble(d, path.to(dev), k.to(dev), final.to(dev))

@@ -28,8 +28,9 @@ import torch
 
 from .params import SamplingParams
 from ..checks import check_distributions
-from .kernels import Drafts, Outcome, Rows, TreeSpeculative, chain_speculative, greedy_verify
-from ..tree import DraftTree
+from .kernels import (Drafts, Outcome, Rows, TreeSpeculative, chain_speculative, checked_argmax, greedy_verify,
+                      greedy_walk)
+from ..tree import DraftTree, pack_trees
 
 
 class Rule(enum.Enum):
@@ -116,21 +117,37 @@ def _classify(greedy: bool, chain: list[bool], sampled: list[bool], det: list[bo
     return tuple(rules)
 
 
-def _check_target(target_probs, greedy: bool, valid_rows: torch.Tensor | None, name: str) -> None:
-    if greedy:
-        # Greedy reads only the argmax: logits (with -inf masks) or probabilities both work.
-        bad = (torch.isnan(target_probs) | (target_probs == float("inf"))).any(-1)
-        # A row with every score at -inf has no argmax to take (it would silently emit token 0).
-        empty = (target_probs == float("-inf")).all(-1)
-        if valid_rows is not None:
-            bad &= valid_rows
-            empty &= valid_rows
-        if bool(bad.any()):
-            raise ValueError(f"{name} row {bad.nonzero()[0].tolist()} contains NaN or +inf: the target produced invalid scores")
-        if bool(empty.any()):
-            raise ValueError(f"{name} row {empty.nonzero()[0].tolist()} is -inf everywhere: no token is allowed")
-    else:
-        check_distributions(target_probs, valid_rows, name)
+def _greedy_argmax(scores: torch.Tensor, rows: torch.Tensor | None, validate: bool, name: str) -> torch.Tensor:
+    """Greedy reads only the argmax: logits (with -inf masks) or probabilities both work."""
+    return checked_argmax(scores, rows, name) if validate else scores.argmax(-1)
+
+
+def _check_trees(trees: Sequence[DraftTree], batch, vocab: int) -> None:
+    """What a DraftTree cannot know alone: its ids against this vocabulary, and q rows for sampled nodes."""
+    for b, t in enumerate(trees):
+        if t.vocab_size is not None and t.vocab_size != vocab:
+            raise ValueError(f"trees[{b}] has vocab_size {t.vocab_size} but target_probs has V={vocab}")
+    out_of_vocab = batch.valid & (batch.tokens >= vocab)
+    if bool(out_of_vocab.any()):
+        b, i = out_of_vocab.nonzero()[0].tolist()
+        raise ValueError(f"trees[{b}] token {int(batch.tokens[b, i])} at node {i} is out of vocabulary (V={vocab})")
+    sampled = (~batch.deterministic).any(1).tolist()
+    for b, t in enumerate(trees):
+        if sampled[b] and t.draft_probs is None:
+            raise ValueError(f"trees[{b}] has sampled (non-deterministic) nodes but no draft_probs")
+
+
+def _verify(trees: Sequence[DraftTree], batch, target, vocab: int, argmax: torch.Tensor | None, generator,
+            rule="auto") -> tuple[Outcome, tuple[Rule, ...]]:
+    """The kernels on packed, already checked drafts; ``argmax`` (``[B, N + 1]``) given = greedy."""
+    greedy = argmax is not None
+    chains = [t.is_chain for t in trees]
+    rules = _classify(greedy, chains, (~batch.deterministic).any(1).tolist(),
+                      (batch.deterministic & batch.valid).any(1).tolist(), rule)
+    has_q = any(t.draft_probs is not None for t in trees)
+    d = Drafts(batch.tokens, batch.parents.long(), batch.sizes.long(), batch.deterministic, Rows(target),
+               Rows([t.draft_probs for t in trees]) if has_q else None, [t.num_nodes for t in trees])
+    return _run(d, vocab, greedy, all(chains), argmax, generator), rules
 
 
 def _run(d: Drafts, vocab: int, greedy: bool, all_chains: bool, argmax, generator) -> Outcome:
@@ -159,7 +176,8 @@ def rejection_sample_batch(
         generator: torch.Generator for every random draw (seeded = bit-identical results).
         rule: ``"auto"`` (speculative family, chosen per tree from its structure), ``"greedy"`` /
             ``Rule.GREEDY``, or a specific :class:`Rule` that every tree must match.
-        validate: check that target rows are distributions (two reductions over the valid rows).
+        validate: check the target rows: distributions (two reductions over the valid rows), or for
+            the greedy rule rows with a NaN, ``+inf`` or nothing allowed (read off the argmax).
 
     Chains take a loop-free path; any tree in the batch makes the whole batch take the tree path
     (a Python loop over sibling tests, at most ``max(n_b) + 1`` iterations, vectorised over batch
@@ -178,7 +196,6 @@ def rejection_sample_batch(
             raise TypeError(f"trees[{b}] is a {type(t).__name__}, expected DraftTree")
     sizes = [t.num_nodes for t in trees]
     N = max(sizes)
-    dev = trees[0].device
     if isinstance(target_probs, torch.Tensor):
         if target_probs.dim() != 3 or target_probs.shape[0] != len(trees) or target_probs.shape[1] < N + 1:
             raise ValueError(
@@ -203,39 +220,22 @@ def rejection_sample_batch(
     devices |= {t.device for t in trees}
     if len(devices) > 1:
         raise ValueError(f"trees and target_probs are on different devices: {sorted(str(x) for x in devices)}")
-    for b, t in enumerate(trees):
-        if t.vocab_size is not None and t.vocab_size != vocab:
-            raise ValueError(f"trees[{b}] has vocab_size {t.vocab_size} but target_probs has V={vocab}")
-    pad = torch.nn.utils.rnn.pad_sequence
-    tokens = pad([t.tokens for t in trees], batch_first=True, padding_value=0) if N else torch.zeros(len(trees), 0, dtype=torch.long, device=dev)
-    parents = pad([t.parents.long() for t in trees], batch_first=True, padding_value=-1) if N else tokens.clone()
-    det = pad([t.deterministic for t in trees], batch_first=True, padding_value=True) if N else tokens.bool()
-    size_t = torch.tensor(sizes, dtype=torch.long, device=dev)
-    valid_nodes = torch.arange(N, device=dev).unsqueeze(0) < size_t.unsqueeze(1)
-    out_of_vocab = valid_nodes & (tokens >= vocab)
-    if bool(out_of_vocab.any()):
-        b, i = out_of_vocab.nonzero()[0].tolist()
-        raise ValueError(f"trees[{b}] token {int(tokens[b, i])} at node {i} is out of vocabulary (V={vocab})")
-    sampled_any = (~det & valid_nodes).any(1).tolist()
-    det_any = (det & valid_nodes).any(1).tolist()
-    for b, t in enumerate(trees):
-        if sampled_any[b] and t.draft_probs is None:
-            raise ValueError(f"trees[{b}] has sampled (non-deterministic) nodes but no draft_probs")
-    chain = [t.is_chain for t in trees]
-    rules = _classify(greedy, chain, sampled_any, det_any, rule)
-    if isinstance(target_probs, torch.Tensor):
-        if validate:
-            rows = torch.arange(target_probs.shape[1], device=dev).unsqueeze(0) <= size_t.unsqueeze(1)
-            _check_target(target_probs, greedy, rows, "target_probs")
-        argmax = target_probs.argmax(-1) if greedy else None
-    else:
-        if validate:
-            for b, t in enumerate(target_probs):
-                _check_target(t, greedy, None, f"target_probs[{b}]")
-        argmax = pad([t.argmax(-1) for t in target_probs], batch_first=True) if greedy else None
-    has_q = any(t.draft_probs is not None for t in trees)
-    d = Drafts(tokens, parents, size_t, det, Rows(target_probs), Rows([t.draft_probs for t in trees]) if has_q else None, sizes)
-    out = _run(d, vocab, greedy, all(chain), argmax, generator)
+    batch = pack_trees(trees)
+    _check_trees(trees, batch, vocab)
+    argmax = None
+    if greedy and isinstance(target_probs, torch.Tensor):
+        argmax = _greedy_argmax(target_probs, batch.sizes.long() + 1, validate, "target_probs")
+    elif greedy:
+        pad = torch.nn.utils.rnn.pad_sequence
+        argmax = pad([_greedy_argmax(t, None, validate, f"target_probs[{b}]") for b, t in enumerate(target_probs)],
+                     batch_first=True)
+    elif validate and isinstance(target_probs, torch.Tensor):
+        rows = torch.arange(target_probs.shape[1], device=batch.sizes.device).unsqueeze(0) <= batch.sizes.unsqueeze(1)
+        check_distributions(target_probs, rows, "target_probs")
+    elif validate:
+        for b, t in enumerate(target_probs):
+            check_distributions(t, None, f"target_probs[{b}]")
+    out, rules = _verify(trees, batch, target_probs, vocab, argmax, generator, rule)
     return BatchAcceptResult(out.tokens, out.path, out.num_accepted, rules).unbind()
 
 
@@ -307,15 +307,16 @@ def rejection_sample_padded(
     det = deterministic.bool() | ~valid
     if validate:
         _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab)
-        rows = torch.arange(target_probs.shape[1], device=dev).unsqueeze(0) <= sizes.unsqueeze(1)
-        _check_target(target_probs, greedy, rows, "target_probs")
+        if not greedy:
+            rows = torch.arange(target_probs.shape[1], device=dev).unsqueeze(0) <= sizes.unsqueeze(1)
+            check_distributions(target_probs, rows, "target_probs")
     idx = torch.arange(N, device=dev).unsqueeze(0)
     is_chain = ((parents == idx - 1) | ~valid).all(1)
     sampled_any = (~det).any(1)
     det_any = (det & valid).any(1)
     rules = _classify(greedy, is_chain.tolist(), sampled_any.tolist(), det_any.tolist(), rule)
     d = Drafts(tokens, parents, sizes, det, Rows(target_probs), None if draft_probs is None else Rows(draft_probs), sizes.tolist())
-    argmax = target_probs.argmax(-1) if greedy else None
+    argmax = _greedy_argmax(target_probs, sizes + 1, validate, "target_probs") if greedy else None
     out = _run(d, vocab, greedy, bool(is_chain.all()), argmax, generator)
     return BatchAcceptResult(out.tokens, out.path, out.num_accepted, rules)
 
@@ -353,7 +354,8 @@ def verify_logits(
     *,
     generator: torch.Generator | None = None,
 ) -> list[AcceptResult]:
-    """Verify drafts from raw target logits: the decoder's one call per step.
+    """Verify drafts from raw target logits, with every input checked (the engine's own per-step call
+    is :func:`accept_step`).
 
     ``sampling`` None or temperature 0 routes to the greedy rule on the logits themselves (bit
     parity with Hugging Face greedy search); otherwise the logits go through
@@ -371,3 +373,28 @@ def verify_logits(
     else:
         probs = [sampling.process(t) for t in target_logits]
     return rejection_sample_batch(trees, probs, generator=generator, validate=False)
+
+
+def accept_step(trees: Sequence[DraftTree], logits: torch.Tensor, sampling: SamplingParams | None, *,
+                generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[int]]]:
+    """The engine's trusted path: ``(accepted node paths, emitted tokens)`` per request, as lists.
+
+    ``trees`` come from the decoder (already checked against the target's vocabulary by its verify
+    forward) and ``logits: float [B, R >= max(n_b) + 1, V]`` from that forward, so nothing is
+    re-validated but the one thing a model can still get wrong: a read row with NaN / ``+inf`` or
+    nothing allowed (:func:`checked_argmax` for greedy; ``sampling.process`` refuses them otherwise).
+    Greedy (``sampling`` None or temperature 0) walks each tree on the host (:func:`greedy_walk`, the
+    same rule :func:`rejection_sample_batch` applies); sampling verifies against the processed
+    distribution with the same kernels as :func:`rejection_sample_batch`.
+    """
+    if sampling is None or sampling.greedy:
+        sizes = torch.tensor([1 + t.num_nodes for t in trees], device=logits.device)
+        best = checked_argmax(logits, sizes).tolist()  # [B][R]
+        walks = [greedy_walk(t.tokens.tolist(), t.children_of, row) for t, row in zip(trees, best)]
+        return [w[0] for w in walks], [w[1] for w in walks]
+    # Proposers may draft on the CPU while the target runs elsewhere: the kernels need one device.
+    trees = [t if t.device == logits.device else t.to(logits.device) for t in trees]
+    probs = sampling.process(logits)
+    out, _ = _verify(trees, pack_trees(trees), probs, int(probs.shape[-1]), None, generator)
+    k = out.num_accepted.tolist()
+    return ([row[:n] for row, n in zip(out.path.tolist(), k)], [row[: n + 1] for row, n in zip(out.tokens.tolist(), k)])

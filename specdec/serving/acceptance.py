@@ -33,6 +33,8 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
+from ..sampling.kernels import greedy_replay
+
 
 @dataclasses.dataclass
 class AcceptanceDist:
@@ -183,17 +185,9 @@ def from_histogram(accepted_per_step: Sequence[int], max_budget: int, name: str 
 
 
 def greedy_accepted(tree, truth: Sequence[int]) -> int:
-    """Drafted tokens greedy verification accepts: the longest root path matching ``truth``."""
-    if tree.num_nodes == 0:
-        return 0
-    toks = tree.tokens.tolist()
-    node, depth = -1, 0
-    while depth < len(truth):
-        nxt = [c for c in tree.children_of(node) if toks[c] == truth[depth]]
-        if not nxt:
-            break
-        node, depth = nxt[0], depth + 1
-    return depth
+    """Drafted tokens greedy verification accepts: the longest root path matching ``truth``
+    (:func:`specdec.sampling.kernels.greedy_replay`)."""
+    return len(greedy_replay(tree.tokens.tolist(), tree.parent_list, truth)) if tree.num_nodes else 0
 
 
 def replay_with_hidden(proposer, hidden, tokens: Sequence[int], prompt_len: int, budget: int,
