@@ -151,15 +151,11 @@ def bench_context(prop: SuffixProposer, traffic: Traffic, ctx_len: int, steps: i
     prompt, future = stream[:ctx_len], stream[ctx_len:]
     rid = ("bench", ctx_len)
     prop.begin(rid, prompt)
-    req = prop._requests[rid]
     core, full, commit_us, extend_us, nodes = [], [], [], [], []
     one = np.zeros(1, dtype=np.int32)
     for s in range(steps):
-        prop._draft(req, budget)  # warm the global re-match so the timed calls measure steady state
-        sources = [(req.sam,) + req.sam.repeat_match()]
-        if req.g_len:
-            part = prop._partitions[req.partition]
-            sources.append((part.sam, req.g_len, req.g_state))
+        # Re-matches the global cache when needed, so the timed calls measure the steady state.
+        sources = list(prop.match_sources(rid).values())
         core += timed(lambda: build_suffix_draft(sources, budget, prop.min_match_len, prop.min_prob,
                                                  prop.max_depth, prop.depth_factor), 1)
         full += timed(lambda: prop.propose([rid], budget), 1)
@@ -214,14 +210,13 @@ def run(global_tokens: int, contexts: list[int], steps: int, hf_steps: int, budg
     prop = SuffixProposer(VOCAB, global_cache_bytes=4 << 30)
     build_s_per_token = build_global(prop, traffic, global_tokens)
     stats = prop.global_stats()
-    part = next(iter(prop._partitions.values()))
     result = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {platform.processor() or ''} torch {torch.__version__}".strip(),
         "global_tokens": stats["tokens"],
         "global_bytes_per_token_total": stats["bytes"] / stats["tokens"],
-        "global_bytes_per_token_automaton": part.sam.memory_bytes() / part.sam.num_tokens,
-        "global_states_per_token": part.sam.num_states / part.sam.num_tokens,
+        "global_bytes_per_token_automaton": stats["automaton_bytes"] / stats["indexed_tokens"],
+        "global_states_per_token": stats["states"] / stats["indexed_tokens"],
         "global_index_us_per_token": build_s_per_token * 1e6,
         "budget": budget,
         "contexts": [bench_context(prop, traffic, c, steps, hf_steps, budget) for c in contexts],

@@ -378,9 +378,13 @@ class SuffixProposer:
             out.append(ScoredDraft(tree, torch.from_numpy(probs), sum(probs.tolist()), source))
         return out
 
-    def _draft(self, req: _Request, budget: int):
-        """(tokens int64[n], parents int32[n], probs float32[n], source) for one request; source
-        names the cache(s) drafted from: ``"request"``, ``"global"``, ``"pooled"`` or ``""``."""
+    def match_sources(self, req_id: Hashable) -> dict[str, tuple]:
+        """The caches the next draft of ``req_id`` reads and its current match in each:
+        ``{"request" | "global": (automaton, match length, match state)}`` (only caches matching at
+        least ``min_match_len`` tokens). Re-matches the global cache first if it was rebuilt."""
+        return self._sources(self._get(req_id))
+
+    def _sources(self, req: _Request) -> dict[str, tuple]:
         sources = {}  # cache name -> (automaton, match length, match state); the request's first
         length, state = req.sam.repeat_match()
         if length >= self.min_match_len:
@@ -393,6 +397,12 @@ class SuffixProposer:
                 req.g_generation = part.generation
             if req.g_len >= self.min_match_len:
                 sources["global"] = (part.sam, req.g_len, req.g_state)
+        return sources
+
+    def _draft(self, req: _Request, budget: int):
+        """(tokens int64[n], parents int32[n], probs float32[n], source) for one request; source
+        names the cache(s) drafted from: ``"request"``, ``"global"``, ``"pooled"`` or ``""``."""
+        sources = self._sources(req)
         if self.combine == "longest" and len(sources) > 1:
             best = max(sources, key=lambda name: sources[name][1])  # first maximum: the request on ties
             sources = {best: sources[best]}
@@ -413,12 +423,16 @@ class SuffixProposer:
         return sum(p.memory_bytes() for p in self._partitions.values())
 
     def global_stats(self, tenant: Hashable | None = None) -> dict:
-        """Size facts for ``tenant``'s partition: tokens, documents, bytes, rebuilds (zeros if none)."""
+        """Size facts for ``tenant``'s partition (zeros if none): ``tokens`` and ``documents`` kept,
+        ``bytes`` held (automaton + documents), ``rebuilds``, and the automaton's own
+        ``automaton_bytes``, ``states`` and ``indexed_tokens`` (separators included)."""
         part = self._partitions.get(self._partition_key(tenant))
         if part is None:
-            return {"tokens": 0, "documents": 0, "bytes": 0, "rebuilds": 0}
+            return dict.fromkeys(("tokens", "documents", "bytes", "rebuilds", "automaton_bytes", "states",
+                                  "indexed_tokens"), 0)
         return {"tokens": part.doc_tokens, "documents": len(part.docs), "bytes": part.memory_bytes(),
-                "rebuilds": part.rebuilds}
+                "rebuilds": part.rebuilds, "automaton_bytes": part.sam.memory_bytes(), "states": part.sam.num_states,
+                "indexed_tokens": part.sam.num_tokens}
 
     @property
     def active_requests(self) -> int:
