@@ -99,6 +99,13 @@ __device__ __forceinline__ bool mask_bit(const int64_t* row, int j) {
   return (static_cast<unsigned long long>(__ldg(row + (j >> 6))) >> (j & 63)) & 1ull;
 }
 
+// The committed prefix of request b, clamped so that prefix + nodes <= seq: the Python front end
+// validates prefix_lens (a device sync it pays once per step), but a caller of the raw op that
+// skipped it must still not make the kernels read keys past the end of K/V.
+__device__ __forceinline__ int clamped_prefix(const TreeAttentionParams& p, int b) {
+  return max(0, min(p.prefix[b], p.seq - p.nodes));
+}
+
 // One CTA: 64 query rows of KV head (blockIdx.y % Hkv) of request (blockIdx.y / Hkv), node block
 // blockIdx.x, keys of split blockIdx.z. Dynamic shared memory: 2 stages x (K, V) x 64 x (D + 8).
 template <typename T, int D>
@@ -114,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) tree_attention_mma_kernel(cons
   const int group = p.q_heads / p.kv_heads;
   const int rows_total = p.nodes * group;
   const int row0 = blockIdx.x * kRowsPerCta;
-  const int prefix = p.prefix[b];
+  const int prefix = clamped_prefix(p, b);
   const int last_node = min(p.nodes - 1, (min(row0 + kRowsPerCta, rows_total) - 1) / group);
   const int key_end_cta = prefix + last_node + 1;  // later tree keys are no ancestor of these rows
   const int k_begin = split * p.split_keys;
@@ -358,7 +365,7 @@ __global__ void tree_attention_scalar_kernel(const TreeAttentionParams p) {
     acc[i] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  const int prefix = p.prefix[b];
+  const int prefix = clamped_prefix(p, b);
   const bool real = mask_bit(mrow, n);
   const int key_end = real ? prefix + n + 1 : 0;
   const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[2];

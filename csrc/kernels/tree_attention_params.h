@@ -18,7 +18,7 @@ struct TreeAttentionParams {
   const void* v;            // [B, S, Hkv, D], strides v_stride
   void* out;                // [B, N, Hq, D] contiguous, q's dtype
   const int64_t* mask;      // [B, N, W] contiguous packed ancestor bits
-  const int32_t* prefix;    // [B] committed prefix length per request
+  const int32_t* prefix;    // [B] committed prefix length per request (kernels clamp to [0, seq - nodes])
   float* partial_out;       // [splits, B, N, Hq, D] fp32 workspace (only when splits > 1)
   float* partial_lse;       // [splits, B, N, Hq] fp32 log2-sum-exp per split (only when splits > 1)
   int batch, nodes, q_heads, kv_heads, head_dim, seq, words;
@@ -37,9 +37,10 @@ struct TreeAttentionPlan {
 // Chooses the kernel and the prefix split so the grid covers ~4 CTAs per multiprocessor.
 TreeAttentionPlan plan_tree_attention(const TreeAttentionParams& p, DType dtype, int sm_count);
 
-// Launches on `stream` (a cudaStream_t); returns the cudaError_t of the launches (0 = success).
-// p.num_splits / p.split_keys must come from plan_tree_attention, with the workspace allocated.
-int launch_tree_attention(const TreeAttentionParams& p, DType dtype, void* stream);
+// Launches the kernels `plan` chose on `stream` (a cudaStream_t); returns the cudaError_t of the
+// launches (0 = success). p.num_splits / p.split_keys must be the plan's, with the workspace
+// allocated; a mismatch returns cudaErrorInvalidValue.
+int launch_tree_attention(const TreeAttentionParams& p, const TreeAttentionPlan& plan, DType dtype, void* stream);
 
 // Largest head dim the fallback kernel takes (the tensor-core kernel takes 64 and 128).
 constexpr int kMaxHeadDim = 256;

@@ -4,14 +4,15 @@
 //
 // The ancestor bitmask and prefix lengths are NOT validated here (that would cost a device-to-host
 // sync per call): specdec.ops.tree_attention(validate=True) checks them on the device with torch ops.
-// Kernel reads stay in bounds for any mask bits (tree keys are clamped to the tree rows of
-// prefix_lens[b] + N <= S only by that validation, so an unvalidated out-of-range prefix length is
-// the caller's contract to keep).
+// Kernel reads stay in bounds for any input: any mask bits, and prefix lengths the kernels clamp to
+// [0, S - N] (an unvalidated out-of-range length gives a wrong answer, never an out-of-bounds read).
 #ifdef SPECDEC_WITH_CUDA
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <atomic>
 #include <torch/library.h>
 
 #include "kernels/tree_attention_params.h"
@@ -27,6 +28,22 @@ at::Tensor rows_16b_aligned(const at::Tensor& t) {
   const bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % elems == 0 &&
                   t.stride(1) % elems == 0 && t.stride(2) % elems == 0;
   return ok ? t : t.contiguous();
+}
+
+// The device's SM count, queried once per device (the plan needs it on every call). A race between
+// two first calls only queries twice.
+int multiprocessors(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  const bool cache = device >= 0 && device < kMaxDevices;
+  if (cache) {
+    const int known = cached[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (cache) cached[device].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 kernels::DType kernel_dtype(at::ScalarType t) {
@@ -74,8 +91,7 @@ at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_in, c
   }
   p.scale = sz.scale;
   const auto dtype = kernel_dtype(q.scalar_type());
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.get_device()));
+  const int sms = multiprocessors(q.get_device());
   const kernels::TreeAttentionPlan plan = kernels::plan_tree_attention(p, dtype, sms);
   p.num_splits = plan.num_splits;
   p.split_keys = plan.split_keys;
@@ -87,7 +103,7 @@ at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_in, c
     p.partial_out = partial_out.data_ptr<float>();
     p.partial_lse = partial_lse.data_ptr<float>();
   }
-  const int err = kernels::launch_tree_attention(p, dtype, c10::cuda::getCurrentCUDAStream().stream());
+  const int err = kernels::launch_tree_attention(p, plan, dtype, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == 0, "tree_attention: CUDA kernel launch failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(err)));
   return out;

@@ -1,6 +1,8 @@
-// Host side of the CUDA tree-attention kernels: kernel choice, prefix split plan, launches.
-// Torch-free; called by csrc/ops/tree_attention_cuda.cpp. Kernels: tree_attention.cuh.
+// Host side of the CUDA tree-attention kernels: the plan (kernel choice, prefix split) and the
+// launches, with the kernel templates instantiated here. Torch-free; called by
+// csrc/ops/tree_attention_cuda.cpp. Kernels: tree_attention.cuh.
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/tree_attention.cuh"
@@ -10,14 +12,31 @@ namespace kernels {
 namespace {
 
 constexpr int kMinTilesPerSplit = 4;  // keep each split's loop long enough to amortise its reduction
+constexpr int kMaxDevices = 64;
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Raises the kernel's dynamic shared-memory limit once per device (an idempotent driver call that
+// cost a few microseconds on every launch). One flag per instantiation and device; a race between
+// two first launches only sets the same attribute twice.
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, size_t smem) {
+  static std::atomic<bool> done[kMaxDevices] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device < kMaxDevices;
+  if (cached && done[device].load(std::memory_order_acquire)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err == cudaSuccess && cached) done[device].store(true, std::memory_order_release);
+  return err;
+}
 
 template <typename T, int D>
 cudaError_t launch_mma(const TreeAttentionParams& p, cudaStream_t stream) {
   const size_t smem = 2 * 2 * kKeyTile * (D + kPad) * sizeof(T);
   auto kernel = tree_attention_mma_kernel<T, D>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t err = allow_dynamic_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(static_cast<int64_t>(p.nodes) * (p.q_heads / p.kv_heads), kRowsPerCta),
                   p.batch * p.kv_heads, p.num_splits);
@@ -59,10 +78,14 @@ TreeAttentionPlan plan_tree_attention(const TreeAttentionParams& p, DType dtype,
   return plan;
 }
 
-int launch_tree_attention(const TreeAttentionParams& p, DType dtype, void* stream_ptr) {
+int launch_tree_attention(const TreeAttentionParams& p, const TreeAttentionPlan& plan, DType dtype,
+                          void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const bool tc = dtype != DType::kFloat32 && (p.head_dim == 64 || p.head_dim == 128);
-  if (p.head_dim > kMaxHeadDim || (!tc && p.num_splits != 1)) return static_cast<int>(cudaErrorInvalidValue);
+  const bool tc = plan.tensor_cores;
+  if (p.head_dim > kMaxHeadDim || (!tc && p.num_splits != 1) || p.num_splits != plan.num_splits ||
+      p.split_keys != plan.split_keys) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   switch (dtype) {
     case DType::kFloat16:
       return static_cast<int>(launch_typed<__half>(p, tc, stream));
