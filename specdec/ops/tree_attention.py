@@ -1,7 +1,7 @@
 """Tree attention: every draft-tree node attends to its request's committed KV prefix and to its own
 ancestors (and itself) in the tree, for a whole batch of trees in one call.
 
-Shapes (the contract in DESIGN.md):
+Shapes (the contract; docs/tree_attention.md and docs/architecture.md):
 
 * ``q``: ``[B, N, Hq, D]`` -- N tree nodes per request (padded to the batch's largest tree).
 * ``k``, ``v``: ``[B, S, Hkv, D]`` -- rows ``[0, prefix_lens[b])`` hold the committed prefix, rows

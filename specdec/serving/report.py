@@ -55,12 +55,6 @@ def plot_pool(pp: PoolPlan, path: Path) -> None:
     plt.close(fig)
 
 
-def _fmt(v, digits=3) -> str:
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.{digits}g}"
-    return str(v)
-
-
 def pool_markdown(pp: PoolPlan, plot_name: str) -> list[str]:
     lines = [f"## Pool `{pp.pool.name}` (TTFT <= {pp.pool.slo.ttft_s:g} s, TPOT <= {pp.pool.slo.tpot_s * 1e3:g} ms)", "",
              f"**Verdict: {pp.verdict}.**", "",
