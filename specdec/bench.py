@@ -106,6 +106,7 @@ class Row:
     seconds: float = 0.0
     steps: int = 0
     accepted: int = 0
+    requests: int = 0
     mismatches: int = 0
     speedup: float = field(default=float("nan"))
     baseline: str = "plain"
@@ -115,8 +116,13 @@ class Row:
         return self.tokens / self.seconds if self.seconds else 0.0
 
     @property
-    def mean_accepted(self) -> float | None:
+    def accepted_drafts_per_step(self) -> float | None:
         return self.accepted / self.steps if self.steps else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Emitted tokens per verify step (bonus included); the prefill's first token is not a step."""
+        return (self.tokens - self.requests) / self.steps if self.steps else None
 
 
 def summarize(runs: Sequence[Run], baseline: str = "plain") -> dict[str, dict[str, Row]]:
@@ -135,6 +141,7 @@ def summarize(runs: Sequence[Run], baseline: str = "plain") -> dict[str, dict[st
             row = table[cat].setdefault(r.method, Row(r.method))
             row.tokens += len(r.tokens)
             row.seconds += r.seconds
+            row.requests += 1
             if r.metrics is not None:
                 row.steps += r.metrics.steps
                 row.accepted += r.metrics.accepted
@@ -167,12 +174,13 @@ def markdown(table: dict[str, dict[str, Row]], header: str = "") -> str:
     lines = [header] if header else []
     cats = sorted(c for c in table if c != "overall") + (["overall"] if "overall" in table else [])
     for cat in cats:
-        lines += [f"\n### {cat}\n", "| method | tokens/s | speedup | vs | mean accepted/step | output mismatches |",
-                  "|---|---:|---:|---|---:|---:|"]
+        lines += [f"\n### {cat}\n", "| method | tokens/s | speedup | vs | tokens/step | accepted drafts/step "
+                  "| output mismatches |", "|---|---:|---:|---|---:|---:|---:|"]
         for row in table[cat].values():
-            acc = "-" if row.mean_accepted is None else f"{row.mean_accepted:.2f}"
-            lines.append(f"| {row.method} | {row.tokens_per_s:.1f} | {row.speedup:.2f}x | {row.baseline} | {acc} "
-                         f"| {row.mismatches} |")
+            tau = "-" if row.tokens_per_step is None else f"{row.tokens_per_step:.2f}"
+            acc = "-" if row.accepted_drafts_per_step is None else f"{row.accepted_drafts_per_step:.2f}"
+            lines.append(f"| {row.method} | {row.tokens_per_s:.1f} | {row.speedup:.2f}x | {row.baseline} | {tau} "
+                         f"| {acc} | {row.mismatches} |")
     return "\n".join(lines) + "\n"
 
 

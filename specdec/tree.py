@@ -188,6 +188,22 @@ class DraftTree:
             validate=False,
         )
 
+    def select(self, nodes: Sequence[int]) -> "DraftTree":
+        """The sub-tree of the given node indices (increasing, closed under parents), re-indexed in
+        that order, with their draft rows and kinds. Raises ValueError for a node kept without its
+        parent."""
+        new_index = {old: new for new, old in enumerate(nodes)}
+        parents = []
+        for old in nodes:
+            p = self.parent_list[old]
+            if p >= 0 and p not in new_index:
+                raise ValueError(f"DraftTree.select: node {old} kept without its parent {p}")
+            parents.append(-1 if p < 0 else new_index[p])
+        idx = torch.tensor(list(nodes), dtype=torch.long, device=self.device)
+        probs = None if self.draft_probs is None else self.draft_probs[idx]
+        return DraftTree(self.tokens[idx], torch.tensor(parents, dtype=torch.int32, device=self.device), probs,
+                         self.deterministic[idx], vocab_size=self.vocab_size, validate=False)
+
     def __repr__(self) -> str:
         return (
             f"DraftTree(n={self.num_nodes}, tokens={self.tokens.tolist()}, parents={self.parents.tolist()}, "

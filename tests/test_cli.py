@@ -42,7 +42,7 @@ def test_unknown_proposer_and_bad_budget_are_rejected():
 def test_generate_streams_text_and_metrics(capsys):
     assert cli.main(["generate", "--max-new-tokens", "8", "--budget", "8", "Say hello."]) == 0
     out = capsys.readouterr()
-    assert out.out.strip() and "mean_accepted=" in out.err
+    assert out.out.strip() and "accepted_drafts_per_step=" in out.err
 
 
 @needs_smollm2

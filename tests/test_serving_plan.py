@@ -12,7 +12,7 @@ from specdec.serving.metrics import SLO
 from specdec.serving.plan import PlanSettings, choose, plan_pool, recommend_policy
 from specdec.serving.pools import Pool, load_pools
 from specdec.serving.report import write_report
-from specdec.serving.review import compare, load_trigger, make_trigger
+from specdec.serving.review import compare, load_trigger, make_trigger, review_markdown
 
 SETTINGS = PlanSettings(memory_budget_bytes=2_000_000_000, max_budget=6, n_requests=80,
                         load_fractions=(0.1, 0.5, 0.9), replications=1)
@@ -71,6 +71,26 @@ def test_report_review_trigger_and_flags(tmp_path, good_plan):
     worse = dict(acc, a=zero_acceptance())
     flags = compare(back, fps, {"lookup": art}, {"lookup": worse})
     assert [(f.kind, f.subject) for f in flags] == [("acceptance-drift", "lookup/a")]
+    assert "accepted drafts/step" in flags[0].message
+    # the report names the target that was reviewed, and the plan's when they differ
+    assert "Target: default\n" in review_markdown(back, flags, {"lookup": worse})
+    assert "Target: /models/new (the plan measured default)" in review_markdown(back, flags, {"lookup": worse},
+                                                                                target="/models/new")
+    # plans written before the rename still review
+    old = json.loads(json.dumps(back))
+    old["proposers"]["lookup"]["mean_accepted"] = old["proposers"]["lookup"].pop("accepted_drafts_per_step")
+    assert compare(old, fps, {"lookup": art}, {"lookup": worse}) == flags
+
+
+def test_review_out_is_a_directory(tmp_path):
+    from specdec.cli.review import review_path
+
+    assert review_path(str(tmp_path / "new" / "dir"), tmp_path) == tmp_path / "new" / "dir" / "review.md"
+    assert (tmp_path / "new" / "dir").is_dir()
+    assert review_path(None, tmp_path) == tmp_path / "review.md"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit, match="not a directory"):
+        review_path(str(tmp_path / "afile"), tmp_path)
 
 
 def test_bad_trigger_files(tmp_path):

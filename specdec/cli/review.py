@@ -18,8 +18,17 @@ def register(subparsers) -> None:
     r.add_argument("report", help="a plan's output directory (or its review.json)")
     r.add_argument("--target", default=None, help="target to review against (default: the plan's)")
     r.add_argument("--tolerance", type=float, default=None, help="override the plan's drift tolerance")
-    r.add_argument("--out", default=None, help="where to write review.md (default: beside review.json)")
+    r.add_argument("--out", default=None, help="directory to write review.md into (default: beside review.json)")
     r.set_defaults(func=run_review)
+
+
+def review_path(out: str | None, base: Path) -> Path:
+    """Where review.md goes: into the ``--out`` directory (created), else beside the plan's review.json."""
+    out_dir = Path(out) if out else base
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SystemExit(f"--out {out}: exists and is not a directory (review writes review.md into it)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir / "review.md"
 
 
 def run_review(args) -> int:
@@ -41,8 +50,8 @@ def run_review(args) -> int:
             continue
         artifacts[spec], acceptance[spec] = m.artifact, m.acceptance
     flags = compare(trigger, fps, artifacts, acceptance, args.tolerance)
-    text = review_markdown(trigger, flags, acceptance)
-    out = Path(args.out) if args.out else base / "review.md"
+    text = review_markdown(trigger, flags, acceptance, target=target)
+    out = review_path(args.out, base)
     out.write_text(text)
     print(text)
     return 1 if flags else 0

@@ -36,7 +36,7 @@ from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
-from .sizing import DraftSizer, Ticket, check_draft
+from .sizing import DraftSizer, Ticket, cap_depth, check_draft
 from .verify_cost import VerifyCostModel
 
 
@@ -176,14 +176,14 @@ class SpeculativeDecoder:
                 active = self._drop(state, reqs, events)
                 while active:
                     t0 = time.perf_counter()  # 1. propose
-                    trees, tickets = self._propose(active) if speculate else ([DraftTree.empty()] * len(active), None)
+                    trees, tickets = self._propose(active, limit) if speculate else ([DraftTree.empty()] * len(active), None)
                     t1 = time.perf_counter()  # 2. verify
                     out = self.target.verify(state, trees)
                     t2 = time.perf_counter()  # 3. accept
                     paths, emitted = accept_step(trees, out.logits, sampling, generator=generator)
                     events = [self._emit(r, toks, stops, limit) for r, toks in zip(active, emitted)]
                     for row, (r, ev, path) in enumerate(zip(active, events, paths)):  # 4. commit
-                        r.metrics.record_step(trees[row].num_nodes, len(path))
+                        r.metrics.record_step(trees[row].num_nodes, min(len(path), len(ev.tokens)))  # emitted only
                         if speculate:
                             self.sizer.observe(tickets[row], len(path))
                         self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
@@ -228,23 +228,30 @@ class SpeculativeDecoder:
             self.proposer.end(r.req_id)
             self.sizer.end(r.req_id)
 
-    def _propose(self, active: list[_Request]) -> tuple[list[DraftTree], list[Ticket | None]]:
+    def _propose(self, active: list[_Request], limit: int) -> tuple[list[DraftTree], list[Ticket | None]]:
         """Draft for every active request, then keep what the sizer finds worth verifying.
 
         A proposer offering ``propose_scored`` (:class:`~specdec.proposers.base.ScoredProposer`)
         gives each node's acceptance estimate, which the sizer calibrates per source and request;
-        otherwise the sizer uses its per-depth acceptance rates for the proposer.
+        otherwise the sizer uses its per-depth acceptance rates for the proposer. Nodes deeper than
+        the tokens a request has left (minus the target's own token) could never be emitted: they
+        are not verified, and a request with one token left is not drafted for.
         """
         ids, ask = [r.req_id for r in active], self.sizer.ask
+        depth = [limit - r.metrics.tokens - 1 for r in active]
+        budgets = [ask if d > 0 else 0 for d in depth]
+        budget = ask if min(budgets) == ask else budgets
         if isinstance(self.proposer, ScoredProposer):
-            drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in self.proposer.propose_scored(ids, ask)]
+            drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in self.proposer.propose_scored(ids, budget)]
         else:
-            drafts = [(t, None, "") for t in self.proposer.propose(ids, ask)]
+            drafts = [(t, None, "") for t in self.proposer.propose(ids, budget)]
         if len(drafts) != len(ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(ids)} requests")
         sized = []
-        for req_id, (tree, probs, source) in zip(ids, drafts):
-            check_draft(tree, probs, ask)
+        for req_id, b, d, (tree, probs, source) in zip(ids, budgets, depth, drafts):
+            check_draft(tree, probs, b)
+            tree, keep = cap_depth(tree, d)
+            probs = probs if keep is None or probs is None else [probs[i] for i in keep]
             sized.append(self.sizer.size(req_id, tree, probs, source))
         return [t for t, _ in sized], [ticket for _, ticket in sized]
 

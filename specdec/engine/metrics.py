@@ -1,11 +1,22 @@
 """Per-request speculative-decoding metrics.
 
-Times are wall-clock seconds of the batch step the request took part in (a batched verify serves
-every active request at once, so each request is charged the whole step: what its latency saw).
+Two rates, and only these two names, everywhere in specdec (tables, reports, manifests):
+
+* ``tokens_per_step`` -- tokens emitted per verify step, the bonus/recovery token included
+  (Spec-Bench's mean accepted tokens, tau);
+* ``accepted_drafts_per_step`` -- draft tokens accepted per verify step (``tokens_per_step - 1``
+  when no step was cut short).
+
+Only emitted tokens count: a step whose accepted drafts ran past ``max_new_tokens`` or a stop token
+counts the drafts it emitted, not the ones it verified (the decoder also stops drafting deeper than
+the tokens left to generate). Times are wall-clock seconds of the batch step the request took part
+in (a batched verify serves every active request at once, so each request is charged the whole
+step: what its latency saw).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 
@@ -17,7 +28,7 @@ class RequestMetrics:
         steps: verify forwards the request took part in (the prefill is not a step).
         tokens: tokens emitted (the first, from the prefill, included).
         drafted: draft nodes verified, summed over steps.
-        accepted_hist: ``accepted_hist[k]`` = steps that accepted exactly ``k`` draft tokens.
+        accepted_hist: ``accepted_hist[k]`` = steps that emitted exactly ``k`` accepted draft tokens.
         prefill_s / propose_s / verify_s / accept_s: seconds in each phase.
     """
 
@@ -43,9 +54,16 @@ class RequestMetrics:
         return sum(k * c for k, c in enumerate(self.accepted_hist))
 
     @property
-    def mean_accepted(self) -> float:
-        """Mean draft tokens accepted per verify step (0 without steps)."""
+    def accepted_drafts_per_step(self) -> float:
+        """Mean draft tokens accepted (and emitted) per verify step (0 without steps)."""
         return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Deprecated: :attr:`accepted_drafts_per_step` (the old name read as either rate)."""
+        warnings.warn("RequestMetrics.mean_accepted is accepted_drafts_per_step now (tokens_per_step counts the "
+                      "bonus token too)", DeprecationWarning, stacklevel=2)
+        return self.accepted_drafts_per_step
 
     @property
     def tokens_per_step(self) -> float:
@@ -69,7 +87,7 @@ class RequestMetrics:
     def summary(self) -> str:
         return (
             f"steps={self.steps} tokens={self.tokens} drafted={self.drafted} "
-            f"mean_accepted={self.mean_accepted:.2f} tokens/step={self.tokens_per_step:.2f} "
+            f"accepted_drafts_per_step={self.accepted_drafts_per_step:.2f} tokens_per_step={self.tokens_per_step:.2f} "
             f"time: prefill={self.prefill_s:.3f}s propose={self.propose_s:.3f}s "
             f"verify={self.verify_s:.3f}s accept={self.accept_s:.3f}s hist={self.accepted_hist}"
         )

@@ -17,7 +17,6 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Sequence
 
-import torch
 
 from ..tree import DraftTree
 from .verify_cost import VerifyCostModel
@@ -79,18 +78,17 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
         return tree
     if not bool(tree.deterministic.all()):
         raise ValueError("prune_tree only prunes deterministic trees: sampled siblings must be kept as drawn")
-    keep = top_nodes(path_probs, k)
-    new_index = {old: new for new, old in enumerate(keep)}
-    parents = tree.parent_list
-    new_parents = []
-    for old in keep:
-        p = parents[old]
-        if p >= 0 and p not in new_index:
-            raise ValueError(f"prune_tree: node {old} kept without its parent {p} (path probabilities grow along a path)")
-        new_parents.append(-1 if p < 0 else new_index[p])
-    idx = torch.tensor(keep, dtype=torch.long)
-    return DraftTree(tree.tokens[idx.to(tree.device)], torch.tensor(new_parents, dtype=torch.int32, device=tree.device),
-                     vocab_size=tree.vocab_size, validate=False)
+    return tree.select(top_nodes(path_probs, k))
+
+
+def cap_depth(tree: DraftTree, depth: int) -> tuple[DraftTree, list[int] | None]:
+    """``(tree without the nodes deeper than depth, kept node indices)``, or ``(tree, None)`` when
+    none is deeper. Exact for sampled trees too: every kept node keeps all its sampled siblings
+    (whole levels go), and the token after the deepest kept level is the target's own."""
+    if tree.max_depth <= depth:
+        return tree, None
+    keep = [i for i, d in enumerate(tree.depth_list) if d <= depth]
+    return tree.select(keep), keep
 
 
 @dataclass

@@ -38,7 +38,8 @@ def make_trigger(*, target_spec: str, fingerprints: dict, workload: dict, budget
     return {"kind": TRIGGER_KIND, "target": target_spec, "fingerprints": fingerprints, "workload": workload,
             "budget": budget, "tolerance": tolerance,
             "proposers": {spec: {"artifact": p["artifact"],
-                                 "mean_accepted": {c: a.expected_accepted(a.max_budget) for c, a in p["acceptance"].items()}}
+                                 "accepted_drafts_per_step": {c: a.expected_accepted(a.max_budget)
+                                                              for c, a in p["acceptance"].items()}}
                           for spec, p in proposers.items()}}
 
 
@@ -90,7 +91,7 @@ def compare(trigger: dict, fingerprints: dict, artifacts: Mapping[str, dict],
             flags.append(Flag("artifact-stale", spec, f"{spec} is bound to {bound} {new_art.get('fingerprint')} but the current "
                                                       f"{bound} is {fingerprints.get(bound)}: refit/rebuild it before use"))
         new_acc = acceptance.get(spec, {})
-        for cat, old_mean in old["mean_accepted"].items():
+        for cat, old_mean in _planned(old).items():
             if cat not in new_acc:
                 continue
             a = new_acc[cat]
@@ -98,21 +99,30 @@ def compare(trigger: dict, fingerprints: dict, artifacts: Mapping[str, dict],
             base = max(old_mean, 0.05)  # a near-zero baseline would turn noise into "infinite" drift
             if abs(new_mean - old_mean) / base > tol:
                 flags.append(Flag("acceptance-drift", f"{spec}/{cat}",
-                                  f"mean accepted tokens/step {old_mean:.2f} -> {new_mean:.2f} "
+                                  f"accepted drafts/step {old_mean:.2f} -> {new_mean:.2f} "
                                   f"({(new_mean - old_mean) / base:+.0%}, tolerance {tol:.0%})"))
     return flags
 
 
-def review_markdown(trigger: dict, flags: list[Flag], acceptance: Mapping[str, Mapping[str, AcceptanceDist]]) -> str:
-    lines = ["# specdec review", "", f"Target: {trigger['target']}", ""]
+def _planned(proposer: dict) -> dict:
+    """Planned accepted drafts per step by category (plans before 0.2 named it ``mean_accepted``)."""
+    return proposer.get("accepted_drafts_per_step", proposer.get("mean_accepted", {}))
+
+
+def review_markdown(trigger: dict, flags: list[Flag], acceptance: Mapping[str, Mapping[str, AcceptanceDist]],
+                    target: str | None = None) -> str:
+    """The review report; ``target``: what was reviewed (default: the plan's own target)."""
+    reviewed = target or trigger["target"]
+    planned = "" if reviewed == trigger["target"] else f" (the plan measured {trigger['target']})"
+    lines = ["# specdec review", "", f"Target: {reviewed}{planned}", ""]
     if flags:
         lines += [f"**{len(flags)} finding(s): the speculation setting is stale; re-run `specdec plan`.**", ""]
         lines += [f"- `{f.kind}` {f.subject}: {f.message}" for f in flags]
     else:
         lines.append("No fingerprint changed and acceptance is within tolerance: the setting stands.")
-    lines += ["", "| proposer | category | planned accepted/step | now |", "|---|---|---|---|"]
+    lines += ["", "| proposer | category | planned accepted drafts/step | now |", "|---|---|---|---|"]
     for spec, old in trigger["proposers"].items():
-        for cat, old_mean in old["mean_accepted"].items():
+        for cat, old_mean in _planned(old).items():
             a = acceptance.get(spec, {}).get(cat)
             now = f"{a.expected_accepted(a.max_budget):.2f}" if a is not None else "n/a"
             lines.append(f"| {spec} | {cat} | {old_mean:.2f} | {now} |")

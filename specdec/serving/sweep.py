@@ -51,8 +51,8 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
     objectives depending on the transient queue).
 
     Rows carry everything :func:`~specdec.serving.metrics.summarize` returns plus ``policy``,
-    ``rate``, ``mean_batch``, ``max_batch``, ``switches``, ``mean_accepted`` (per drafted step)
-    and ``cost_rel_off`` (compute seconds per token relative to the ``"off"`` policy at the same
+    ``rate``, ``mean_batch``, ``max_batch``, ``switches``, ``drafted`` and ``accepted`` (draft
+    tokens, summed over the run) and ``cost_rel_off`` (compute seconds per token relative to the ``"off"`` policy at the same
     rate, when one is in ``policies``; NaN otherwise).
     """
     if not policies:
