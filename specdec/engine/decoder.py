@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Iterator, Sequence
 
 import torch
@@ -32,6 +32,7 @@ import torch
 from ..checks import as_token_list
 from ..proposers.base import ScoredProposer
 from ..sampling.params import SamplingParams
+from ..sampling.processors import GenerationSettings, RowProcessors
 from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
@@ -68,6 +69,8 @@ class _Request:
     req_id: Hashable
     prompt: list[int]
     metrics: RequestMetrics
+    processors: RowProcessors | None = None  # the generation config's logits processors, if any
+    sequence: list[int] = field(default_factory=list)  # prompt + emitted tokens (what processors read)
     begun: bool = False  # the proposer holds state for it (closed on every exit)
 
 
@@ -82,11 +85,16 @@ class SpeculativeDecoder:
             that many nodes, no cost model: for experiments and tests).
         cost_model: a measured :class:`VerifyCostModel`; calibrated on first use when None.
         calibration_prefix: prefix length for that calibration.
+        generation_config: the transformers ``GenerationConfig`` to reproduce (default: the
+            model's own). Its logits processors are honoured exactly, its sampling defaults apply to
+            calls without ``sampling``, anything else that changes outputs is refused by name
+            (:mod:`specdec.sampling.processors`); ``GenerationConfig()`` means library defaults.
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",
-                 cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256):
+                 cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256, generation_config=None):
         self.target = target if isinstance(target, HFTarget) else HFTarget(target)
+        self.generation = GenerationSettings.from_model(self.target.model, generation_config)
         self.proposer = proposer
         self.sizer = DraftSizer(budget, max_budget)
         self.max_budget, self.budget = max_budget, budget
@@ -106,7 +114,8 @@ class SpeculativeDecoder:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
                  *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
                  req_id: Hashable | None = None) -> GenerationResult:
-        """Decode one prompt; greedy when ``sampling`` is None or has temperature 0."""
+        """Decode one prompt; ``sampling`` None decodes as the generation config says (greedy unless it
+        sets ``do_sample``), temperature 0 is greedy."""
         ids = None if req_id is None else [req_id]
         return self.generate_batch([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens,
                                    generator=generator, req_ids=ids)[0]
@@ -154,7 +163,7 @@ class SpeculativeDecoder:
         ``req_ids`` name the requests for the proposer (default: fresh unique ids).
         """
         reqs = self._admit(prompts, req_ids)
-        limit, sampling, stops = _check_limit(max_new_tokens), _check_sampling(sampling), self._stop_tokens(stop_tokens)
+        limit, sampling, stops = _check_limit(max_new_tokens), self._sampling(sampling), self._stop_tokens(stop_tokens)
         speculate = self.proposer is not None and self.max_budget > 0
         if speculate and self.sizer.auto:
             self.ensure_cost_model()
@@ -162,7 +171,7 @@ class SpeculativeDecoder:
             try:
                 t0 = time.perf_counter()
                 state, logits, hidden = self.target.prefill([r.prompt for r in reqs])
-                first = self._first_tokens(logits, sampling, generator)
+                first = self._first_tokens(self._processed(logits.unsqueeze(1), reqs, None), sampling, generator)
                 prefill_s = time.perf_counter() - t0
                 for r, h in zip(reqs, hidden):
                     r.metrics.prefill_s = prefill_s
@@ -180,7 +189,8 @@ class SpeculativeDecoder:
                     t1 = time.perf_counter()  # 2. verify
                     out = self.target.verify(state, trees)
                     t2 = time.perf_counter()  # 3. accept
-                    paths, emitted = accept_step(trees, out.logits, sampling, generator=generator)
+                    logits = self._processed(out.logits, active, trees)
+                    paths, emitted = accept_step(trees, logits, sampling, generator=generator)
                     events = [self._emit(r, toks, stops, limit) for r, toks in zip(active, emitted)]
                     for row, (r, ev, path) in enumerate(zip(active, events, paths)):  # 4. commit
                         r.metrics.record_step(trees[row].num_nodes, min(len(path), len(ev.tokens)))  # emitted only
@@ -206,7 +216,8 @@ class SpeculativeDecoder:
             req_ids = [("specdec", next(self._ids)) for _ in prompts]
         elif len(req_ids) != len(prompts) or len(set(req_ids)) != len(req_ids):
             raise ValueError(f"req_ids must be {len(prompts)} distinct ids, one per prompt, got {list(req_ids)!r}")
-        return [_Request(i, req_id, p, RequestMetrics()) for i, (p, req_id) in enumerate(zip(prompts, req_ids))]
+        return [_Request(i, req_id, p, RequestMetrics(), self.generation.for_request(len(p)), list(p))
+                for i, (p, req_id) in enumerate(zip(prompts, req_ids))]
 
     def _begin(self, r: _Request, hidden: torch.Tensor) -> None:
         h = hidden if self.proposer.requires_target_hidden else None
@@ -256,9 +267,21 @@ class SpeculativeDecoder:
         return [t for t, _ in sized], [ticket for _, ticket in sized]
 
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:
-        """The token after each prompt, from the prefill logits ``[B, V]``: an empty tree's root row."""
+        """The token after each prompt, from the prefill logits ``[B, 1, V]``: an empty tree's root row."""
         empty = [DraftTree.empty(device=logits.device, vocab_size=logits.shape[-1])] * logits.shape[0]
-        return [toks[0] for toks in accept_step(empty, logits.unsqueeze(1), sampling, generator=generator)[1]]
+        return [toks[0] for toks in accept_step(empty, logits, sampling, generator=generator)[1]]
+
+    def _processed(self, logits: torch.Tensor, active: list[_Request], trees) -> torch.Tensor:
+        """``logits [B, R, V]`` after the generation config's logits processors, each row with its own
+        context (``trees`` None: one root row per request, after the prompt)."""
+        if not any(r.processors for r in active):
+            return logits
+        out = logits.clone()
+        for row, r in enumerate(active):
+            if r.processors is not None:
+                tree = trees[row] if trees is not None else DraftTree.empty()
+                out[row] = r.processors.apply(logits[row], r.sequence, tree)
+        return out
 
     def _emit(self, r: _Request, tokens: list[int], stops: frozenset[int], limit: int) -> StepEvent:
         """Cut ``tokens`` at a stop token or the length limit and record them."""
@@ -272,6 +295,7 @@ class SpeculativeDecoder:
             if len(tokens) >= room:
                 tokens, reason = tokens[:room], "length"
         r.metrics.tokens += len(tokens)
+        r.sequence += tokens
         return StepEvent(index=r.index, tokens=list(tokens), finished=reason is not None, finish_reason=reason,
                          metrics=r.metrics)
 
@@ -300,12 +324,13 @@ class SpeculativeDecoder:
         """Context manager marking this decoder busy in the current thread for the duration of a run."""
         return _InUse(self)
 
+    def _sampling(self, sampling) -> SamplingParams | None:
+        """The run's sampling: the generation config's own when None is given (None = greedy)."""
+        return self.generation.sampling if sampling is None else _check_sampling(sampling)
+
     def _stop_tokens(self, stop_tokens) -> frozenset[int]:
-        """``stop_tokens``, or the model's EOS ids (as ``model.generate`` uses) when None."""
-        if stop_tokens is None:
-            eos = getattr(getattr(self.target.model, "generation_config", None), "eos_token_id", None)
-            stop_tokens = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-        out = frozenset(int(t) for t in stop_tokens)
+        """``stop_tokens``, or the generation config's EOS ids (as ``model.generate`` uses) when None."""
+        out = frozenset(int(t) for t in (self.generation.eos if stop_tokens is None else stop_tokens))
         if any(t < 0 for t in out):
             raise ValueError(f"stop_tokens must be non-negative token ids, got {sorted(out)}")
         return out
@@ -351,8 +376,6 @@ def _check_limit(max_new_tokens) -> int:
 
 def _check_sampling(sampling) -> SamplingParams | None:
     """None for greedy, else validated sampling params (anything else is refused)."""
-    if sampling is None:
-        return None
     if not isinstance(sampling, SamplingParams):
         raise TypeError(
             f"sampling must be a specdec SamplingParams (temperature, top_k, top_p) or None, got "

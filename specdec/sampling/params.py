@@ -28,6 +28,13 @@ class SamplingParams:
         top_k: keep the ``top_k`` most likely tokens (and any tied with the k-th); ``None`` = off.
         top_p: keep the smallest set of most likely tokens whose mass reaches ``top_p``, in
             ``(0, 1]``; 1 = off.
+        min_p: drop tokens less likely than ``min_p`` times the most likely one, in ``[0, 1]``;
+            0 = off (Hugging Face's ``min_p``, applied after top-p as ``generate`` does).
+
+    Unlike Hugging Face's ``generate(do_sample=True)``, which applies ``top_k=50`` unless told
+    otherwise, ``SamplingParams()`` samples from the whole distribution: pass ``top_k=50`` to compare
+    like with like (a decoder built on a checkpoint with ``do_sample=True`` takes the checkpoint's
+    values, 50 included, as its default: :mod:`specdec.sampling.processors`).
 
     Raises:
         ValueError / TypeError: for values outside those ranges (nothing is silently clamped).
@@ -36,6 +43,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float = 1.0
+    min_p: float = 0.0
 
     def __post_init__(self):
         t = self.temperature
@@ -54,6 +62,11 @@ class SamplingParams:
             raise TypeError(f"SamplingParams.top_p must be a number, got {type(p).__name__}")
         if not (0 < p <= 1):
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {p}")
+        m = self.min_p
+        if isinstance(m, bool) or not isinstance(m, (int, float)):
+            raise TypeError(f"SamplingParams.min_p must be a number, got {type(m).__name__}")
+        if not (0 <= m <= 1):
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {m}")
 
     @property
     def greedy(self) -> bool:
@@ -61,16 +74,17 @@ class SamplingParams:
         return self.temperature == 0
 
     def process(self, logits: torch.Tensor) -> torch.Tensor:
-        """``process_logits(logits, self.temperature, self.top_k, self.top_p)``."""
-        return process_logits(logits, self.temperature, self.top_k, self.top_p)
+        """``process_logits(logits, self.temperature, self.top_k, self.top_p, self.min_p)``."""
+        return process_logits(logits, self.temperature, self.top_k, self.top_p, self.min_p)
 
 
-def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0) -> torch.Tensor:
+def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0,
+                   min_p: float = 0.0) -> torch.Tensor:
     """Processed target distribution from raw logits.
 
     Args:
         logits: ``[..., V]`` floating point.
-        temperature, top_k, top_p: as in :class:`SamplingParams` (validated the same way).
+        temperature, top_k, top_p, min_p: as in :class:`SamplingParams` (validated the same way).
 
     Returns:
         ``float32`` (or float64 for float64 input) probabilities ``[..., V]``, each row summing to 1.
@@ -80,12 +94,13 @@ def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
     Order: temperature, top-k (keeps every token tied with the k-th largest logit, as Hugging Face
     does), top-p on the temperature-scaled, top-k-filtered distribution (keeps the smallest prefix of
     tokens sorted by descending probability, ties by ascending token id, whose mass reaches
-    ``top_p``; the most likely token is always kept).
+    ``top_p``; the most likely token is always kept), then min-p (tokens below ``min_p`` times the
+    most likely token's probability are dropped).
 
     Raises:
         ValueError: NaN / +inf logits, an all ``-inf`` row, or invalid parameters.
     """
-    params = SamplingParams(temperature, top_k, top_p)
+    params = SamplingParams(temperature, top_k, top_p, min_p)
     check_logits(logits)
     work = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
     if params.greedy:
@@ -106,6 +121,10 @@ def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
         keep_sorted[..., 0] = True
         keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
         probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if params.min_p > 0:
+        # Relative to the most likely token, so renormalising after top-p does not move the cut.
+        probs = probs.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
 
