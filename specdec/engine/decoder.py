@@ -195,7 +195,7 @@ class SpeculativeDecoder:
                     for row, (r, ev, path) in enumerate(zip(active, events, paths)):  # 4. commit
                         r.metrics.record_step(trees[row].num_nodes, min(len(path), len(ev.tokens)))  # emitted only
                         if speculate:
-                            self.sizer.observe(tickets[row], len(path))
+                            self.sizer.observe(tickets[row], path)
                         self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
                     self.target.accept(state, paths, [e[-1] for e in emitted], validate=False)
                     t3 = time.perf_counter()

@@ -24,42 +24,87 @@ from .verify_cost import VerifyCostModel
 
 @dataclass
 class AcceptanceEstimator:
-    """Running per-depth acceptance rates of one proposer, for trees that carry no estimates.
+    """Running acceptance rates of one proposer by tree depth and sibling rank, for trees that carry
+    no estimates of their own (Medusa heads, draft models, anything without ``propose_scored``).
 
-    ``rate(d)`` estimates P(a depth-``d`` draft is accepted | depth ``d - 1`` was accepted) with a
-    Beta(``prior_accept``, ``prior_reject``) prior, updated after every verify step.
+    ``rate(d, r)`` estimates P(the ``r``-th child, in node order, of an accepted depth-``d - 1``
+    node is accepted). Siblings are alternatives: at most one child of a node is accepted, so the
+    rates of one node's children share that node's probability instead of each claiming a depth's
+    whole rate (which predicted 17.75 accepted tokens for a depth-3 Medusa tree and verified ~60
+    nodes a step). Proposers list children best first (top-k order), so rank carries what depth
+    alone cannot. The prior is Beta with mean ``prior_accept / (prior_accept + prior_reject)``
+    divided by ``1 + r`` and that strength; a depth (or rank) never tried borrows the deepest tried
+    depth's rate at that rank, so pruning to short drafts does not freeze the estimate at the prior.
+    Evidence fades by ``decay`` per decoding step (:meth:`tick`), as the calibrations' does: a rank
+    the sizer stopped verifying after a few misses regains its prior and is tried again, instead of
+    keeping a low estimate no new evidence can correct.
     """
 
     prior_accept: float = 1.0
     prior_reject: float = 1.0
-    reached: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
+    decay: float = 0.998
+    reached: list[list[float]] = field(default_factory=list)  # [d - 1][r]: the parent was accepted
+    accepted: list[list[float]] = field(default_factory=list)
 
-    def rate(self, depth: int) -> float:
-        """Estimated acceptance at ``depth``; a depth never tried borrows the deepest tried one's
-        rate, so pruning to short drafts does not freeze the estimate at the prior forever."""
-        i = min(depth, len(self.reached)) - 1
-        if i < 0:
-            return self.prior_accept / (self.prior_accept + self.prior_reject)
-        return (self.accepted[i] + self.prior_accept) / (self.reached[i] + self.prior_accept + self.prior_reject)
+    def _prior(self, rank: int) -> float:
+        return self.prior_accept / (self.prior_accept + self.prior_reject) / (1 + rank)
 
-    def update(self, tree: DraftTree, num_accepted: int) -> None:
-        """Record one verified tree and how many of its tokens were accepted."""
-        top = min(tree.max_depth, num_accepted + 1)
-        while len(self.reached) < top:
-            self.reached.append(0)
-            self.accepted.append(0)
-        for d in range(1, top + 1):
-            self.reached[d - 1] += 1
-            if num_accepted >= d:
-                self.accepted[d - 1] += 1
+    def rate(self, depth: int, rank: int = 0) -> float:
+        """Estimated acceptance of a depth-``depth`` node of sibling rank ``rank``."""
+        strength, prior = self.prior_accept + self.prior_reject, self._prior(rank)
+        for d in range(min(depth, len(self.reached)) - 1, -1, -1):  # deepest tried depth with this rank
+            if rank < len(self.reached[d]):
+                return (self.accepted[d][rank] + strength * prior) / (self.reached[d][rank] + strength)
+        return prior
+
+    @staticmethod
+    def ranks(tree: DraftTree) -> list[int]:
+        """Each node's rank among its siblings, in node order (0 = its parent's first child)."""
+        out: list[int] = []
+        seen: dict[int, int] = {}
+        for p in tree.parent_list:
+            out.append(seen.get(p, 0))
+            seen[p] = out[-1] + 1
+        return out
+
+    def update(self, tree: DraftTree, path: Sequence[int] | int, ranks: Sequence[int] | None = None) -> None:
+        """Record one verified tree and its accepted node path (an int ``k``: the first ``k`` nodes
+        of the first-child chain, which is the path of a chain). ``ranks``: each node's sibling rank
+        in the tree the proposer drafted, when ``tree`` is a pruned part of it (pruning drops
+        siblings, so positions in the pruned tree are not the proposer's ranks)."""
+        ranks = self.ranks(tree) if ranks is None else ranks
+        if isinstance(path, int):
+            node, chain = -1, []
+            for _ in range(path):
+                node = tree.children_of(node)[0]
+                chain.append(node)
+            path = chain
+        for d in range(1, min(tree.max_depth, len(path) + 1) + 1):
+            parent = path[d - 2] if d >= 2 else -1
+            children = tree.children_of(parent)
+            while len(self.reached) < d:
+                self.reached.append([])
+                self.accepted.append([])
+            row_r, row_a = self.reached[d - 1], self.accepted[d - 1]
+            for child in children:
+                rank = ranks[child]
+                while len(row_r) <= rank:
+                    row_r.append(0)
+                    row_a.append(0)
+                row_r[rank] += 1
+                row_a[rank] += int(d <= len(path) and path[d - 1] == child)
+
+    def tick(self) -> None:
+        """One decoding step passed: old evidence fades, the prior regains weight."""
+        self.reached = [[x * self.decay for x in row] for row in self.reached]
+        self.accepted = [[x * self.decay for x in row] for row in self.accepted]
 
     def path_probs(self, tree: DraftTree) -> list[float]:
-        """Per-node path probability from the per-depth rates (siblings share their depth's rate)."""
-        cum = [1.0]
-        for d in range(1, tree.max_depth + 1):
-            cum.append(cum[-1] * self.rate(d))
-        return [cum[d] for d in tree.depth_list]
+        """Per-node probability of being accepted: the product of the rates along its path."""
+        probs: list[float] = []
+        for p, d, r in zip(tree.parent_list, tree.depth_list, self.ranks(tree)):
+            probs.append((probs[p] if p >= 0 else 1.0) * self.rate(d, r))
+        return probs
 
 
 def top_nodes(path_probs: Sequence[float], k: int) -> list[int]:
@@ -275,11 +320,13 @@ class Ticket:
         tree: the tree that was verified (after pruning).
         raw: the proposer's own estimates of its nodes (scored drafts), else None.
         calibration: the calibration those estimates update (scored drafts), else None.
+        ranks: each node's sibling rank in the drafted tree before pruning (unscored drafts).
     """
 
     tree: DraftTree
     raw: list[float] | None = None
     calibration: ScoreCalibration | None = None
+    ranks: list[int] | None = None
 
 
 class DraftSizer:
@@ -338,26 +385,30 @@ class DraftSizer:
         if self.auto and self.live_cost is None:
             raise ValueError("DraftSizer(budget='auto') needs a verify-cost curve: call set_cost() first")
         overhead = self.draft_overhead.seconds
-        if node_probs is None:  # no estimates: the proposer's running per-depth acceptance rates
+        if node_probs is None:  # no estimates: the proposer's running acceptance by depth and rank
+            ranks = self.estimator.ranks(tree)
             if self.auto:
-                tree, _ = size_draft(tree, self.estimator.path_probs(tree), self.live_cost, overhead)
-            return tree, Ticket(tree)
+                tree, keep = size_draft(tree, self.estimator.path_probs(tree), self.live_cost, overhead)
+                ranks = ranks if keep is None else [ranks[i] for i in keep]
+            return tree, Ticket(tree, ranks=ranks)
         cal = self._calibration(req_id, source)
         raw = [float(p) for p in node_probs]
         if self.auto:
             tree, raw = size_scored_draft(tree, raw, cal, self.live_cost, overhead)
         return tree, Ticket(tree, raw, cal)
 
-    def observe(self, ticket: Ticket | None, accepted: int) -> None:
-        """Learn from one verified draft: ``accepted`` of its nodes were accepted."""
+    def observe(self, ticket: Ticket | None, path: Sequence[int] | int) -> None:
+        """Learn from one verified draft: its accepted node ``path`` (or, for a chain, its length)."""
         if ticket is None:
             return
-        self.estimator.update(ticket.tree, accepted)
+        self.estimator.update(ticket.tree, path, ticket.ranks)
         if ticket.calibration is not None:
+            accepted = path if isinstance(path, int) else len(path)
             ticket.calibration.update(ticket.raw, ticket.tree.depth_list, accepted)
 
     def tick(self) -> None:
-        """One decoding step passed (drafted or not): old calibration evidence fades."""
+        """One decoding step passed (drafted or not): old estimator and calibration evidence fades."""
+        self.estimator.tick()
         for cal in itertools.chain(self.calibrations.values(), self._requests.values()):
             cal.tick()
 
