@@ -89,14 +89,21 @@ class SpeculativeDecoder:
             model's own). Its logits processors are honoured exactly, its sampling defaults apply to
             calls without ``sampling``, anything else that changes outputs is refused by name
             (:mod:`specdec.sampling.processors`); ``GenerationConfig()`` means library defaults.
+        adapt: let the sizer learn while decoding (acceptance calibrations, the live cost curve,
+            the drafting overhead; default True). The output law is exact either way, but what is
+            drafted, hence which random draws a seeded generator feeds, depends on that state and
+            on measured timings: for bit-reproducible runs give a ``cost_model`` (or an int
+            ``budget``), ``adapt=False`` and a proposer without cross-request learning
+            (``SuffixProposer(freeze_global=True)``).
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",
-                 cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256, generation_config=None):
+                 cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256, generation_config=None,
+                 adapt: bool = True):
         self.target = target if isinstance(target, HFTarget) else HFTarget(target)
         self.generation = GenerationSettings.from_model(self.target.model, generation_config)
         self.proposer = proposer
-        self.sizer = DraftSizer(budget, max_budget)
+        self.sizer = DraftSizer(budget, max_budget, adapt=adapt)
         self.max_budget, self.budget = max_budget, budget
         self.cost_model = cost_model
         self.calibration_prefix = calibration_prefix

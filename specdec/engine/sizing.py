@@ -345,16 +345,19 @@ class DraftSizer:
         max_budget: most nodes asked of the proposer per request and step.
         calibration: factory of the per-source calibrations (replays compare variants).
         per_request: give each request its own calibration, shrunk toward its source's.
+        adapt: learn while decoding (False freezes every estimate, calibration and cost at its
+            current value, so the same drafts are sized the same way run after run).
     """
 
     def __init__(self, budget: str | int = "auto", max_budget: int = 64, *,
-                 calibration: Callable[[], ScoreCalibration] = ScoreCalibration, per_request: bool = True):
+                 calibration: Callable[[], ScoreCalibration] = ScoreCalibration, per_request: bool = True,
+                 adapt: bool = True):
         if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
             raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")
         if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise ValueError(f"budget must be 'auto' or an int >= 0, got {budget!r}")
         self.budget, self.max_budget = budget, max_budget
-        self.make_calibration, self.per_request = calibration, per_request
+        self.make_calibration, self.per_request, self.adapt = calibration, per_request, bool(adapt)
         self.live_cost: VerifyCostModel | None = None
         self.estimator = AcceptanceEstimator()
         self.draft_overhead = DraftOverhead()
@@ -399,7 +402,7 @@ class DraftSizer:
 
     def observe(self, ticket: Ticket | None, path: Sequence[int] | int) -> None:
         """Learn from one verified draft: its accepted node ``path`` (or, for a chain, its length)."""
-        if ticket is None:
+        if ticket is None or not self.adapt:
             return
         self.estimator.update(ticket.tree, path, ticket.ranks)
         if ticket.calibration is not None:
@@ -408,6 +411,8 @@ class DraftSizer:
 
     def tick(self) -> None:
         """One decoding step passed (drafted or not): old estimator and calibration evidence fades."""
+        if not self.adapt:
+            return
         self.estimator.tick()
         for cal in itertools.chain(self.calibrations.values(), self._requests.values()):
             cal.tick()
@@ -415,7 +420,7 @@ class DraftSizer:
     def observe_step(self, nodes: int, verify_s: float, accept_s: float) -> None:
         """Timings of a single-request step (a batched step's times say nothing about one tree):
         its verify refines the live cost curve, its accept phase the drafting overhead."""
-        if self.live_cost is None:
+        if self.live_cost is None or not self.adapt:
             return
         self.live_cost.observe(nodes, verify_s)
         self.draft_overhead.observe(nodes > 0, accept_s)

@@ -212,6 +212,9 @@ class SuffixProposer:
         depth_factor: depth is also capped at ``ceil(depth_factor * match length)``; ``<= 0``
             disables the adaptive cap.
         use_global: consult and fill the global (cross-request) cache.
+        freeze_global: consult the global cache but stop filling it from ended requests (``warm``
+            still adds): later runs then draft exactly as earlier ones did, which seeded sampling
+            needs to be bit-reproducible across runs (the output law is exact either way).
         global_cache_bytes: hard byte cap of each tenant partition of the global cache.
         max_partitions: tenant partitions kept; the least recently used one is dropped beyond it,
             so the global cache holds at most ``global_cache_bytes * max_partitions`` bytes.
@@ -244,6 +247,7 @@ class SuffixProposer:
         max_depth: int = 32,
         depth_factor: float = 4.0,
         use_global: bool = True,
+        freeze_global: bool = False,
         global_cache_bytes: int = 256 << 20,
         max_partitions: int = 64,
         index_prompts: bool = False,
@@ -278,6 +282,7 @@ class SuffixProposer:
         self.max_depth = int(max_depth)
         self.depth_factor = float(depth_factor)
         self.use_global = bool(use_global)
+        self.freeze_global = bool(freeze_global)
         self.global_cache_bytes = int(global_cache_bytes)
         self.max_partitions = int(max_partitions)
         self.index_prompts = bool(index_prompts)
@@ -324,7 +329,7 @@ class SuffixProposer:
         """Close ``req_id``; its response (and prompt if ``index_prompts``) joins its tenant's cache."""
         req = self._get(req_id)
         del self._requests[req_id]
-        if not self.use_global:
+        if not self.use_global or self.freeze_global:
             return
         start = 0 if self.index_prompts else req.prompt_len
         doc = np.array(req.buf[start : req.n], dtype=np.int32)
