@@ -228,3 +228,37 @@ def test_speculative_decoder_with_drafter_matches_plain_greedy(mode):
                           max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 4:].tolist()
     out = SpeculativeDecoder(target, prop, max_budget=6, budget=6).generate(prompt, 20)
     assert out.tokens == ref
+
+
+def test_each_request_drafts_from_its_own_sampling(drafter):
+    """One decoder, requests at different temperatures: the drafter's q follows each request's
+    processing (the decoder passes it to begin), and a greedy request gets argmax drafts."""
+    from specdec.engine.decoder import SpeculativeDecoder
+
+    target = tiny(2)
+    prop = make(drafter, mode="sample", sampling=SamplingParams(1.0), generator=torch.Generator().manual_seed(0))
+    seen = []  # (context the draft followed, drafted tree)
+    real = prop.propose
+
+    def spy(req_ids, budget):
+        context = list(prop._requests[req_ids[0]].committed)
+        trees = real(req_ids, budget)
+        seen.append((context, trees[0]))
+        return trees
+
+    prop.propose = spy
+    dec = SpeculativeDecoder(target, prop, budget=3)
+    prompt = [1, 2, 3, 4]
+    for temp in (0.5, 1.5):
+        seen.clear()
+        dec.generate(prompt, 4, SamplingParams(temperature=temp), stop_tokens=(),
+                     generator=torch.Generator().manual_seed(1))
+        context, tree = seen[0]
+        want = SamplingParams(temperature=temp).process(fresh(drafter, context)[0][-1])
+        assert tree.num_nodes and not bool(tree.deterministic.any())
+        torch.testing.assert_close(tree.draft_probs[0], want, atol=1e-5, rtol=1e-4)
+    seen.clear()
+    dec.generate(prompt, 4, stop_tokens=())  # greedy: deterministic argmax drafts
+    assert seen and all(bool(t.deterministic.all()) for _, t in seen if t.num_nodes)
+    with pytest.raises(TypeError, match="SamplingParams"):
+        prop.begin("x", [1], sampling={"temperature": 1.0})

@@ -183,7 +183,7 @@ class SpeculativeDecoder:
                 for r, h in zip(reqs, hidden):
                     r.metrics.prefill_s = prefill_s
                     if speculate:
-                        self._begin(r, h)
+                        self._begin(r, h, sampling)
                 self.target.set_pending(state, first)
                 events = [self._emit(r, [tok], stops, limit) for r, tok in zip(reqs, first)]
                 for r, ev, h in zip(reqs, events, hidden):
@@ -226,9 +226,13 @@ class SpeculativeDecoder:
         return [_Request(i, req_id, p, RequestMetrics(), self.generation.for_request(len(p)), list(p))
                 for i, (p, req_id) in enumerate(zip(prompts, req_ids))]
 
-    def _begin(self, r: _Request, hidden: torch.Tensor) -> None:
+    def _begin(self, r: _Request, hidden: torch.Tensor, sampling: SamplingParams | None) -> None:
+        """Open the request in the proposer, with the target's hidden states and the request's
+        sampling for proposers that declare they read them."""
+        extra = {"sampling": sampling or SamplingParams(temperature=0)} if getattr(
+            self.proposer, "accepts_sampling", False) else {}
         h = hidden if self.proposer.requires_target_hidden else None
-        self.proposer.begin(r.req_id, r.prompt, target_hidden=h)
+        self.proposer.begin(r.req_id, r.prompt, target_hidden=h, **extra)
         r.begun = True
 
     def _commit(self, r: _Request, ev: StepEvent, hidden, speculate: bool) -> None:

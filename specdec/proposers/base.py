@@ -10,6 +10,9 @@ A proposer serves many requests at once, each identified by a hashable ``req_id`
   across requests (a proposer must never draft one tenant's request from another tenant's data
   unless explicitly configured to). ``target_hidden`` (``[len(prompt_ids), H]``, only passed when
   ``requires_target_hidden`` is True) holds the target's final hidden state at each prompt position.
+  A proposer that sets ``accepts_sampling = True`` also gets ``sampling``: the request's own
+  :class:`~specdec.sampling.SamplingParams` (temperature 0 for greedy), so sampled drafts can follow
+  the distribution the target is verified against (the output law is exact either way).
 * ``propose(req_ids, budget)`` returns one :class:`~specdec.DraftTree` per request, with at most
   ``budget`` nodes (an int for all, or one per request). It may return an empty tree when drafting
   is not worth it. ``propose`` may run speculative computation (a drafter's forward over drafted

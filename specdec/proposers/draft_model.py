@@ -64,6 +64,7 @@ class _Request:
     n_cached: int = 0  # committed tokens whose KV is in the cache (a prefix of ``committed``)
     spec: list[int] = field(default_factory=list)  # drafted chain tokens whose KV follows them
     root_logits: torch.Tensor | None = None  # drafter logits after committed[:n_cached]
+    sampling: SamplingParams | None = None  # "sample" mode: the q this request drafts from (None: argmax)
 
 
 class DraftModelProposer:
@@ -74,9 +75,11 @@ class DraftModelProposer:
         target_tokenizer, draft_tokenizer: Hugging Face tokenizers or
             :class:`~specdec.artifacts.TokenizerInfo`; they must be identical.
         mode: ``"greedy"``, ``"sample"`` or ``"tree"`` (see module docstring).
-        sampling: the target's :class:`~specdec.sampling.SamplingParams`, required for ``"sample"``
-            mode (temperature > 0) so that q is processed like the target distribution (and is
-            exactly what is sampled from); refused in the other modes.
+        sampling: the default :class:`~specdec.sampling.SamplingParams` of ``"sample"`` mode
+            (temperature > 0), so that q is processed like the target distribution (and is exactly
+            what is sampled from); refused in the other modes. Each request may bring its own
+            (``begin(..., sampling=...)``: the decoder passes the request's), and a greedy request
+            drafts the argmax chain.
         width: tree mode: children per expanded node and nodes expanded per level.
         min_path_prob: stop drafting a path once its cumulative draft probability would fall
             below this (0 = fixed depth = budget).
@@ -87,6 +90,7 @@ class DraftModelProposer:
     """
 
     requires_target_hidden = False
+    accepts_sampling = True  # begin() takes the request's SamplingParams
 
     def __init__(self, model, *, target_tokenizer, draft_tokenizer, mode: str = "greedy",
                  sampling: SamplingParams | None = None, width: int = 2,
@@ -170,7 +174,9 @@ class DraftModelProposer:
         return self.weight_bytes() + held * self.kv_bytes_per_token()
 
     # ------------------------------------------------------------------ lifecycle
-    def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None) -> None:
+    def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None, sampling=None) -> None:
+        """Open ``req_id``; ``sampling`` (``"sample"`` mode) is the request's own target processing,
+        which its sampled drafts then follow (default: the constructor's; greedy: argmax drafts)."""
         if req_id in self._requests:
             raise ValueError(f"request {req_id!r} already begun")
         if target_hidden is not None:
@@ -181,7 +187,11 @@ class DraftModelProposer:
         self._check_vocab(prompt, "prompt_ids")
         from transformers import DynamicCache
 
-        self._requests[req_id] = _Request(committed=prompt, cache=DynamicCache())
+        if sampling is not None and not isinstance(sampling, SamplingParams):
+            raise TypeError(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
+        own = (sampling or self.sampling) if self.mode == "sample" else None
+        self._requests[req_id] = _Request(committed=prompt, cache=DynamicCache(),
+                                          sampling=None if own is None or own.greedy else own)
 
     def end(self, req_id) -> None:
         self._state(req_id)
@@ -259,11 +269,11 @@ class DraftModelProposer:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         cum = 1.0
-        sample = self.mode == "sample"
+        sample = r.sampling is not None
         base = len(r.committed)
         for d in range(depth):
             if sample:
-                q = self.sampling.process(logits)
+                q = r.sampling.process(logits)
                 tok = int(torch.multinomial(q, 1, generator=self.generator))
                 p = float(q[tok])
             else:
