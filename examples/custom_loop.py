@@ -3,8 +3,13 @@
 For people with their own inference stack: the four pieces are the proposer (drafts a tree), the
 target adapter (one verify forward + KV compaction), the exact sampler, and the proposer's commit.
 
-    python examples/custom_loop.py            # tiny random model (seconds)
-    python examples/custom_loop.py --default  # embedded SmolLM2-135M-Instruct
+    python examples/custom_loop.py                     # tiny random model, greedy (seconds)
+    python examples/custom_loop.py --temperature 0.7   # sampled: the same loop, exact in law
+    python examples/custom_loop.py --default           # embedded SmolLM2-135M-Instruct
+
+The tiny model's greedy answer to its prompt falls into a repeating cycle after a few tokens, which
+the suffix proposer then drafts from (its own output is text it has seen), so the printed tokens per
+step shows speculation at work.
 """
 
 import argparse
@@ -22,7 +27,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--default", action="store_true", help="use the embedded SmolLM2 instead of a tiny model")
     ap.add_argument("--max-new-tokens", type=int, default=40)
-    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     args = ap.parse_args(argv)
 
     if args.default:
@@ -31,7 +36,7 @@ def main(argv=None):
                                          add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     else:
         model, tok = tiny_model("llama"), None
-        prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+        prompt = [8, 9]
     target = HFTarget(model)
     proposer = SuffixProposer(target.vocab_size, min_match_len=1)
     params = SamplingParams(temperature=args.temperature)

@@ -299,8 +299,15 @@ def read_manifest(directory: str) -> Manifest:
     path = os.path.join(directory, MANIFEST_NAME)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no {MANIFEST_NAME} in {directory!r}: not a specdec artifact directory")
-    with open(path) as f:
-        return Manifest.from_dict(json.load(f))
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}): the artifact's manifest is corrupted") from exc
+    try:
+        return Manifest.from_dict(data)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: not a specdec manifest ({exc})") from exc
 
 
 def load_artifact(directory: str, *, verify_weights: bool = True) -> tuple[dict[str, torch.Tensor], Manifest]:
@@ -308,7 +315,11 @@ def load_artifact(directory: str, *, verify_weights: bool = True) -> tuple[dict[
     from safetensors.torch import load_file
 
     manifest = read_manifest(directory)
-    tensors = load_file(os.path.join(directory, WEIGHTS_NAME))
+    weights = os.path.join(directory, WEIGHTS_NAME)
+    try:
+        tensors = load_file(weights)
+    except Exception as exc:  # safetensors raises its own SafetensorError, or OSError
+        raise ValueError(f"{weights}: cannot read the artifact's weights ({type(exc).__name__}: {exc})") from exc
     if verify_weights:
         got = tensors_fingerprint(tensors.items())
         if got != manifest.weights_fingerprint:
@@ -340,11 +351,14 @@ def check_compatible(manifest: Manifest, fingerprint: str, *, allow_mismatch: bo
         f"{manifest.fingerprint}, but the loaded {manifest.bound_to} is {fingerprint}"
     )
     if manifest.bound_to == "target":
-        msg += f": trained heads must be refit after every checkpoint change (`{refit_command(manifest.kind)}`)"
+        msg += (f": trained heads must be refit after every checkpoint change (`{refit_command(manifest.kind)}`). "
+                "The fingerprint covers the weights as loaded, dtype included: the same checkpoint loaded in "
+                "another dtype (bfloat16 for a float32-trained artifact) also differs, so load it as the "
+                "artifact was trained")
     if allow_mismatch:
         warnings.warn(msg + " (allow_mismatch=True: loading anyway)", RuntimeWarning, stacklevel=2)
         return False
-    raise IncompatibleArtifactError(msg + ". Pass allow_mismatch=True to load it anyway.")
+    raise IncompatibleArtifactError(msg + ". Pass allow_mismatch=True (--allow-mismatch) to load it anyway.")
 
 
 def refit_command(kind: str) -> str:

@@ -36,7 +36,12 @@ def test_check_reports_compatibility_and_last_measurement(tmp_path, capsys):
     assert "INCOMPATIBLE" in out and m.fingerprint in out and "specdec train heads" in out
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", str(art), "--allow-mismatch"]) == 0
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", "suffix"]) == 0
+    # the proposer specs every other command takes
+    assert main(["check", "--model", str(tmp_path / "a"), "--proposer", f"medusa:{art}"]) == 0
+    assert main(["check", "--proposer", "none"]) == 0
     capsys.readouterr()
+    assert main(["check", "--model", str(tmp_path / "a"), "--proposer", f"eagle:{art}"]) == 2
+    assert "names a 'medusa' artifact" in capsys.readouterr().err
     past = tmp_path / "past.jsonl"
     past.write_text(json.dumps({"response_ids": [1, 2, 3]}) + "\n")
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{past}", "--json"]) == 0
@@ -45,8 +50,12 @@ def test_check_reports_compatibility_and_last_measurement(tmp_path, capsys):
     past.write_text(json.dumps({"response_ids": [1, 64]}) + "\n")
     assert main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{past}"]) == 1
     assert "holds token id 64, outside the target's vocabulary of 64" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="cannot read responses file"):
+    with pytest.raises(SystemExit) as refused:  # refused while parsing, before the target loads
         main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{tmp_path / 'missing.jsonl'}"])
+    assert refused.value.code == 2 and "no such responses file" in capsys.readouterr().err
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    assert main(["check", "--target", str(tmp_path / "b"), "--proposer", f"suffix:{tmp_path / 'bad.jsonl'}"]) == 2
+    assert "bad.jsonl:1: not valid JSON" in capsys.readouterr().err
 
 
 def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):

@@ -13,7 +13,9 @@ def test_commands_are_registered_by_module():
     parser = cli.build_parser()
     args = parser.parse_args(["bench", "--per-category", "1", "--categories", "qa"])
     assert args.command == "bench" and args.per_category == 1 and callable(args.func)
-    assert parser.parse_args(["generate", "hello"]).proposer == "suffix"
+    from specdec.cli.args import proposers
+
+    assert proposers(parser.parse_args(["generate", "hello"])) == ["suffix"]
 
 
 def test_extra_command_module_plugs_in(tmp_path, monkeypatch):
@@ -24,18 +26,16 @@ def test_extra_command_module_plugs_in(tmp_path, monkeypatch):
     assert parser.parse_args(["hello"]).func(None) == 7
 
 
-def test_unknown_proposer_and_bad_budget_are_rejected():
-    with pytest.raises(SystemExit, match="unknown proposer spec 'magic'"):
-        cli.main(["generate", "--proposer", "magic", "hi"])
-    with pytest.raises(SystemExit, match="unknown proposer spec 'medusa'"):
-        cli.main(["bench", "--proposers", "suffix,medusa"])
-    with pytest.raises(SystemExit, match=r"names \['suffix-warm:r.jsonl'\] more than once"):
-        cli.main(["bench", "--proposers", "suffix:a/r.jsonl,suffix,suffix:b/r.jsonl"])
-    from specdec.cli.common import parse_budget
+def test_repeated_bench_rows_are_refused(tmp_path, capsys):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "r.jsonl").write_text("")
+    argv = ["bench", "--proposers", f"suffix:{tmp_path}/a/r.jsonl,suffix,suffix:{tmp_path}/b/r.jsonl"]
+    assert cli.main(argv) == 2
+    assert "names ['suffix-warm:r.jsonl'] more than once" in capsys.readouterr().err
+    from specdec.cli.args import budget
 
-    assert parse_budget("auto") == "auto" and parse_budget("12") == 12
-    with pytest.raises(SystemExit, match="--budget"):
-        parse_budget("-3")
+    assert budget("auto") == "auto" and budget("12") == 12
 
 
 @needs_smollm2
@@ -55,7 +55,6 @@ def test_bench_writes_table_and_plot(tmp_path):
     assert (tmp_path / "speedup.png").stat().st_size > 1000
 
 
-@needs_smollm2
-def test_bench_rejects_unknown_category(tmp_path):
-    with pytest.raises(ValueError, match="unknown categories"):
-        cli.main(["bench", "--categories", "nonsense", "--out", str(tmp_path)])
+def test_bench_rejects_unknown_category(tmp_path, capsys):
+    assert cli.main(["bench", "--categories", "nonsense", "--out", str(tmp_path)]) == 2
+    assert "unknown categories" in capsys.readouterr().err

@@ -126,3 +126,18 @@ def test_calibration_measures_every_size():
     model = VerifyCostModel.calibrate(HFTarget(tiny_model()), prefix_len=16, sizes=(0, 2, 8), repeats=1)
     assert model.sizes == [0, 2, 8] and all(s > 0 for s in model.seconds)
     assert model.seconds == sorted(model.seconds)
+
+
+def test_cost_model_saves_and_loads(tmp_path):
+    model = VerifyCostModel([0, 1, 4], [0.02, 0.021, 0.03], prefix_len=128)
+    model.save(tmp_path / "c.json")
+    back = VerifyCostModel.load(tmp_path / "c.json")
+    assert back == model
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a specdec verify cost file"):
+        VerifyCostModel.load(tmp_path / "bad.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ValueError, match="broken.json: not valid JSON"):
+        VerifyCostModel.load(tmp_path / "broken.json")
+    with pytest.raises(ValueError, match="cannot read verify cost file"):
+        VerifyCostModel.load(tmp_path / "missing.json")

@@ -13,10 +13,13 @@ def load(name):
     return mod
 
 
-def test_custom_loop_runs(capsys):
-    out = load("custom_loop").main(["--max-new-tokens", "20"])
-    assert len(out) == 20 and all(0 <= t < 64 for t in out)
-    assert "verify steps" in capsys.readouterr().out
+def test_custom_loop_runs_and_shows_speculation(capsys):
+    out = load("custom_loop").main([])
+    assert len(out) == 40 and all(0 <= t < 64 for t in out)
+    printed = capsys.readouterr().out
+    steps = int(printed.split(" tokens in ")[1].split()[0])
+    assert steps < 30, printed  # drafts were accepted: fewer verify steps than tokens
+    load("custom_loop").main(["--max-new-tokens", "20", "--temperature", "0.7"])
 
 
 def test_compare_proposers_runs():

@@ -2,12 +2,18 @@
 
 A command module's ``register`` adds its sub-parser and sets ``func`` (``func(args) -> int``) as the
 parser default. Adding a command means adding its module to :data:`COMMAND_MODULES`.
+
+Mistakes end in one line on stderr and exit status 2, never a traceback: argument values are checked
+while parsing (:mod:`specdec.cli.args`), before any model loads, and what a command finds wrong later
+(a file it cannot read, an artifact for another checkpoint, a setting it cannot reproduce) is a
+``ValueError`` / ``OSError`` printed the same way. ``SPECDEC_DEBUG=1`` re-raises it instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMAND_MODULES = (
@@ -29,10 +35,23 @@ def build_parser(modules=COMMAND_MODULES) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .args import UsageError
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # a bad value: usage + one error line, exit 2
     args.argv = argv  # recorded in trained artifacts' manifests as the command that made them
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, ValueError, OSError) as exc:
+        if os.environ.get("SPECDEC_DEBUG"):
+            raise
+        print(f"specdec {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # a command that stopped with a message rather than a status
+        if isinstance(exc.code, int) or exc.code is None or os.environ.get("SPECDEC_DEBUG"):
+            raise
+        print(f"specdec {args.command}: error: {exc.code}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,17 +11,29 @@ import json
 import os
 import sys
 
+from .args import PROPOSER_SPECS, add_model_args, proposer_spec
 from ..artifacts import (MANIFEST_NAME, read_manifest, refit_command, target_fingerprint, tokenizer_fingerprint,
                         tokenizer_mismatch)
 
 LOOKUP_PROPOSERS = ("suffix",)
+_KINDS = {"medusa": "medusa", "eagle": "eagle", "draft": None}  # spec prefix -> the manifest kind it must name
 
 
 def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
-    """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target."""
+    """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target.
+
+    ``proposer`` is any proposer spec the other commands take (``none``, ``suffix``,
+    ``suffix:<file>``, ``medusa:<dir>``, ``eagle:<dir>``, ``draft:<dir>``) or an artifact directory.
+    """
     from .train import load_target
 
-    kind, _, warm_file = proposer.partition(":")
+    kind, sep, warm_file = proposer.partition(":")
+    if proposer == "none":
+        return {"proposer": proposer, "bound_to": "nothing", "compatible": True,
+                "reason": "plain decoding: nothing is drafted, nothing can go stale"}
+    expected_kind = None
+    if sep and kind in _KINDS:
+        expected_kind, proposer = _KINDS[kind], warm_file
     if proposer in LOOKUP_PROPOSERS or kind in LOOKUP_PROPOSERS:
         report = {"proposer": proposer, "bound_to": "nothing", "compatible": True,
                   "reason": "lookup proposers hold no weights: they survive every checkpoint swap"}
@@ -44,6 +56,9 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
     model, tok = load_target(target_spec, device)
     if os.path.isfile(os.path.join(proposer, MANIFEST_NAME)):
         m = read_manifest(proposer)
+        if expected_kind is not None and m.kind != expected_kind:
+            raise ValueError(f"{kind}:{proposer} names a {m.kind!r} artifact ({proposer}/{MANIFEST_NAME}), "
+                             f"not a {expected_kind!r} one")
         now = target_fingerprint(model) if m.bound_to == "target" else tokenizer_fingerprint(tok)
         ok = now == m.fingerprint
         report = {"proposer": proposer, "name": m.name, "kind": m.kind, "bound_to": m.bound_to,
@@ -70,7 +85,7 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
 
 
 def check_main(args) -> int:
-    report = check(args.target, args.proposer, device=args.device)
+    report = check(args.model, args.proposer, device=args.device)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -91,11 +106,16 @@ def check_main(args) -> int:
     return 0 if report["compatible"] else 1
 
 
+def _spec_or_dir(text: str) -> str:
+    return text if os.path.isdir(text) else proposer_spec(text)
+
+
 def register(subparsers) -> None:
     """Add ``check`` to a ``specdec`` argparse sub-parser collection."""
     p = subparsers.add_parser("check", help="report a proposer artifact's compatibility and last measured acceptance")
-    p.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
-    p.add_argument("--proposer", required=True, help="artifact directory, HF drafter directory, or 'suffix'")
+    add_model_args(p)
+    p.add_argument("--proposer", required=True, type=_spec_or_dir,
+                   help=f"{PROPOSER_SPECS}, or an artifact / HF drafter directory")
     p.add_argument("--allow-mismatch", action="store_true", help="report an incompatible artifact but exit 0")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -1,14 +1,15 @@
-"""Pieces shared by sub-commands: loading the target and building proposers by name."""
+"""Pieces shared by sub-commands: loading the target, building proposers by spec, progress lines."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-#: Proposer specs every command accepts (the same strings as ``specdec plan --proposer``).
-PROPOSER_SPECS = ("none | suffix | suffix:<responses .jsonl to warm its cache> | draft:<model dir> | "
-                  "medusa:<artifact dir> | eagle:<artifact dir>")
+from .args import PROPOSER_SPECS, budget
+
+__all__ = ["PROPOSER_SPECS", "add_budget_arg", "load_target", "log", "make_proposer"]
 
 
 def log(msg: str) -> None:
@@ -16,67 +17,46 @@ def log(msg: str) -> None:
     print(f"[specdec {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None,
-                   help="Hugging Face model folder or id (offline); default: the embedded SmolLM2-135M-Instruct")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-
-
 def add_budget_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", default="auto",
+    p.add_argument("--budget", type=budget, default="auto",
                    help="draft nodes verified per step: 'auto' (measured cost model, calibrated at start) or an int")
 
 
-def parse_budget(text: str):
-    """``'auto'`` or a non-negative int, else SystemExit naming the flag."""
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise SystemExit(f"--budget must be 'auto' or an int >= 0, got {text!r}")
-    return value
+def warn_if_oversubscribed() -> None:
+    """Say so when other work already keeps the cores busy and torch would run a thread per core:
+    OpenMP thread pools then stall at every barrier (plain decoding ran 30x slower than with
+    ``--threads 1`` under one busy core of two)."""
+    import torch
+
+    cores, threads, load = os.cpu_count() or 1, torch.get_num_threads(), os.getloadavg()[0]
+    if threads > 1 and load + threads > cores + 0.5:
+        log(f"warning: load average {load:.1f} on {cores} cores and torch runs {threads} threads: the machine is "
+            "oversubscribed and timings will suffer; --threads 1 (or an idle machine) avoids the stalls")
 
 
 def load_target(args):
-    """``(model, tokenizer)`` from ``--model`` or the embedded default."""
+    """``(model, tokenizer)`` from ``--model`` (``"default"``: the embedded SmolLM2)."""
     import torch
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    if args.model is None:
-        from ..models import load_default
+    warn_if_oversubscribed()
+    from ..cli.train import load_target as load
 
-        return load_default()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, local_files_only=True).eval()
-    return model, AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    return load(args.model, "cpu")
 
 
-def check_spec(spec: str) -> str:
-    """Syntax check of a proposer spec before any model is loaded (SystemExit naming it)."""
-    kind, sep, arg = spec.partition(":")
-    if (spec in ("none", "suffix")) or (kind in ("suffix", "draft", "medusa", "eagle") and sep and arg):
-        return spec
-    raise SystemExit(f"unknown proposer spec {spec!r}; expected {PROPOSER_SPECS}")
-
-
-def make_proposer(spec: str, model, tokenizer=None):
+def make_proposer(spec: str, model, tokenizer=None, *, allow_mismatch: bool = False):
     """A fresh proposer from a spec (see :data:`PROPOSER_SPECS`; ``none`` = plain decoding, None).
 
-    Raises:
-        SystemExit: naming the spec when it is unknown or its artifact cannot be loaded.
+    ``allow_mismatch``: accept trained artifacts bound to another target or tokenizer, with a loud
+    warning (drafts stay exact; acceptance usually collapses).
     """
     if spec == "none":
         return None
     from ..serving.measure import make_proposer as from_spec
 
-    try:
-        return from_spec(spec, model, tokenizer)
-    except ValueError as exc:
-        raise SystemExit(f"proposer {spec!r}: {exc} (expected {PROPOSER_SPECS})") from exc
+    if allow_mismatch:
+        print(f"specdec: WARNING: --allow-mismatch: {spec} is used even if it was built for another checkpoint",
+              file=sys.stderr)
+    return from_spec(spec, model, tokenizer, allow_mismatch=allow_mismatch)

@@ -18,42 +18,40 @@ from ..serving.metrics import SLO
 from ..serving.plan import DEFAULT_FRACTIONS, PlanSettings, plan_pool
 from ..serving.pools import Pool, load_pools
 from ..serving.report import write_report
-from .common import log
 from ..serving.review import make_trigger
+from ..prompts import read_prompt_records
+from .args import add_model_args, add_proposer_args, bounded, csv, positive, positive_int, probability, proposers
+from .common import log
 
 QUICK_GRID = {"batch": (1, 2, 4, 8), "tokens": (1, 4, 8, 16), "context": (64, 320), "prefill": (64, 256)}
-
-
-def _csv(text: str | None) -> list[str] | None:
-    return None if not text else [t.strip() for t in text.split(",") if t.strip()]
 
 
 def register(subparsers) -> None:
     """Add ``plan`` to an ``argparse`` subparsers object (``parser.add_subparsers()``)."""
     p = subparsers.add_parser("plan", help="measure, simulate load, and recommend a speculation setting per pool",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="default", help="'default' (embedded SmolLM2-135M) or a HF model directory")
-    p.add_argument("--proposer", action="append", dest="proposers", metavar="SPEC",
-                   help="candidate proposer: suffix | draft:<model dir> | medusa:<artifact dir> | eagle:<artifact dir> "
-                        "(repeatable; default suffix)")
+    add_model_args(p)
+    add_proposer_args(p, default=["suffix"])
     p.add_argument("--workload", default=None, help="Spec-Bench style JSONL of prompts (default: the packaged dev sample)")
-    p.add_argument("--categories", default=None, help="comma-separated subset of categories")
-    p.add_argument("--per-category", type=int, default=2, help="prompts per category (default 2)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--categories", type=csv, default=None, help="comma-separated subset of categories")
+    p.add_argument("--per-category", type=positive_int, default=2, help="prompts per category (default 2)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--pools", default=None, help="pool TOML (see specdec.serving.pools); default one pool from --ttft/--tpot")
-    p.add_argument("--ttft", type=float, default=2.0, help="time-to-first-token SLO in seconds (single-pool mode)")
-    p.add_argument("--tpot", type=float, default=0.15, help="time-per-output-token SLO in seconds (single-pool mode)")
-    p.add_argument("--memory-gb", type=float, required=True, help="device memory budget for weights + KV cache (GiB)")
+    p.add_argument("--ttft", type=positive, default=2.0, help="time-to-first-token SLO in seconds (single-pool mode)")
+    p.add_argument("--tpot", type=positive, default=0.15, help="time-per-output-token SLO in seconds (single-pool mode)")
+    p.add_argument("--memory-gb", type=positive, required=True, help="device memory budget for weights + KV cache (GiB)")
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype (default: the model's)")
-    p.add_argument("--max-budget", type=int, default=8, help="largest draft budget considered (tokens per request per step)")
-    p.add_argument("--requests", type=int, default=200, help="simulated requests per load level")
-    p.add_argument("--replications", type=int, default=2)
-    p.add_argument("--loads", default=None, help="comma-separated load levels as fractions of saturation")
+    p.add_argument("--max-budget", type=positive_int, default=8,
+                   help="largest draft budget considered (tokens per request per step)")
+    p.add_argument("--requests", type=positive_int, default=200, help="simulated requests per load level")
+    p.add_argument("--replications", type=positive_int, default=2)
+    p.add_argument("--loads", type=lambda t: [probability(x) for x in csv(t)], default=None,
+                   help="comma-separated load levels as fractions of saturation, in (0, 1]")
     p.add_argument("--cost", default=None, help="reuse a calibration JSON instead of measuring")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
-    p.add_argument("--tolerance", type=float, default=0.15, help="acceptance drift that review will flag (relative)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--tolerance", type=probability, default=0.15,
+                   help="acceptance drift that review will flag (relative)")
+    p.add_argument("--seed", type=bounded(int), default=0)
     p.add_argument("--out", default="plan_report", help="output directory")
     p.set_defaults(func=run_plan)
 
@@ -63,21 +61,23 @@ def run_plan(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    specs = proposers(args)
+    # Everything that can be wrong with the inputs is found before the target loads.
+    pools = load_pools(args.pools) if args.pools else {"default": Pool("default", SLO(args.ttft, args.tpot), "off")}
+    fractions = tuple(args.loads) if args.loads else DEFAULT_FRACTIONS
+    settings = PlanSettings(int(args.memory_gb * 2**30), args.max_budget, args.requests, fractions, args.replications, args.seed)
+    workload_path = args.workload or str(default_workload_path())
+    read_prompt_records(workload_path, categories=args.categories, per_category=args.per_category)
+    cost = StepCostModel.load(args.cost) if args.cost else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    proposers = args.proposers or ["suffix"]
-    pools = load_pools(args.pools) if args.pools else {"default": Pool("default", SLO(args.ttft, args.tpot), "off")}
-    fractions = tuple(float(x) for x in _csv(args.loads)) if args.loads else DEFAULT_FRACTIONS
-    settings = PlanSettings(int(args.memory_gb * 2**30), args.max_budget, args.requests, fractions, args.replications, args.seed)
-    log(f"loading target {args.target}")
-    model, tok, name = load_target(args.target)
+    log(f"loading target {args.model}")
+    model, tok, name = load_target(args.model)
     fps = fingerprints(model, tok)
-    workload_path = args.workload or str(default_workload_path())
     log(f"workload {workload_path}: greedy outputs ({args.per_category}/category, {args.max_new_tokens} tokens)")
-    wl = build_workload(model, tok, workload_path, categories=_csv(args.categories), per_category=args.per_category,
+    wl = build_workload(model, tok, workload_path, categories=args.categories, per_category=args.per_category,
                         max_new_tokens=args.max_new_tokens, target_fp=fps["target"], cache_dir=out / ".cache")
-    if args.cost:
-        cost = StepCostModel.load(args.cost)
+    if cost is not None:
         log(f"cost model from {args.cost} (fit error {cost.mean_rel_error:.1%})")
     else:
         grid = QUICK_GRID if args.quick else DEFAULT_GRID
@@ -89,17 +89,17 @@ def run_plan(args) -> int:
         log(f"cost model: mean error {cost.mean_rel_error:.1%}, leave-one-out {cost.loo_rel_error:.1%}")
     mem = target_memory(model, args.kv_dtype)
     measured, described = {}, []
-    for spec in proposers:
+    for spec in specs:
         log(f"measuring acceptance of {spec}")
-        m = measure_proposer(spec, model, tok, wl, args.max_budget)
+        m = measure_proposer(spec, model, tok, wl, args.max_budget, allow_mismatch=args.allow_mismatch)
         measured[spec] = (m.acceptance, m.memory)
         described.append({"spec": spec, "artifact": m.artifact, "acceptance": m.acceptance, "memory": m.memory})
     log("simulating load sweeps")
     plans = [plan_pool(pool, measured, cost, wl.items(), settings, mem["weights_bytes"], mem["kv_bytes_per_token"])
              for pool in pools.values()]
-    workload_desc = {"path": workload_path, "categories": _csv(args.categories), "per_category": args.per_category,
+    workload_desc = {"path": workload_path, "categories": args.categories, "per_category": args.per_category,
                      "max_new_tokens": args.max_new_tokens}
-    trigger = make_trigger(target_spec=args.target, fingerprints=fps, workload=workload_desc, budget=args.max_budget,
+    trigger = make_trigger(target_spec=args.model, fingerprints=fps, workload=workload_desc, budget=args.max_budget,
                            proposers={d["spec"]: d for d in described}, tolerance=args.tolerance)
     context = {"target": f"{name} ({fps['target']})", "workload": f"{workload_path}, {len(wl.prompts)} prompts",
                "memory budget": f"{args.memory_gb:g} GiB", "KV bytes/token": f"{mem['kv_bytes_per_token']} ({mem['kv_dtype']})",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..serving.measure import build_workload, fingerprints, load_target, measure_proposer
 from ..serving.review import compare, load_trigger, review_markdown
+from .args import model_spec, probability
 from .common import log
 
 
@@ -16,8 +17,9 @@ def register(subparsers) -> None:
     """Add ``review`` to an ``argparse`` subparsers object."""
     r = subparsers.add_parser("review", help="re-measure a plan's basis; flag fingerprint changes and acceptance drift")
     r.add_argument("report", help="a plan's output directory (or its review.json)")
-    r.add_argument("--target", default=None, help="target to review against (default: the plan's)")
-    r.add_argument("--tolerance", type=float, default=None, help="override the plan's drift tolerance")
+    r.add_argument("--model", "--target", dest="model", type=model_spec, default=None,
+                   help="target to review against (default: the plan's)")
+    r.add_argument("--tolerance", type=probability, default=None, help="override the plan's drift tolerance")
     r.add_argument("--out", default=None, help="directory to write review.md into (default: beside review.json)")
     r.set_defaults(func=run_review)
 
@@ -33,7 +35,7 @@ def review_path(out: str | None, base: Path) -> Path:
 
 def run_review(args) -> int:
     trigger = load_trigger(args.report)
-    target = args.target or trigger["target"]
+    target = args.model or trigger["target"]
     log(f"loading target {target}")
     model, tok, _ = load_target(target)
     fps = fingerprints(model, tok)

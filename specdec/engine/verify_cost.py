@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -22,6 +24,7 @@ from ..tree import DraftTree
 
 
 CALIBRATION_SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
+COST_KIND = "specdec-verify-cost"
 
 
 @dataclass
@@ -139,3 +142,25 @@ class VerifyCostModel:
 
     def describe(self) -> str:
         return ", ".join(f"n={n}: {1e3 * s:.1f} ms" for n, s in zip(self.sizes, self.seconds))
+
+    def save(self, path: str | Path) -> None:
+        """Write the curve as JSON, so a later run reuses it instead of calibrating again."""
+        Path(path).write_text(json.dumps({"kind": COST_KIND, "sizes": self.sizes, "seconds": self.seconds,
+                                          "prefix_len": self.prefix_len}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "VerifyCostModel":
+        """A curve :meth:`save` wrote. Raises ValueError naming the file when it is not one."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ValueError(f"cannot read verify cost file {str(path)!r}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict) or data.get("kind") != COST_KIND:
+            raise ValueError(f"{path}: not a specdec verify cost file (written by VerifyCostModel.save)")
+        try:
+            return cls(sizes=[int(n) for n in data["sizes"]], seconds=[float(t) for t in data["seconds"]],
+                       prefix_len=int(data.get("prefix_len", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: bad verify cost curve ({exc})") from exc

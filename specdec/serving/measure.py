@@ -50,8 +50,9 @@ def load_target(spec: str):
     return model, AutoTokenizer.from_pretrained(spec, local_files_only=True), Path(spec).name
 
 
-def make_proposer(spec: str, model, tokenizer):
-    """A fresh proposer from a spec string (see the module docstring)."""
+def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
+    """A fresh proposer from a spec string (see the module docstring); ``allow_mismatch`` lets
+    trained artifacts bound to another checkpoint load (with a warning)."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     kind, _, arg = spec.partition(":")
     if spec == "suffix" or (kind == "suffix" and arg):
@@ -71,14 +72,22 @@ def make_proposer(spec: str, model, tokenizer):
         draft = AutoModelForCausalLM.from_pretrained(arg, local_files_only=True).eval()
         return DraftModelProposer(draft, target_tokenizer=tokenizer, draft_tokenizer=AutoTokenizer.from_pretrained(arg),
                                   target_vocab_size=vocab)
-    if kind == "medusa" and arg:
+    if kind in ("medusa", "eagle") and arg:
+        from ..proposers.eagle import EagleProposer
         from ..proposers.heads import MedusaProposer
 
-        return MedusaProposer.load(arg, model)
-    if kind == "eagle" and arg:
-        from ..proposers.eagle import EagleProposer
+        from ..artifacts import IncompatibleArtifactError
 
-        return EagleProposer.load(arg, model)
+        cls = MedusaProposer if kind == "medusa" else EagleProposer
+        try:
+            return cls.load(arg, model, allow_mismatch=allow_mismatch)
+        except IncompatibleArtifactError:
+            raise
+        except (RuntimeError, KeyError, TypeError, ValueError) as exc:  # state-dict errors, a config field missing
+            if str(arg) in str(exc):  # already names its file
+                raise
+            raise ValueError(f"{arg}: the artifact does not load: the weights do not fit the config in its "
+                             f"manifest.json ({type(exc).__name__}: {exc})") from exc
     raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
                      "'medusa:<artifact dir>' or 'eagle:<artifact dir>'")
 
@@ -175,16 +184,18 @@ def artifact_dict(proposer) -> dict:
     return {"name": a.name, "bound_to": a.bound_to, "fingerprint": a.fingerprint, "version": a.version}
 
 
-def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: int) -> ProposerMeasurement:
+def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: int, *,
+                     allow_mismatch: bool = False) -> ProposerMeasurement:
     """Acceptance per category (replay when possible, else the decoder) and memory of one proposer."""
-    proposer = make_proposer(spec, model, tokenizer)
+    proposer = make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch)
     first = next(iter(workload.prompts.values()))
     hidden = None
     if getattr(proposer, "requires_target_hidden", False):
         from ..training.data import final_hidden_states
 
         hidden = final_hidden_states(model, list(first))
-    memory = measure_proposer_memory(make_proposer(spec, model, tokenizer), first, target_hidden=hidden)
+    memory = measure_proposer_memory(make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch), first,
+                                     target_hidden=hidden)
     per_cat: dict[str, AcceptanceDist] = {}
     for cat, rids in workload.by_category().items():
         if getattr(proposer, "requires_target_hidden", False):
