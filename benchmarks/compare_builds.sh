@@ -7,11 +7,17 @@
 # drift hits both alike. Report the fastest time per size over the rounds.
 #
 #   bash benchmarks/compare_builds.sh BASE_REV [NEW_REV=HEAD] [ROUNDS=2]
+#   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS bench [specdec bench options...]
+#
+# The second form alternates whole `specdec bench` runs instead (same options for both commits,
+# each round's report under /tmp/specdec-builds/<rev>-bench-<round>/) and prints each run's overall
+# table: an end-to-end before/after of a refactor, with the machine's load in every header.
 #
 # Uses the checkout's .venv (its torch); worktrees go to /tmp/specdec-builds/<rev>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BASE="$1"; NEW="${2:-HEAD}"; ROUNDS="${3:-2}"
+BASE="$1"; NEW="${2:-HEAD}"; ROUNDS="${3:-2}"; WHAT="${4:-kernels}"
+shift $(( $# < 4 ? $# : 4 )) || true
 HERE="$PWD"
 PY="$HERE/.venv/bin/python"
 ROOT=/tmp/specdec-builds
@@ -29,7 +35,14 @@ done
 for round in $(seq "$ROUNDS"); do
   for dir in "${dirs[@]}"; do
     echo "=== round $round: $(basename "$dir")"
-    (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --threads 2 --rows 1 2 5 9 17 2>&1 | tail -6)
-    (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/bench_verify_attention.py" --prefix 256 --repeats 1 --modes mask 2>&1 | tail -10)
+    if [ "$WHAT" = bench ]; then
+      out="$dir-bench-$round"
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" -c 'import sys; from specdec.cli import main; sys.exit(main(["bench", *sys.argv[1:]]))' \
+        "$@" --out "$out" >"$out.log" 2>&1) || { tail -20 "$out.log"; exit 1; }
+      sed -n '1,3p;/^### overall/,$p' "$out/bench.md"
+    else
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --threads 2 --rows 1 2 5 9 17 2>&1 | tail -6)
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/bench_verify_attention.py" --prefix 256 --repeats 1 --modes mask 2>&1 | tail -10)
+    fi
   done
 done
