@@ -249,16 +249,36 @@ def check_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: S
     """Simulate ``case`` once and G-test the joint law of the first ``k`` tokens for each ``k``."""
     L = max(lengths)
     seqs = simulate(sampler, case, length=L, seed=seed)
-    law = exact_law(case.target, case.prompt, L, case.vocab).view(*([case.vocab] * L))
+    law = exact_law(case.target, case.prompt, L, case.vocab)
+    return prefix_law_tests(case.name, [(seqs, law)], case.vocab, lengths)
+
+
+def prefix_law_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int,
+                     lengths: Sequence[int]) -> list[GTestResult]:
+    """G tests of the joint law of the first ``k`` tokens, one per ``k`` in ``lengths``.
+
+    ``strata``: ``(seqs LongTensor[T_s, L], law float64 [V ** L])`` pairs, e.g. one per prompt of a
+    ragged batch; each stratum is tested against its own exact law (index = base-``V`` number,
+    first token most significant) and, the strata being independent samples, their G statistics
+    and degrees of freedom add up into one test per ``k``.
+    """
     results = []
     for k in lengths:
-        idx = torch.zeros(seqs.shape[0], dtype=torch.long)
-        for j in range(k):
-            idx = idx * case.vocab + seqs[:, j]
-        observed = torch.bincount(idx, minlength=case.vocab ** k)
-        probs = law.sum(dim=tuple(range(k, L))).reshape(-1) if k < L else law.reshape(-1)
-        g, dof, p, imp = g_test(observed, probs)
-        results.append(GTestResult(case.name, k, g, dof, p, imp))
+        g_sum, dof_sum, impossible = 0.0, 0, 0
+        for seqs, law in strata:
+            L = seqs.shape[1]
+            idx = torch.zeros(seqs.shape[0], dtype=torch.long)
+            for j in range(k):
+                idx = idx * vocab + seqs[:, j]
+            observed = torch.bincount(idx, minlength=vocab ** k)
+            probs = law.view(*([vocab] * L)).sum(dim=tuple(range(k, L))).reshape(-1) if k < L else law.reshape(-1)
+            g, dof, _, imp = g_test(observed, probs)
+            g_sum, dof_sum, impossible = g_sum + g, dof_sum + dof, impossible + imp
+        if impossible:
+            results.append(GTestResult(name, k, float("inf"), 0, 0.0, impossible))
+        else:
+            p = float(stats.chi2.sf(g_sum, dof_sum)) if dof_sum else 1.0
+            results.append(GTestResult(name, k, g_sum, dof_sum, p))
     return results
 
 
