@@ -1,12 +1,13 @@
 """Scenarios of the end-to-end decoder law test: one per proposer family, sampling setting and mutant.
 
-``tests/test_decoder_law.py`` runs them; ``python tests/decoder_law_cases.py [--old]`` prints the
-power table of docs/exactness.md (every case and mutant with its smallest p-value; ``--old`` runs
-the mutants against the old, nearly bigram ``specdec.models.tiny_model`` instead).
+``tests/test_decoder_law.py`` runs them; ``python tests/decoder_law_cases.py`` prints the tables of
+docs/exactness.md: every case and mutant with its p-values; ``--old`` runs the mutants against the
+old, nearly bigram ``specdec.models.tiny_model`` instead; ``--power`` runs every mutant on every
+exact case (the power of each case's own test).
 
 Every case decodes 5 tokens per trial with the context-dependent target of
-:func:`specdec.conformance.targets.context_target` (V = 8) and tests the joint law of the first
-3, 4 and 5 tokens (:mod:`specdec.conformance.decoder_law`).
+:func:`specdec.conformance.targets.context_target` (V = 8) and tests the joint law of tokens 1-3,
+1-4, 1-5 and 3-5 (:data:`specdec.conformance.decoder_law.WINDOWS`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -25,7 +27,7 @@ from helpers_proposers import RandomTreeProposer, SampledTreeProposer  # noqa: E
 from specdec import DraftTree  # noqa: E402
 from specdec.artifacts import TokenizerInfo  # noqa: E402
 from specdec.checks import normalize_budgets  # noqa: E402
-from specdec.conformance.decoder_law import DecoderCase, check_decoder  # noqa: E402
+from specdec.conformance.decoder_law import WINDOWS, DecoderCase, check_decoder  # noqa: E402
 from specdec.conformance.engine_mutants import EXACT_VARIANTS, TARGET_MUTANTS, MisreportedDraftProbs  # noqa: E402
 from specdec.conformance.suite import FAMILY_ALPHA  # noqa: E402
 from specdec.conformance.targets import context_target, noisy_copy  # noqa: E402
@@ -165,7 +167,7 @@ FAMILIES = {
     "eagle": _eagle,
     "random_tree": lambda model, sampling: RandomTreeProposer(V, seed=1),
     "sampled_tree": lambda model, sampling: SampledTreeProposer(V, seed=1),
-    "sampled_tree_auto": lambda model, sampling: SampledTreeProposer(V, seed=1),
+    "random_tree_auto": lambda model, sampling: RandomTreeProposer(V, seed=1),
     "teacher_tree": lambda model, sampling: TeacherTreeProposer(model, sampling, seed=1),
 }
 """Family name -> ``(model, sampling) -> proposer``."""
@@ -204,12 +206,12 @@ SLOW_PER_TRIAL = ("draft_model", "eagle")
 
 def case(model, spec: Spec) -> DecoderCase:
     """The :class:`DecoderCase` of ``spec`` over ``model``. ``suffix_tree_op`` verifies with
-    ``attention="tree_op"``; ``sampled_tree_auto`` lets the cost-model sizer prune the trees (each
-    node costs a fifth of a step, so low-probability nodes are cut); ``draft_model`` drafts chains
-    of 2."""
+    ``attention="tree_op"``; ``random_tree_auto`` lets the cost-model sizer prune the trees (each
+    node costs a fifth of a step: about half the drafted nodes are cut; the sizer never prunes
+    sampled trees); ``draft_model`` drafts chains of 2."""
     sampling = SETTINGS[spec.setting]
     attention = "tree_op" if spec.family == "suffix_tree_op" else "mask"
-    budget = {"draft_model": 2, "sampled_tree_auto": "auto"}.get(spec.family, 6)
+    budget = {"draft_model": 2, "random_tree_auto": "auto"}.get(spec.family, 6)
 
     def build():
         proposer = FAMILIES[spec.family](model, sampling)
@@ -247,15 +249,27 @@ MUTANT_SPECS.append(Spec("sampled_tree", "t1", RAGGED, 1000, wrap="misreported_q
 """One spec per mutant, on the scenario that exercises its bug: compaction and node-position mutants
 on the teacher tree, the ragged-position mutant on a ragged batch, the q mutant on sampled trees."""
 
-PLANNED_TESTS = 3 * (len(EXACT_SPECS) + len(VARIANT_SPECS))
-"""Tests run on exact decoders in tests/test_decoder_law.py, fast and slow (3 per case): the
+PLANNED_TESTS = len(WINDOWS) * (len(EXACT_SPECS) + len(VARIANT_SPECS))
+"""Tests run on exact decoders in tests/test_decoder_law.py, fast and slow (4 per case): the
 Bonferroni ``m``. Running a subset (``-m "not slow"``) keeps the same per-test level (conservative)."""
 PER_TEST_ALPHA = FAMILY_ALPHA / PLANNED_TESTS
 
 
 def seed_of(spec: Spec) -> int:
-    """A fixed seed per case (its position in the spec lists), so CI is deterministic."""
-    return 1000 * (EXACT_SPECS + VARIANT_SPECS + MUTANT_SPECS).index(spec)
+    """A fixed seed per case (from its name), so CI is deterministic."""
+    return zlib.crc32(spec.name.encode())
+
+
+SAMPLED_FAMILIES = ("draft_model", "sampled_tree", "teacher_tree")
+"""Families drafting sampled nodes, where a misreported ``q`` can matter."""
+
+
+def power_specs(spec: Spec) -> list[Spec]:
+    """``spec`` with each mutant in turn: the measured power of that exact case's test."""
+    out = [replace(spec, target=name) for name in TARGET_MUTANTS]
+    if spec.family in SAMPLED_FAMILIES:
+        out.append(replace(spec, wrap="misreported_q"))
+    return out
 
 
 def _row(label: str, model, spec: Spec) -> str:
@@ -264,17 +278,30 @@ def _row(label: str, model, spec: Spec) -> str:
     rejected = sum(r.p_value < PER_TEST_ALPHA for r in results)
     ps = " / ".join(f"{r.p_value:.2g}" for r in results)
     return (f"| {label} | {spec.name} | {spec.trials} x {len(spec.prompts)} | {stats.accepted_per_step:.2f} | {ps} | "
-            f"{rejected}/3 | {time.process_time() - start:.1f} |")
+            f"{rejected}/{len(results)} | {time.process_time() - start:.1f} |")
+
+
+def _min_p(model, spec: Spec) -> float:
+    return min(r.p_value for r in check_decoder(case(model, spec), seed=seed_of(spec))[0])
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", action="store_true", help="mutants against the old tiny_model target")
+    parser.add_argument("--power", action="store_true", help="every mutant on every exact case (long)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     model = target_model(args.old)
     print(f"Family alpha {FAMILY_ALPHA}, m = {PLANNED_TESTS}, per-test alpha {PER_TEST_ALPHA:.2e}.\n")
-    print("| decoder | case | trials | accepted/step | p (k = 3 / 4 / 5) | rejected | CPU s |\n"
+    if args.power:
+        names = list(TARGET_MUTANTS) + ["misreported_q"]
+        print("| case | " + " | ".join(names) + " |\n|---" * (len(names) + 1) + "|")
+        for spec in EXACT_SPECS:
+            ps = {m.target if m.wrap is None else m.wrap: _min_p(model, m) for m in power_specs(spec)}
+            print(f"| {spec.name} | " + " | ".join(f"{ps[n]:.2g}" if n in ps else "-" for n in names) + " |",
+                  flush=True)
+        return
+    print("| decoder | case | trials | accepted/step | p (tokens 1-3 / 1-4 / 1-5 / 3-5) | rejected | CPU s |\n"
           "|---|---|---|---|---|---|---|")
     if not args.old:
         for spec in EXACT_SPECS + VARIANT_SPECS:

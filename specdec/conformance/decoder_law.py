@@ -8,15 +8,19 @@ sampling the target token by token, computed independently of the decoder by tea
 model over every continuation (:func:`exact_decoder_law`) and processing the logits with the same
 :func:`~specdec.sampling.params.process_logits`.
 
-What is tested: the joint law of the first ``k`` tokens for ``k = 3, 4, 5`` of a 5-token generation
-(:data:`LENGTHS`), by the suite's G test (sparse cells merged), one test per ``k`` with the prompts of
-a ragged batch as independent strata. Why 5 tokens: the first token comes from the prefill, so a
-step that reads a *compacted* accepted row (the rows :meth:`HFTarget.accept` moved) needs an earlier
-verify step that accepted drafts, then another step: at 3 tokens no step ever reads one, and a
-KV-ordering bug passes unseen. Why joint laws and not per-position conditionals: the joint law is
-what the guarantee states, its G test needs no estimated conditioning (a conditional test given the
-observed prefix loses one degree of freedom per prefix), and the nested ``k`` show where an error
-enters. A case only proves something if drafts were accepted: :class:`DecoderStats` reports how many.
+What is tested (:data:`WINDOWS`): the joint law of the first ``k`` tokens for ``k = 3, 4, 5`` of a
+5-token generation, and the joint law of tokens 3-5 alone, by the suite's G test (sparse cells
+merged), one test per window with the prompts of a ragged batch as independent strata. Why 5
+tokens: the first token comes from the prefill, so a step that reads a *compacted* accepted row (the
+rows :meth:`HFTarget.accept` moved) needs an earlier verify step that accepted drafts, then another
+step: at 3 tokens no step ever reads one, and a KV-ordering bug passes unseen. Why joint laws and
+not per-position conditionals: the joint law is what the guarantee states, its G test needs no
+estimated conditioning (a conditional test given the observed prefix loses one degree of freedom
+per prefix), and the nested ``k`` show where an error enters. Why tokens 3-5 as well: the
+5-token law has ``V ** 5`` cells, most of them pooled at a few thousand trials, while the law of
+tokens 3-5 alone keeps its cells populated; against bugs in later steps it is the strongest of the
+four (docs/exactness.md). A case only proves something if drafts were accepted:
+:class:`DecoderStats` reports how many.
 
 Trials run as one batch of ``trials x len(prompts)`` requests (interleaved prompts, so the batch is
 ragged from the prefill on), with one seeded ``torch.Generator``: a few thousand trials take seconds.
@@ -29,11 +33,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from .suite import FAMILY_ALPHA, GTestResult, SuiteReport, prefix_law_tests
+from .suite import FAMILY_ALPHA, GTestResult, SuiteReport, window_law_tests
 from ..sampling.params import SamplingParams, process_logits
 
-LENGTHS = (3, 4, 5)
-"""The ``k`` whose joint law of the first ``k`` generated tokens is tested."""
+WINDOWS = ((1, 3), (1, 4), (1, 5), (3, 5))
+"""``(first, last)``: the generated tokens (1-based, inclusive) whose joint law is tested."""
 
 
 @dataclass(frozen=True)
@@ -121,25 +125,25 @@ def sample_decoder(decoder, prompts: Sequence[Sequence[int]], trials: int, lengt
     return [tokens[i::len(prompts)] for i in range(len(prompts))], stats
 
 
-def check_decoder(case: DecoderCase, *, seed: int = 0, lengths: Sequence[int] = LENGTHS
+def check_decoder(case: DecoderCase, *, seed: int = 0, windows: Sequence[tuple[int, int]] = WINDOWS
                   ) -> tuple[list[GTestResult], DecoderStats]:
-    """Run ``case`` once; G-test the joint law of the first ``k`` tokens against the exact law."""
+    """Run ``case`` once; G-test the joint law of each window of tokens against the exact law."""
     decoder = case.decoder()
     model = decoder.target.model
     seqs, stats = sample_decoder(decoder, case.prompts, case.trials, case.length, case.sampling, seed=seed,
                                  batch=case.batch)
     vocab = int(model.get_output_embeddings().weight.shape[0])
     strata = [(s, exact_decoder_law(model, p, case.length, case.sampling)) for s, p in zip(seqs, case.prompts)]
-    return prefix_law_tests(case.name, strata, vocab, lengths), stats
+    return window_law_tests(case.name, strata, vocab, windows), stats
 
 
 def run_decoder_suite(cases: Sequence[DecoderCase], *, alpha: float = FAMILY_ALPHA, seed: int = 0,
-                      lengths: Sequence[int] = LENGTHS) -> tuple[SuiteReport, dict[str, DecoderStats]]:
-    """Every case, ``len(lengths)`` tests each, at family-wise level ``alpha`` (Bonferroni over all of
+                      windows: Sequence[tuple[int, int]] = WINDOWS) -> tuple[SuiteReport, dict[str, DecoderStats]]:
+    """Every case, ``len(windows)`` tests each, at family-wise level ``alpha`` (Bonferroni over all of
     them); case ``i`` runs with seed ``seed + 1000 * i``."""
-    report = SuiteReport(alpha=alpha, planned_tests=len(lengths) * len(cases))
+    report = SuiteReport(alpha=alpha, planned_tests=len(windows) * len(cases))
     stats = {}
     for i, case in enumerate(cases):
-        results, stats[case.name] = check_decoder(case, seed=seed + 1000 * i, lengths=lengths)
+        results, stats[case.name] = check_decoder(case, seed=seed + 1000 * i, windows=windows)
         report.results.extend(results)
     return report, stats
