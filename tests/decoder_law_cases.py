@@ -13,29 +13,26 @@ Every case decodes 5 tokens per trial with the context-dependent target of
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 import zlib
 from dataclasses import dataclass, replace
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from helpers_proposers import RandomTreeProposer, SampledTreeProposer  # noqa: E402
+from helpers_proposers import RandomTreeProposer, SampledTreeProposer
 
-from specdec import DraftTree  # noqa: E402
-from specdec.artifacts import TokenizerInfo  # noqa: E402
-from specdec.checks import normalize_budgets  # noqa: E402
-from specdec.conformance.decoder_law import WINDOWS, DecoderCase, check_decoder  # noqa: E402
-from specdec.conformance.engine_mutants import EXACT_VARIANTS, TARGET_MUTANTS, MisreportedDraftProbs  # noqa: E402
-from specdec.conformance.suite import FAMILY_ALPHA  # noqa: E402
-from specdec.conformance.targets import context_target, noisy_copy  # noqa: E402
-from specdec.engine.decoder import SpeculativeDecoder  # noqa: E402
-from specdec.engine.verify_cost import VerifyCostModel  # noqa: E402
-from specdec.proposers.base import Artifact  # noqa: E402
-from specdec.sampling.params import SamplingParams  # noqa: E402
-from specdec.verify.hf import HFTarget  # noqa: E402
+from specdec import DraftTree
+from specdec.artifacts import TokenizerInfo
+from specdec.checks import normalize_budgets
+from specdec.conformance.decoder_law import WINDOWS, DecoderCase, check_decoder
+from specdec.conformance.engine_mutants import EXACT_VARIANTS, TARGET_MUTANTS, MisreportedDraftProbs
+from specdec.conformance.suite import FAMILY_ALPHA
+from specdec.conformance.targets import context_target, noisy_copy
+from specdec.engine.decoder import SpeculativeDecoder
+from specdec.engine.verify_cost import VerifyCostModel
+from specdec.proposers.base import Artifact
+from specdec.sampling.params import SamplingParams
+from specdec.verify.hf import HFTarget
 
 V = 8
 RAGGED = ((2, 5, 3), (4, 1, 6, 0, 7), (3, 3, 5, 2, 6, 1, 4, 0))
@@ -113,9 +110,10 @@ class TeacherTreeProposer:
         out = []
         for b, n in enumerate(normalize_budgets(req_ids, budget)):
             n = min(n, 3)
+            tokens = torch.stack([bad[b], x1[b], x2[b]])[:n]
             rows = torch.stack([torch.nn.functional.one_hot(bad[b], V).float(), p0[b], p1[b]])[:n]
-            out.append(DraftTree(torch.stack([bad[b], x1[b], x2[b]])[:n], torch.tensor([-1, -1, 1][:n], dtype=torch.int32),
-                                 rows, torch.tensor([True, False, False][:n])))
+            parents = torch.tensor([-1, -1, 1][:n], dtype=torch.int32)
+            out.append(DraftTree(tokens, parents, rows, torch.tensor([True, False, False][:n])))
         return out
 
 
@@ -295,7 +293,7 @@ def main(argv=None) -> None:
     print(f"Family alpha {FAMILY_ALPHA}, m = {PLANNED_TESTS}, per-test alpha {PER_TEST_ALPHA:.2e}.\n")
     if args.power:
         names = list(TARGET_MUTANTS) + ["misreported_q"]
-        print("| case | " + " | ".join(names) + " |\n|---" * (len(names) + 1) + "|")
+        print("| case | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
         for spec in EXACT_SPECS:
             ps = {m.target if m.wrap is None else m.wrap: _min_p(model, m) for m in power_specs(spec)}
             print(f"| {spec.name} | " + " | ".join(f"{ps[n]:.2g}" if n in ps else "-" for n in names) + " |",

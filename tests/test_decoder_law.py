@@ -22,13 +22,7 @@ from specdec.sampling.params import SamplingParams
 from specdec.verify.hf import HFTarget
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: intra-op threads only add contention on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
