@@ -1,4 +1,4 @@
-"""Shared pytest configuration: CUDA tests skip cleanly on machines without a GPU."""
+"""Shared pytest configuration: CUDA tests skip cleanly on machines without a GPU; ``one_thread``."""
 
 import pytest
 import torch
@@ -11,3 +11,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``): on small
+    tensors intra-op threads only add contention on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

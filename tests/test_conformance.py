@@ -16,13 +16,7 @@ from specdec.sampling.kernels import TreeSpeculative
 from specdec.sampling.reference import reference_rejection_sample
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: intra-op threads only add contention on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cases(names=None, trials=None):

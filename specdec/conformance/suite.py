@@ -196,7 +196,8 @@ def _depth(parents: list[int], node: int) -> int:
 
 @dataclass(frozen=True)
 class GTestResult:
-    """One G test: ``case``, number of leading tokens ``k``, statistic, degrees of freedom, p-value."""
+    """One G test: ``case``, tested tokens ``first..k`` (1-based; ``first = 1``: the first ``k``
+    tokens), statistic, degrees of freedom, p-value."""
 
     case: str
     k: int
@@ -204,10 +205,12 @@ class GTestResult:
     dof: int
     p_value: float
     impossible: int = 0
+    first: int = 1
 
     def __str__(self) -> str:
         extra = f", {self.impossible} impossible sequences" if self.impossible else ""
-        return f"{self.case} k={self.k}: G={self.statistic:.1f} dof={self.dof} p={self.p_value:.3g}{extra}"
+        which = f"k={self.k}" if self.first == 1 else f"tokens {self.first}-{self.k}"
+        return f"{self.case} {which}: G={self.statistic:.1f} dof={self.dof} p={self.p_value:.3g}{extra}"
 
 
 def g_test(observed: torch.Tensor, probs: torch.Tensor, *, min_expected: float = MIN_EXPECTED) -> tuple[float, int, float, int]:
@@ -249,16 +252,44 @@ def check_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: S
     """Simulate ``case`` once and G-test the joint law of the first ``k`` tokens for each ``k``."""
     L = max(lengths)
     seqs = simulate(sampler, case, length=L, seed=seed)
-    law = exact_law(case.target, case.prompt, L, case.vocab).view(*([case.vocab] * L))
+    law = exact_law(case.target, case.prompt, L, case.vocab)
+    return prefix_law_tests(case.name, [(seqs, law)], case.vocab, lengths)
+
+
+def prefix_law_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int,
+                     lengths: Sequence[int]) -> list[GTestResult]:
+    """G tests of the joint law of the first ``k`` tokens, one per ``k`` in ``lengths`` (see
+    :func:`window_law_tests`)."""
+    return window_law_tests(name, strata, vocab, [(1, k) for k in lengths])
+
+
+def window_law_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int,
+                     windows: Sequence[tuple[int, int]]) -> list[GTestResult]:
+    """G tests of the joint law of tokens ``first..last`` (1-based, inclusive), one per window.
+
+    ``strata``: ``(seqs LongTensor[T_s, L], law float64 [V ** L])`` pairs, e.g. one per prompt of a
+    ragged batch; each stratum is tested against its own exact law (index = base-``V`` number,
+    first token most significant), marginalised to the window. The strata being independent
+    samples, their G statistics and degrees of freedom add up into one test per window.
+    """
     results = []
-    for k in lengths:
-        idx = torch.zeros(seqs.shape[0], dtype=torch.long)
-        for j in range(k):
-            idx = idx * case.vocab + seqs[:, j]
-        observed = torch.bincount(idx, minlength=case.vocab ** k)
-        probs = law.sum(dim=tuple(range(k, L))).reshape(-1) if k < L else law.reshape(-1)
-        g, dof, p, imp = g_test(observed, probs)
-        results.append(GTestResult(case.name, k, g, dof, p, imp))
+    for first, last in windows:
+        g_sum, dof_sum, impossible = 0.0, 0, 0
+        for seqs, law in strata:
+            L = seqs.shape[1]
+            idx = torch.zeros(seqs.shape[0], dtype=torch.long)
+            for j in range(first - 1, last):
+                idx = idx * vocab + seqs[:, j]
+            outside = tuple(j for j in range(L) if not first - 1 <= j < last)
+            table = law.view(*([vocab] * L))
+            probs = (table.sum(dim=outside) if outside else table).reshape(-1)
+            g, dof, _, imp = g_test(torch.bincount(idx, minlength=vocab ** (last - first + 1)), probs)
+            g_sum, dof_sum, impossible = g_sum + g, dof_sum + dof, impossible + imp
+        if impossible:
+            results.append(GTestResult(name, last, float("inf"), 0, 0.0, impossible, first))
+        else:
+            p = float(stats.chi2.sf(g_sum, dof_sum)) if dof_sum else 1.0
+            results.append(GTestResult(name, last, g_sum, dof_sum, p, 0, first))
     return results
 
 
