@@ -18,7 +18,8 @@ def log(msg: str) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
-                   help="Hugging Face model folder or id (offline); default: the embedded SmolLM2-135M-Instruct")
+                   help="a .gguf file, a Hugging Face model folder or a model id in the local cache (offline); "
+                        "default: the embedded SmolLM2-135M-Instruct")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
@@ -41,21 +42,17 @@ def parse_budget(text: str):
 
 
 def load_target(args):
-    """``(model, tokenizer)`` from ``--model`` or the embedded default."""
+    """``(model, tokenizer)`` from ``--model`` (see :func:`specdec.models.load_target`) or the embedded default."""
     import torch
+
+    from ..models import load_target as load
 
     if args.threads is not None:
         if args.threads < 1:
             raise SystemExit(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    if args.model is None:
-        from ..models import load_default
-
-        return load_default()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, local_files_only=True).eval()
-    return model, AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    model, tok, _ = load(args.model or "default")
+    return model, tok
 
 
 def check_spec(spec: str) -> str:
