@@ -200,11 +200,18 @@ class HFTarget:
     @torch.inference_mode()
     def _check_head(self) -> None:
         """Refuse a model whose own forward computes logits other than ``head(base(x))``: a logit
-        transform specdec does not know would change every verified distribution. One 2-token
-        forward of each, no cache."""
-        ids = torch.tensor([[0, min(1, self.vocab_size - 1)]], device=self.device)
-        own = self.model(input_ids=ids, use_cache=False).logits[0, -1].float()
-        ours = self._logits(self.base(input_ids=ids, use_cache=False).last_hidden_state[:, -1])[0]
+        transform specdec does not know would change every verified distribution. One one-token
+        forward of the model, no cache; a hook (removed at once) keeps the base model's output."""
+        seen = []
+        hook = self.base.register_forward_hook(lambda module, args, out: seen.append(out.last_hidden_state))
+        try:
+            pad = getattr(self.config, "pad_token_id", None)  # a padding embedding may be all zeros
+            token = next(t for t in range(3) if t != pad) % self.vocab_size
+            own = self.model(input_ids=torch.full((1, 1), token, device=self.device),
+                             use_cache=False).logits[0, -1].float()
+        finally:
+            hook.remove()
+        ours = self._logits(seen[-1][:, -1])[0]
         tol = max(1e-4, 8 * torch.finfo(self.dtype).eps) * (1.0 + float(own.abs().max()))
         diff = float((own - ours).abs().max())
         if not diff <= tol:
