@@ -201,7 +201,8 @@ class HFTarget:
     def _check_head(self) -> None:
         """Refuse a model whose own forward computes logits other than ``head(base(x))``: a logit
         transform specdec does not know would change every verified distribution. One one-token
-        forward of the model, no cache; a hook (removed at once) keeps the base model's output."""
+        forward of the model, no cache; a hook (removed at once) keeps the base model's output, or
+        the base model runs once more when the causal LM bypasses its forward."""
         seen = []
         hook = self.base.register_forward_hook(lambda module, args, out: seen.append(out.last_hidden_state))
         try:
@@ -211,6 +212,9 @@ class HFTarget:
                              use_cache=False).logits[0, -1].float()
         finally:
             hook.remove()
+        if not seen:  # the causal LM calls a submodule of the base model directly (OPT: model.decoder)
+            seen.append(self.base(input_ids=torch.full((1, 1), token, device=self.device),
+                                  use_cache=False).last_hidden_state)
         ours = self._logits(seen[-1][:, -1])[0]
         tol = max(1e-4, 8 * torch.finfo(self.dtype).eps) * (1.0 + float(own.abs().max()))
         diff = float((own - ours).abs().max())

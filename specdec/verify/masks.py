@@ -81,15 +81,15 @@ def window_binds(features: TargetFeatures, q_pos: torch.Tensor) -> bool:
 
 def model_masks(features: TargetFeatures, allowed: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                 additive, *, full_layers: bool = True):
-    """The ``attention_mask`` argument for the model: one 4-D mask when every layer has the same
-    window, else ``{layer_type: mask}``. ``additive`` turns bool ``[B, T, K]`` into the model's
-    ``[B, 1, T, K]`` mask. ``full_layers=False`` gives full-attention layers None (tree-op mode:
-    they run the op) and returns None when no layer needs a mask."""
+    """The ``attention_mask`` argument for the model: one 4-D mask when every layer sees the same keys
+    in this step (no window hides any, or all layers share one window), else ``{layer_type: mask}``.
+    ``additive`` turns bool ``[B, T, K]`` into the model's ``[B, 1, T, K]`` mask. ``full_layers=False``
+    gives full-attention layers None (tree-op mode: they run the op) and returns None when no layer
+    needs a mask."""
+    if not window_binds(features, q_pos):
+        return additive(allowed) if full_layers else None
     if not features.mixed:
-        window = features.windows[0] if features.windows else None
-        if not full_layers and window is None:
-            return None
-        return additive(windowed(allowed, q_pos, k_pos, window))
+        return additive(windowed(allowed, q_pos, k_pos, features.windows[0]))
     out = {}
     for layer_type in dict.fromkeys(features.layer_types):
         window = features.window_of(layer_type)
