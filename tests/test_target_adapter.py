@@ -148,8 +148,10 @@ def test_tree_op_attention_matches_mask_path(monkeypatch):
 
     calls = []
     real = hf_attention._ta.tree_attention
-    monkeypatch.setattr(hf_attention._ta, "tree_attention", lambda *a, **k: calls.append(a[4].tolist()) or real(*a, **k))
-    trees = [DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])), DraftTree.chain(torch.tensor([20]))]
+    monkeypatch.setattr(hf_attention._ta, "tree_attention",
+                        lambda *a, **k: calls.append(a[4].tolist()) or real(*a, **k))
+    trees = [DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])),
+             DraftTree.chain(torch.tensor([20]))]
     outs = []
     for mode in ("mask", "tree_op"):
         target = HFTarget(tiny_model("llama"), attention=mode)
@@ -164,3 +166,6 @@ def test_tree_op_attention_matches_mask_path(monkeypatch):
     torch.testing.assert_close(outs[1][1, :2], outs[3][1, :2], atol=ATOL, rtol=0)
     layers = 2
     assert calls == [[3, 3]] * layers + [[6, 4]] * layers  # prefix lengths per request, holes included
+    target.accept(state, [[], []], [3, 4])
+    target.verify(state, [DraftTree.empty(), DraftTree.empty()])  # no draft: SDPA with the dense mask
+    assert len(calls) == 2 * layers

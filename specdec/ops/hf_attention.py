@@ -27,8 +27,9 @@ parent of every root of the tree), for adapters that feed ``1 + N`` tokens per s
 The op has no window. A sliding-window layer runs it when no query of the step reaches past the
 window (``max_position < sliding_window``); otherwise, when the caller passed every sliding layer
 its dense windowed tree mask (``windowed_masks=True``, in the model's per-layer-type mask mapping),
-that layer attends with SDPA over its mask, and without such masks it raises. Every call with tree kwargs is recorded in the kwargs' ``specdec_tree_calls``
-list, so the caller can check that no layer bypassed the function.
+that layer attends with SDPA over its mask, and without such masks it raises. Every call with tree
+kwargs is recorded in the kwargs' ``specdec_tree_calls`` list, so the caller can check that no layer
+bypassed the function.
 
 In tree mode the model still builds its causal mask (the SDPA builder); it is not used, because the
 tree kwargs define visibility. Dropout (training), soft-capping and sinks are not supported in tree
