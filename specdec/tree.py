@@ -238,6 +238,24 @@ class DraftTree:
     def max_depth(self) -> int:
         return max(self.depth_list, default=0)
 
+    def cut(self, max_depth: int) -> "DraftTree":
+        """The nodes at depth ``<= max_depth``, in their order (``self`` when none is deeper).
+
+        The kept set is closed under parents, and which nodes go depends only on their depth, never
+        on their tokens, so a cut sampled tree is what a proposer drafting fewer levels would have
+        drawn: exactness is kept (used where the model runs out of positions).
+        """
+        if max_depth >= self.max_depth:
+            return self
+        keep = [i for i, d in enumerate(self.depth_list) if d <= max_depth]
+        new_index = {old: new for new, old in enumerate(keep)}
+        parents = torch.tensor([new_index.get(self.parent_list[i], -1) for i in keep], dtype=torch.int32,
+                               device=self.device)
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        probs = None if self.draft_probs is None else self.draft_probs[idx]
+        return DraftTree.trusted(self.tokens[idx], parents, self.deterministic[idx], probs,
+                                 vocab_size=self.vocab_size)
+
     @functools.cached_property
     def position_offsets(self) -> torch.Tensor:
         """``LongTensor[n]``: position of each node relative to the first uncommitted position.

@@ -32,7 +32,7 @@ OLD_PATHS = [
     ("specdec.proposers.base", "ReplayProposer", "specdec.proposers.replay"),
     ("specdec.commands.common", "make_proposer", "specdec.cli.common"),
     ("specdec.serving.commands", "run_plan", "specdec.cli.plan"),
-    ("specdec.training.commands", "load_target", "specdec.cli.train"),
+    ("specdec.training.commands", "load_target", "specdec.models"),  # the one loader since issue 14
     ("specdec.check", "check", "specdec.cli.check"),
 ]
 

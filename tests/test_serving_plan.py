@@ -101,13 +101,15 @@ def test_bad_trigger_files(tmp_path):
         load_trigger(tmp_path)
 
 
-def test_register_adds_plan_and_review():
+def test_register_adds_plan_and_review(tmp_path):
+    from specdec.cli.args import proposers
+
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd")
     plan.register(sub)
     review.register(sub)
-    args = parser.parse_args(["plan", "--memory-gb", "1", "--proposer", "suffix", "--proposer", "draft:/x"])
-    assert args.proposers == ["suffix", "draft:/x"] and args.func.__name__ == "run_plan"
+    args = parser.parse_args(["plan", "--memory-gb", "1", "--proposer", "suffix", "--proposer", f"draft:{tmp_path}"])
+    assert proposers(args) == ["suffix", f"draft:{tmp_path}"] and args.func.__name__ == "run_plan"
     assert parser.parse_args(["review", "rep"]).func.__name__ == "run_review"
     with pytest.raises(SystemExit):
         parser.parse_args(["plan"])  # --memory-gb is required

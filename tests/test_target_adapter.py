@@ -93,11 +93,12 @@ def test_hidden_states_are_final_layer(model):
         torch.testing.assert_close(target.lm_head(out.hidden).float(), out.logits, atol=ATOL, rtol=0)
 
 
-def test_unsupported_model_is_refused():
-    from transformers import AutoModelForCausalLM, GPTNeoXConfig
+def test_unsupported_model_is_refused_by_feature():
+    """Refusals name the feature, not the model type (tests/test_architectures.py has one per feature)."""
+    from transformers import AutoModelForCausalLM, FalconConfig
 
-    cfg = GPTNeoXConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
-    with pytest.raises(ValueError, match="supports model types"):
+    cfg = FalconConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, alibi=True)
+    with pytest.raises(ValueError, match="uses ALiBi"):
         HFTarget(AutoModelForCausalLM.from_config(cfg))
 
 
@@ -140,9 +141,17 @@ def test_bad_inputs_raise():
         HFTarget(tiny_model("llama"), attention="flash")
 
 
-def test_tree_op_attention_matches_mask_path():
-    """attention='tree_op' (specdec's registered op) gives the 4-D-mask path's logits."""
-    trees = [DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])), DraftTree.chain(torch.tensor([20]))]
+def test_tree_op_attention_matches_mask_path(monkeypatch):
+    """attention='tree_op' (specdec's registered op) gives the 4-D-mask path's logits, and runs the op
+    on the ragged step too (each request's new rows follow its own prefix, holes or not)."""
+    from specdec.ops import hf_attention
+
+    calls = []
+    real = hf_attention._ta.tree_attention
+    monkeypatch.setattr(hf_attention._ta, "tree_attention",
+                        lambda *a, **k: calls.append(a[4].tolist()) or real(*a, **k))
+    trees = [DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])),
+             DraftTree.chain(torch.tensor([20]))]
     outs = []
     for mode in ("mask", "tree_op"):
         target = HFTarget(tiny_model("llama"), attention=mode)
@@ -150,7 +159,13 @@ def test_tree_op_attention_matches_mask_path():
         target.set_pending(state, [9, 10])
         outs.append(target.verify(state, trees).logits)
         target.accept(state, [[0, 2], []], [1, 2])
-        outs.append(target.verify(state, trees).logits)  # ragged now: falls back to the mask
+        outs.append(target.verify(state, trees).logits)  # ragged now: request 1 has 2 holes
     torch.testing.assert_close(outs[0][0, :5], outs[2][0, :5], atol=ATOL, rtol=0)
     torch.testing.assert_close(outs[0][1, :2], outs[2][1, :2], atol=ATOL, rtol=0)
     torch.testing.assert_close(outs[1][0, :5], outs[3][0, :5], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outs[1][1, :2], outs[3][1, :2], atol=ATOL, rtol=0)
+    layers = 2
+    assert calls == [[3, 3]] * layers + [[6, 4]] * layers  # prefix lengths per request, holes included
+    target.accept(state, [[], []], [3, 4])
+    target.verify(state, [DraftTree.empty(), DraftTree.empty()])  # no draft: SDPA with the dense mask
+    assert len(calls) == 2 * layers

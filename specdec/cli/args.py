@@ -67,15 +67,19 @@ def budget(text: str):
 
 
 def model_spec(text: str) -> str:
-    """``default`` (the embedded SmolLM2), a model directory or a ``.gguf`` file, which must exist."""
+    """``default`` (the embedded SmolLM2), a model directory or a ``.gguf`` file, which must exist, or
+    a model id (``org/name``) that :func:`specdec.models.load_target` looks up in the local cache."""
     if text == "default":
         return text
-    if text.endswith(".gguf") and not os.path.isfile(text):
-        raise argparse.ArgumentTypeError(f"no such GGUF file: {text!r}")
-    if not text.endswith(".gguf") and not os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither 'default', a .gguf file nor a model directory "
-                                         "(models load offline, from disk)")
-    return text
+    if text.endswith(".gguf"):
+        if not os.path.isfile(text):
+            raise argparse.ArgumentTypeError(f"no such GGUF file: {text!r}")
+        return text
+    looks_like_path = text.startswith(("/", ".", "~")) or os.sep in text.rstrip(os.sep) and text.count("/") != 1
+    if os.path.isdir(text) or not looks_like_path:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is neither 'default', a .gguf file, a model directory nor a model id "
+                                     "(models load offline, from disk or the local cache)")
 
 
 def proposer_spec(text: str) -> str:

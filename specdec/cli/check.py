@@ -25,7 +25,7 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
     ``proposer`` is any proposer spec the other commands take (``none``, ``suffix``,
     ``suffix:<file>``, ``medusa:<dir>``, ``eagle:<dir>``, ``draft:<dir>``) or an artifact directory.
     """
-    from .train import load_target
+    from ..models import load_target
 
     kind, sep, warm_file = proposer.partition(":")
     if proposer == "none":
@@ -41,7 +41,7 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
             from ..proposers.suffix import read_documents
 
             docs = read_documents(warm_file)  # ValueError naming the file / line when unusable
-            model, _ = load_target(target_spec, device)
+            model, _, _ = load_target(target_spec, device=device)
             vocab = int(model.get_output_embeddings().weight.shape[0])
             top = max((max(d) for d in docs if d), default=-1)
             report.update({"warm_documents": len(docs), "warm_tokens": sum(len(d) for d in docs),
@@ -53,7 +53,7 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
         return report
     if not os.path.isdir(proposer):
         raise FileNotFoundError(f"--proposer {proposer!r} is neither {LOOKUP_PROPOSERS} nor a directory")
-    model, tok = load_target(target_spec, device)
+    model, tok, _ = load_target(target_spec, device=device)
     if os.path.isfile(os.path.join(proposer, MANIFEST_NAME)):
         m = read_manifest(proposer)
         if expected_kind is not None and m.kind != expected_kind:

@@ -35,15 +35,17 @@ def warn_if_oversubscribed() -> None:
 
 
 def load_target(args):
-    """``(model, tokenizer)`` from ``--model`` (``"default"``: the embedded SmolLM2)."""
+    """``(model, tokenizer)`` from ``--model`` (``"default"``: the embedded SmolLM2; see
+    :func:`specdec.models.load_target`)."""
     import torch
+
+    from ..models import load_target as load
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     warn_if_oversubscribed()
-    from ..cli.train import load_target as load
-
-    return load(args.model, "cpu")
+    model, tok, _ = load(args.model or "default")
+    return model, tok
 
 
 def make_proposer(spec: str, model, tokenizer=None, *, allow_mismatch: bool = False):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..models import load_target
 from ..serving.cost import DEFAULT_GRID, StepCostModel, calibrate_engine
-from ..serving.measure import (build_workload, default_workload_path, fingerprints, load_target, measure_proposer,
+from ..serving.measure import (build_workload, default_workload_path, fingerprints, measure_proposer,
                                target_memory)
 from ..serving.metrics import SLO
 from ..serving.plan import DEFAULT_FRACTIONS, PlanSettings, plan_pool

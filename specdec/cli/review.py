@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..serving.measure import build_workload, fingerprints, load_target, measure_proposer
+from ..models import load_target
+from ..serving.measure import build_workload, fingerprints, measure_proposer
 from ..serving.review import compare, load_trigger, review_markdown
 from .args import model_spec, probability
 from .common import log

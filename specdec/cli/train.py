@@ -20,30 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from ..artifacts import Manifest, save_artifact, target_fingerprint, tokenizer_fingerprint
+from ..models import load_target
 from ..prompts import read_prompt_records
 from ..training.synthetic import DEFAULT_BATCH as SYNTHETIC_BATCH
-
-
-def load_target(spec: str, device: str, dtype: torch.dtype = torch.float32):
-    """``(model, tokenizer)`` from ``"default"`` (embedded SmolLM2), a HF directory, or a ``.gguf`` file."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if spec == "default":
-        from ..models import load_default
-
-        return load_default(dtype, device=device)
-    if spec.endswith(".gguf"):
-        if not os.path.isfile(spec):
-            raise FileNotFoundError(f"--target {spec}: no such GGUF file")
-        d, f = os.path.split(os.path.abspath(spec))
-        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-        return model.to(device).eval(), tok
-    if not os.path.isdir(spec):
-        raise FileNotFoundError(f"--target {spec!r} is neither 'default', a .gguf file nor a model directory")
-    model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
-    return model.to(device).eval(), tok
 
 
 def _device(name: str) -> str:
@@ -79,7 +58,7 @@ def _start(args) -> _Run:
         raise SystemExit(f"--heldout-every must be >= 2 (every N-th record is held out), got {args.heldout_every}")
     t_start = time.time()
     device = _device(args.device)
-    model, tok = load_target(args.target, device)
+    model, tok, _ = load_target(args.target, device=device)
     t_loaded = time.time()
     fp = target_fingerprint(model)
     print(f"target {args.target}: {fp} (device {device})", file=sys.stderr)

@@ -11,9 +11,11 @@ KV compaction (:meth:`HFTarget._compact`, which keeps the pending row and the ac
   chain: a rejected node's row whenever the accepted path is not the tree's leading chain.
 * :class:`InPlaceCompaction` moves the kept rows one at a time in place; with ``reverse = True``
   (:class:`ReverseInPlaceCompaction`, the wrong order) a row whose source slot an earlier move
-  already overwrote is lost and another row kept twice. First row first is exact: a destination
-  ``L + j`` is always below every later source ``S + 1 + path[i - 1] >= S + i`` (``i > j``), so
-  :class:`InPlaceCompaction` itself must pass, which tests the harness, not only the mutation.
+  already overwrote is lost and another row kept twice. A request's verify rows sit right behind its
+  prefix (pending token at ``L``, node ``i`` at ``L + 1 + i``), so path node ``path[i]`` moves to
+  ``L + 1 + i``. First row first is exact: a destination ``L + 1 + j`` is always below every later
+  source ``L + 1 + path[i] >= L + 1 + i`` (``i > j``), so :class:`InPlaceCompaction` itself must
+  pass, which tests the harness, not only the mutation.
 * :class:`ReversedPathCompaction` stores the accepted rows in reversed order. This one is an
   *equivalent* mutant and must pass: attention reads the committed rows as a set (each key carries
   its own rotary position), so a permutation inside the committed range changes no logit.
@@ -70,9 +72,8 @@ class InPlaceCompaction(HFTarget):
 
     @torch.inference_mode()
     def _compact(self, state: BatchState, paths, next_tokens, num_nodes) -> None:
-        S = state.cache_len - 1 - num_nodes
-        moves = [(b, L + i, row) for b, (L, p) in enumerate(zip(state.lengths, paths))
-                 for i, row in enumerate([S] + [S + 1 + node for node in p]) if L + i != row]
+        moves = [(b, L + 1 + i, L + 1 + node) for b, (L, p) in enumerate(zip(state.lengths, paths))
+                 for i, node in enumerate(p) if node != i]
         if moves:
             order = list(reversed(moves)) if self.reverse else moves
             b_idx, dst, src = (torch.tensor(v, device=self.device) for v in zip(*moves))

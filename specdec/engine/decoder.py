@@ -171,6 +171,7 @@ class SpeculativeDecoder:
         """
         reqs = self._admit(prompts, req_ids)
         limit, sampling, stops = _check_limit(max_new_tokens), self._sampling(sampling), self._stop_tokens(stop_tokens)
+        self.target.check_room([len(r.prompt) for r in reqs], limit)
         speculate = self.proposer is not None and self.max_budget > 0
         if speculate and self.sizer.auto:
             self.ensure_cost_model()
@@ -193,6 +194,7 @@ class SpeculativeDecoder:
                 while active:
                     t0 = time.perf_counter()  # 1. propose
                     trees, tickets = self._propose(active, limit) if speculate else ([DraftTree.empty()] * len(active), None)
+                    trees = self.target.fit_positions(state, trees)  # never past the model's last position
                     t1 = time.perf_counter()  # 2. verify
                     out = self.target.verify(state, trees)
                     t2 = time.perf_counter()  # 3. accept

@@ -123,6 +123,9 @@ class VerifyCostModel:
 
         Cost: ``len(sizes) * (repeats + 1)`` forwards (about 2 s for SmolLM2-135M on 2 idle CPU cores).
         """
+        limit = getattr(target, "max_positions", None)
+        if limit is not None:  # the prefix and the longest chain must fit the model's positions
+            prefix_len = max(1, min(prefix_len, limit - 1 - max(sizes)))
         gen = torch.Generator().manual_seed(seed)
         prompt = torch.randint(0, target.vocab_size, (prefix_len,), generator=gen).tolist()
         state, _, _ = target.prefill([prompt])

@@ -16,19 +16,25 @@ computes the same attention from the grouped K/V with ``enable_gqa=True``, mask 
 9 query / 3 KV heads, so the copy moved 3x each layer's cache; ``benchmarks/bench_verify_attention.py``).
 
 With tree kwargs (:func:`tree_kwargs`), for a verify step whose new K/V rows directly follow each
-request's committed prefix (the cache holds ``[B, Hkv, S, D]`` with no holes, every request at length
-``S``), every layer's attention becomes one ``specdec.ops.tree_attention`` call: new token i attends to
-rows ``[0, prefix_lens[b])`` and to the new rows of its ancestors and itself. The mask is validated
-once in :func:`tree_kwargs`, not per layer; ``add_root_node=True`` prepends a root node (a pending
-token fed before the tree, the parent of every root of the tree), for adapters that feed ``1 + N``
-tokens per step. Ragged batches whose new rows do not directly follow every prefix (holes in a
-right-padded cache) cannot be expressed as (prefix, tree) rows: the adapter passes its dense 4-D mask
-instead and omits the tree kwargs (SDPA with that mask).
+request's committed prefix (request ``b``'s ``T`` new rows at ``[prefix_lens[b], prefix_lens[b] + T)``
+of the layer's cache, whatever the other requests' lengths: :mod:`specdec.verify.cache` writes ragged
+batches that way), every layer's attention becomes one ``specdec.ops.tree_attention`` call: new token
+i attends to rows ``[0, prefix_lens[b])`` and to the new rows of its ancestors and itself; rows after
+a request's new rows (holes) are never read. The mask is validated once in :func:`tree_kwargs`, not
+per layer; ``add_root_node=True`` prepends a root node (a pending token fed before the tree, the
+parent of every root of the tree), for adapters that feed ``1 + N`` tokens per step.
+
+The op has no window. A sliding-window layer runs it when no query of the step reaches past the
+window (``max_position < sliding_window``); otherwise, when the caller passed every sliding layer
+its dense windowed tree mask (``windowed_masks=True``, in the model's per-layer-type mask mapping),
+that layer attends with SDPA over its mask, and without such masks it raises. Every call with tree
+kwargs is recorded in the kwargs' ``specdec_tree_calls`` list, so the caller can check that no layer
+bypassed the function.
 
 In tree mode the model still builds its causal mask (the SDPA builder); it is not used, because the
-tree kwargs define visibility. Dropout (training), soft-capping, sliding windows and sinks are not
-supported in tree mode and raise ValueError rather than being dropped. Where the compiled op is
-missing, ``specdec.ops.tree_attention`` runs its plain-torch reference.
+tree kwargs define visibility. Dropout (training), soft-capping and sinks are not supported in tree
+mode and raise ValueError rather than being dropped. Where the compiled op is missing,
+``specdec.ops.tree_attention`` runs its plain-torch reference.
 """
 
 from __future__ import annotations
@@ -46,7 +52,10 @@ _ta = importlib.import_module("specdec.ops.tree_attention")
 ATTENTION_NAME = "specdec_tree"
 TREE_MASK_KWARG = "specdec_tree_mask"
 PREFIX_LENS_KWARG = "specdec_prefix_lens"
-_UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "sinks")
+MAX_POSITION_KWARG = "specdec_max_position"
+TREE_CALLS_KWARG = "specdec_tree_calls"
+WINDOWED_MASKS_KWARG = "specdec_windowed_masks"
+_UNSUPPORTED = ("softcap", "s_aux", "sinks")
 
 
 def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -54,16 +63,29 @@ def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.
 
     Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S + T, D]`` (cache after update).
     With ``specdec_tree_mask`` (``int64 [B, T, ceil(T/64)]``) and ``specdec_prefix_lens``
-    (``int32 [B]``) in kwargs, runs the tree-attention op and returns ``([B, T, Hq, D], None)``;
-    without them, delegates to :func:`specdec.ops.hf_attention.sdpa_forward` (transformers' SDPA
-    attention, minus its K/V head copy when a mask comes with several query rows).
+    (``int32 [B]``) in kwargs, runs the tree-attention op and returns ``([B, T, Hq, D], None)``, or
+    SDPA with ``attention_mask`` when the layer was given one; without them, delegates to
+    :func:`specdec.ops.hf_attention.sdpa_forward` (transformers' SDPA attention, minus its K/V head
+    copy when a mask comes with several query rows).
     """
     tree_mask = kwargs.pop(TREE_MASK_KWARG, None)
     prefix_lens = kwargs.pop(PREFIX_LENS_KWARG, None)
+    max_position = kwargs.pop(MAX_POSITION_KWARG, None)
+    calls = kwargs.pop(TREE_CALLS_KWARG, None)
     if tree_mask is None and prefix_lens is None:
         return sdpa_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if tree_mask is None or prefix_lens is None:
         raise ValueError(f"tree attention needs both {TREE_MASK_KWARG} and {PREFIX_LENS_KWARG} kwargs")
+    windowed_masks = kwargs.pop(WINDOWED_MASKS_KWARG, False)
+    if calls is not None:
+        calls.append(getattr(module, "layer_idx", None))
+    window = kwargs.get("sliding_window")
+    if window is not None and (max_position is None or max_position >= window):
+        if not windowed_masks:
+            raise ValueError(f"tree attention has no sliding window (sliding_window={window}, largest query "
+                             f"position {max_position}): pass the sliding layers dense windowed masks")
+        # The caller's windowed tree mask for this layer (the model passes its mapping's entry as given).
+        return sdpa_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if dropout and module.training:
         raise ValueError(f"tree attention does not support attention dropout in training (dropout={dropout})")
     for name in _UNSUPPORTED:
@@ -92,20 +114,29 @@ def add_root(tree_mask: torch.Tensor) -> torch.Tensor:
     return pack_mask(dense)
 
 
-def tree_kwargs(ancestor_mask, prefix_lens, *, add_root_node=False, total_rows=None) -> dict:
+def tree_kwargs(ancestor_mask, prefix_lens, *, add_root_node=False, total_rows=None, windowed_masks=False) -> dict:
     """Model-forward kwargs that switch every layer to tree attention for one verify step.
 
     ``ancestor_mask``: ``int64 [B, N, ceil(N/64)]`` (e.g. ``TreeBatch.ancestor_mask``);
-    ``prefix_lens``: committed K/V rows per request (sequence or ``int32 [B]``), which must equal the
-    cache length before this step for every request (no holes). ``add_root_node``: prepend the
-    pending token as node 0. ``total_rows``: if given, the cache length after the step, to check
-    ``prefix_lens + nodes <= total_rows``. The mask is validated here, once per step.
+    ``prefix_lens``: committed K/V rows per request (sequence or ``int32 [B]``); the step's new rows
+    of request ``b`` must sit at ``[prefix_lens[b], prefix_lens[b] + nodes)`` of the cache after the
+    update. ``add_root_node``: prepend the pending token as node 0. ``total_rows``: if given, the
+    cache length after the step, to check ``prefix_lens + nodes <= total_rows``. The mask is
+    validated here, once per step. The kwargs also carry the step's largest query position
+    (``prefix_lens[b] + depth``, for the sliding-window check) and an empty list that collects one
+    entry per layer that ran the function. ``windowed_masks``: the forward's ``attention_mask`` gives
+    every sliding-window layer its dense windowed tree mask (a per-layer-type mapping), which those
+    layers use when their window binds in this step; without it such a layer raises.
     """
     mask = add_root(ancestor_mask) if add_root_node else ancestor_mask
     lens = torch.as_tensor(prefix_lens, dtype=torch.int32, device=mask.device)
     rows = int(total_rows) if total_rows is not None else int(lens.max()) + mask.shape[1] if lens.numel() else 0
     _ta.validate_tree_mask(mask, lens, rows)
-    return {TREE_MASK_KWARG: mask, PREFIX_LENS_KWARG: lens}
+    n = mask.shape[1]
+    depth = unpack_mask(mask, n).sum(-1) - 1 if n else mask.new_zeros((mask.shape[0], 0))  # row = ancestors + self
+    top = int((lens.long().unsqueeze(1) + depth).max()) if depth.numel() else -1
+    return {TREE_MASK_KWARG: mask, PREFIX_LENS_KWARG: lens, MAX_POSITION_KWARG: top, TREE_CALLS_KWARG: [],
+            WINDOWED_MASKS_KWARG: bool(windowed_masks)}
 
 
 def register() -> str:

@@ -35,21 +35,6 @@ def default_workload_path() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "prompts_dev_sample.jsonl"
 
 
-def load_target(spec: str):
-    """``(model, tokenizer, name)`` for ``"default"`` (embedded SmolLM2) or a HF checkpoint path."""
-    if spec == "default":
-        from ..models import DEFAULT_NAME, load_default
-
-        model, tok = load_default()
-        return model, tok, DEFAULT_NAME
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not Path(spec).exists():
-        raise ValueError(f"target {spec!r} is neither 'default' nor an existing model directory")
-    model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True).eval()
-    return model, AutoTokenizer.from_pretrained(spec, local_files_only=True), Path(spec).name
-
-
 def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
     """A fresh proposer from a spec string (see the module docstring); ``allow_mismatch`` lets
     trained artifacts bound to another checkpoint load (with a warning)."""

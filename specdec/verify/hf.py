@@ -6,21 +6,25 @@ All requests of a batch share one ``DynamicCache`` whose tensors are ``[B, Hkv, 
 ``b`` owns the *right-padded* rows ``[0, lengths[b])``; rows ``[lengths[b], S)`` are holes left by
 requests that accepted fewer tokens than the longest one, and the attention mask hides them. This
 keeps every request's positions natural (``position = row``), needs no left padding and no
-per-request caches, and makes compaction a single gather over the cache's *tail* (rows from
-``min(lengths)`` on), so its cost does not grow with the prefix.
+per-request caches, and makes compaction a move of the accepted rows only.
 
-One verify step for request ``b`` feeds ``1 + N`` tokens: the *pending* token (the last emitted
+One verify step for request ``b`` feeds ``T = 1 + N`` tokens: the *pending* token (the last emitted
 token, whose K/V is not cached yet) at position ``lengths[b]``, then the tree nodes, node ``i`` at
-position ``lengths[b] + 1 + depth[i] - 1``. The forward appends ``1 + N`` rows at ``[S, S + 1 + N)``.
-Row 0 of the output is the target distribution after the committed prefix (the tree's root), row
-``1 + i`` the distribution after node ``i``. After acceptance of node path ``p`` the pending row and
-the rows of ``p`` move to ``[lengths[b], lengths[b] + 1 + len(p))`` and the cache is cropped to the
-longest request; the next step's pending token is the bonus/recovery token.
+position ``lengths[b] + depth[i]``. The forward writes request ``b``'s ``T`` new rows right after
+its own prefix, at ``[lengths[b], lengths[b] + T)`` (:mod:`specdec.verify.cache`), so they directly
+follow the prefix in every request, holes or not. Row 0 of the output is the target distribution
+after the committed prefix (the tree's root), row ``1 + i`` the distribution after node ``i``.
+After acceptance of node path ``p`` the rows of ``p`` move up behind the pending row and the cache
+is cut to the longest request; the next step's pending token is the bonus/recovery token.
 
-The mask is a 4-D additive float mask ``[B, 1, 1 + N, S + 1 + N]`` handed to the model as a
-prepared mask (transformers uses a 4-D mask as-is), so the model code is not forked. When no row
-needs it (no holes and every tree a chain of one common length) no mask is passed and the model
-uses its own causal path: plain decoding then runs the same kernels as ``model.generate``.
+The mask is a 4-D additive float mask ``[B, 1, T, S + T]`` (or one per layer type, for models whose
+layers differ in their sliding window) handed to the model as a prepared mask (transformers uses a
+4-D mask as-is), so the model code is not forked (:mod:`specdec.verify.masks`). When no row needs
+it (no holes and every tree a chain of one common length) no mask is passed and the model uses its
+own causal path: plain decoding then runs the same kernels as ``model.generate``. In tree-op mode
+the op reads each request's prefix length directly, so ragged steps with a draft need no mask.
+
+What a model must offer is checked by feature, not by name (:mod:`specdec.verify.features`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from typing import Sequence
 import torch
 
 from ..checks import as_token_list
-from ..tree import DraftTree, unpack_mask
-from ..tree import pack_trees
 from ..ops.skinny_linear import lm_head_logits
+from ..tree import DraftTree, pack_trees
+from . import cache as kv
+from .features import inspect_model, tree_op_refusal
+from .masks import (key_positions, model_masks, prefill_visibility, step_positions, step_visibility,
+                    window_binds)
 from .patch import ForwardPatch
-
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
 
 
 @dataclass
@@ -87,21 +92,26 @@ class HFTarget:
     """Adapter running a transformers ``*ForCausalLM`` as a speculative-decoding target.
 
     Args:
-        model: a Llama-family (llama, mistral, qwen2, qwen3) or GPT-2 causal LM, in eval mode.
+        model: a decoder-only causal LM in eval mode whose attention takes a prepared 4-D mask and
+            explicit ``position_ids`` over a ``DynamicCache`` (checked by feature:
+            :func:`specdec.verify.features.inspect_model`; the architecture matrix is in
+            ``docs/engine.md``).
         attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
             SDPA model runs grouped SDPA during specdec's forwards, which skips transformers' copy
             of grouped K/V heads) or ``"tree_op"`` (the specdec tree-attention op through
-            transformers' attention registry; steps without holes in the cache use it, ragged
-            steps fall back to the 4-D mask). Both go through :mod:`specdec.verify.patch`, which
-            changes the model only while specdec's own forwards run.
+            transformers' attention registry, ragged batches included; a sliding-window layer
+            whose window hides a key in a step gets its dense windowed mask for that step). Both
+            go through :mod:`specdec.verify.patch`, which changes the model only while specdec's
+            own forwards run.
         skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
             :func:`specdec.ops.skinny_linear` during specdec's forwards (default True). False keeps
             the model's own ``F.linear`` calls.
 
     Raises:
-        ValueError: for a model type the adapter has not been verified on, sliding-window
-            attention (its cache layers drop rows, which breaks compaction), or a
-            ``torch.compile``'d model.
+        ValueError: naming the missing feature (see :mod:`specdec.verify.features`), a
+            ``torch.compile``'d model, ``attention="tree_op"`` for a model the op cannot run exactly
+            (no attention-registry support, attention soft-capping), or an LM head whose logits the
+            adapter does not reproduce.
 
     One HFTarget serves one thread at a time (its forwards raise ``RuntimeError`` when another
     thread is inside one); several HFTargets over one shared model may run in parallel threads.
@@ -109,29 +119,23 @@ class HFTarget:
 
     def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True):
         _refuse_compiled(model)
-        config = getattr(model, "config", None)
-        model_type = getattr(config, "model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"HFTarget supports model types {SUPPORTED_MODEL_TYPES}, got {model_type!r} "
-                f"({type(model).__name__}); other architectures are not verified for tree masks"
-            )
-        if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-            raise ValueError(
-                f"HFTarget does not support sliding-window attention (config.sliding_window="
-                f"{config.sliding_window}): its cache layers drop rows, which breaks KV compaction"
-            )
         if attention not in ("mask", "tree_op"):
             raise ValueError(f"attention must be 'mask' or 'tree_op', got {attention!r}")
+        self.features = inspect_model(model)
+        if attention == "tree_op":
+            reason = tree_op_refusal(model, self.features)
+            if reason:
+                raise ValueError(f"attention='tree_op': {reason}; use attention='mask'")
         self.model = model.eval()
-        self.config = config
+        self.config = model.config
         self.attention = attention
         self.base = getattr(model, model.base_model_prefix)
         self.lm_head = model.get_output_embeddings()
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.skinny_linear = bool(skinny_linear)
         self._patch = ForwardPatch(self.model, linears=self.base if self.skinny_linear else None,
-                                   tree_attention=attention == "tree_op")
+                                   attention=self.features.attention_backend, tree_attention=attention == "tree_op")
+        self._check_head()
 
     @property
     def device(self) -> torch.device:
@@ -141,32 +145,83 @@ class HFTarget:
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
 
+    @property
+    def max_positions(self) -> int | None:
+        """The model's number of positions (``config.max_position_embeddings``), None when unlimited."""
+        return self.features.max_positions
+
     # ------------------------------------------------------------------ forward helpers
-    def _forward(self, input_ids, position_ids, mask, cache, rows=None, extra=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, input_ids, position_ids, mask, cache, rows=None, extra=None,
+                 starts=None) -> tuple[torch.Tensor, torch.Tensor]:
         """One base-model forward; returns (float32 logits, hidden ``[B, T, H]``).
 
         Logits are ``[B, T, V]``, or ``[B, V]`` at positions ``rows`` (``LongTensor[B]``) when given:
         prefill needs only the last position, and the LM head over a long prompt is expensive.
+        ``starts``: the row at which each request's new K/V rows are written (None: appended). A
+        forward that raises leaves the cache as it found it.
         """
-        with self._patch:
-            out = self.base(
-                input_ids=input_ids,
-                position_ids=position_ids,
-                attention_mask=mask,
-                cache=cache,
-                use_cache=True,
-                **(extra or {}),
-            )
+        before = cache.rows
+        cache.write_at(starts, input_ids.shape[1], self.device)
+        try:
+            with self._patch:
+                out = self.base(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache,
+                                use_cache=True, **(extra or {}))
+            self._check_tree_calls(extra)
+        except BaseException:
+            kv.truncate(cache, before)
+            raise
+        finally:
+            cache.done()
         hidden = out.last_hidden_state
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
             return self._logits(picked), hidden
         return self._logits(hidden), hidden
 
+    def _check_tree_calls(self, extra) -> None:
+        """In tree-op mode every attention layer must have run specdec's attention function: a layer
+        that bypassed it would have attended causally over the tree, silently wrong."""
+        from ..ops.hf_attention import TREE_CALLS_KWARG
+
+        calls = (extra or {}).get(TREE_CALLS_KWARG)
+        if calls is not None and len(calls) != self.features.num_layers:
+            raise RuntimeError(f"tree attention ran in {len(calls)} of {self.features.num_layers} layers of "
+                               f"{type(self.model).__name__}: its attention bypasses transformers' registry; "
+                               "use attention='mask'")
+
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.skinny_linear:
-            return lm_head_logits(self.lm_head, hidden).float()
-        return self.lm_head(hidden).float()
+        """float32 logits ``[..., V]`` of final hidden states, with the head's own logit transform."""
+        logits = (lm_head_logits(self.lm_head, hidden) if self.skinny_linear else self.lm_head(hidden)).float()
+        if self.features.logit_scale != 1.0:
+            logits = logits * self.features.logit_scale
+        cap = self.features.final_softcap
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    @torch.inference_mode()
+    def _check_head(self) -> None:
+        """Refuse a model whose own forward computes logits other than ``head(base(x))``: a logit
+        transform specdec does not know would change every verified distribution. One one-token
+        forward of the model, no cache; a hook (removed at once) keeps the base model's output, or
+        the base model runs once more when the causal LM bypasses its forward."""
+        seen = []
+        hook = self.base.register_forward_hook(lambda module, args, out: seen.append(out.last_hidden_state))
+        try:
+            pad = getattr(self.config, "pad_token_id", None)  # a padding embedding may be all zeros
+            token = next(t for t in range(3) if t != pad) % self.vocab_size
+            own = self.model(input_ids=torch.full((1, 1), token, device=self.device),
+                             use_cache=False).logits[0, -1].float()
+        finally:
+            hook.remove()
+        if not seen:  # the causal LM calls a submodule of the base model directly (OPT: model.decoder)
+            seen.append(self.base(input_ids=torch.full((1, 1), token, device=self.device),
+                                  use_cache=False).last_hidden_state)
+        ours = self._logits(seen[-1][:, -1])[0]
+        tol = max(1e-4, 8 * torch.finfo(self.dtype).eps) * (1.0 + float(own.abs().max()))
+        diff = float((own - ours).abs().max())
+        if not diff <= tol:
+            raise ValueError(f"{type(self.model).__name__}'s own forward gives other logits than its LM head over the "
+                             f"base model's hidden states (max difference {diff:.3g} > {tol:.3g}): its head applies "
+                             "a transform HFTarget does not reproduce (known: soft-capping, logit scaling)")
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         """bool ``[B, T, K]`` -> additive float mask ``[B, 1, T, K]`` in the model's dtype."""
@@ -175,9 +230,43 @@ class HFTarget:
         return mask.unsqueeze(1)
 
     def new_cache(self):
-        from transformers import DynamicCache
+        """An empty cache of the layout this adapter needs (every layer keeps all rows)."""
+        return kv.new_cache()
 
-        return DynamicCache(config=self.config)
+    # ------------------------------------------------------------------ positions
+    def positions_left(self, state: "BatchState") -> list[int] | None:
+        """Per request, how deep a tree may reach this step (the pending token takes position
+        ``lengths[b]``, a node at depth ``d`` position ``lengths[b] + d``), or None without a limit."""
+        if self.max_positions is None:
+            return None
+        return [self.max_positions - 1 - L for L in state.lengths]
+
+    def fit_positions(self, state: "BatchState", trees: Sequence[DraftTree]) -> list[DraftTree]:
+        """``trees`` cut to the depth each request's remaining positions allow (:meth:`DraftTree.cut`):
+        a draft never reaches past the model's last position."""
+        left = self.positions_left(state)
+        return list(trees) if left is None else [t.cut(max(d, 0)) for t, d in zip(trees, left)]
+
+    def check_room(self, prompt_lens: Sequence[int], max_new_tokens: int) -> None:
+        """Refuse, before any model work, a request whose prompt plus ``max_new_tokens`` needs more
+        positions than the model has (the last emitted token is never fed, so a request needs
+        ``len(prompt) + max_new_tokens - 1`` positions)."""
+        if self.max_positions is None:
+            return
+        for i, n in enumerate(prompt_lens):
+            need = n + max_new_tokens - 1
+            if need > self.max_positions:
+                fits = self.max_positions + 1 - n
+                raise ValueError(
+                    f"prompt {i} has {n} tokens; with max_new_tokens={max_new_tokens} it needs {need} positions, but "
+                    f"{type(self.model).__name__} has {self.max_positions} (config.max_position_embeddings): "
+                    + (f"use max_new_tokens <= {fits}" if fits >= 1 else "shorten the prompt"))
+
+    def _check_prompt_positions(self, lens: list[int]) -> None:
+        if self.max_positions is not None and max(lens) > self.max_positions:
+            b = lens.index(max(lens))
+            raise ValueError(f"prompt {b} has {lens[b]} tokens, more than the {self.max_positions} positions of "
+                             f"{type(self.model).__name__} (config.max_position_embeddings)")
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
@@ -197,18 +286,13 @@ class HFTarget:
         for p in prompts:
             if min(p) < 0 or max(p) >= self.vocab_size:
                 raise ValueError(f"prompt token ids must lie in [0, {self.vocab_size}), got range [{min(p)}, {max(p)}]")
+        self._check_prompt_positions(lens)
         B, T = len(prompts), max(lens)
         ids = torch.zeros(B, T, dtype=torch.long)
         for b, p in enumerate(prompts):
             ids[b, : lens[b]] = torch.as_tensor(list(p), dtype=torch.long)
-        pos = torch.arange(T).unsqueeze(0).expand(B, T)
-        mask = None
-        if len(set(lens)) > 1:
-            causal = torch.ones(T, T, dtype=torch.bool).tril()
-            valid = torch.arange(T).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)  # [B, T] keys
-            allowed = causal.unsqueeze(0) & valid.unsqueeze(1)
-            allowed |= torch.eye(T, dtype=torch.bool).unsqueeze(0)  # padded rows: keep softmax finite
-            mask = self._additive(allowed)
+        allowed, pos = prefill_visibility(lens)
+        mask = model_masks(self.features, allowed, pos, pos, self._additive) if len(set(lens)) > 1 else None
         cache = self.new_cache()
         last = torch.tensor([n - 1 for n in lens], device=self.device)
         logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, cache, rows=last)
@@ -217,39 +301,48 @@ class HFTarget:
 
     # ------------------------------------------------------------------ verify
     def _tree_inputs(self, state: BatchState, trees: Sequence[DraftTree]):
-        """Token ids, position ids ``[B, 1 + N]``, mask (or None) and extra forward kwargs (tree-op
-        mode without holes: the packed ancestor mask with the pending token as root)."""
+        """Token ids and position ids ``[B, 1 + N]``, the mask argument (None, a 4-D mask or one per
+        layer type) and extra forward kwargs (tree-op mode: the packed ancestor mask with the pending
+        token as root, and each request's prefix length)."""
         batch = pack_trees(trees, device="cpu")  # index bookkeeping on the host; moved once below
         B, N, S = len(trees), batch.max_nodes, state.cache_len
         lengths = torch.tensor(state.lengths, dtype=torch.long)
-        pending = torch.tensor(state.pending, dtype=torch.long)
-        ids = torch.cat([pending.unsqueeze(1), batch.tokens], dim=1)
-        pos = lengths.unsqueeze(1) + torch.cat([torch.zeros(B, 1, dtype=torch.long), 1 + batch.position_offsets], 1)
-        sizes = set(batch.sizes.tolist())
+        ids = torch.cat([torch.tensor(state.pending, dtype=torch.long).unsqueeze(1), batch.tokens], dim=1)
+        pos = step_positions(lengths, batch)
+        self._check_step_positions(pos)
         no_holes = all(L == S for L in state.lengths)
-        if no_holes and len(sizes) == 1 and all(t.is_chain for t in trees):
+        if no_holes and len(set(batch.sizes.tolist())) == 1 and all(t.is_chain for t in trees):
             return ids, pos, None, None
-        if no_holes and self.attention == "tree_op":
+        binds = window_binds(self.features, pos)
+        # A step without drafted nodes (plain decoding of a ragged batch) has no tree to attend: one
+        # query row per request runs faster through SDPA with the dense mask (measured in docs/engine.md).
+        if self.attention == "tree_op" and N and (not binds or self.features.mixed):
             from ..ops.hf_attention import tree_kwargs
 
             extra = tree_kwargs(batch.ancestor_mask.to(self.device), state.lengths, add_root_node=True,
-                                total_rows=S + 1 + N)
-            return ids, pos, None, extra
-        prefix = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # [B, S]
-        anc = unpack_mask(batch.ancestor_mask, N) if N else torch.zeros(B, 0, 0, dtype=torch.bool)
-        anc = anc | (torch.eye(N, dtype=torch.bool).unsqueeze(0) & ~batch.valid.unsqueeze(2))  # padding: self
-        new = torch.zeros(B, 1 + N, 1 + N, dtype=torch.bool)
-        new[:, :, 0] = True  # every row sees the pending token
-        new[:, 1:, 1:] = anc
-        allowed = torch.cat([prefix.unsqueeze(1).expand(B, 1 + N, S), new], dim=2)
-        return ids, pos, self._additive(allowed), None
+                                total_rows=S + 1 + N, windowed_masks=binds)
+            mask = None
+            if binds:  # the sliding layers get their windowed masks, the full layers the op
+                allowed = step_visibility(lengths, S, batch)
+                mask = model_masks(self.features, allowed, pos, key_positions(lengths, S, pos), self._additive,
+                                   full_layers=False)
+            return ids, pos, mask, extra
+        allowed = step_visibility(lengths, S, batch)
+        return ids, pos, model_masks(self.features, allowed, pos, key_positions(lengths, S, pos), self._additive), None
+
+    def _check_step_positions(self, pos: torch.Tensor) -> None:
+        if self.max_positions is not None and pos.numel() and int(pos.max()) >= self.max_positions:
+            b = int((pos >= self.max_positions).any(dim=1).nonzero()[0])
+            raise ValueError(f"request {b}'s tree reaches position {int(pos[b].max())}, past the last position "
+                             f"({self.max_positions - 1}) of {type(self.model).__name__}: cut it first "
+                             "(HFTarget.fit_positions)")
 
     @torch.inference_mode()
     def verify(self, state: BatchState, trees: Sequence[DraftTree]) -> VerifyOutput:
         """One forward over the pending token and every node of every tree.
 
-        ``trees[b]`` belongs to request ``b`` of ``state``. The forward appends ``1 + N`` K/V rows per
-        request; call :meth:`accept` next to keep the accepted ones.
+        ``trees[b]`` belongs to request ``b`` of ``state``. The forward writes ``1 + N`` K/V rows per
+        request right after its committed rows; call :meth:`accept` next to keep the accepted ones.
         """
         if len(trees) != state.batch_size:
             raise ValueError(f"verify got {len(trees)} trees for a batch of {state.batch_size} requests")
@@ -261,7 +354,8 @@ class HFTarget:
         if ids.numel() and int(ids.max()) >= self.vocab_size:  # one check for every tree and pending token
             b = int((ids >= self.vocab_size).any(dim=1).nonzero()[0])
             raise ValueError(f"tree {b} has token id {int(ids[b].max())} >= vocab_size {self.vocab_size}")
-        logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra)
+        logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra,
+                                       starts=state.lengths)
         state.verified = (ids.shape[1] - 1, tuple(t.parents.tolist() for t in trees))
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
 
@@ -325,21 +419,17 @@ class HFTarget:
         state.verified = None
         new_lengths = [L + 1 + len(p) for L, p in zip(state.lengths, paths)]
         new_total = max(new_lengths)
-        # Only the kept rows move: request b's pending row (S) and path rows (S + 1 + node) go to
-        # [L_b, L_b + 1 + len(p)). Rows of other requests and the prefix stay where they are, so the
-        # cost is proportional to the accepted tokens, not to the cache's ragged tail.
+        # Only the kept rows move: request b's path rows (L_b + 1 + node) go to L_b + 1 + i, right behind
+        # its pending row (L_b, already in place). Nothing else moves, so the cost is proportional to the
+        # accepted tokens, not to the prefix or the holes.
         req, dst, src = [], [], []
         for b, (L, p) in enumerate(zip(state.lengths, paths)):
-            for i, row in enumerate([S] + [S + 1 + node for node in p]):
-                if L + i != row:
-                    req.append(b), dst.append(L + i), src.append(row)
+            for i, node in enumerate(p):
+                if node != i:
+                    req.append(b), dst.append(L + 1 + i), src.append(L + 1 + node)
         if req:
-            b_idx, d_idx, s_idx = (torch.tensor(v, device=self.device) for v in (req, dst, src))
-            for layer in state.cache.layers:
-                for name in ("keys", "values"):
-                    t = getattr(layer, name)
-                    t[b_idx, :, d_idx] = t[b_idx, :, s_idx]
-        _truncate(state.cache, new_total)
+            kv.move_rows(state.cache, *(torch.tensor(v, device=self.device) for v in (req, dst, src)))
+        kv.truncate(state.cache, new_total)
         state.lengths = new_lengths
         state.pending = next_tokens
 
@@ -348,7 +438,7 @@ class HFTarget:
         deprecated, as in :meth:`accept`)."""
         num_nodes, _ = self._verified(state, num_nodes, "discard")
         state.verified = None
-        _truncate(state.cache, state.cache_len - 1 - num_nodes)
+        kv.truncate(state.cache, state.cache_len - 1 - num_nodes)
 
     def set_pending(self, state: BatchState, tokens: Sequence[int]) -> None:
         """Set the pending token of each request (after prefill, the first emitted token)."""
@@ -364,13 +454,10 @@ class HFTarget:
             raise ValueError("select needs at least one row to keep")
         if state.verified is not None:
             raise ValueError("select: a verify step's rows await accept() or discard()")
-        index = torch.tensor(rows, device=self.device)
-        for layer in state.cache.layers:
-            layer.keys = layer.keys.index_select(0, index)
-            layer.values = layer.values.index_select(0, index)
+        kv.select(state.cache, torch.tensor(rows, device=self.device))
         state.lengths = [state.lengths[r] for r in rows]
         state.pending = [state.pending[r] for r in rows]
-        _truncate(state.cache, max(state.lengths))
+        kv.truncate(state.cache, max(state.lengths))
 
 
 def _refuse_compiled(model) -> None:
@@ -384,12 +471,3 @@ def _refuse_compiled(model) -> None:
     if compiled:
         raise ValueError(f"HFTarget does not take torch.compile'd models ({compiled[0]} is compiled): pass the "
                          "uncompiled model (a compiled module keeps it as ._orig_mod)")
-
-
-def _truncate(cache, length: int) -> None:
-    """Keep the first ``length`` rows of every layer (sliced directly: ``DynamicCache.crop``'s
-    argument changed meaning across transformers 5.x releases)."""
-    for layer in cache.layers:
-        if layer.keys.shape[-2] > length:
-            layer.keys = layer.keys[:, :, :length]
-            layer.values = layer.values[:, :, :length]
