@@ -88,7 +88,10 @@ py::tuple transitions(const SuffixAutomaton& sam, int32_t state) {
 
 namespace specdec {
 
+void bind_rows(py::module_& m);  // csrc/suffix/bind_rows.cpp
+
 void bind_suffix(py::module_& m) {
+  bind_rows(m);
   py::class_<SuffixAutomaton>(m, "SuffixAutomaton",
                               "Online suffix automaton over int32 token ids with exact occurrence counts.\n\n"
                               "Token arrays: 1-D contiguous int32 numpy arrays or CPU torch tensors (read in place).\n"
