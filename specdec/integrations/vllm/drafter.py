@@ -123,6 +123,11 @@ class SuffixDrafter:
         self.gating.observe(step.drafted, step.accepted)
         return step.chains
 
+    def load_model(self, target_model) -> None:
+        """Called by vLLM's CPU runner for every drafter (vllm/v1/worker/cpu_model_runner.py, unguarded;
+        the GPU runner calls it only if present): lookup drafting loads no weights."""
+        del target_model
+
     @property
     def tracked_requests(self) -> int:
         """Requests the drafter keeps (in the batch, or parked until they return or are ended)."""
