@@ -66,7 +66,13 @@ def make_proposer(traffic: Traffic, global_tokens: int) -> SuffixProposer:
     return prop
 
 
+ARCTIC_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".arctic", "site")
+
+
 def arctic_cache():
+    """ArcticInference's SuffixDecodingCache from .arctic/site (scripts/build_arctic_suffix.sh) or the environment."""
+    if os.path.isdir(ARCTIC_SITE) and ARCTIC_SITE not in sys.path:
+        sys.path.insert(0, ARCTIC_SITE)
     try:
         from arctic_inference.suffix_decoding import SuffixDecodingCache
     except ImportError as exc:
@@ -85,7 +91,9 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0)
     cache_cls, why = arctic_cache()
     arctic = None
     if cache_cls is not None:
-        arctic = cache_cls(max_tree_depth=24, max_cached_requests=100000)
+        # vLLM's method="suffix" defaults (config/speculative.py): depth 24, 10000 cached requests,
+        # spec factor 1.0, min token prob 0.1; its proposer matches the last max_tree_depth tokens.
+        arctic = cache_cls(max_tree_depth=24, max_cached_requests=10000)
         rows_arctic = Rows(Traffic(seed + 1), batch, context, steps)
         for i, doc in enumerate(make_docs(Traffic(seed), global_tokens)):
             arctic.start_request(f"g{i}", doc[:1])
@@ -111,7 +119,7 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0)
             if rows.sampled[r]:
                 arctic.add_active_response(f"r{r}", rows.sampled[r])
             n = int(rows.n[r])
-            draft = arctic.speculate(f"r{r}", rows.tokens[r, max(0, n - 64):n], max_spec_tokens=K,
+            draft = arctic.speculate(f"r{r}", rows.tokens[r, max(0, n - 24):n], max_spec_tokens=K,
                                      max_spec_factor=1.0, min_token_prob=0.1)
             out.append(list(draft.token_ids))
         return out

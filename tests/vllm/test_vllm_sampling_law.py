@@ -9,6 +9,9 @@ G-tested against it (specdec.conformance.g_test). Three arms, each a fresh engin
 * the suffix drafter with vLLM's own broken CPU kernel put back (vLLM issue 55005): must fail.
 
 The last arm is the test's power: the conformance suite catches a real bug in vLLM's sampler.
+It runs at temperature only: with top-k as well, vLLM's broken kernel leaves the int32 top-k
+buffer uninitialised and the engine crashes in ``apply_top_k_top_p`` (``index ... is out of
+bounds``) instead of emitting biased tokens; the fixed arms run both settings.
 """
 
 import numpy as np
@@ -20,7 +23,8 @@ from engines import engine, spec_config, tiny_llama
 VOCAB = 16
 PROMPT = list(range(2, VOCAB)) * 2  # every token has a continuation in the prompt: the drafter always drafts
 TRIALS = 3000
-LAW = dict(temperature=0.8, top_k=10, top_p=0.95)
+FULL = dict(temperature=0.8, top_k=10, top_p=0.95)
+TEMPERATURE = dict(temperature=0.8)
 ALPHA = 1e-4
 
 
@@ -29,19 +33,19 @@ def model(tmp_path_factory):
     return tiny_llama(tmp_path_factory.mktemp("law") / "llama", vocab=VOCAB, scale=4.0, seed=7)
 
 
-def exact_law(path) -> torch.Tensor:
+def exact_law(path, law: dict) -> torch.Tensor:
     """P(t1, t2, t3) [V, V, V] of sampling the processed target token by token."""
     from transformers import LlamaForCausalLM
 
     from specdec import SamplingParams
 
     m = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    sp = SamplingParams(**LAW)
+    sp = SamplingParams(**law)
 
     def dist(ctx_batch):
         with torch.no_grad():
             logits = m(torch.tensor(ctx_batch)).logits[:, -1].double()
-        return torch.softmax(sp.process(logits), -1)
+        return sp.process(logits)  # probabilities [rows, V]
 
     p1 = dist([PROMPT])[0]
     p2 = dist([PROMPT + [a] for a in range(VOCAB)])
@@ -49,10 +53,10 @@ def exact_law(path) -> torch.Tensor:
     return p1[:, None, None] * p2[:, :, None] * p3
 
 
-def emitted(llm) -> np.ndarray:
+def emitted(llm, law: dict) -> np.ndarray:
     from vllm import SamplingParams
 
-    params = [SamplingParams(max_tokens=3, ignore_eos=True, detokenize=False, seed=i, **LAW) for i in range(TRIALS)]
+    params = [SamplingParams(max_tokens=3, ignore_eos=True, detokenize=False, seed=i, **law) for i in range(TRIALS)]
     outs = llm.generate([{"prompt_token_ids": PROMPT}] * TRIALS, params, use_tqdm=False)
     return np.array([list(o.outputs[0].token_ids) for o in outs])
 
@@ -84,19 +88,22 @@ def _break_cpu_expand():
 def test_sampled_law_control_and_with_fix_pass_without_fix_fails(model):
     from specdec.integrations.vllm import cpu_sampling
 
-    law = exact_law(model)
+    full, temp = exact_law(model, FULL), exact_law(model, TEMPERATURE)
     with engine(model, speculative=None, max_num_seqs=64, max_model_len=64) as llm:
-        control = law_p_values(emitted(llm), law)
+        control = law_p_values(emitted(llm, FULL), full)
     with engine(model, speculative=spec_config(3), max_num_seqs=64, max_model_len=64) as llm:
         assert cpu_sampling.affected() is None, "the fix was not installed on an affected vLLM"
-        fixed = law_p_values(emitted(llm), law)
+        fixed_full = law_p_values(emitted(llm, FULL), full)
+        fixed_temp = law_p_values(emitted(llm, TEMPERATURE), temp)
         accepted = sum(m.value for m in llm.get_metrics() if m.name == "vllm:spec_decode_num_accepted_tokens")
         _break_cpu_expand()
         assert cpu_sampling.affected() is not None, "this vLLM does not carry issue 55005: the pair cannot run"
-        broken = law_p_values(emitted(llm), law)
+        broken = law_p_values(emitted(llm, TEMPERATURE), temp)
+    print(f"law test p-values (first 2, first 3 tokens): control {control}, fixed {fixed_full} / {fixed_temp}, "
+          f"vLLM's CPU kernel {broken}; accepted drafts {accepted:.0f}")
     assert min(control) > ALPHA, f"control (no speculation) failed the law test: p = {control}"
-    assert accepted > 0.1 * TRIALS, "too few drafts were accepted to test the rejection path"
-    assert min(fixed) > ALPHA, f"with specdec's fix the law test failed: p = {fixed}"
+    assert accepted > 0.05 * TRIALS, "too few drafts were accepted to test the rejection path"
+    assert min(fixed_full + fixed_temp) > ALPHA, f"with specdec's fix the law test failed: p = {fixed_full + fixed_temp}"
     assert min(broken) < 1e-12, f"the law test did not detect vLLM issue 55005: p = {broken}"
 
 
