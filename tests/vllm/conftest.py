@@ -13,7 +13,9 @@ import pytest
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 try:
-    import vllm  # noqa: F401
+    # `from vllm import LLM`, not `import vllm`: without vLLM installed, this very folder (tests/vllm,
+    # tests/ being on sys.path) would import as an empty namespace package named vllm.
+    from vllm import LLM  # noqa: F401
 
     VLLM_ERROR = None
 except Exception as exc:  # ImportError, or a broken install: either way no engine can run
