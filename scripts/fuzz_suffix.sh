@@ -23,7 +23,7 @@ clang++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,unde
   -o "$OUT/fuzz_suffix_rows"
 # libFuzzer exits non-zero on a crash, a sanitizer report or a failed check.
 status=0
-"$OUT/fuzz_suffix_rows" -max_total_time="$SECONDS_TO_FUZZ" -max_len=512 -print_final_stats=1 "$OUT/corpus" \
+"$OUT/fuzz_suffix_rows" -max_total_time="$SECONDS_TO_FUZZ" -max_len=2048 -print_final_stats=1 "$OUT/corpus" \
   > "$OUT/log" 2>&1 || status=$?
 grep -E "DONE|stat::number_of_executed_units|ERROR|fuzz check failed|SUMMARY|runtime error" "$OUT/log" | head -40
 if [ "$status" -eq 0 ]; then

@@ -13,8 +13,10 @@
 
 #include "suffix/row_batch.h"
 #include "suffix/row_tracker.h"
+#include "suffix/to_numpy.h"
 
 namespace py = pybind11;
+using specdec::suffix::to_numpy;
 using specdec::suffix::DraftParams;
 using specdec::suffix::RowBatchParams;
 using specdec::suffix::RowTracker;
@@ -59,13 +61,6 @@ StepArgs step_args(const py::object& tokens, const py::object& num_tokens, const
                           std::to_string(a.rows) + "), got " + std::to_string(a.tokens.shape(0)) + " and " +
                           std::to_string(a.n.shape(0)));
   }
-  return a;
-}
-
-template <class T>
-py::array_t<T> to_numpy(const std::vector<T>& v) {
-  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
-  std::copy(v.begin(), v.end(), a.mutable_data());
   return a;
 }
 

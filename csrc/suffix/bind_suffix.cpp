@@ -13,8 +13,10 @@
 
 #include "suffix/draft_tree.h"
 #include "suffix/suffix_automaton.h"
+#include "suffix/to_numpy.h"
 
 namespace py = pybind11;
+using specdec::suffix::to_numpy;
 using specdec::suffix::Draft;
 using specdec::suffix::DraftParams;
 using specdec::suffix::DraftSource;
@@ -59,13 +61,6 @@ Int32View as_int32(py::object obj, const char* what) {
                           std::to_string(info.strides[0]) + " (use np.ascontiguousarray / .contiguous())");
   }
   return Int32View{std::move(info)};
-}
-
-template <class T>
-py::array_t<T> to_numpy(const std::vector<T>& v) {
-  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
-  std::copy(v.begin(), v.end(), a.mutable_data());
-  return a;
 }
 
 py::tuple transitions(const SuffixAutomaton& sam, int32_t state) {
