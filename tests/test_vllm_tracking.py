@@ -203,3 +203,13 @@ def test_unscored_branching_tree_and_hidden_state_proposers_are_refused():
 
     with pytest.raises(ValueError, match="hidden states"):
         RowSession(NeedsHidden())
+
+
+def test_gated_drafter_refuses_to_run_without_a_gate(monkeypatch):
+    from specdec.integrations.vllm.drafter import GatedSuffixDrafter
+
+    monkeypatch.delenv("SPECDEC_VLLM_OPTIONS", raising=False)
+    with pytest.raises(ValueError, match="gate_off_above"):
+        GatedSuffixDrafter(_config())
+    monkeypatch.setenv("SPECDEC_VLLM_OPTIONS", '{"gate_off_above": 4}')
+    assert GatedSuffixDrafter(_config()).gating.gate.off_above == 4

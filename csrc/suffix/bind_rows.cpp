@@ -144,10 +144,8 @@ void bind_rows(py::module_& m) {
           [](SuffixRowBatch& b, const py::object& tokens, const py::object& num_tokens, const py::object& num_sampled,
              int32_t k, const SuffixAutomaton* global, int64_t generation) {
             StepArgs a = step_args(tokens, num_tokens, num_sampled);
-            {
-              py::gil_scoped_release nogil;
-              b.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, k, global, generation);
-            }
+            // The GIL stays held: count reads restructure the automata (not thread-safe).
+            b.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, k, global, generation);
             return py::make_tuple(to_numpy(b.offsets()), to_numpy(b.chains()), to_numpy(b.chain_probs()));
           },
           py::arg("token_ids"), py::arg("num_tokens"), py::arg("num_sampled"), py::arg("k"), py::arg("global_cache"),

@@ -139,6 +139,6 @@ class GatedSuffixDrafter(SuffixDrafter):
     separate name so a config line says which policy it runs. Without ``gate_off_above`` it refuses."""
 
     def __init__(self, vllm_config):
-        super().__init__(vllm_config)
-        if self.options.gate_off_above == float("inf"):
+        if DrafterOptions.resolve(self.OPTIONS).gate_off_above == float("inf"):
             raise ValueError("GatedSuffixDrafter needs gate_off_above in SPECDEC_VLLM_OPTIONS (e.g. '{\"gate_off_above\": 8}')")
+        super().__init__(vllm_config)
