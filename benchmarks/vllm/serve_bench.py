@@ -1,10 +1,13 @@
 """Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, five speculation policies.
 
-For each policy a fresh ``vllm serve``-equivalent server (``vllm.entrypoints.openai.api_server``)
-starts on 127.0.0.1 from specdec's converted SmolLM2 folder (made vLLM-loadable by
-``specdec.integrations.vllm.checkpoint.vllm_ready``). A bounded load generator then sends the dev
-prompts as streamed greedy completions with Poisson arrivals at each rate, one run per rate,
-requests and arrival times identical across policies (seeded). Policies:
+For each policy and each rate a fresh ``vllm serve``-equivalent server
+(``vllm.entrypoints.openai.api_server``) starts on 127.0.0.1 from specdec's converted SmolLM2
+folder (made vLLM-loadable by ``specdec.integrations.vllm.checkpoint.vllm_ready``): one run per
+load level, so no cache (vLLM's prefix cache, a suffix method's global cache of responses) carries
+the same prompts' answers from one level into the next -- with one server per policy, ArcticInference's
+global cache had memorised the previous level's answers and accepted 96% of its drafts. A bounded
+load generator sends the dev prompts as streamed greedy completions with Poisson arrivals at the
+rate, requests and arrival times identical across policies (seeded). Policies:
 
 * ``off``: no speculation;
 * ``ngram``: vLLM's ``method="ngram"`` (prompt_lookup 1..4, k tokens);
@@ -119,30 +122,28 @@ def summarize(policy: str, rate: float, results: list[dict], wall: float, spec: 
     }
 
 
-async def run_policy(policy: str, model: Path, prompts: list[dict], args, port: int, out: Path) -> list[dict]:
-    proc = start_server(model, policy, args, port, out / f"server-{policy}.log")
-    rows = []
+async def run_level(policy: str, rate: float, model: Path, prompts: list[dict], args, port: int, out: Path) -> dict:
+    """One fresh server, one load level; the warm-up uses prompts outside the measured set."""
+    proc = start_server(model, policy, args, port, out / f"server-{policy}-{rate}.log")
     try:
         await wait_ready(port, proc, args.start_timeout)
-        await drive(port, prompts[:2], rate=0.0, max_tokens=8, timeout=args.request_timeout, seed=0)  # warm-up
-        for rate in args.rates:
-            before = await scrape_spec_metrics(port)
-            t0 = time.monotonic()
-            results = await drive(port, prompts, rate=rate, max_tokens=args.max_tokens,
-                                  timeout=args.request_timeout, seed=args.seed)
-            wall = time.monotonic() - t0
-            after = await scrape_spec_metrics(port)
-            spec = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
-            row = summarize(policy, rate, results, wall, spec, args)
-            row["load_average"] = os.getloadavg()
-            rows.append(row)
-            print(f"{policy:14s} rate {rate:5.2f}/s goodput {row['goodput_rps']:.3f}/s throughput "
-                  f"{row['throughput_tok_s']:.1f} tok/s ttft p50 {row['ttft_p50']:.2f}s tpot p50 "
-                  f"{row['tpot_p50'] or 0:.3f}s acceptance {row['acceptance']} load {row['load_average'][0]:.2f}",
-                  flush=True)
+        await drive(port, args.warmup_prompts, rate=0.0, max_tokens=8, timeout=args.request_timeout, seed=0)
+        before = await scrape_spec_metrics(port)
+        t0 = time.monotonic()
+        results = await drive(port, prompts, rate=rate, max_tokens=args.max_tokens,
+                              timeout=args.request_timeout, seed=args.seed)
+        wall = time.monotonic() - t0
+        after = await scrape_spec_metrics(port)
+        spec = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+        row = summarize(policy, rate, results, wall, spec, args)
+        row["load_average"] = os.getloadavg()
+        print(f"{policy:14s} rate {rate:5.2f}/s goodput {row['goodput_rps']:.3f}/s throughput "
+              f"{row['throughput_tok_s']:.1f} tok/s ttft p50 {row['ttft_p50']:.2f}s tpot p50 "
+              f"{row['tpot_p50'] or 0:.3f}s acceptance {row['acceptance']} load {row['load_average'][0]:.2f}",
+              flush=True)
     finally:
         stop_server(proc)
-    return rows
+    return row
 
 
 def table(rows: list[dict]) -> str:
@@ -214,11 +215,15 @@ def main(argv=None):
     model = vllm_ready(cache_dir() / DEFAULT_NAME)
     tok = AutoTokenizer.from_pretrained(model)
     records = read_prompt_records(str(ROOT / "specdec" / "data" / "prompts_dev_sample.jsonl"))
-    prompts = [{"index": i, "prompt_token_ids": encode_first_turn(tok, r)} for i, r in enumerate(records)]
-    prompts = (prompts * (1 + args.requests // len(prompts)))[: args.requests]
+    prompts_all = [{"index": i, "prompt_token_ids": encode_first_turn(tok, r)} for i, r in enumerate(records)]
+    if args.requests > len(prompts_all) - 2:
+        ap.error(f"--requests must be <= {len(prompts_all) - 2} (distinct dev prompts, two kept for warm-up)")
+    prompts = prompts_all[: args.requests]
+    args.warmup_prompts = prompts_all[-2:]
     rows = []
-    for policy in policies:
-        rows += asyncio.run(run_policy(policy, model, prompts, args, args.port, args.out))
+    for rate in args.rates:  # levels outer, policies inner: the load of other processes hits each level's policies alike
+        for policy in policies:
+            rows.append(asyncio.run(run_level(policy, rate, model, prompts, args, args.port, args.out)))
     reference = {r["rate"]: r["outputs"] for r in rows if r["policy"] == "off"}
     for r in rows:
         ref = reference.get(r["rate"])
