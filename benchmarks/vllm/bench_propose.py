@@ -9,6 +9,8 @@ interleaved per step so load hits all alike:
 * ``specdec batched``: ``SuffixRowBatch.step`` -- row matching (full memcmp of every row), commits,
   global-match upkeep, best-first tree (16 nodes) and its best chain, for all rows in one C++ call;
   plus the Python around it in ``SuffixDrafter.propose`` (lengths, list conversion);
+* ``specdec batched, k=0``: the same call drafting nothing (identity + commits + match upkeep only),
+  to split the batched cost into bookkeeping and drafting;
 * ``specdec per-request``: the same proposer through ``RowSession`` (begin/commit/propose_scored per
   request from Python), what the drafter does for any other proposer;
 * ``arctic speculate``: ArcticInference's ``SuffixDecodingCache`` (vLLM's ``method="suffix"``), one
@@ -85,8 +87,10 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0)
     fast_prop = make_proposer(traffic, global_tokens)
     slow_prop = make_proposer(Traffic(seed), global_tokens)
     fast = fast_prop.row_batch(tree_budget=TREE)
+    keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=TREE)
     slow = RowSession(slow_prop, tree_budget=TREE)
     rows_fast = Rows(Traffic(seed + 1), batch, context, steps)
+    rows_keep = Rows(Traffic(seed + 1), batch, context, steps)
     rows_slow = Rows(Traffic(seed + 1), batch, context, steps)
     cache_cls, why = arctic_cache()
     arctic = None
@@ -101,13 +105,19 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0)
             arctic.stop_request(f"g{i}")
         for r in range(batch):
             arctic.start_request(f"r{r}", rows_arctic.tokens[r, :context])
-    times = {"specdec batched": [], "specdec per-request": [], "arctic speculate": []}
+    names = ("specdec batched", "specdec batched, k=0", "specdec per-request", "arctic speculate")
+    times = {name: [] for name in names}
 
     def fast_step(rows):
         sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
         offsets, flat, _ = fast.step(rows.tokens, rows.n, sampled, K)
         flat, b = flat.tolist(), offsets.tolist()
         return [flat[b[r]:b[r + 1]] for r in range(batch)]
+
+    def keep_step(rows):
+        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
+        keep.step(rows.tokens, rows.n, sampled, 0)
+        return []
 
     def slow_step(rows):
         sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
@@ -124,9 +134,10 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0)
             out.append(list(draft.token_ids))
         return out
 
-    drafted = {"specdec batched": 0, "specdec per-request": 0, "arctic speculate": 0}
+    drafted = {name: 0 for name in names}
     for step in range(steps + 1):
-        cases = [("specdec batched", fast_step, rows_fast), ("specdec per-request", slow_step, rows_slow)]
+        cases = [("specdec batched", fast_step, rows_fast), ("specdec batched, k=0", keep_step, rows_keep),
+                 ("specdec per-request", slow_step, rows_slow)]
         if arctic is not None:
             cases.append(("arctic speculate", arctic_step, rows_arctic))
         for name, fn, rows in cases:
