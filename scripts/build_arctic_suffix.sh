@@ -24,4 +24,5 @@ PYTHONPATH="$OUT/deps" cmake --build "$OUT/build" -j 2 > "$OUT/build.log"
 cp "$SRC/arctic_inference/__init__.py" "$OUT/site/arctic_inference/"
 cp "$SRC"/arctic_inference/suffix_decoding/*.py "$OUT/site/arctic_inference/suffix_decoding/"
 cp "$OUT"/build/_C*.so "$OUT/site/arctic_inference/suffix_decoding/"
-PYTHONPATH="$OUT/site" "$PY" -c "from arctic_inference.suffix_decoding import SuffixDecodingCache; print('arctic suffix decoding built:', SuffixDecodingCache)"
+PYTHONPATH="$OUT/site" "$PY" -c "from arctic_inference.suffix_decoding import SuffixDecodingCache as C; \
+print('arctic suffix decoding built:', C)"

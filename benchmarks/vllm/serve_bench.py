@@ -221,7 +221,8 @@ def main(argv=None):
     prompts = prompts_all[: args.requests]
     args.warmup_prompts = prompts_all[-2:]
     rows = []
-    for rate in args.rates:  # levels outer, policies inner: the load of other processes hits each level's policies alike
+    # Levels outer, policies inner: the load of other processes hits one level's policies alike.
+    for rate in args.rates:
         for policy in policies:
             rows.append(asyncio.run(run_level(policy, rate, model, prompts, args, args.port, args.out)))
     reference = {r["rate"]: r["outputs"] for r in rows if r["policy"] == "off"}

@@ -52,8 +52,8 @@ struct StepArgs {
 };
 
 StepArgs step_args(const py::object& tokens, const py::object& num_tokens, const py::object& num_sampled) {
-  StepArgs a{checked(tokens, 2, "token_ids"), checked(num_tokens, 1, "num_tokens"), checked(num_sampled, 1, "num_sampled"),
-             0, 0};
+  StepArgs a{checked(tokens, 2, "token_ids"), checked(num_tokens, 1, "num_tokens"),
+             checked(num_sampled, 1, "num_sampled"), 0, 0};
   a.rows = static_cast<int32_t>(a.sampled.shape(0));
   a.stride = static_cast<int64_t>(a.tokens.shape(1));
   if (a.n.shape(0) < a.rows || a.tokens.shape(0) < a.rows) {
@@ -109,7 +109,9 @@ void bind_rows(py::module_& m) {
           [](RowTracker& t, const py::object& offsets, const py::object& flat) {
             Int32Array o = checked(offsets, 1, "offsets"), f = checked(flat, 1, "drafts");
             const int32_t rows = static_cast<int32_t>(o.shape(0)) - 1;
-            if (rows < 0 || o.data()[rows] > f.shape(0)) throw py::value_error("record_drafts: offsets exceed the drafts");
+            if (rows < 0 || o.data()[rows] > f.shape(0)) {
+              throw py::value_error("record_drafts: offsets exceed the drafts");
+            }
             t.record_drafts(o.data(), f.data(), rows);
           },
           py::arg("offsets"), py::arg("drafts"), "Drafts of the last step's rows (offsets[rows + 1] into drafts).")
@@ -117,16 +119,17 @@ void bind_rows(py::module_& m) {
            "(ids int64, kinds int8 (0 continued, 1 new, 2 resumed), prompt_end, commit_begin, commit_end, drafted, "
            "accepted) per row of the last step.")
       .def("ended", [](const RowTracker& t) { return t.ended(); }, "Request ids ended during the last step.")
-      .def("request", &request_of, py::arg("id"), "(committed tokens int32, prompt_len) of a tracked or just-ended request.")
+      .def("request", &request_of, py::arg("id"),
+           "(committed tokens int32, prompt_len) of a tracked or just-ended request.")
       .def_property_readonly("tracked", &RowTracker::tracked)
       .def_property_readonly("parked", &RowTracker::parked)
       .def_property_readonly("steps", &RowTracker::steps);
 
   py::class_<SuffixRowBatch>(m, "SuffixRowBatch",
                              "Tracking + suffix drafting of a whole engine step (see csrc/suffix/row_batch.h).")
-      .def(py::init([](int64_t vocab_size, int32_t tree_budget, int32_t min_match_len, double min_prob, int32_t max_depth,
-                       double depth_factor, double count_prior, double global_count_prior, int32_t rematch_window,
-                       bool combine_longest, int32_t park_steps, int32_t max_parked) {
+      .def(py::init([](int64_t vocab_size, int32_t tree_budget, int32_t min_match_len, double min_prob,
+                       int32_t max_depth, double depth_factor, double count_prior, double global_count_prior,
+                       int32_t rematch_window, bool combine_longest, int32_t park_steps, int32_t max_parked) {
              RowBatchParams p;
              p.draft = DraftParams{tree_budget, min_match_len, min_prob, max_depth, depth_factor, count_prior};
              p.rematch_window = rematch_window;

@@ -29,7 +29,9 @@ std::vector<int32_t> best_path(const std::vector<int32_t>& parents, const std::v
 SuffixRowBatch::SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params)
     : vocab_(vocab_size), params_(params), tracker_(vocab_size, params.park_steps, params.max_parked) {
   if (params.rematch_window < 1) throw std::invalid_argument("SuffixRowBatch: rematch_window must be >= 1");
-  if (!(params.global_count_prior >= 0.0)) throw std::invalid_argument("SuffixRowBatch: global_count_prior must be >= 0");
+  if (!(params.global_count_prior >= 0.0)) {
+    throw std::invalid_argument("SuffixRowBatch: global_count_prior must be >= 0");
+  }
   build_draft({}, params.draft);  // validates the draft parameters before any step
 }
 

@@ -13,8 +13,12 @@ RowTracker::RowTracker(int64_t vocab_size, int32_t park_steps, int32_t max_parke
   if (vocab_size < 1 || vocab_size > INT32_MAX) {
     throw std::invalid_argument("RowTracker: vocab_size must be in [1, 2^31-1], got " + std::to_string(vocab_size));
   }
-  if (park_steps < 1) throw std::invalid_argument("RowTracker: park_steps must be >= 1, got " + std::to_string(park_steps));
-  if (max_parked < 0) throw std::invalid_argument("RowTracker: max_parked must be >= 0, got " + std::to_string(max_parked));
+  if (park_steps < 1) {
+    throw std::invalid_argument("RowTracker: park_steps must be >= 1, got " + std::to_string(park_steps));
+  }
+  if (max_parked < 0) {
+    throw std::invalid_argument("RowTracker: max_parked must be >= 0, got " + std::to_string(max_parked));
+  }
 }
 
 bool RowTracker::holds(const TrackedRequest& r, const int32_t* row, int32_t n) const {
@@ -28,8 +32,9 @@ bool RowTracker::holds(const TrackedRequest& r, const int32_t* row, int32_t n) c
 void RowTracker::check_ids(const int32_t* ids, int32_t count, int32_t row, int32_t offset) const {
   for (int32_t i = 0; i < count; ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_) {
-      throw std::invalid_argument("RowTracker.step: row " + std::to_string(row) + " token " + std::to_string(offset + i) +
-                                  " is " + std::to_string(ids[i]) + ", not an id in [0, " + std::to_string(vocab_) + ")");
+      throw std::invalid_argument("RowTracker.step: row " + std::to_string(row) + " token " +
+                                  std::to_string(offset + i) + " is " + std::to_string(ids[i]) + ", not an id in [0, " +
+                                  std::to_string(vocab_) + ")");
     }
   }
 }
@@ -43,8 +48,9 @@ void RowTracker::step(const int32_t* tokens, int64_t stride, const int32_t* n, c
                                   " committed tokens, expected 1.." + std::to_string(stride));
     }
     if (sampled[r] < 0 || sampled[r] >= n[r]) {
-      throw std::invalid_argument("RowTracker.step: row " + std::to_string(r) + " sampled " + std::to_string(sampled[r]) +
-                                  " tokens of its " + std::to_string(n[r]) + ", expected 0.." + std::to_string(n[r] - 1));
+      throw std::invalid_argument("RowTracker.step: row " + std::to_string(r) + " sampled " +
+                                  std::to_string(sampled[r]) + " tokens of its " + std::to_string(n[r]) +
+                                  ", expected 0.." + std::to_string(n[r] - 1));
     }
   }
   // Phase 1, no state changed: the request each row holds (-1: a new one).

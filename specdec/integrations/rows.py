@@ -93,7 +93,8 @@ class RowSession:
 
     def __init__(self, proposer, *, tree_budget: int = 16, park_steps: int = 64, max_parked: int = 1024):
         if getattr(proposer, "requires_target_hidden", False):
-            raise ValueError(f"{type(proposer).__name__} needs the target's hidden states, which batch rows do not carry")
+            raise ValueError(f"{type(proposer).__name__} needs the target's hidden states, which batch rows do "
+                             "not carry")
         if not isinstance(tree_budget, int) or tree_budget < 0:
             raise ValueError(f"tree_budget must be an int >= 0, got {tree_budget!r}")
         vocab = getattr(proposer, "vocab_size", None)

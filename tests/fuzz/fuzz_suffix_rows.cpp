@@ -159,7 +159,8 @@ void check_rows(Reader& in) {
     for (size_t i = 0; i < rows.size(); ++i) {
       for (size_t j = 0; j < static_cast<size_t>(kWidth); ++j) {  // past the committed tokens: stale garbage
         garbage = garbage * 1103515245u + 12345u;
-        tokens[i * kWidth + j] = j < rows[i].tokens.size() ? rows[i].tokens[j] : static_cast<int32_t>(garbage >> 16) % kVocab;
+        const int32_t filler = static_cast<int32_t>(garbage >> 16) % kVocab;
+        tokens[i * kWidth + j] = j < rows[i].tokens.size() ? rows[i].tokens[j] : filler;
       }
       n.push_back(static_cast<int32_t>(rows[i].tokens.size()));
       if (sampled[i] >= n[i]) sampled[i] = n[i] - 1;

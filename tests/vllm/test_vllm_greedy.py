@@ -32,7 +32,8 @@ def test_tiny_llama_greedy_identical_and_drafts_accepted(tiny):
 
 
 def test_tiny_llama_exact_under_chunked_prefill_and_preemption(tiny):
-    """A KV cache of 3-4 blocks of 128 tokens for 16 requests of ~150 tokens: vLLM preempts and recomputes; prefill is chunked."""
+    """A KV cache of 3-4 blocks of 128 tokens for 16 requests of ~150 tokens: vLLM preempts and recomputes;
+    prefill is chunked (32 tokens a step)."""
     prompts = token_prompts(16, vocab=VOCAB, seed=2)
     with engine(tiny, speculative=None) as llm:
         want = greedy(llm, prompts, 120)

@@ -140,5 +140,6 @@ class GatedSuffixDrafter(SuffixDrafter):
 
     def __init__(self, vllm_config):
         if DrafterOptions.resolve(self.OPTIONS).gate_off_above == float("inf"):
-            raise ValueError("GatedSuffixDrafter needs gate_off_above in SPECDEC_VLLM_OPTIONS (e.g. '{\"gate_off_above\": 8}')")
+            raise ValueError("GatedSuffixDrafter needs gate_off_above in SPECDEC_VLLM_OPTIONS "
+                             "(e.g. '{\"gate_off_above\": 8}')")
         super().__init__(vllm_config)

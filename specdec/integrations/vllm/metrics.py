@@ -46,7 +46,8 @@ class DrafterCollector:
             fam = CounterMetricFamily(name, doc, labels=["drafter"])
             fam.add_metric([self.label], value)
             yield fam
-        on = GaugeMetricFamily("vllm:specdec_gate_on", "1 while the load gate lets the drafter draft", labels=["drafter"])
+        on = GaugeMetricFamily("vllm:specdec_gate_on", "1 while the load gate lets the drafter draft",
+                               labels=["drafter"])
         on.add_metric([self.label], 1.0 if stats.gate_on else 0.0)
         yield on
         rate = GaugeMetricFamily("vllm:specdec_accept_rate", "The gate's moving acceptance (-1: not enough seen)",
