@@ -98,8 +98,16 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy"],
         "models": ["gguf", "accelerate", "matplotlib"],
+        # The custom_class drafter (specdec.integrations.vllm). vLLM 0.32 pins transformers<5.20 while
+        # specdec's HF verify path needs >=5.24, so pip cannot resolve both in one env: install vLLM
+        # first, then specdec with --no-deps (scripts/setup_vllm.sh; docs/vllm.md).
+        "vllm": ["vllm>=0.32,<0.34", "prometheus_client"],
     },
-    entry_points={"console_scripts": ["specdec=specdec.cli:main"]},
+    entry_points={
+        "console_scripts": ["specdec=specdec.cli:main"],
+        # Warns when the installed vLLM is outside the tested range; changes nothing in vLLM.
+        "vllm.general_plugins": ["specdec = specdec.integrations.vllm.plugin:register"],
+    },
     ext_modules=_extensions(),
     cmdclass=_cmdclass(),
     zip_safe=False,

@@ -13,8 +13,10 @@
 
 #include "suffix/draft_tree.h"
 #include "suffix/suffix_automaton.h"
+#include "suffix/to_numpy.h"
 
 namespace py = pybind11;
+using specdec::suffix::to_numpy;
 using specdec::suffix::Draft;
 using specdec::suffix::DraftParams;
 using specdec::suffix::DraftSource;
@@ -61,13 +63,6 @@ Int32View as_int32(py::object obj, const char* what) {
   return Int32View{std::move(info)};
 }
 
-template <class T>
-py::array_t<T> to_numpy(const std::vector<T>& v) {
-  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
-  std::copy(v.begin(), v.end(), a.mutable_data());
-  return a;
-}
-
 py::tuple transitions(const SuffixAutomaton& sam, int32_t state) {
   sam.check_state(state);
   std::vector<std::pair<int32_t, int32_t>> edges;
@@ -88,7 +83,10 @@ py::tuple transitions(const SuffixAutomaton& sam, int32_t state) {
 
 namespace specdec {
 
+void bind_rows(py::module_& m);  // csrc/suffix/bind_rows.cpp
+
 void bind_suffix(py::module_& m) {
+  bind_rows(m);
   py::class_<SuffixAutomaton>(m, "SuffixAutomaton",
                               "Online suffix automaton over int32 token ids with exact occurrence counts.\n\n"
                               "Token arrays: 1-D contiguous int32 numpy arrays or CPU torch tensors (read in place).\n"

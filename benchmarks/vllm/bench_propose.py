@@ -1,0 +1,210 @@
+"""Per-request cost of one vLLM drafter step: specdec's batched C++ path against per-request calls.
+
+State of the issue's measurement: every request has an 8k-token context, the global cache holds
+1M tokens of past responses (synthetic traffic of benchmarks/bench_suffix.py: shared Zipf
+phrases, vocabulary 49,152), and each step every row commits 1-4 tokens (what vLLM's rejection
+sampler emits) before the drafter is called with the whole batch. Measured, in one process and
+interleaved per step so load hits all alike:
+
+* ``specdec batched``: ``SuffixRowBatch.step`` -- row matching (full memcmp of every row), commits,
+  global-match upkeep, best-first tree (16 nodes) and its best chain, for all rows in one C++ call;
+  plus the Python around it in ``SuffixDrafter.propose`` (lengths, list conversion);
+* ``specdec batched, k=0``: the same call drafting nothing (identity + commits + match upkeep only),
+  to split the batched cost into bookkeeping and drafting;
+* ``specdec per-request``: the same proposer through ``RowSession`` (begin/commit/propose_scored per
+  request from Python), what the drafter does for any other proposer;
+* ``arctic speculate``: ArcticInference's ``SuffixDecodingCache`` (vLLM's ``method="suffix"``), one
+  ``add_active_response`` + ``speculate`` per request, when ``arctic_inference`` imports.
+
+Script: python benchmarks/vllm/bench_propose.py [--batch 32] [--context 8192] [--global-tokens 1000000]
+pytest: pytest benchmarks/vllm/bench_propose.py --benchmark-enable (smaller state, pytest-benchmark table)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bench_suffix import VOCAB, Traffic  # noqa: E402
+
+from specdec import SuffixProposer  # noqa: E402
+from specdec.integrations.rows import RowSession  # noqa: E402
+
+K = 4
+TREE = 16
+
+
+class Rows:
+    """A vLLM-like persistent batch: token matrix, committed lengths, each row's future tokens."""
+
+    def __init__(self, traffic: Traffic, batch: int, context: int, steps: int):
+        width = context + (K + 1) * steps + 1
+        self.future = [traffic.document(width) for _ in range(batch)]
+        self.tokens = np.zeros((batch, width), dtype=np.int32)
+        self.n = np.full(batch, context, dtype=np.int32)
+        for r, doc in enumerate(self.future):
+            self.tokens[r, :context] = doc[:context]
+        self.rng = np.random.default_rng(1)
+        self.sampled = [[] for _ in range(batch)]  # first call: prompts, nothing sampled
+
+    def advance(self) -> None:
+        for r, doc in enumerate(self.future):
+            m = int(self.rng.integers(1, K + 1))
+            n = int(self.n[r])
+            self.tokens[r, n : n + m] = doc[n : n + m]
+            self.n[r] = n + m
+            self.sampled[r] = doc[n : n + m].tolist()
+
+
+def make_proposer(traffic: Traffic, global_tokens: int) -> SuffixProposer:
+    prop = SuffixProposer(VOCAB, max_depth=K, use_global=True, global_cache_bytes=1 << 30)
+    prop.warm(make_docs(traffic, global_tokens))
+    return prop
+
+
+ARCTIC_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".arctic", "site")
+
+
+def arctic_cache():
+    """ArcticInference's SuffixDecodingCache from .arctic/site (scripts/build_arctic_suffix.sh) or the environment."""
+    if os.path.isdir(ARCTIC_SITE) and ARCTIC_SITE not in sys.path:
+        sys.path.insert(0, ARCTIC_SITE)
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+    except ImportError as exc:
+        return None, f"arctic_inference not importable ({exc})"
+    return SuffixDecodingCache, ""
+
+
+def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0) -> dict:
+    traffic = Traffic(seed)
+    fast_prop = make_proposer(traffic, global_tokens)
+    slow_prop = make_proposer(Traffic(seed), global_tokens)
+    fast = fast_prop.row_batch(tree_budget=TREE)
+    keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=TREE)
+    slow = RowSession(slow_prop, tree_budget=TREE)
+    rows_fast = Rows(Traffic(seed + 1), batch, context, steps)
+    rows_keep = Rows(Traffic(seed + 1), batch, context, steps)
+    rows_slow = Rows(Traffic(seed + 1), batch, context, steps)
+    cache_cls, why = arctic_cache()
+    arctic = None
+    if cache_cls is not None:
+        # vLLM's method="suffix" defaults (config/speculative.py): depth 24, 10000 cached requests,
+        # spec factor 1.0, min token prob 0.1; its proposer matches the last max_tree_depth tokens.
+        arctic = cache_cls(max_tree_depth=24, max_cached_requests=10000)
+        rows_arctic = Rows(Traffic(seed + 1), batch, context, steps)
+        for i, doc in enumerate(make_docs(Traffic(seed), global_tokens)):
+            arctic.start_request(f"g{i}", doc[:1])
+            arctic.add_active_response(f"g{i}", doc[1:].tolist())
+            arctic.stop_request(f"g{i}")
+        for r in range(batch):
+            arctic.start_request(f"r{r}", rows_arctic.tokens[r, :context])
+    names = ("specdec batched", "specdec batched, k=0", "specdec per-request", "arctic speculate")
+    times = {name: [] for name in names}
+
+    def fast_step(rows):
+        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
+        offsets, flat, _ = fast.step(rows.tokens, rows.n, sampled, K)
+        flat, b = flat.tolist(), offsets.tolist()
+        return [flat[b[r]:b[r + 1]] for r in range(batch)]
+
+    def keep_step(rows):
+        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
+        keep.step(rows.tokens, rows.n, sampled, 0)
+        return []
+
+    def slow_step(rows):
+        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
+        return slow.step(rows.tokens, rows.n, sampled, K).chains
+
+    def arctic_step(rows):
+        out = []
+        for r in range(batch):
+            if rows.sampled[r]:
+                arctic.add_active_response(f"r{r}", rows.sampled[r])
+            n = int(rows.n[r])
+            draft = arctic.speculate(f"r{r}", rows.tokens[r, max(0, n - 24):n], max_spec_tokens=K,
+                                     max_spec_factor=1.0, min_token_prob=0.1)
+            out.append(list(draft.token_ids))
+        return out
+
+    drafted = {name: 0 for name in names}
+    for step in range(steps + 1):
+        cases = [("specdec batched", fast_step, rows_fast), ("specdec batched, k=0", keep_step, rows_keep),
+                 ("specdec per-request", slow_step, rows_slow)]
+        if arctic is not None:
+            cases.append(("arctic speculate", arctic_step, rows_arctic))
+        for name, fn, rows in cases:
+            t0 = time.perf_counter_ns()
+            chains = fn(rows)
+            dt = (time.perf_counter_ns() - t0) / 1e3 / batch
+            if step > 0:  # step 0 begins every request (8k-token prompts): reported apart
+                times[name].append(dt)
+                drafted[name] += sum(len(c) for c in chains)
+            rows.advance()
+    out = {name: {"p50_us_per_request": statistics.median(v), "mean_us_per_request": statistics.fmean(v),
+                  "drafted_per_request_step": drafted[name] / (len(v) * batch)} for name, v in times.items() if v}
+    if arctic is None:
+        out["arctic speculate"] = {"skipped": why}
+    return out
+
+
+def make_docs(traffic: Traffic, global_tokens: int):
+    done = 0
+    while done < global_tokens:
+        doc = traffic.document(int(traffic.rng.integers(100, 1000)))
+        done += doc.size
+        yield doc
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=8192)
+    ap.add_argument("--global-tokens", type=int, default=1_000_000)
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args(argv)
+    for name, value in (("batch", args.batch), ("context", args.context), ("steps", args.steps)):
+        if value < 1:
+            ap.error(f"--{name} must be >= 1")
+    load = os.getloadavg()
+    res = run(args.batch, args.context, args.global_tokens, args.steps)
+    print(f"batch {args.batch}, context {args.context}, global cache {args.global_tokens} tokens, {args.steps} steps, "
+          f"k={K}, tree {TREE}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("| path | p50 us / request / step | mean | drafted tokens / request / step |")
+    print("|---|---:|---:|---:|")
+    for name, r in res.items():
+        if "skipped" in r:
+            print(f"| {name} | skipped: {r['skipped']} | | |")
+        else:
+            print(f"| {name} | {r['p50_us_per_request']:.2f} | {r['mean_us_per_request']:.2f} | "
+                  f"{r['drafted_per_request_step']:.2f} |")
+    base = res.get("arctic speculate", {})
+    if "p50_us_per_request" in base:
+        ratio = base["p50_us_per_request"] / res["specdec batched"]["p50_us_per_request"]
+        print(f"speedup over arctic speculate: {ratio:.1f}x")
+
+
+def test_batched_step(benchmark):
+    """pytest-benchmark: one batched step of 8 rows at a 1k context and a 50k-token global cache."""
+    traffic = Traffic(0)
+    prop = make_proposer(traffic, 50_000)
+    rows = Rows(Traffic(1), 8, 1024, 400)
+    batch = prop.row_batch(tree_budget=TREE)
+
+    def step():
+        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, 8)
+        batch.step(rows.tokens, rows.n, sampled, K)
+        rows.advance()
+
+    benchmark.pedantic(step, rounds=300, iterations=1, warmup_rounds=1)
+
+
+if __name__ == "__main__":
+    main()

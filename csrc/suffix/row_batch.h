@@ -1,0 +1,75 @@
+// Suffix drafting over engine batch rows in one call: request identity (RowTracker), each request's
+// automaton extended with the tokens the engine committed, the global-cache match kept current, a
+// best-first draft tree per row (build_draft) and its best root-to-leaf path as a chain of at most
+// k tokens (engines that verify chains only, e.g. vLLM V1).
+//
+// It reproduces SuffixProposer (specdec/proposers/suffix.py) request for request: the same request
+// automaton, the same global match rule (re-matched over the last rematch_window tokens when the
+// global automaton changed, advanced over committed tokens otherwise), the same "longest" or
+// "pool" choice of caches and priors, so a test can compare both paths draft for draft. What the
+// Python proposer does per call (begin/commit/propose/end), this does for a whole step in C++.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "suffix/draft_tree.h"
+#include "suffix/row_tracker.h"
+#include "suffix/suffix_automaton.h"
+
+namespace specdec::suffix {
+
+struct RowBatchParams {
+  DraftParams draft;            // budget = nodes of the tree the chain is chosen from
+  int32_t rematch_window = 1024;
+  bool combine_longest = true;  // false: pool both caches' counts
+  double global_count_prior = 0.0;
+  int32_t park_steps = 64;
+  int32_t max_parked = 1024;
+};
+
+// Best root-to-leaf path of a draft tree by summed node probability (the expected accepted tokens
+// of that chain under greedy verification), at most k nodes deep; ties go to the lower node index.
+// parents[i] < i, -1 for children of the root. Returns node indices root to leaf.
+std::vector<int32_t> best_path(const std::vector<int32_t>& parents, const std::vector<float>& probs, int32_t k);
+
+class SuffixRowBatch {
+ public:
+  // Throws std::invalid_argument for bad parameters.
+  SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params);
+
+  // One engine step (see RowTracker::step for tokens/stride/n/sampled). Rows with sampled > 0 get a
+  // chain of at most k tokens (k = 0: bookkeeping only). global: the shared automaton or null;
+  // generation changes whenever the caller replaced (rebuilt) it.
+  void step(const int32_t* tokens, int64_t stride, const int32_t* n, const int32_t* sampled, int32_t rows, int32_t k,
+            const SuffixAutomaton* global, int64_t generation);
+
+  const std::vector<int32_t>& offsets() const { return offsets_; }  // [rows + 1] into chains()
+  const std::vector<int32_t>& chains() const { return chains_; }
+  const std::vector<float>& chain_probs() const { return chain_probs_; }  // path probability per chain token
+  const RowTracker& tracker() const { return tracker_; }
+  size_t memory_bytes() const;
+
+ private:
+  struct State {
+    explicit State(int64_t vocab) : sam(vocab) {}
+    SuffixAutomaton sam;
+    int64_t g_generation = -1;
+    int32_t g_len = 0;
+    int32_t g_state = 0;
+  };
+  void commit(State& st, const int32_t* ids, size_t count, const SuffixAutomaton* global, int64_t generation);
+  void draft(State& st, const TrackedRequest& req, int32_t k, const SuffixAutomaton* global, int64_t generation);
+
+  int64_t vocab_;
+  RowBatchParams params_;
+  RowTracker tracker_;
+  std::unordered_map<int64_t, std::unique_ptr<State>> states_;
+  std::vector<int32_t> offsets_;
+  std::vector<int32_t> chains_;
+  std::vector<float> chain_probs_;
+};
+
+}  // namespace specdec::suffix

@@ -1,0 +1,7 @@
+"""specdec inside serving engines, through each engine's public extension points only.
+
+* :mod:`specdec.integrations.rows`: request identity and drafting for engines that pass batch rows
+  (a token matrix and committed lengths) instead of request ids; engine-agnostic.
+* :mod:`specdec.integrations.vllm`: a vLLM ``custom_class`` drafter with specdec's suffix proposer
+  and load gate inside (docs/vllm.md).
+"""

@@ -1,0 +1,141 @@
+"""Any specdec :class:`~specdec.Proposer` driven by engine batch rows, and the tree-to-chain rule.
+
+Engines such as vLLM hand their drafter, once per step, a token matrix ``token_ids [rows_max,
+stride]`` (int32), the committed length of each row and the tokens sampled this step, never a
+request id. :class:`RowSession` recovers request identity from that data alone
+(``specdec._C.RowTracker``, csrc/suffix/row_tracker.h: rows are matched by content, in full) and
+turns every step into the proposer's own calls: ``begin(id, prompt)`` when a request first
+appears, ``commit(id, tokens)`` with exactly the tokens the engine committed since, ``end(id)``
+once the request has been out of the batch for ``park_steps`` steps (a request back from
+preemption before that continues where it was). Drafted rows get a chain: engines that verify
+chains only get the draft tree's best root-to-leaf path by the proposer's own node scores.
+
+Order within a step (the fast suffix path, :class:`specdec.proposers.suffix.SuffixRowBatch`, keeps
+the same): begins and commits row by row, then drafts, then ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._ext import load
+from ..tree import DraftTree
+
+SAMPLED_DRAFTS_REFUSED = (
+    "the proposer drafted sampled (non-deterministic) tokens, but a chain-only engine gets no draft "
+    "distribution q with them (vLLM passes draft_probs=None for custom_class drafters and treats every "
+    "draft token as a point mass), so verifying them would bias the output; use a proposer whose drafts "
+    "are deterministic (lookup, argmax)"
+)
+
+
+def best_chain(tree: DraftTree, probs, k: int) -> list[int]:
+    """Tokens of the best root-to-leaf path of ``tree``, at most ``k`` deep.
+
+    Best = largest sum of node probabilities ``probs [n]`` along the path (under greedy
+    verification, the expected accepted tokens of that chain); ties go to the lower node index.
+    ``probs=None`` is accepted only for a chain (no choice to make); a branching tree without
+    scores raises ``ValueError``. A tree with any sampled node raises ``ValueError``
+    (:data:`SAMPLED_DRAFTS_REFUSED`).
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    n = tree.num_nodes
+    if n == 0 or k == 0:
+        return []
+    if not bool(tree.deterministic.all()):
+        raise ValueError(SAMPLED_DRAFTS_REFUSED)
+    parents = tree.parents.tolist()
+    tokens = tree.tokens.tolist()
+    if probs is None:
+        if parents != list(range(-1, n - 1)):
+            raise ValueError("a branching draft tree needs node scores (propose_scored) to choose its best path")
+        return tokens[:k]
+    scores = probs.tolist() if hasattr(probs, "tolist") else list(probs)
+    return [tokens[i] for i in load().best_path(parents, scores, int(k))]
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """What one step did: per row the chain drafted, and totals of the acceptance just observed.
+
+    ``drafted`` / ``accepted``: tokens drafted for the rows' requests when last seen, and how many of
+    them the tokens committed since confirm (the engine's own count may differ when its scheduler
+    trimmed a draft). ``new`` / ``resumed`` / ``ended``: requests first seen, back after leaving the
+    batch, and ended this step.
+    """
+
+    chains: list[list[int]]
+    drafted: int
+    accepted: int
+    new: int
+    resumed: int
+    ended: int
+
+
+def _as_rows(num_sampled) -> np.ndarray:
+    return np.ascontiguousarray(num_sampled, dtype=np.int32)
+
+
+class RowSession:
+    """Drives one specdec proposer from engine rows (see the module docstring).
+
+    Args:
+        proposer: begin/commit/end/propose(_scored); its drafts must be deterministic.
+        tree_budget: nodes requested per draft tree (the chain is chosen from it).
+        park_steps / max_parked: how long a request out of the batch is kept before it is ended.
+
+    Raises:
+        ValueError: a proposer that needs target hidden states (no engine row carries them).
+    """
+
+    def __init__(self, proposer, *, tree_budget: int = 16, park_steps: int = 64, max_parked: int = 1024):
+        if getattr(proposer, "requires_target_hidden", False):
+            raise ValueError(f"{type(proposer).__name__} needs the target's hidden states, which batch rows do "
+                             "not carry")
+        if not isinstance(tree_budget, int) or tree_budget < 0:
+            raise ValueError(f"tree_budget must be an int >= 0, got {tree_budget!r}")
+        vocab = getattr(proposer, "vocab_size", None)
+        if not isinstance(vocab, int):
+            raise ValueError(f"{type(proposer).__name__} has no int vocab_size, needed to validate row token ids")
+        self.proposer = proposer
+        self.tree_budget = tree_budget
+        self._tracker = load().RowTracker(vocab, park_steps, max_parked)
+        self._scored = callable(getattr(proposer, "propose_scored", None))
+
+    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled, k: int) -> RowStep:
+        """One engine step; rows that sampled tokens get a chain of at most ``k`` tokens (``k = 0``: none)."""
+        sampled = _as_rows(num_sampled)
+        self._tracker.step(token_ids, num_tokens, sampled)
+        ids, kinds, prompt_end, begin, end, drafted, accepted = self._tracker.events()
+        for r, rid in enumerate(ids.tolist()):
+            row = token_ids[r]
+            if kinds[r] == 1:
+                self.proposer.begin(rid, row[: prompt_end[r]].tolist())
+            if end[r] > begin[r]:
+                self.proposer.commit(rid, row[begin[r] : end[r]].tolist())
+        chains: list[list[int]] = [[] for _ in range(len(ids))]
+        want = [r for r in range(len(ids)) if sampled[r] > 0] if k > 0 else []
+        if want:
+            req_ids = [int(ids[r]) for r in want]
+            if self._scored:
+                drafts = [(d.tree, d.node_probs) for d in self.proposer.propose_scored(req_ids, self.tree_budget)]
+            else:
+                drafts = [(t, None) for t in self.proposer.propose(req_ids, self.tree_budget)]
+            for r, (tree, probs) in zip(want, drafts):
+                chains[r] = best_chain(tree, probs, k)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+        offsets[1:] = np.cumsum([len(c) for c in chains], dtype=np.int64)
+        flat = np.array([t for c in chains for t in c], dtype=np.int32)
+        self._tracker.record_drafts(offsets, flat)
+        ended = self._tracker.ended()
+        for rid in ended:
+            self.proposer.end(rid)
+        return RowStep(chains, int(drafted.sum()), int(accepted.sum()), int((kinds == 1).sum()),
+                       int((kinds == 2).sum()), len(ended))
+
+    @property
+    def tracked(self) -> int:
+        return self._tracker.tracked

@@ -1,0 +1,103 @@
+"""The drafter's options: defaults, overridden by a subclass's ``OPTIONS`` and the ``SPECDEC_VLLM_OPTIONS`` JSON.
+
+vLLM builds a ``custom_class`` drafter from its dotted path with the engine config only, so the
+drafter's own settings travel another way: an environment variable that vLLM's engine processes
+inherit (``SPECDEC_VLLM_OPTIONS='{"gate_off_above": 8}'``), or a subclass with an ``OPTIONS`` dict
+(``class MyDrafter(SuffixDrafter): OPTIONS = {...}``) named in ``speculative_config["model"]``.
+Unknown keys and wrong types are refused with the key's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Mapping
+
+ENV = "SPECDEC_VLLM_OPTIONS"
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterOptions:
+    """Settings of a specdec vLLM drafter.
+
+    Attributes:
+        proposer: ``"suffix"`` (the batched C++ path), ``"suffix-python"`` (the same proposer through
+            its Python begin/commit/propose/end, one call per request: slower, for comparison), or
+            ``"module:function"`` returning any deterministic specdec Proposer for a vocab size.
+        tree_budget: nodes of the draft tree the chain is chosen from.
+        max_depth: deepest draft node (default: num_speculative_tokens).
+        min_match_len, min_prob: the suffix proposer's drafting floors (SuffixProposer).
+        use_global: feed a global lookup cache from finished requests and draft from it. Off by
+            default: the drafter cannot see tenants, so one user's responses would speed up (and
+            so be detectable by) another's requests (docs/vllm.md, "Global cache").
+        global_cache_bytes: the global cache's byte cap (rebuilt from recent documents beyond it).
+        gate_off_above / gate_on_below: stop drafting while more requests than this are running,
+            resume at or below ``gate_on_below`` (default: the same); ``inf``: never gate on load.
+        min_accept_rate: stop drafting while recent per-token acceptance is below this (probing).
+        park_steps / max_parked: how long a request out of the batch is kept before it is ended.
+        log_every: steps between gate/acceptance log lines (0: none).
+        fix_cpu_expand: on vLLM CPU builds with the expand-kernel bug (vLLM issue 55005), register a
+            correct kernel through vLLM's kernel-override registry; False refuses to start there.
+    """
+
+    proposer: str = "suffix"
+    tree_budget: int = 16
+    max_depth: int | None = None
+    min_match_len: int = 1
+    min_prob: float = 0.05
+    use_global: bool = False
+    global_cache_bytes: int = 256 << 20
+    gate_off_above: float = math.inf
+    gate_on_below: float | None = None
+    min_accept_rate: float = 0.0
+    park_steps: int = 64
+    max_parked: int = 1024
+    log_every: int = 100
+    fix_cpu_expand: bool = True
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(str(f.type).split(" ")[0])
+            if f.name in ("max_depth", "gate_on_below") and value is None:
+                continue
+            if kind is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+                raise TypeError(f"drafter option {f.name!r} must be {f.type}, got {value!r}")
+        if self.tree_budget < 1:
+            raise ValueError(f"drafter option 'tree_budget' must be >= 1, got {self.tree_budget}")
+        if self.max_depth is not None and self.max_depth < 1:
+            raise ValueError(f"drafter option 'max_depth' must be >= 1, got {self.max_depth}")
+        if self.log_every < 0:
+            raise ValueError(f"drafter option 'log_every' must be >= 0, got {self.log_every}")
+        if self.proposer not in ("suffix", "suffix-python") and ":" not in self.proposer:
+            raise ValueError(f"drafter option 'proposer' must be 'suffix', 'suffix-python' or 'module:function', "
+                             f"got {self.proposer!r}")
+
+    @classmethod
+    def resolve(cls, overrides: Mapping | None = None, environ: Mapping[str, str] | None = None) -> "DrafterOptions":
+        """Defaults, then ``overrides`` (a subclass's OPTIONS), then the JSON in ``SPECDEC_VLLM_OPTIONS``.
+
+        Raises:
+            ValueError: the variable is not a JSON object, or names an unknown option.
+            TypeError: an option of the wrong type.
+        """
+        merged = dict(overrides or {})
+        raw = (os.environ if environ is None else environ).get(ENV, "").strip()
+        if raw:
+            try:
+                extra = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{ENV} must be a JSON object, got {raw!r}: {exc}") from None
+            if not isinstance(extra, dict):
+                raise ValueError(f"{ENV} must be a JSON object, got {type(extra).__name__}")
+            merged.update(extra)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ValueError(f"unknown drafter option(s) {unknown}; known: {sorted(known)}")
+        for key in ("gate_off_above", "gate_on_below"):
+            if merged.get(key) in ("inf", "Infinity"):
+                merged[key] = math.inf
+        return cls(**merged)

@@ -1,0 +1,215 @@
+"""Request tracking from engine rows, against a fake that replays vLLM's custom_class call contract.
+
+No vLLM needed: tests/vllm_fake.py reproduces what vLLM 0.32's runner does to its persistent batch
+(condense, swaps, reused rows, preemption and return, chunked prefill, skipped drafter calls).
+"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specdec import SuffixProposer
+from specdec.integrations.rows import RowSession
+from specdec.integrations.vllm.drafter import SuffixDrafter
+
+from vllm_fake import FakeEngine
+
+VOCAB = 50
+
+
+class Recording:
+    """A Proposer that records begin/commit/end and drafts nothing (tracking under test, not drafting)."""
+
+    requires_target_hidden = False
+    vocab_size = VOCAB
+
+    def __init__(self):
+        self.tokens: dict[int, list[int]] = {}
+        self.prompt_len: dict[int, int] = {}
+        self.ended: dict[int, list[int]] = {}
+
+    def begin(self, rid, prompt):
+        assert rid not in self.tokens and rid not in self.ended, "begun twice"
+        self.tokens[rid] = list(prompt)
+        self.prompt_len[rid] = len(prompt)
+
+    def commit(self, rid, ids):
+        assert ids, "empty commit"
+        self.tokens[rid].extend(ids)
+
+    def end(self, rid):
+        self.ended[rid] = self.tokens.pop(rid)
+
+    def propose(self, req_ids, budget):
+        from specdec import DraftTree
+        import torch
+
+        return [DraftTree.chain(torch.empty(0, dtype=torch.long)) for _ in req_ids]
+
+
+class SessionDrafter:
+    """RowSession behind vLLM's propose() signature, exposing the row -> id map of each step."""
+
+    def __init__(self, proposer, k=3, **kw):
+        self.session = RowSession(proposer, **kw)
+        self.k = k
+        self.ids = []
+
+    def propose(self, sampled, num_tokens, token_ids):
+        n = np.fromiter((len(s) for s in sampled), np.int32, len(sampled))
+        step = self.session.step(token_ids, num_tokens, n, self.k)
+        self.ids = self.session._tracker.events()[0].tolist()
+        return step.chains
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_proposer_sees_exactly_the_committed_tokens(seed):
+    rec = Recording()
+    drafter = SessionDrafter(rec, park_steps=4, max_parked=8)
+    engine = FakeEngine(seed=seed, p_preempt=0.08, p_skip=0.05)
+    owner: dict[int, int] = {}  # engine request id -> tracker id (while it keeps one)
+    seen: dict[int, list[int]] = {}  # engine request id -> its tokens at the last drafter call that saw it
+    for _ in range(400):
+        _, chains = engine.step(drafter)
+        if chains is None:
+            continue
+        for req, tid in zip(engine.truth(), drafter.ids):
+            assert rec.tokens[tid] == req.tokens, "the proposer's tokens differ from the engine's"
+            if owner.get(req.rid) not in (None, tid):
+                # only allowed when the old id was ended while the request was away (parked too long)
+                assert owner[req.rid] in rec.ended
+            owner[req.rid] = tid
+            seen[req.rid] = list(req.tokens)
+    # every finished request is ended (once out of the batch for park_steps) with the tokens it had
+    # when a drafter call last saw it (vLLM skips the call near max_model_len; then a last step is unseen)
+    finished = [r.rid for r in engine.finished if r.rid in owner]
+    for rid in finished[:-10]:  # the last few may still be parked
+        assert rec.ended.get(owner[rid]) == seen[rid]
+    assert len(finished) > 20
+
+
+def test_resumed_request_continues_its_history():
+    """A request that leaves (preempted) and returns within park_steps keeps its id and tokens."""
+    rec = Recording()
+    drafter = SessionDrafter(rec, park_steps=1000, max_parked=1000)
+    engine = FakeEngine(seed=3, p_preempt=0.2)
+    resumed = 0
+    for _ in range(300):
+        _, chains = engine.step(drafter)
+        if chains is not None:
+            kinds = drafter.session._tracker.events()[1]
+            resumed += int((kinds == 2).sum())
+    assert resumed > 10
+    assert not rec.ended  # nothing ended: every absence was shorter than park_steps
+
+
+class _Options(SuffixDrafter):
+    OPTIONS = {"use_global": True, "global_cache_bytes": 1 << 20, "park_steps": 3, "log_every": 0}
+
+
+class _PythonPath(_Options):
+    OPTIONS = dict(_Options.OPTIONS, proposer="suffix-python")
+
+
+def _config(k=3, vocab=VOCAB):
+    return SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=k),
+                           model_config=SimpleNamespace(get_vocab_size=lambda: vocab))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_cpp_path_drafts_exactly_what_the_python_proposer_drafts(seed):
+    """SuffixRowBatch (one C++ call a step) == SuffixProposer's begin/commit/propose_scored/end + best path."""
+    fast, slow = _Options(_config()), _PythonPath(_config())
+    e1, e2 = FakeEngine(seed=seed, duplicate_prompts=True), FakeEngine(seed=seed, duplicate_prompts=True)
+    drafted = 0
+    for _ in range(300):
+        s1, c1 = e1.step(fast)
+        s2, c2 = e2.step(slow)
+        assert s1 == s2 and c1 == c2
+        drafted += sum(len(c) for c in c1 or [])
+    assert drafted > 100
+    assert e1.accepted > 0.3 * e1.drafted
+    assert fast.proposer.global_stats()["documents"] == slow.proposer.global_stats()["documents"] > 0
+    assert fast.stats.accepted == slow.stats.accepted > 0
+
+
+def test_drafts_are_accepted_and_counted():
+    d = _Options(_config())
+    engine = FakeEngine(seed=11)
+    for _ in range(200):
+        engine.step(d)
+    assert engine.accepted > 0.3 * engine.drafted > 0
+    # the drafter's own count matches what the fake engine verified, up to drafts of rows it skipped
+    assert 0.8 * engine.accepted <= d.stats.accepted <= engine.accepted
+
+
+class _Gated(SuffixDrafter):
+    OPTIONS = {"gate_off_above": 2, "log_every": 0}
+
+
+def test_gate_off_above_threshold_drafts_nothing_and_keeps_tracking():
+    d = _Gated(_config())
+    engine = FakeEngine(seed=5, max_rows=6)
+    for _ in range(60):
+        sampled, chains = engine.step(d)
+        if chains is not None and len(engine.rows) > 2:
+            assert all(c == [] for c in chains)
+    assert d.stats.steps_gated > 0
+    # once the batch shrinks below the gate, drafting resumes from fully tracked requests
+    engine.max_rows = 1
+    drafted = 0
+    for _ in range(80):
+        _, chains = engine.step(d)
+        drafted += sum(len(c) for c in chains or [])
+    assert drafted > 0 and d.stats.steps_drafting > 0
+
+
+def test_sampled_drafts_are_refused():
+    import torch
+    from specdec import DraftTree
+
+    class Sampling(Recording):
+        def propose(self, req_ids, budget):
+            return [DraftTree(torch.tensor([1]), torch.tensor([-1]), deterministic=torch.tensor([False]),
+                              draft_probs=torch.full((1, VOCAB), 1.0 / VOCAB)) for _ in req_ids]
+
+    drafter = SessionDrafter(Sampling())
+    engine = FakeEngine(seed=0)
+    with pytest.raises(ValueError, match="draft_probs=None"):
+        for _ in range(20):
+            engine.step(drafter)
+
+
+def test_bad_rows_are_refused_before_any_change():
+    d = _Options(_config())
+    tok = np.zeros((2, 8), np.int32)
+    n = np.array([3, 2], np.int32)
+    d.propose([[0], []], n, tok)
+    tracked = d.tracked_requests
+    with pytest.raises(ValueError, match="row 1 sampled 2 tokens of its 2"):
+        d.propose([[0], [0, 0]], n, tok)
+    with pytest.raises(ValueError, match="not an id in"):
+        d.propose([[VOCAB + 1], [0]], np.array([4, 3], np.int32), np.full((2, 8), VOCAB + 1, np.int32))
+    with pytest.raises(TypeError, match="int32"):
+        d.propose([[0], []], n, tok.astype(np.int64))
+    assert d.tracked_requests == tracked
+    assert d.propose([[0], []], np.array([4, 2], np.int32), tok) is not None
+
+
+def test_unscored_branching_tree_and_hidden_state_proposers_are_refused():
+    class NeedsHidden(Recording):
+        requires_target_hidden = True
+
+    with pytest.raises(ValueError, match="hidden states"):
+        RowSession(NeedsHidden())
+
+
+def test_gated_drafter_refuses_to_run_without_a_gate(monkeypatch):
+    from specdec.integrations.vllm.drafter import GatedSuffixDrafter
+
+    monkeypatch.delenv("SPECDEC_VLLM_OPTIONS", raising=False)
+    with pytest.raises(ValueError, match="gate_off_above"):
+        GatedSuffixDrafter(_config())
+    monkeypatch.setenv("SPECDEC_VLLM_OPTIONS", '{"gate_off_above": 4}')
+    assert GatedSuffixDrafter(_config()).gating.gate.off_above == 4
