@@ -27,6 +27,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from .patch import own_attention
+
 FULL, SLIDING = "full_attention", "sliding_attention"
 MASKABLE_ATTENTION = ("eager", "sdpa")
 
@@ -96,7 +98,7 @@ def inspect_model(model) -> TargetFeatures:
                          "(LM head): HFTarget runs the base model and computes the head itself")
     _check_forward(base, name)
     _check_causal(config, name)
-    attn = getattr(config, "_attn_implementation", None)
+    attn = own_attention(model)  # not specdec's switch while another thread's forward is inside
     if attn not in MASKABLE_ATTENTION:
         raise ValueError(f"{name} uses attn_implementation={attn!r}, which does not take a prepared 4-D tree mask: "
                          f"load it with attn_implementation='sdpa' or 'eager'")

@@ -29,6 +29,7 @@ What a model must offer is checked by feature, not by name (:mod:`specdec.verify
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Sequence
@@ -203,8 +204,9 @@ class HFTarget:
         transform specdec does not know would change every verified distribution. One one-token
         forward of the model, no cache; a hook (removed at once) keeps the base model's output, or
         the base model runs once more when the causal LM bypasses its forward."""
-        seen = []
-        hook = self.base.register_forward_hook(lambda module, args, out: seen.append(out.last_hidden_state))
+        seen, me = [], threading.get_ident()  # other threads may be running the same model meanwhile
+        hook = self.base.register_forward_hook(
+            lambda module, args, out: seen.append(out.last_hidden_state) if threading.get_ident() == me else None)
         try:
             pad = getattr(self.config, "pad_token_id", None)  # a padding embedding may be all zeros
             token = next(t for t in range(3) if t != pad) % self.vocab_size

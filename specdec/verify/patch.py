@@ -35,6 +35,23 @@ from ..ops.skinny_linear import eligible_linear, linear_rows, op_available
 _STATE = "_specdec_forward_patch"  # the model attribute that exists only while a patch is inside
 
 
+def own_attention(model) -> str | None:
+    """The attention implementation the caller configured on ``model``, also while a specdec forward
+    in another thread has it switched (the configuration then names specdec's function)."""
+    config = getattr(model, "config", None)
+    for _ in range(2):  # a patch may appear between the two reads: look once more
+        shared = model.__dict__.get(_STATE)
+        if shared is None:
+            attn = getattr(config, "_attn_implementation", None)
+            if attn != ATTENTION_NAME or _STATE not in model.__dict__:
+                return attn
+            continue
+        with shared.lock:
+            if not shared.dead:
+                return shared.saved_attention if shared.switched else getattr(config, "_attn_implementation", None)
+    return getattr(config, "_attn_implementation", None)
+
+
 class _Shared:
     """The patch state of one model, shared by every ForwardPatch inside it (guarded by ``lock``)."""
 
@@ -68,7 +85,7 @@ class ForwardPatch:
         self.tree_attention = bool(tree_attention)
         self._linears = ([m for m in linears.modules() if eligible_linear(m)]
                          if linears is not None and op_available() else [])
-        if self.config is not None and (self.tree_attention or self._own_attention() == "sdpa"):
+        if self.config is not None:
             register()  # idempotent: transformers' registries are keyed by name
         self._owner: int | None = None  # thread inside this instance now
         self._guard = threading.Lock()
