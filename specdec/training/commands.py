@@ -323,6 +323,9 @@ def register(subparsers) -> None:
     d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")
     _synthetic_args(d)
     d.set_defaults(func=train_draft_main)
+    from .extract_command import add_parser as add_features
+
+    add_features(kinds)
 
 
 def main(argv: list[str] | None = None) -> int:
