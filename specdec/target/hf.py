@@ -96,13 +96,16 @@ class HFTarget:
         skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
             :func:`specdec.ops.skinny_linear` during specdec's forwards (default True; see
             :mod:`specdec.target.linears`). False keeps the model's own ``F.linear`` calls.
+        hidden_layers: None (default): ``hidden`` outputs are the final post-norm hidden states.
+            A tuple of ``output_hidden_states`` indices: they are those states concatenated
+            (``[..., len * H]``), what an EAGLE-3 proposer (``target_layers``) reads.
 
     Raises:
         ValueError: for a model type the adapter has not been verified on, or sliding-window
             attention (its cache layers drop rows, which breaks compaction).
     """
 
-    def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True):
+    def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True, hidden_layers=None):
         config = getattr(model, "config", None)
         model_type = getattr(config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
@@ -128,6 +131,9 @@ class HFTarget:
         self.skinny_linear = bool(skinny_linear)
         self._linears = SkinnyLinears(self.base if self.skinny_linear else None)
         self._attention = GroupedSDPA(self.model)
+        self.hidden_layers = None if hidden_layers is None else tuple(int(i) for i in hidden_layers)
+        if self.hidden_layers is not None and not all(0 <= i <= config.num_hidden_layers for i in self.hidden_layers):
+            raise ValueError(f"hidden_layers {self.hidden_layers} must lie in [0, {config.num_hidden_layers}]")
 
     def _enable_tree_op(self) -> None:
         try:
@@ -158,13 +164,15 @@ class HFTarget:
                 attention_mask=mask,
                 cache=cache,
                 use_cache=True,
+                output_hidden_states=self.hidden_layers is not None,
                 **(extra or {}),
             )
         hidden = out.last_hidden_state
+        feats = hidden if self.hidden_layers is None else torch.cat([out.hidden_states[i] for i in self.hidden_layers], -1)
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
-            return self._logits(picked), hidden
-        return self._logits(hidden), hidden
+            return self._logits(picked), feats
+        return self._logits(hidden), feats
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.skinny_linear:
