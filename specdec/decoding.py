@@ -68,11 +68,10 @@ class SpeculativeDecoder:
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",
                  cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256):
+        self.target = target if isinstance(target, HFTarget) else HFTarget(target)
         layers = getattr(proposer, "target_layers", None)  # an EAGLE-3 proposer reads fused hidden states
-        self.target = target if isinstance(target, HFTarget) else HFTarget(target, hidden_layers=layers)
         if layers is not None and self.target.hidden_layers != tuple(layers):
-            raise ValueError(f"the proposer reads target hidden states {tuple(layers)}, but the given HFTarget "
-                             f"returns {self.target.hidden_layers}: build it with HFTarget(..., hidden_layers=...)")
+            self.target = self.target.with_hidden_layers(layers)
         self.proposer = proposer
         if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
             raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")

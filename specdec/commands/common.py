@@ -6,7 +6,7 @@ import argparse
 
 #: Proposer specs every command accepts (the same strings as ``specdec plan --proposer``).
 PROPOSER_SPECS = ("none | suffix | suffix:<responses .jsonl to warm its cache> | draft:<model dir> | "
-                  "medusa:<artifact dir> | eagle:<artifact dir>")
+                  "medusa:<artifact dir> | eagle:<artifact dir> | hybrid:suffix+eagle:<artifact dir>")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -55,6 +55,8 @@ def check_spec(spec: str) -> str:
     """Syntax check of a proposer spec before any model is loaded (SystemExit naming it)."""
     kind, sep, arg = spec.partition(":")
     if (spec in ("none", "suffix")) or (kind in ("suffix", "draft", "medusa", "eagle") and sep and arg):
+        return spec
+    if kind == "hybrid" and arg.startswith("suffix+eagle:") and arg[len("suffix+eagle:"):]:
         return spec
     raise SystemExit(f"unknown proposer spec {spec!r}; expected {PROPOSER_SPECS}")
 

@@ -79,8 +79,14 @@ def make_proposer(spec: str, model, tokenizer):
         from ..proposers.eagle import EagleProposer
 
         return EagleProposer.load(arg, model)
+    if kind == "hybrid" and arg.startswith("suffix+eagle:") and arg[len("suffix+eagle:"):]:
+        from ..proposers.eagle import EagleProposer
+        from ..proposers.hybrid import HybridProposer
+        from ..proposers.suffix import SuffixProposer
+
+        return HybridProposer(SuffixProposer(vocab), EagleProposer.load(arg[len("suffix+eagle:"):], model))
     raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
-                     "'medusa:<artifact dir>' or 'eagle:<artifact dir>'")
+                     "'medusa:<artifact dir>', 'eagle:<artifact dir>' or 'hybrid:suffix+eagle:<artifact dir>'")
 
 
 def fingerprints(model, tokenizer) -> dict:

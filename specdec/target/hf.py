@@ -135,6 +135,11 @@ class HFTarget:
         if self.hidden_layers is not None and not all(0 <= i <= config.num_hidden_layers for i in self.hidden_layers):
             raise ValueError(f"hidden_layers {self.hidden_layers} must lie in [0, {config.num_hidden_layers}]")
 
+    def with_hidden_layers(self, hidden_layers) -> "HFTarget":
+        """The same model and settings, returning the concatenated ``hidden_layers`` states as ``hidden``."""
+        return HFTarget(self.model, attention=self.attention, skinny_linear=self.skinny_linear,
+                        hidden_layers=hidden_layers)
+
     def _enable_tree_op(self) -> None:
         try:
             from ..ops import hf_attention

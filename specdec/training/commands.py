@@ -323,9 +323,11 @@ def register(subparsers) -> None:
     d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")
     _synthetic_args(d)
     d.set_defaults(func=train_draft_main)
+    from .eagle3_command import add_parser as add_eagle3
     from .extract_command import add_parser as add_features
 
     add_features(kinds)
+    add_eagle3(kinds)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -242,3 +242,36 @@ def load_features(out_dir: str, max_tokens: int | None = None) -> FeatureSet:
     cat = {k: torch.cat(v) for k, v in parts.items()}
     return FeatureSet(cat["fused"], cat["final"], cat["tokens"].long(), cat["assistant"], cat["topk_ids"].long(),
                       cat["topk_p"], torch.cat(offsets))
+
+
+def read_meta(out_dir: str) -> dict:
+    """The ``meta.json`` of a feature cache (source, target fingerprint, spec)."""
+    path = os.path.join(out_dir, "meta.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{out_dir} is not a feature cache (no meta.json): run `specdec train features` first")
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_many(dirs: Sequence[str], target_fp: str, max_tokens: int | None = None) -> tuple[FeatureSet, list[dict]]:
+    """Several caches of one target and one spec, concatenated in the order given (``max_tokens``
+    applies to each); ``(data, per-cache facts)``. Refuses caches of another target or spec before
+    reading any shard."""
+    metas = [read_meta(d) for d in dirs]
+    for d, m in zip(dirs, metas):
+        if m.get("target") != target_fp:
+            raise ValueError(f"{d} holds features of target {m.get('target')}, not of {target_fp}")
+        if m["spec"] != metas[0]["spec"]:
+            raise ValueError(f"{d} was extracted with {m['spec']}, {dirs[0]} with {metas[0]['spec']}: they cannot mix")
+    sets = [load_features(d, max_tokens) for d in dirs]
+    facts = [{"dir": os.path.basename(os.path.normpath(d)), "source": m.get("source"), **s.report()}
+             for d, m, s in zip(dirs, metas, sets)]
+    if len(sets) == 1:
+        return sets[0], facts
+    cat = {k: torch.cat([getattr(s, k) for s in sets]) for k in ("fused", "final", "tokens", "assistant",
+                                                                 "topk_ids", "topk_p")}
+    offsets, base = [torch.zeros(1, dtype=torch.long)], 0
+    for s in sets:
+        offsets.append(s.offsets[1:] + base)
+        base += int(s.offsets[-1])
+    return FeatureSet(**cat, offsets=torch.cat(offsets)), facts
