@@ -325,9 +325,11 @@ def register(subparsers) -> None:
     d.set_defaults(func=train_draft_main)
     from .eagle3_command import add_parser as add_eagle3
     from .extract_command import add_parser as add_features
+    from .kd_commands import add_parsers as add_kd
 
     add_features(kinds)
     add_eagle3(kinds)
+    add_kd(kinds)
 
 
 def main(argv: list[str] | None = None) -> int:

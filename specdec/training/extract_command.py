@@ -84,7 +84,7 @@ def features_main(args) -> int:
                    meta=meta, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr, flush=True))
     rate = prog["tokens"] / max(prog["seconds"], 1e-9)
     print(f"{out}: {prog['sequences']} sequences, {prog['tokens']} tokens, {prog['seconds']:.0f} s extracting "
-          f"({rate:.0f} tokens/s), complete={prog['complete']}")
+          f"({rate:.0f} tokens/s); " + ("stopped at --max-tokens" if prog["budget_reached"] else "every sequence done"))
     return 0
 
 

@@ -155,7 +155,8 @@ def extract(model, sequences: Sequence[TeacherSequence], out_dir: str, spec: Fea
         prog = _flush(out_dir, prog, buf, buf_tokens, time.time() - t0, prog_path)
     if bar is not None:
         bar.close()
-    prog["complete"] = prog["sequences"] >= len(sequences)
+    prog["budget_reached"] = max_tokens is not None and prog["tokens"] >= max_tokens
+    prog["complete"] = prog["sequences"] >= len(sequences) and not prog["budget_reached"]
     _write_json(prog_path, prog)
     return prog
 
@@ -264,8 +265,14 @@ def load_many(dirs: Sequence[str], target_fp: str, max_tokens: int | None = None
         if m["spec"] != metas[0]["spec"]:
             raise ValueError(f"{d} was extracted with {m['spec']}, {dirs[0]} with {metas[0]['spec']}: they cannot mix")
     sets = [load_features(d, max_tokens) for d in dirs]
-    facts = [{"dir": os.path.basename(os.path.normpath(d)), "source": m.get("source"), **s.report()}
-             for d, m, s in zip(dirs, metas, sets)]
+    facts = []
+    for d, m, s in zip(dirs, metas, sets):
+        prog = _read_progress(os.path.join(d, "progress.json"))
+        rate = prog["tokens"] / max(prog["seconds"], 1e-9)
+        # extraction time of the tokens actually used (the cache may hold more than max_tokens)
+        facts.append({"dir": os.path.basename(os.path.normpath(d)), "source": m.get("source"), **s.report(),
+                      "extract_seconds": round(s.tokens.numel() / rate, 1) if prog["tokens"] else 0.0,
+                      "extract_tokens_per_second": round(rate, 1)})
     if len(sets) == 1:
         return sets[0], facts
     cat = {k: torch.cat([getattr(s, k) for s in sets]) for k in ("fused", "final", "tokens", "assistant",
