@@ -71,7 +71,8 @@ def test_feature_cache_then_every_trainer_writes_a_loadable_bound_artifact(tmp_p
     capsys.readouterr()
     assert check_main(["check", "--target", str(tmp_path / "t"), "--proposer", str(tmp_path / "e3"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["compatible"] and report["refit"]["extract_seconds"] > 0 and report["refit"]["device"] == "cpu"
+    assert report["compatible"] and report["refit"]["device"] == "cpu"
+    assert report["refit"]["extract_seconds"] == round(done["seconds"], 1)  # every cached token was used
 
 
 def test_bad_flags_are_refused_before_the_model_loads(tmp_path):

@@ -172,7 +172,7 @@ def _flush(out_dir: str, prog: dict, rows: list[dict], tokens: int, seconds: flo
     save_file(tensors, path + ".tmp")
     os.replace(path + ".tmp", path)
     prog = {**prog, "sequences": prog["sequences"] + len(rows), "tokens": prog["tokens"] + tokens,
-            "shards": prog["shards"] + [name], "seconds": round(prog["seconds"] + seconds, 1)}
+            "shards": prog["shards"] + [name], "seconds": round(prog["seconds"] + seconds, 3)}
     _write_json(prog_path, prog)
     return prog
 
@@ -268,11 +268,10 @@ def load_many(dirs: Sequence[str], target_fp: str, max_tokens: int | None = None
     facts = []
     for d, m, s in zip(dirs, metas, sets):
         prog = _read_progress(os.path.join(d, "progress.json"))
-        rate = prog["tokens"] / max(prog["seconds"], 1e-9)
-        # extraction time of the tokens actually used (the cache may hold more than max_tokens)
+        share = s.tokens.numel() / max(prog["tokens"], 1)  # the cache may hold more than max_tokens
         facts.append({"dir": os.path.basename(os.path.normpath(d)), "source": m.get("source"), **s.report(),
-                      "extract_seconds": round(s.tokens.numel() / rate, 1) if prog["tokens"] else 0.0,
-                      "extract_tokens_per_second": round(rate, 1)})
+                      "extract_seconds": round(prog["seconds"] * share, 3),
+                      "extract_tokens_per_second": round(prog["tokens"] / prog["seconds"], 1) if prog["seconds"] else None})
     if len(sets) == 1:
         return sets[0], facts
     cat = {k: torch.cat([getattr(s, k) for s in sets]) for k in ("fused", "final", "tokens", "assistant",
