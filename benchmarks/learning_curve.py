@@ -47,6 +47,19 @@ def fit_log(xs, ys):
     return my - b * mx, b
 
 
+def artifact_point(directory: str, model, cfg: Eagle3TrainConfig):
+    """``(proposer, training report)`` of a saved artifact, refused unless trained like the curve's runs."""
+    from dataclasses import asdict
+
+    from specdec.artifacts import read_manifest
+
+    trained = read_manifest(directory).training["config"]
+    differ = {k: (trained.get(k), v) for k, v in asdict(cfg).items() if k != "seed" and trained.get(k) != v}
+    if differ:
+        raise SystemExit(f"--artifact {directory} was trained with other settings (artifact, curve): {differ}")
+    return EagleProposer.load(directory, model), read_manifest(directory).training
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--features", nargs="+", required=True)
@@ -61,13 +74,15 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--goal", type=float, default=3.0)
+    ap.add_argument("--artifact", default=None,
+                    help="also measure this `specdec train eagle3` artifact as a point (same hyper-parameters required)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
     args = ap.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if len(args.sizes) < 3 or sorted(args.sizes) != args.sizes:
-        raise SystemExit("--sizes needs >= 3 increasing token counts (a curve, not a point)")
+    if len(args.sizes) + bool(args.artifact) < 3 or sorted(args.sizes) != args.sizes:
+        raise SystemExit("--sizes (plus --artifact) needs >= 3 increasing token counts (a curve, not a point)")
     from specdec.models import load_default
 
     model, tok = load_default()
@@ -80,15 +95,19 @@ def main(argv=None) -> int:
     layers = tuple(spec["layers"])
     feats = Features(model)
     emb, lm = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    cfg = Eagle3TrainConfig(reduced_vocab=args.vocab, steps=args.steps, epochs=args.epochs, lr=args.lr,
+                            batch_tokens=args.batch_tokens)
+    runs = [("train", size) for size in args.sizes] + ([("artifact", args.artifact)] if args.artifact else [])
     points = []
-    for size in args.sizes:
-        cfg = Eagle3TrainConfig(reduced_vocab=args.vocab, steps=args.steps, epochs=args.epochs, lr=args.lr,
-                                batch_tokens=args.batch_tokens)
+    for how, what in runs:
         load0 = os.getloadavg()[0]
-        layer, rep = train_eagle3(data, emb, lm, model.get_decoder().norm.weight,
-                                  Eagle3Config.from_target(model.config, layers), cfg, max_train_tokens=size,
-                                  progress=False)
-        prop = EagleProposer(layer, emb, lm, Artifact("curve", "target", fp))
+        if how == "artifact":
+            prop, rep = artifact_point(what, model, cfg)
+        else:
+            layer, rep = train_eagle3(data, emb, lm, model.get_decoder().norm.weight,
+                                      Eagle3Config.from_target(model.config, layers), cfg, max_train_tokens=what,
+                                      progress=False)
+            prop = EagleProposer(layer, emb, lm, Artifact("curve", "target", fp))
         e = s = 0
         hist = [0] * (args.replay_budget + 1)
         t0 = time.time()
@@ -96,12 +115,13 @@ def main(argv=None) -> int:
             ids = p.ids + outputs[str(p.question_id)]
             a, b, _, h = replay(prop, ids, len(p.ids), args.replay_budget, feats.get(layers, str(p.question_id), ids))
             e, s, hist = e + a, s + b, [x + y for x, y in zip(hist, h)]
-        point = {"train_tokens": rep["train_tokens"], "train_seconds": rep["train_seconds"],
+        point = {"source": how, "train_tokens": rep["train_tokens"], "train_seconds": rep["train_seconds"],
                  "load": round(load0, 2), "heldout": rep["heldout"], "replay_tok_per_step": round(e / max(s, 1), 3),
                  "depth_acceptance": depth_acceptance(hist), "replay_seconds": round(time.time() - t0, 1)}
         points.append(point)
         print(json.dumps({k: point[k] for k in ("train_tokens", "train_seconds", "replay_tok_per_step")}),
               point["heldout"]["top1"], flush=True)
+    points.sort(key=lambda p: p["train_tokens"])
     a, b = fit_log([p["train_tokens"] for p in points], [p["replay_tok_per_step"] for p in points])
     need = math.exp((args.goal - a) / b) if b > 0 else None
     result = {"features": facts, "prompts": len(prompts), "replay_budget": args.replay_budget,
