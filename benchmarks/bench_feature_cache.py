@@ -55,10 +55,11 @@ def main(argv=None) -> int:
                 times["forward + top-k"] += t2 - t1
     n = tokens * args.repeats
     data = load_features(args.cache)
-    disk = sum(os.path.getsize(os.path.join(args.cache, f)) for f in os.listdir(args.cache) if f.endswith(".safetensors"))
+    shards = [f for f in os.listdir(args.cache) if f.endswith(".safetensors")]
+    disk = sum(os.path.getsize(os.path.join(args.cache, f)) for f in shards)
     V = model.get_output_embeddings().weight.shape[0]
-    print(f"{len(seqs)} ShareGPT sequences, {tokens} tokens x {args.repeats}; load {load0:.2f} -> {os.getloadavg()[0]:.2f}; "
-          f"threads {torch.get_num_threads()}")
+    print(f"{len(seqs)} ShareGPT sequences, {tokens} tokens x {args.repeats}; "
+          f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}; threads {torch.get_num_threads()}")
     for k, v in times.items():
         print(f"  {k:16s} {n / v:7.1f} tokens/s")
     print(f"  the LM head + top-k adds {times['forward + top-k'] / times['forward'] - 1:.0%} to the forward")

@@ -53,6 +53,12 @@ def artifact_point(directory: str, model, cfg: Eagle3TrainConfig):
 
     from specdec.artifacts import read_manifest
 
+    waited = 0
+    while not os.path.isfile(os.path.join(directory, "manifest.json")):  # still being trained by another process
+        if waited == 0:
+            print(f"waiting for {directory} (being trained) ...", flush=True)
+        time.sleep(30)
+        waited += 30
     trained = read_manifest(directory).training["config"]
     differ = {k: (trained.get(k), v) for k, v in asdict(cfg).items() if k != "seed" and trained.get(k) != v}
     if differ:
@@ -75,7 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--goal", type=float, default=3.0)
     ap.add_argument("--artifact", default=None,
-                    help="also measure this `specdec train eagle3` artifact as a point (same hyper-parameters required)")
+                    help="also measure this `specdec train eagle3` artifact as a point (same hyper-parameters)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
     args = ap.parse_args(argv)

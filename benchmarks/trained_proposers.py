@@ -112,7 +112,7 @@ def replays(model, specs, prompts, outputs, budget: int, tokenizer) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", required=True, help="Spec-Bench-format prompt file (e.g. ../shared/data/prompts_dev.jsonl)")
+    ap.add_argument("--prompts", required=True, help="Spec-Bench-format prompts (../shared/data/prompts_dev.jsonl)")
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--categories", default=None, help="comma-separated subset (default: all)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
@@ -157,7 +157,8 @@ def main(argv=None) -> int:
                                              f"{v['speedup']:.2f}x{'!' * v['mismatches']}"
                                              for m, v in facts["online"][cat].items()))
     else:
-        cache = os.path.join("benchmarks", "data", f"greedy-{facts['target']}-{len(prompts)}x{args.max_new_tokens}.json")
+        name = f"greedy-{facts['target']}-{len(prompts)}x{args.max_new_tokens}.json"
+        cache = os.path.join("benchmarks", "data", name)
         outputs = greedy_outputs(model, prompts, args.max_new_tokens, stops, cache)
     if args.replay_budget:
         facts["replay"] = replays(model, specs, prompts, outputs, args.replay_budget, tok)

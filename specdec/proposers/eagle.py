@@ -78,7 +78,8 @@ class EagleProposer:
 
     requires_target_hidden = True
 
-    def __init__(self, layer: EagleLayer | Eagle3Layer, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, artifact, *,
+    def __init__(self, layer: EagleLayer | Eagle3Layer, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
+                 artifact, *,
                  top_k: int = 8, max_depth: int = 6, min_prob: float = 1e-3):
         H = layer.hidden_size
         for name, w in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):

@@ -173,7 +173,9 @@ class HFTarget:
                 **(extra or {}),
             )
         hidden = out.last_hidden_state
-        feats = hidden if self.hidden_layers is None else torch.cat([out.hidden_states[i] for i in self.hidden_layers], -1)
+        feats = hidden
+        if self.hidden_layers is not None:
+            feats = torch.cat([out.hidden_states[i] for i in self.hidden_layers], -1)
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
             return self._logits(picked), feats

@@ -49,7 +49,7 @@ def eagle3_main(args) -> int:
 def add_parser(kinds) -> None:
     from .cached_run import add_common
 
-    e = kinds.add_parser("eagle3", help="an EAGLE-3 draft layer (fused features, training-time test) from cached features")
+    e = kinds.add_parser("eagle3", help="an EAGLE-3 draft layer (fused features, training-time test) from the cache")
     add_common(e)
     e.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
     e.add_argument("--steps", type=int, default=3, help="training-time-test depth (1 = teacher forcing only)")

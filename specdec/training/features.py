@@ -271,7 +271,8 @@ def load_many(dirs: Sequence[str], target_fp: str, max_tokens: int | None = None
         share = s.tokens.numel() / max(prog["tokens"], 1)  # the cache may hold more than max_tokens
         facts.append({"dir": os.path.basename(os.path.normpath(d)), "source": m.get("source"), **s.report(),
                       "extract_seconds": round(prog["seconds"] * share, 3),
-                      "extract_tokens_per_second": round(prog["tokens"] / prog["seconds"], 1) if prog["seconds"] else None})
+                      "extract_tokens_per_second": round(prog["tokens"] / prog["seconds"], 1)
+                      if prog["seconds"] else None})
     if len(sets) == 1:
         return sets[0], facts
     cat = {k: torch.cat([getattr(s, k) for s in sets]) for k in ("fused", "final", "tokens", "assistant",

@@ -32,7 +32,8 @@ def heads_kd_main(args) -> int:
         config={"hidden_size": heads.hidden_size, "num_heads": cfg.num_heads, "num_layers": cfg.num_layers,
                 "vocab_size": int(lm_weight.shape[0]),
                 "reduced_vocab": 0 if heads.vocab_ids is None else int(heads.vocab_ids.numel()),
-                "rank_acc": report["heldout"]["rank_acc"], "tokenizer_fingerprint": tokenizer_fingerprint(run.tokenizer)},
+                "rank_acc": report["heldout"]["rank_acc"],
+                "tokenizer_fingerprint": tokenizer_fingerprint(run.tokenizer)},
         training={**report, "features": run.facts, "device": run.device, "torch": torch.__version__,
                   "seconds": run.seconds(t_train), "command": command_line(args)})
     save_artifact(args.out, heads.state_tensors(), manifest)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 # ShareGPT speaker names -> chat-template roles ("bing", "bard", "chatgpt" are assistants in this dump).
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
-         "assistant": "assistant", "system": "system"}
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
+         "bard": "assistant", "assistant": "assistant", "system": "system"}
 
 
 def packaged_path() -> Path:
