@@ -147,7 +147,10 @@ def main(argv=None) -> int:
                                      max_budget=args.max_budget)
             cost = dec.ensure_cost_model()
             methods.append(specdec_method(spec, dec, stops))
-        runs = run_benchmark(methods, prompts, args.max_new_tokens)
+        from tqdm import tqdm
+
+        runs = run_benchmark(methods, prompts, args.max_new_tokens,
+                             progress=lambda xs: tqdm(xs, desc="prompts", unit="prompt"))
         facts["online"] = table(runs, prompts)
         facts["online_load"] = {"before": round(load0[0], 2), "after": round(os.getloadavg()[0], 2)}
         outputs = {str(r_p.question_id): r.tokens for r, r_p in
