@@ -73,7 +73,8 @@ class VerifyOutput:
 
     Attributes:
         logits: ``float32 [B, 1 + N, V]``; row 0 after the committed prefix, row ``1 + i`` after node i.
-        hidden: ``[B, 1 + N, H]`` final (post-norm) hidden states at the same rows.
+        hidden: ``[B, 1 + N, H]`` final (post-norm) hidden states at the same rows (with
+            ``HFTarget(hidden_layers=...)``: those layers' states concatenated, ``[B, 1 + N, len * H]``).
         trees: the verified trees (``len == B``).
     """
 
