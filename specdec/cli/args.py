@@ -15,7 +15,7 @@ import os
 
 #: Proposer specs every command accepts (the same grammar in generate, bench, plan and check).
 PROPOSER_SPECS = ("none | suffix | suffix:<responses .jsonl to warm its cache> | draft:<model dir> | "
-                  "medusa:<artifact dir> | eagle:<artifact dir>")
+                  "medusa:<artifact dir> | eagle:<artifact dir> | hybrid:suffix+eagle:<artifact dir>")
 _WITH_DIR = ("draft", "medusa", "eagle")
 
 
@@ -91,6 +91,8 @@ def proposer_spec(text: str) -> str:
         if not os.path.isfile(arg):
             raise argparse.ArgumentTypeError(f"{text}: no such responses file {arg!r}")
         return text
+    if kind == "hybrid" and arg.startswith("suffix+eagle:"):
+        kind, arg = "eagle", arg[len("suffix+eagle:"):]
     if kind in _WITH_DIR and sep and arg:
         if not os.path.isdir(arg):
             raise argparse.ArgumentTypeError(f"{text}: no such directory {arg!r}")

@@ -68,6 +68,9 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
         held = m.training.get("heldout", {})
         if held:
             report["heldout_top1"] = held.get("top1")
+        refit = refit_cost(m.training)
+        if refit:
+            report["refit"] = refit
         if not ok:
             report["reason"] = (f"built for {m.bound_to} {m.fingerprint}, current is {now}"
                                 + (f"; retrain with `{refit_command(m.kind)}`"
@@ -91,7 +94,7 @@ def check_main(args) -> int:
     else:
         status = "COMPATIBLE" if report["compatible"] else "INCOMPATIBLE"
         print(f"{report['proposer']}: {status} (bound to {report['bound_to']})")
-        for key in ("artifact_fingerprint", "current_fingerprint", "reason", "mismatch", "heldout_top1"):
+        for key in ("artifact_fingerprint", "current_fingerprint", "reason", "mismatch", "heldout_top1", "refit"):
             if report.get(key) is not None:
                 print(f"  {key}: {report[key]}")
         last = report.get("last_measured")
@@ -104,6 +107,17 @@ def check_main(args) -> int:
         print("warning: incompatible, but --allow-mismatch was given", file=sys.stderr)
         return 0
     return 0 if report["compatible"] else 1
+
+
+def refit_cost(training: dict) -> dict | None:
+    """Time from a new checkpoint to this artifact, as its manifest recorded it: teacher-forced
+    feature extraction (cached runs) plus target load, data and training, on the device it ran on."""
+    seconds = training.get("seconds")
+    if not isinstance(seconds, dict) or "total" not in seconds:
+        return None
+    extract = sum(f.get("extract_seconds", 0.0) for f in training.get("features", []))
+    return {"seconds": round(seconds["total"] + extract, 1), "extract_seconds": round(extract, 1),
+            "train_seconds": seconds.get("train"), "device": training.get("device")}
 
 
 def _spec_or_dir(text: str) -> str:

@@ -273,7 +273,8 @@ def _synthetic_args(p) -> None:
 
 
 def register(subparsers) -> None:
-    """Add ``train heads``, ``train eagle`` and ``train draft`` to a ``specdec`` argparse sub-parser collection."""
+    """Add ``train heads | eagle | draft`` (self-distillation) and ``train features | eagle3 | heads-kd |
+    draft-kd`` (the feature cache) to a ``specdec`` argparse sub-parser collection."""
     train = subparsers.add_parser("train", help="train a proposer artifact (self-distillation)")
     kinds = train.add_subparsers(dest="train_kind", required=True)
     h = kinds.add_parser("heads", help="Medusa heads bound to the target checkpoint")
@@ -302,3 +303,11 @@ def register(subparsers) -> None:
     d.add_argument("--layers", type=int, default=2, help="decoder layers of the drafter")
     _synthetic_args(d)
     d.set_defaults(func=train_draft_main)
+    # On the teacher-forced feature cache (ShareGPT, distillation labels): train_features, train_eagle3, train_kd.
+    from .train_eagle3 import add_parser as add_eagle3
+    from .train_features import add_parser as add_features
+    from .train_kd import add_parsers as add_kd
+
+    add_features(kinds)
+    add_eagle3(kinds)
+    add_kd(kinds)

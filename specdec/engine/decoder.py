@@ -101,6 +101,9 @@ class SpeculativeDecoder:
                  cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256, generation_config=None,
                  adapt: bool = True):
         self.target = target if isinstance(target, HFTarget) else HFTarget(target)
+        layers = getattr(proposer, "target_layers", None)  # an EAGLE-3 proposer reads fused hidden states
+        if layers is not None and self.target.hidden_layers != tuple(layers):
+            self.target = self.target.with_hidden_layers(layers)
         self.generation = GenerationSettings.from_model(self.target.model, generation_config)
         self.proposer = proposer
         self.sizer = DraftSizer(budget, max_budget, adapt=adapt)

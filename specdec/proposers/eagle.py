@@ -32,9 +32,12 @@ from ..artifacts import Manifest, check_compatible, load_artifact, target_finger
 from ..verify.patch import ForwardPatch
 from ..ops.skinny_linear import linear_rows
 from ..tree import DraftTree
-from .base import ScoredDraft
 from ..checks import as_token_list, normalize_budgets
+from .base import ScoredDraft
+from .eagle3_layer import Eagle3Config, Eagle3Layer
 from .eagle_layer import EagleConfig, EagleLayer
+
+ARCHITECTURES = {"eagle": (EagleConfig, EagleLayer), "eagle3": (Eagle3Config, Eagle3Layer)}
 
 
 @dataclass
@@ -44,7 +47,7 @@ class _Request:
     k: torch.Tensor  # [capacity, Hkv, D]
     v: torch.Tensor
     length: int
-    root: torch.Tensor  # [H]
+    root: torch.Tensor | None  # [H]; None while nothing can be drafted yet (EAGLE-3 after a 1-token prompt)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         n = k.shape[0]
@@ -58,8 +61,8 @@ class _Request:
 
     @property
     def nbytes(self) -> int:
-        return (self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
-                + self.root.numel() * self.root.element_size())
+        root = 0 if self.root is None else self.root.numel() * self.root.element_size()
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size() + root
 
 
 class EagleProposer:
@@ -77,7 +80,8 @@ class EagleProposer:
 
     requires_target_hidden = True
 
-    def __init__(self, layer: EagleLayer, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, artifact, *,
+    def __init__(self, layer: EagleLayer | Eagle3Layer, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
+                 artifact, *,
                  top_k: int = 8, max_depth: int = 6, min_prob: float = 1e-3):
         H = layer.hidden_size
         for name, w in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):
@@ -102,6 +106,9 @@ class EagleProposer:
         self.top_k = min(top_k, int(self._rows.shape[0]))
         self.max_depth, self.min_logp = max_depth, (math.log(min_prob) if min_prob > 0 else -math.inf)
         self.artifact = artifact
+        # Which target hidden states feed the layer: None = the final one (EAGLE-1), else the fused
+        # hidden-state indices the decoder must ask its HFTarget for (EAGLE-3).
+        self.target_layers = getattr(layer.config, "target_layers", None)
         self._reqs: dict[Hashable, _Request] = {}
 
     @classmethod
@@ -122,10 +129,15 @@ class EagleProposer:
                       **draft_options) -> "EagleProposer":
         if "layer" not in manifest.config:
             raise ValueError(f"EAGLE manifest {manifest.name!r} has no config['layer'] (the draft layer's shape)")
-        cfg = EagleConfig.from_dict(manifest.config["layer"])
+        arch = manifest.config.get("architecture", "eagle")
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"EAGLE manifest {manifest.name!r} names architecture {arch!r}; "
+                             f"known: {sorted(ARCHITECTURES)}")
+        config_cls, layer_cls = ARCHITECTURES[arch]
+        cfg = config_cls.from_dict(manifest.config["layer"])
         if cfg.hidden_size != lm_head_weight.shape[1]:
             raise ValueError(f"artifact hidden size {cfg.hidden_size} != target hidden size {lm_head_weight.shape[1]}")
-        layer = EagleLayer.from_tensors(tensors, cfg, lm_head_weight.dtype)
+        layer = layer_cls.from_tensors(tensors, cfg, lm_head_weight.dtype)
         opts = {**manifest.config.get("drafting", {}), **draft_options}
         return cls(layer, embed_weight, lm_head_weight, manifest.to_artifact(), **opts)
 
@@ -139,10 +151,13 @@ class EagleProposer:
         h = self._check_hidden(target_hidden, len(ids), "begin", "prompt_ids")
         c = self.layer.config
         empty = h.new_empty(0, c.num_kv_heads, c.head_dim)
-        req = _Request(empty, empty.clone(), 0, h[-1])
+        req = _Request(empty, empty.clone(), 0, None)
         if len(ids) > 1:
-            k, v, _ = self._feed(req, h[:-1], ids[1:])
+            k, v, out = self._feed(req, h[:-1], ids[1:])
             req.append(k, v)
+            req.root = out[-1]  # EAGLE-3: its output at the last prompt pair predicts the next token
+        if self.layer.kind == "eagle":
+            req.root = h[-1]  # EAGLE-1 reads post-norm features: the target's own last one drafts depth 1
         self._reqs[req_id] = req
 
     @torch.no_grad()
@@ -183,7 +198,7 @@ class EagleProposer:
         return self._reqs[req_id]
 
     def _check_hidden(self, target_hidden, n: int, where: str, what: str) -> torch.Tensor:
-        H = self.layer.hidden_size
+        H = self.layer.feature_width
         if target_hidden is None:
             raise ValueError(f"EagleProposer.{where} needs target_hidden (requires_target_hidden is True)")
         if not isinstance(target_hidden, torch.Tensor) or target_hidden.dim() != 2 or target_hidden.shape[1] != H:
@@ -206,7 +221,8 @@ class EagleProposer:
         mask = torch.ones(n, S + n, dtype=torch.bool, device=dev)
         mask[:, S:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
         with self._linears:
-            out, k, v = self.layer.step(feats, self.embed[ids], pos, req.k[:S], req.v[:S], mask)
+            out, k, v = self.layer.step(self.layer.embed_features(feats), self.embed[ids], pos, req.k[:S],
+                                        req.v[:S], mask)
         return k, v, out
 
     # ------------------------------------------------------------------ drafting
@@ -233,10 +249,10 @@ class EagleProposer:
         """One request's EAGLE-2 tree (see the module docstring) and each node's cumulative draft
         log-probability ``[n]``."""
         dev = self.lm_weight.device
-        if budget == 0:
+        if budget == 0 or req.root is None:
             return DraftTree.empty(dev, vocab_size=self.vocab_size), torch.zeros(0, device=dev)
         k = min(self.top_k, budget)
-        logp = torch.log_softmax(linear_rows(req.root[None], self._rows, None)[0].float(), -1)
+        logp = torch.log_softmax(self._logits(req.root[None])[0], -1)
         top = torch.topk(logp, k)
         # Candidates (drafting-vocab index, parent candidate, cumulative log-prob), in creation order.
         cand_tok, cand_par, cand_score = [top.indices], [torch.full((k,), -1, device=dev)], [top.values]
@@ -264,7 +280,7 @@ class EagleProposer:
             with self._linears:
                 out, nk, nv = self.layer.step(front_feat, self.embed[toks], pos, past_k, past_v, mask)
             tree_k, tree_v = torch.cat([tree_k, nk]), torch.cat([tree_v, nv])
-            child_logp = torch.log_softmax(linear_rows(out, self._rows, None).float(), -1)  # [f, R]
+            child_logp = torch.log_softmax(self._logits(out), -1)  # [f, R]
             ck = torch.topk(child_logp, k, dim=-1)
             scores = (front_score[:, None] + ck.values).reshape(-1)  # [f * k]
             parents = front.repeat_interleave(k)
@@ -282,6 +298,10 @@ class EagleProposer:
             front_score = scores[nxt]
             n_cand += scores.numel()
         return self._select(torch.cat(cand_tok), torch.cat(cand_par), torch.cat(cand_score), budget)
+
+    def _logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Layer outputs ``[n, H]`` -> float32 drafting-vocabulary logits ``[n, R]``."""
+        return linear_rows(self.layer.head_input(out), self._rows, None).float()
 
     def _select(self, tok: torch.Tensor, par: torch.Tensor, score: torch.Tensor, budget: int
                 ) -> tuple[DraftTree, torch.Tensor]:
@@ -321,7 +341,7 @@ class EagleProposer:
         cum = torch.zeros(n, dtype=torch.float64)
         for i in range(n):
             feat = req.root if par[i] < 0 else outs[par[i]]
-            lp = torch.log_softmax((self._rows @ feat).float(), -1)
+            lp = torch.log_softmax((self._rows @ self.layer.head_input(feat)).float(), -1)
             cum[i] = (0.0 if par[i] < 0 else cum[par[i]]) + float(lp[reduced[int(tree.tokens[i])]])
             mask = torch.cat([torch.ones(1, S, dtype=torch.bool, device=dev), anc[i: i + 1, : i + 1]], 1)
             past_k = torch.cat([req.k[:S], *[k[None] for k in ks]])

@@ -122,9 +122,24 @@ class EagleLayer(nn.Module):
                     nn.init.zeros_(m.bias)
         self.register_buffer("vocab_ids", check_vocab_ids(vocab_ids), persistent=False)
 
+    kind = "eagle"
+
     @property
     def hidden_size(self) -> int:
         return self.config.hidden_size
+
+    @property
+    def feature_width(self) -> int:
+        """Width of the target features this layer reads (EAGLE-1: the final hidden state, ``H``)."""
+        return self.config.hidden_size
+
+    def embed_features(self, feats: torch.Tensor) -> torch.Tensor:
+        """Target features -> the layer's input feature (EAGLE-1 reads them as they are)."""
+        return feats
+
+    def head_input(self, out: torch.Tensor) -> torch.Tensor:
+        """Layer output -> what the LM-head rows score (EAGLE-1 regresses onto post-norm features: as is)."""
+        return out
 
     # ------------------------------------------------------------------ shared pieces
     def qkv(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):

@@ -73,8 +73,15 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
                 raise
             raise ValueError(f"{arg}: the artifact does not load: the weights do not fit the config in its "
                              f"manifest.json ({type(exc).__name__}: {exc})") from exc
+    if kind == "hybrid" and arg.startswith("suffix+eagle:") and arg[len("suffix+eagle:"):]:
+        from ..proposers.eagle import EagleProposer
+        from ..proposers.hybrid import HybridProposer
+        from ..proposers.suffix import SuffixProposer
+
+        eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch)
+        return HybridProposer(SuffixProposer(vocab), eagle)
     raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
-                     "'medusa:<artifact dir>' or 'eagle:<artifact dir>'")
+                     "'medusa:<artifact dir>', 'eagle:<artifact dir>' or 'hybrid:suffix+eagle:<artifact dir>'")
 
 
 def fingerprints(model, tokenizer) -> dict:

@@ -80,7 +80,8 @@ class VerifyOutput:
 
     Attributes:
         logits: ``float32 [B, 1 + N, V]``; row 0 after the committed prefix, row ``1 + i`` after node i.
-        hidden: ``[B, 1 + N, H]`` final (post-norm) hidden states at the same rows.
+        hidden: ``[B, 1 + N, H]`` final (post-norm) hidden states at the same rows (with
+            ``HFTarget(hidden_layers=...)``: those layers' states concatenated, ``[B, 1 + N, len * H]``).
         trees: the verified trees (``len == B``).
     """
 
@@ -107,6 +108,9 @@ class HFTarget:
         skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
             :func:`specdec.ops.skinny_linear` during specdec's forwards (default True). False keeps
             the model's own ``F.linear`` calls.
+        hidden_layers: None (default): ``hidden`` outputs are the final post-norm hidden states. A
+            tuple of ``output_hidden_states`` indices: those layers' states concatenated
+            (``[..., len * H]``), what an EAGLE-3 proposer (``target_layers``) reads.
 
     Raises:
         ValueError: naming the missing feature (see :mod:`specdec.verify.features`), a
@@ -118,7 +122,7 @@ class HFTarget:
     thread is inside one); several HFTargets over one shared model may run in parallel threads.
     """
 
-    def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True):
+    def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True, hidden_layers=None):
         _refuse_compiled(model)
         if attention not in ("mask", "tree_op"):
             raise ValueError(f"attention must be 'mask' or 'tree_op', got {attention!r}")
@@ -136,7 +140,16 @@ class HFTarget:
         self.skinny_linear = bool(skinny_linear)
         self._patch = ForwardPatch(self.model, linears=self.base if self.skinny_linear else None,
                                    attention=self.features.attention_backend, tree_attention=attention == "tree_op")
+        self.hidden_layers = None if hidden_layers is None else tuple(int(i) for i in hidden_layers)
+        layers = self.features.num_layers
+        if self.hidden_layers is not None and not all(0 <= i <= layers for i in self.hidden_layers):
+            raise ValueError(f"hidden_layers {self.hidden_layers} must lie in [0, {layers}]")
         self._check_head()
+
+    def with_hidden_layers(self, hidden_layers) -> "HFTarget":
+        """The same model and settings, returning the concatenated ``hidden_layers`` states as ``hidden``."""
+        return HFTarget(self.model, attention=self.attention, skinny_linear=self.skinny_linear,
+                        hidden_layers=hidden_layers)
 
     @property
     def device(self) -> torch.device:
@@ -166,7 +179,8 @@ class HFTarget:
         try:
             with self._patch:
                 out = self.base(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache,
-                                use_cache=True, **(extra or {}))
+                                use_cache=True, output_hidden_states=self.hidden_layers is not None,
+                                **(extra or {}))
             self._check_tree_calls(extra)
         except BaseException:
             kv.truncate(cache, before)
@@ -174,10 +188,11 @@ class HFTarget:
         finally:
             cache.done()
         hidden = out.last_hidden_state
+        feats = hidden if self.hidden_layers is None else torch.cat([out.hidden_states[i] for i in self.hidden_layers], -1)
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
-            return self._logits(picked), hidden
-        return self._logits(hidden), hidden
+            return self._logits(picked), feats
+        return self._logits(hidden), feats
 
     def _check_tree_calls(self, extra) -> None:
         """In tree-op mode every attention layer must have run specdec's attention function: a layer

@@ -1,0 +1,179 @@
+"""Trained proposers beside the suffix proposer and plain decoding, per category, in one run.
+
+For each selected dev prompt (greedy, ``--max-new-tokens``), every method decodes in turn
+(``specdec.bench.run_benchmark``: one warm-up each, then prompt by prompt so load changes hit all
+methods alike) through :class:`~specdec.SpeculativeDecoder` with the measured verify cost
+model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall:
+
+* ``tok/step``: tokens emitted per verify step (accepted drafts + the bonus token), online;
+* ``propose ms``: proposer time per step, online;
+* ``speedup``: plain decoding's seconds / the method's seconds on the same prompts;
+* ``replay@B``: tokens per step of an exact greedy replay at a *fixed* budget ``B``
+  (``--replay-budget``, default 32; ``greedy_replay.py``), and acceptance by depth from it
+  (``P(accepted >= d)``): what the drafts could give without the cost model's pruning.
+
+Outputs must equal plain decoding's (``mismatches`` counts any that do not). The uptime load is
+recorded before and after; quote only ratios from one run.
+
+    python benchmarks/trained_proposers.py --prompts ../shared/data/prompts_dev.jsonl --per-category 2 \\
+        --proposers suffix eagle:artifacts/eagle3-smollm2-135m hybrid:suffix+eagle:artifacts/eagle3-smollm2-135m \\
+        --json benchmarks/data/trained_proposers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from greedy_replay import Features, depth_acceptance, greedy_outputs, replay, save_json  # noqa: E402
+
+from specdec import SpeculativeDecoder  # noqa: E402
+from specdec.artifacts import target_fingerprint  # noqa: E402
+from specdec.bench import load_prompts, run_benchmark, specdec_method  # noqa: E402
+from specdec.cli.args import proposer_spec  # noqa: E402
+from specdec.serving.measure import make_proposer  # noqa: E402
+
+
+def build(spec: str, model, tokenizer):
+    """A proposer from a spec; ``drafter:<artifact dir>`` is a distilled drafter (``specdec train
+    draft | draft-kd``) driven as an EAGLE-2-style dynamic tree (``--drafter-width`` wide)."""
+    if spec.startswith("drafter:"):
+        from specdec.proposers.draft_model import DraftModelProposer
+        from specdec.training.drafter import load_drafter
+
+        drafter, _ = load_drafter(spec.partition(":")[2], model)
+        return DraftModelProposer(drafter, target_tokenizer=tokenizer, draft_tokenizer=tokenizer, mode="tree",
+                                  width=DRAFTER_WIDTH, min_path_prob=0.05, max_depth=6)
+    return make_proposer(spec, model, tokenizer)
+
+
+DRAFTER_WIDTH = 2
+
+
+def table(runs, prompts, plain_name="plain") -> dict:
+    cat_of = {}
+    rows = defaultdict(lambda: defaultdict(lambda: {"seconds": 0.0, "tokens": 0, "steps": 0, "propose_s": 0.0,
+                                                    "mismatches": 0}))
+    ref = {}
+    for r in runs:
+        if r.method == plain_name:
+            ref[(r.category, len([k for k in ref if k[0] == r.category]))] = r.tokens
+    seen = defaultdict(int)
+    for r in runs:
+        i = seen[(r.method, r.category)]
+        seen[(r.method, r.category)] += 1
+        for cat in (r.category, "overall"):
+            row = rows[cat][r.method]
+            row["seconds"] += r.seconds
+            row["tokens"] += len(r.tokens)
+            row["steps"] += r.metrics.steps
+            row["propose_s"] += r.metrics.propose_s
+            row["mismatches"] += int(ref.get((r.category, i)) != r.tokens)
+    out = {}
+    for cat, methods in rows.items():
+        base = methods[plain_name]["seconds"]
+        out[cat] = {m: {"tok_per_step": round((v["tokens"] - 1) / max(v["steps"], 1), 3) if m != plain_name else 1.0,
+                        "propose_ms": round(1000 * v["propose_s"] / max(v["steps"], 1), 2),
+                        "speedup": round(base / v["seconds"], 3), "seconds": round(v["seconds"], 1),
+                        "mismatches": v["mismatches"]} for m, v in methods.items()}
+    return out
+
+
+def replays(model, specs, prompts, outputs, budget: int, tokenizer) -> dict:
+    feats = Features(model)
+    res = {}
+    for spec in specs:
+        prop = build(spec, model, tokenizer)
+        layers = getattr(prop, "target_layers", None)
+        per_cat, hist_all = defaultdict(lambda: [0, 0, 0.0]), [0] * (budget + 1)
+        for p in prompts:
+            out = outputs[str(p.question_id)]
+            if len(out) < 2:
+                continue
+            ids = p.ids + out
+            hidden = feats.get(layers, str(p.question_id), ids) if prop.requires_target_hidden else None
+            e, s, t, hist = replay(prop, ids, len(p.ids), budget, hidden)
+            for cat in (p.category, "overall"):
+                per_cat[cat][0] += e
+                per_cat[cat][1] += s
+                per_cat[cat][2] += t
+            hist_all = [a + b for a, b in zip(hist_all, hist)]
+        res[spec] = {"tok_per_step": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
+                     "propose_ms": round(1000 * per_cat["overall"][2] / max(per_cat["overall"][1], 1), 2),
+                     "depth_acceptance": depth_acceptance(hist_all), "hist": hist_all}
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", required=True, help="Spec-Bench-format prompts (../shared/data/prompts_dev.jsonl)")
+    ap.add_argument("--per-category", type=int, default=2)
+    ap.add_argument("--categories", default=None, help="comma-separated subset (default: all)")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--proposers", nargs="+", required=True,
+                    help="proposer specs (specdec bench's syntax, plus drafter:<distilled drafter artifact>)")
+    ap.add_argument("--max-budget", type=int, default=32, help="most nodes the cost model may verify per step")
+    ap.add_argument("--replay-budget", type=int, default=32, help="fixed budget of the greedy replay (0 = skip)")
+    ap.add_argument("--no-online", action="store_true", help="replay only (no timed decoding)")
+    ap.add_argument("--json", default=None, help="write everything here")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
+    args = ap.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    specs = [s if s.startswith("drafter:") else proposer_spec(s) for s in args.proposers]
+    from specdec.models import load_default
+
+    load0 = os.getloadavg()
+    started = time.time()
+    model, tok = load_default()
+    cats = args.categories.split(",") if args.categories else None
+    prompts = load_prompts(args.prompts, tok, categories=cats, per_category=args.per_category)
+    stops = [tok.eos_token_id]
+    facts = {"prompts": os.path.basename(args.prompts), "per_category": args.per_category,
+             "question_ids": [p.question_id for p in prompts], "max_new_tokens": args.max_new_tokens,
+             "max_budget": args.max_budget, "threads": torch.get_num_threads(), "target": target_fingerprint(model)}
+    if not args.no_online:
+        plain = SpeculativeDecoder(model)
+        methods = [specdec_method("plain", plain, stops)]
+        cost = None
+        for spec in specs:
+            dec = SpeculativeDecoder(plain.target, build(spec, model, tok), cost_model=cost,
+                                     max_budget=args.max_budget)
+            cost = dec.ensure_cost_model()
+            methods.append(specdec_method(spec, dec, stops))
+        from tqdm import tqdm
+
+        runs = run_benchmark(methods, prompts, args.max_new_tokens,
+                             progress=lambda xs: tqdm(xs, desc="prompts", unit="prompt"))
+        facts["online"] = table(runs, prompts)
+        facts["online_load"] = {"before": round(load0[0], 2), "after": round(os.getloadavg()[0], 2)}
+        outputs = {str(r_p.question_id): r.tokens for r, r_p in
+                   zip([r for r in runs if r.method == "plain"], prompts)}
+        for cat in sorted(facts["online"]):
+            print(f"{cat:15s} " + "  ".join(f"{m.split(':')[0]}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "
+                                             f"{v['speedup']:.2f}x{'!' * v['mismatches']}"
+                                             for m, v in facts["online"][cat].items()))
+    else:
+        name = f"greedy-{facts['target']}-{len(prompts)}x{args.max_new_tokens}.json"
+        cache = os.path.join("benchmarks", "data", name)
+        outputs = greedy_outputs(model, prompts, args.max_new_tokens, stops, cache)
+    if args.replay_budget:
+        facts["replay"] = replays(model, specs, prompts, outputs, args.replay_budget, tok)
+        facts["replay_budget"] = args.replay_budget
+        for spec, r in facts["replay"].items():
+            print(f"replay@{args.replay_budget} {spec}: {r['tok_per_step']['overall']} tok/step, "
+                  f"{r['propose_ms']} ms/propose, P(acc>=d) {r['depth_acceptance'][:8]}")
+    facts["load_end"] = round(os.getloadavg()[0], 2)
+    facts["seconds"] = round(time.time() - started, 1)
+    save_json(args.json, facts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""Hybrid suffix + EAGLE trees: exact decoding, the merge, hindsight calibration, the proposer spec."""
+
+import argparse
+import pytest
+import torch
+
+from specdec import Artifact, DraftTree, SpeculativeDecoder
+from specdec.artifacts import Manifest, save_artifact, target_fingerprint
+from specdec.cli.args import proposer_spec as check_spec
+from specdec.models import tiny_model
+from specdec.proposers.base import ScoredDraft
+from specdec.proposers.eagle import EagleProposer
+from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
+from specdec.proposers.hybrid import HybridProposer
+from specdec.proposers.suffix import SuffixProposer
+from specdec.serving.measure import make_proposer
+
+LAYERS = (1, 3, 5)
+
+
+def _eagle(target, seed=0):
+    torch.manual_seed(seed)
+    layer = Eagle3Layer(Eagle3Config.from_target(target.config, LAYERS))
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, 0.5)
+    return EagleProposer(layer.eval(), target.get_input_embeddings().weight, target.get_output_embeddings().weight,
+                         Artifact("eagle3", "target", target_fingerprint(target)), top_k=3, max_depth=3)
+
+
+class _Fixed:
+    """A scored proposer that drafts one fixed tree (to test the merge and the calibration)."""
+
+    requires_target_hidden = True
+    target_layers = None
+
+    def __init__(self, paths, probs, vocab_size=64):
+        self.tree, self.probs, self.vocab_size = DraftTree.from_paths(paths), torch.tensor(probs), vocab_size
+        self.artifact = Artifact("fixed", "target", "fp")
+
+    def begin(self, *a, **k): pass
+
+    def commit(self, *a, **k): pass
+
+    def end(self, *a): pass
+
+    def memory_bytes(self): return 0
+
+    def propose_scored(self, req_ids, budget):
+        return [ScoredDraft(self.tree, self.probs, float(self.probs.sum()), "x") for _ in req_ids]
+
+
+def _tree_paths(tree):
+    """Sorted token paths of every node of ``tree``."""
+    toks = tree.tokens.tolist()
+    return sorted(tuple(toks[i] for i in tree.path_to(n)) for n in range(tree.num_nodes))
+
+
+def test_hybrid_greedy_decoding_equals_plain_on_repetitive_and_plain_prompts():
+    target = tiny_model(seed=7, layers=6)
+    for prompt in ([4, 8, 15, 16, 23, 42, 4, 8, 15, 16, 23], [9, 3, 27, 5]):
+        plain = SpeculativeDecoder(target).generate(prompt, 30).tokens
+        for budget in (6, "auto"):
+            hyb = HybridProposer(SuffixProposer(64), _eagle(target, 1))
+            dec = SpeculativeDecoder(target, hyb, budget=budget, max_budget=8)
+            assert dec.target.hidden_layers == LAYERS
+            assert dec.generate(prompt, 30).tokens == plain
+            assert set(hyb.calibrations) >= {"eagle"}
+
+
+def test_merge_unions_paths_keeps_the_best_estimate_and_stays_prefix_closed():
+    lookup = _Fixed([[1], [1, 2], [3]], [0.9, 0.8, 0.1])
+    lookup.requires_target_hidden = False
+    model = _Fixed([[1], [1, 4], [5]], [0.6, 0.5, 0.45])
+    hyb = HybridProposer(lookup, model)
+    hyb.begin("r", [0])
+    draft = hyb.propose_scored(["r"], 4)[0]
+    r = hyb.calibration("eagle").ratios(2)  # both sources start from the same prior
+    assert hyb.calibration("suffix:x").ratios(2) == r
+    toks = draft.tree.tokens.tolist()
+    got = {tuple(toks[i] for i in draft.tree.path_to(n)): float(draft.node_probs[n]) for n in range(len(toks))}
+    want = {(1,): 0.9 * r[0], (1, 2): 0.8 * r[1], (1, 4): 0.5 * r[1], (5,): 0.45 * r[0]}  # (3,) is the 5th best
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k]) for k in want)
+    assert draft.source == "hybrid" and draft.tree.deterministic.all()
+    assert draft.expected_accepted == pytest.approx(sum(want.values()))
+    budget_one = hyb.propose_scored(["r"], 1)[0]
+    assert _tree_paths(budget_one.tree) == [(1,)]
+
+
+def test_hindsight_calibration_moves_budget_to_the_source_that_is_right():
+    suffix = _Fixed([[1], [1, 2]], [0.6, 0.5])
+    suffix.requires_target_hidden = False
+    suffix.propose_scored = lambda ids, b: [ScoredDraft(suffix.tree, suffix.probs, 1.1, "request") for _ in ids]
+    model = _Fixed([[3], [3, 4]], [0.9, 0.8])
+    hyb = HybridProposer(suffix, model)
+    hyb.begin("r", [0])
+    first = hyb.propose_scored(["r"], 2)[0]
+    assert _tree_paths(first.tree) == [(3,), (3, 4)]  # EAGLE's raw estimates are higher at first
+    for _ in range(30):
+        hyb.propose_scored(["r"], 2)
+        hyb.commit("r", [1, 2, 9])  # the target emits the lookup's path every time
+    assert _tree_paths(hyb.propose_scored(["r"], 2)[0].tree) == [(1,), (1, 2)]
+    assert hyb.calibration("eagle").ratios(1)[0] < 0.2 < hyb.calibration("suffix:request").ratios(1)[0]
+
+
+def test_hybrid_spec_is_accepted_and_loads_an_eagle_artifact(tmp_path):
+    target = tiny_model(seed=8, layers=6)
+    prop = _eagle(target)
+    manifest = Manifest(kind="eagle", name="eagle3-test", bound_to="target", fingerprint=target_fingerprint(target),
+                        config={"architecture": "eagle3", "layer": prop.layer.config.to_dict(),
+                                "drafting": {"top_k": 2, "max_depth": 2, "min_prob": 0.01}})
+    save_artifact(str(tmp_path), prop.layer.state_tensors(torch.float16), manifest)
+    spec = f"hybrid:suffix+eagle:{tmp_path}"
+    assert check_spec(spec) == spec
+    hyb = make_proposer(spec, target, None)
+    assert isinstance(hyb, HybridProposer) and hyb.target_layers == LAYERS and hyb.eagle.top_k == 2
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown proposer spec"):
+        check_spec("hybrid:eagle")
+    with pytest.raises(ValueError, match="model part"):
+        HybridProposer(SuffixProposer(64), SuffixProposer(64))
