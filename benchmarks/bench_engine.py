@@ -27,14 +27,22 @@ def check(table) -> list[str]:
     overall = table["overall"]
     if "hf_generate" in overall:  # absent with --no-hf-generate
         ratio = overall["plain"].tokens_per_s / overall["hf_generate"].tokens_per_s
-        lines.append(f"{'MET' if ratio >= 0.95 else 'MISSED'}: plain specdec = {ratio:.3f}x model.generate (goal >= 0.95)")
+        lines.append(
+            f"{'MET' if ratio >= 0.95 else 'MISSED'}: plain specdec = {ratio:.3f}x model.generate (goal >= 0.95)"
+        )
     for cat, rows in sorted(table.items()):
         s, lookup = rows["suffix"], rows.get("hf_prompt_lookup")
         ok = s.speedup >= 0.97 and (lookup is None or s.speedup >= lookup.speedup)
-        ref = (f", HF lookup {lookup.speedup:.2f}x ({s.tokens_per_s:.1f} vs {lookup.tokens_per_s:.1f} tokens/s)"
-               if lookup else "")
+        ref = (
+            f", HF lookup {lookup.speedup:.2f}x ({s.tokens_per_s:.1f} vs {lookup.tokens_per_s:.1f} tokens/s)"
+            if lookup
+            else ""
+        )
         lines.append(f"{'MET' if ok else 'MISSED'}: {cat}: suffix {s.speedup:.2f}x plain{ref}")
-    lines.append(f"{'MET' if overall['suffix'].speedup >= 1.35 else 'MISSED'}: overall suffix {overall['suffix'].speedup:.2f}x (goal >= 1.35x)")
+    lines.append(
+        f"{'MET' if overall['suffix'].speedup >= 1.35 else 'MISSED'}: overall suffix "
+        f"{overall['suffix'].speedup:.2f}x (goal >= 1.35x)"
+    )
     bad = sum(r.mismatches for r in overall.values() if r.method in ("plain", "suffix", "hf_generate"))
     lines.append(f"{'MET' if bad == 0 else 'MISSED'}: {bad} greedy output mismatches among exact methods")
     return lines

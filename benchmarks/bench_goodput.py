@@ -55,7 +55,9 @@ from specdec.serving.workload import SimRequest, WorkloadItem
 DEFAULT_CATEGORIES = "summarization,rag,translation,coding,qa,extraction"
 
 
-def real_batch(decoder: SpeculativeDecoder, prompts, max_new: int, gate: LoadGate | None, t_offset: float, first_id: int):
+def real_batch(
+    decoder: SpeculativeDecoder, prompts, max_new: int, gate: LoadGate | None, t_offset: float, first_id: int
+):
     """Run one static batch; return per-request records (clock starts at ``t_offset``) and outputs."""
     n = len(prompts)
     first, finish, out = {}, {}, {i: [] for i in range(n)}
@@ -102,8 +104,10 @@ def run_real(decoder, batches, max_new, gate=None):
         metrics += ms
         t += dt
     steps = [m for m in metrics if m.steps]
-    phases = {k: 1e3 * float(np.mean([getattr(m, f"{k}_s") / m.steps for m in steps])) if steps else 0.0
-              for k in ("propose", "verify", "accept")}
+    phases = {
+        k: 1e3 * float(np.mean([getattr(m, f"{k}_s") / m.steps for m in steps])) if steps else 0.0
+        for k in ("propose", "verify", "accept")
+    }
     return records, outputs, phases
 
 
@@ -116,7 +120,9 @@ def run_sim(batches, out_lens, policy, server_kwargs, c):
             k += 1
         res = simulate(reqs, policy, ServerConfig(max_batch=c, **server_kwargs))
         for r in res.records:
-            records.append(RequestRecord(r.rid, r.arrival + t, r.first_token + t, r.finish + t, r.output_tokens, r.category))
+            records.append(
+                RequestRecord(r.rid, r.arrival + t, r.first_token + t, r.finish + t, r.output_tokens, r.category)
+            )
         t = max(r.finish for r in records)
     return records, t
 
@@ -144,8 +150,10 @@ def main(argv=None):
 
     model, tok = load_default()
     torch.manual_seed(0)
-    recs = read_prompt_records(Path(__file__).resolve().parent.parent / "specdec" / "data" / "prompts_dev_sample.jsonl",
-                               categories=args.categories.split(","))
+    recs = read_prompt_records(
+        Path(__file__).resolve().parent.parent / "specdec" / "data" / "prompts_dev_sample.jsonl",
+        categories=args.categories.split(","),
+    )
     pool = [(encode_first_turn(tok, r), r["category"]) for r in recs]
     # interleave categories so every batch mixes good and bad cases for lookup drafting
     by_cat = {}
@@ -158,17 +166,25 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     ctx_hi = max(plens) + args.max_new_tokens
-    cost = calibrate_engine(model, batches=sorted({1, 2} | set(levels)), tokens=(1, 3, 1 + args.budget),
-                            contexts=(64, int(np.mean(plens)), ctx_hi), prefills=(64, int(np.mean(plens)), max(plens)),
-                            repeats=args.repeats, meta={"target": "SmolLM2-135M-Instruct"})
+    cost = calibrate_engine(
+        model,
+        batches=sorted({1, 2} | set(levels)),
+        tokens=(1, 3, 1 + args.budget),
+        contexts=(64, int(np.mean(plens)), ctx_hi),
+        prefills=(64, int(np.mean(plens)), max(plens)),
+        repeats=args.repeats,
+        meta={"target": "SmolLM2-135M-Instruct"},
+    )
     cost.save(out / "cost.json")
-    print(f"calibration {time.perf_counter() - t0:.0f}s: mean error {cost.mean_rel_error:.1%}, "
-          f"leave-one-out {cost.loo_rel_error:.1%}, {len(cost.outliers)} disturbed timings set aside")
+    print(
+        f"calibration {time.perf_counter() - t0:.0f}s: mean error {cost.mean_rel_error:.1%}, "
+        f"leave-one-out {cost.loo_rel_error:.1%}, {len(cost.outliers)} disturbed timings set aside"
+    )
 
     rows = []
     acceptance = None
     for c in levels:
-        batches = [prompts[i:i + c] for i in range(0, len(prompts), c)]
+        batches = [prompts[i : i + c] for i in range(0, len(prompts), c)]
         off_dec = SpeculativeDecoder(model, None)
         real_off, outputs, ph_off = run_real(off_dec, batches, args.max_new_tokens)
         if acceptance is None:
@@ -176,61 +192,109 @@ def main(argv=None):
             per_cat = {}
             for cat in sorted(set(cats)):
                 idx = [i for i, x in enumerate(cats) if x == cat]
-                per_cat[cat] = measure_by_replay(SuffixProposer(model.config.vocab_size), {i: prompts[i][0] for i in idx},
-                                                 {i: outputs[i] for i in idx}, args.budget, f"suffix/{cat}")
+                per_cat[cat] = measure_by_replay(
+                    SuffixProposer(model.config.vocab_size),
+                    {i: prompts[i][0] for i in idx},
+                    {i: outputs[i] for i in idx},
+                    args.budget,
+                    f"suffix/{cat}",
+                )
             per_cat["all"] = AcceptanceDist.merge(list(per_cat.values()), "suffix/all")
             acceptance = per_cat
             opt = BudgetOptimizer(cost, acceptance["all"])
             threshold = opt.crossover_batch(args.budget, float(np.mean(plens)) + args.max_new_tokens / 2)
-            print("replayed acceptance (mean accepted/step at budget "
-                  f"{args.budget}): " + ", ".join(f"{k} {v.expected_accepted(args.budget):.2f}" for k, v in per_cat.items())
-                  + f"; gate threshold: batch {threshold}")
+            print(
+                "replayed acceptance (mean accepted/step at budget "
+                f"{args.budget}): "
+                + ", ".join(f"{k} {v.expected_accepted(args.budget):.2f}" for k, v in per_cat.items())
+                + f"; gate threshold: batch {threshold}"
+            )
         out_lens = [len(o) for o in outputs]
         server_kwargs = dict(cost=cost, acceptance=acceptance, padded_context=True)
-        spec_dec = SpeculativeDecoder(model, SuffixProposer(model.config.vocab_size), max_budget=args.budget, budget=args.budget)
+        spec_dec = SpeculativeDecoder(
+            model, SuffixProposer(model.config.vocab_size), max_budget=args.budget, budget=args.budget
+        )
         real_on, _, ph_on = run_real(spec_dec, batches, args.max_new_tokens)
         gate = LoadGate(off_above=max(threshold, 0), on_below=hysteresis_band(max(threshold, 0)), budget=args.budget)
-        gated_dec = SpeculativeDecoder(model, SuffixProposer(model.config.vocab_size), max_budget=args.budget, budget=args.budget)
+        gated_dec = SpeculativeDecoder(
+            model, SuffixProposer(model.config.vocab_size), max_budget=args.budget, budget=args.budget
+        )
         real_gated, _, ph_gated = run_real(gated_dec, batches, args.max_new_tokens, gate)
-        sims = {"off": Off(), "always": AlwaysOn(args.budget),
-                "gated": gated(max(threshold, 0), args.budget, hysteresis_band(max(threshold, 0)))}
+        sims = {
+            "off": Off(),
+            "always": AlwaysOn(args.budget),
+            "gated": gated(max(threshold, 0), args.budget, hysteresis_band(max(threshold, 0))),
+        }
         for name, real, ph in (("off", real_off, ph_off), ("always", real_on, ph_on), ("gated", real_gated, ph_gated)):
             sim_recs, _ = run_sim(batches, out_lens, sims[name], server_kwargs, c)
             r, s = summarize(real, slo), summarize(sim_recs, slo)
-            row = {"concurrency": c, "policy": name,
-                   "real_goodput": r["goodput_rps"], "sim_goodput": s["goodput_rps"],
-                   "real_tpot_p50": r["tpot_p50"], "sim_tpot_p50": s["tpot_p50"],
-                   "real_tok_s": r["throughput_tok_s"], "sim_tok_s": s["throughput_tok_s"],
-                   "real_ttft_p50": r["ttft_p50"], "sim_ttft_p50": s["ttft_p50"],
-                   "real_step_ms": ph}
-            row["goodput_err"] = (s["goodput_rps"] - r["goodput_rps"]) / r["goodput_rps"] if r["goodput_rps"] else float("nan")
+            row = {
+                "concurrency": c,
+                "policy": name,
+                "real_goodput": r["goodput_rps"],
+                "sim_goodput": s["goodput_rps"],
+                "real_tpot_p50": r["tpot_p50"],
+                "sim_tpot_p50": s["tpot_p50"],
+                "real_tok_s": r["throughput_tok_s"],
+                "sim_tok_s": s["throughput_tok_s"],
+                "real_ttft_p50": r["ttft_p50"],
+                "sim_ttft_p50": s["ttft_p50"],
+                "real_step_ms": ph,
+            }
+            row["goodput_err"] = (
+                (s["goodput_rps"] - r["goodput_rps"]) / r["goodput_rps"] if r["goodput_rps"] else float("nan")
+            )
             row["tpot_err"] = (s["tpot_p50"] - r["tpot_p50"]) / r["tpot_p50"]
             rows.append(row)
-            print(f"c={c} {name:6s} goodput real {r['goodput_rps']:.3f} sim {s['goodput_rps']:.3f} ({row['goodput_err']:+.0%})  "
-                  f"tpot50 real {r['tpot_p50'] * 1e3:.0f}ms sim {s['tpot_p50'] * 1e3:.0f}ms ({row['tpot_err']:+.0%})  "
-                  f"tok/s real {r['throughput_tok_s']:.1f} sim {s['throughput_tok_s']:.1f}  "
-                  f"decoder ms/step propose {ph['propose']:.1f} verify {ph['verify']:.1f} accept {ph['accept']:.1f}", flush=True)
+            print(
+                f"c={c} {name:6s} goodput real {r['goodput_rps']:.3f} sim {s['goodput_rps']:.3f} "
+                f"({row['goodput_err']:+.0%})  "
+                f"tpot50 real {r['tpot_p50'] * 1e3:.0f}ms sim {s['tpot_p50'] * 1e3:.0f}ms ({row['tpot_err']:+.0%})  "
+                f"tok/s real {r['throughput_tok_s']:.1f} sim {s['throughput_tok_s']:.1f}  "
+                f"decoder ms/step propose {ph['propose']:.1f} verify {ph['verify']:.1f} accept {ph['accept']:.1f}",
+                flush=True,
+            )
 
     load1 = os.getloadavg()
     total = time.perf_counter() - t_all
-    within = [abs(r["tpot_err"]) <= 0.15 and (np.isnan(r["goodput_err"]) or abs(r["goodput_err"]) <= 0.15) for r in rows]
-    summary = {"args": vars(args), "load_avg_start": load0, "load_avg_end": load1, "seconds": total,
-               "cost_model": {"mean_rel_error": cost.mean_rel_error, "loo_rel_error": cost.loo_rel_error,
-                              "outliers": len(cost.outliers)},
-               "acceptance": {k: v.to_dict() for k, v in acceptance.items()}, "rows": rows,
-               "within_15pct": f"{sum(within)}/{len(within)}"}
+    within = [
+        abs(r["tpot_err"]) <= 0.15 and (np.isnan(r["goodput_err"]) or abs(r["goodput_err"]) <= 0.15) for r in rows
+    ]
+    summary = {
+        "args": vars(args),
+        "load_avg_start": load0,
+        "load_avg_end": load1,
+        "seconds": total,
+        "cost_model": {
+            "mean_rel_error": cost.mean_rel_error,
+            "loo_rel_error": cost.loo_rel_error,
+            "outliers": len(cost.outliers),
+        },
+        "acceptance": {k: v.to_dict() for k, v in acceptance.items()},
+        "rows": rows,
+        "within_15pct": f"{sum(within)}/{len(within)}",
+    }
     (out / "results.json").write_text(json.dumps(summary, indent=1))
-    lines = [f"# Real load vs simulator (SmolLM2-135M, CPU, {args.requests} requests per level, {args.max_new_tokens} new tokens)", "",
-             f"SLO: TTFT <= {args.ttft}s, TPOT <= {args.tpot * 1e3:g} ms. Load average {load0[0]:.1f} -> {load1[0]:.1f} "
-             f"(shared machine). Cost-model fit error {cost.mean_rel_error:.1%} (leave-one-out {cost.loo_rel_error:.1%}).", "",
-             "| concurrency | policy | goodput real | sim | err | p50 TPOT real (ms) | sim | err | tok/s real | sim | "
-             "decoder ms/step: propose / verify / accept |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Real load vs simulator (SmolLM2-135M, CPU, {args.requests} requests per level, {args.max_new_tokens} new "
+        "tokens)",
+        "",
+        f"SLO: TTFT <= {args.ttft}s, TPOT <= {args.tpot * 1e3:g} ms. Load average {load0[0]:.1f} -> {load1[0]:.1f} "
+        f"(shared machine). Cost-model fit error {cost.mean_rel_error:.1%} (leave-one-out {cost.loo_rel_error:.1%}).",
+        "",
+        "| concurrency | policy | goodput real | sim | err | p50 TPOT real (ms) | sim | err | tok/s real | sim | "
+        "decoder ms/step: propose / verify / accept |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['concurrency']} | {r['policy']} | {r['real_goodput']:.3f} | {r['sim_goodput']:.3f} | {r['goodput_err']:+.0%} | "
-                     f"{r['real_tpot_p50'] * 1e3:.0f} | {r['sim_tpot_p50'] * 1e3:.0f} | {r['tpot_err']:+.0%} | "
-                     f"{r['real_tok_s']:.1f} | {r['sim_tok_s']:.1f} | "
-                     f"{r['real_step_ms']['propose']:.1f} / {r['real_step_ms']['verify']:.1f} / {r['real_step_ms']['accept']:.1f} |")
+        lines.append(
+            f"| {r['concurrency']} | {r['policy']} | {r['real_goodput']:.3f} | {r['sim_goodput']:.3f} | "
+            f"{r['goodput_err']:+.0%} | "
+            f"{r['real_tpot_p50'] * 1e3:.0f} | {r['sim_tpot_p50'] * 1e3:.0f} | {r['tpot_err']:+.0%} | "
+            f"{r['real_tok_s']:.1f} | {r['sim_tok_s']:.1f} | "
+            f"{r['real_step_ms']['propose']:.1f} / {r['real_step_ms']['verify']:.1f} / "
+            f"{r['real_step_ms']['accept']:.1f} |"
+        )
     lines += ["", f"Within 15% on both: {summary['within_15pct']} rows. Total {total:.0f}s."]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     plot(rows, levels, out / "goodput_real_vs_sim.png")

@@ -163,7 +163,8 @@ def main() -> None:
         unchecked = _best_time(vectorised_unchecked, (trees, target), 15)
         loop = _best_time(python_loop, (trees, target), 7)
         print(f"{name}: python loop {loop * 1e3:.1f} ms | vectorised {checked * 1e3:.1f} ms (x{loop / checked:.1f}) | "
-              f"vectorised, validate=False {unchecked * 1e3:.1f} ms (x{loop / unchecked:.1f}) | mean accepted {accepted:.2f}")
+              f"vectorised, validate=False {unchecked * 1e3:.1f} ms (x{loop / unchecked:.1f}) | mean accepted "
+              f"{accepted:.2f}")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def bench_verify(args) -> None:
         for name, target in targets.items():
             cm = VerifyCostModel.calibrate(target, prefix_len=args.prefix, sizes=args.sizes, repeats=1)
             best[name] = [min(a, b) for a, b in zip(best[name], cm.seconds)]
-    print(f"\nSmolLM2-135M verify step, prefix {args.prefix}, chain of n drafted tokens (ms, fastest of {args.repeats})")
+    print(
+        f"\nSmolLM2-135M verify step, prefix {args.prefix}, chain of n drafted tokens (ms, fastest of {args.repeats})"
+    )
     print(f"{'n':>4} {'F.linear':>9} {'skinny':>8} {'ratio':>6} {'skinny vs n=0':>14}")
     for i, n in enumerate(args.sizes):
         a, b = best["F.linear"][i] * 1e3, best["skinny"][i] * 1e3

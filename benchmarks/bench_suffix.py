@@ -233,10 +233,20 @@ def print_report(r: dict) -> None:
             "extend p50", "nodes", "HF/core", "HF/full")
     print(" | ".join(f"{h:>10}" for h in head))
     for c in r["contexts"]:
-        row = (c["context"], c["suffix_core_propose"]["p50_us"], c["suffix_core_propose"]["p90_us"],
-               c["suffix_full_propose"]["p50_us"], c["hf_prompt_lookup"]["p50_us"], c["py_ngram_scan"]["p50_us"],
-               c["py_ngram_index"]["p50_us"], c["suffix_commit_1_token"]["p50_us"], c["automaton_extend_1_token"]["p50_us"],
-               c["mean_draft_nodes"], c["speedup_core_vs_hf_p50"], c["speedup_full_vs_hf_p50"])
+        row = (
+            c["context"],
+            c["suffix_core_propose"]["p50_us"],
+            c["suffix_core_propose"]["p90_us"],
+            c["suffix_full_propose"]["p50_us"],
+            c["hf_prompt_lookup"]["p50_us"],
+            c["py_ngram_scan"]["p50_us"],
+            c["py_ngram_index"]["p50_us"],
+            c["suffix_commit_1_token"]["p50_us"],
+            c["automaton_extend_1_token"]["p50_us"],
+            c["mean_draft_nodes"],
+            c["speedup_core_vs_hf_p50"],
+            c["speedup_full_vs_hf_p50"],
+        )
         print(" | ".join(f"{v:>10.2f}" if isinstance(v, float) else f"{v:>10}" for v in row))
     print("(times in microseconds per call)")
 
@@ -282,8 +292,9 @@ def test_bench_hf_prompt_lookup_8k(benchmark):
 
     _, stream = _setup(global_tokens=1000)
     ids = torch.from_numpy(stream[:-1].astype(np.int64)).unsqueeze(0)
-    hf = PromptLookupCandidateGenerator(num_output_tokens=HF_TOKENS, max_matching_ngram_size=HF_NGRAM,
-                                        max_length=ids.shape[1] + 16, vocab_size=VOCAB)
+    hf = PromptLookupCandidateGenerator(
+        num_output_tokens=HF_TOKENS, max_matching_ngram_size=HF_NGRAM, max_length=ids.shape[1] + 16, vocab_size=VOCAB
+    )
     benchmark(hf.get_candidates, ids)
 
 

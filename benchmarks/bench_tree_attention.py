@@ -92,7 +92,8 @@ def main():
             print(
                 f"| {r['model']} | {r['batch']} | {r['prefix']} | {r['nodes']} | {r['dtype']} | "
                 + " | ".join(f"{r[f'{x}_ms']:.1f} ({r[f'{x}_cpu_ms']:.1f})" for x in ("op", "reference", "sdpa"))
-                + f" | {r['x_vs_reference']:.1f} ({r['x_vs_reference_cpu']:.1f}) | {r['x_vs_sdpa']:.1f} ({r['x_vs_sdpa_cpu']:.1f}) |",
+                + f" | {r['x_vs_reference']:.1f} ({r['x_vs_reference_cpu']:.1f}) | {r['x_vs_sdpa']:.1f} "
+                  f"({r['x_vs_sdpa_cpu']:.1f}) |",
                 flush=True,
             )
     if args.json:

@@ -67,7 +67,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--artifact", required=True)
     ap.add_argument("--responses", required=True, help="self-distillation .jsonl (from specdec train eagle)")
-    ap.add_argument("--tensors", default=None, help="full-sequence hidden states (default: <responses>-full.safetensors)")
+    ap.add_argument(
+        "--tensors", default=None, help="full-sequence hidden states (default: <responses>-full.safetensors)"
+    )
     ap.add_argument("--heldout-every", type=int, default=10)
     ap.add_argument("--budgets", type=int, nargs="+", default=[8, 16, 32])
     ap.add_argument("--top-k", type=int, default=None, help="override the manifest's drafting top_k")
@@ -79,8 +81,11 @@ def main(argv=None) -> int:
     ap.add_argument("--online-budget", default="16", help="an int, or 'auto' (cost model up to --online-max-budget)")
     ap.add_argument("--online-max-budget", type=int, default=16)
     ap.add_argument("--online-tokens", type=int, default=64)
-    ap.add_argument("--record", action="store_true",
-                    help="append the results to the artifact's manifest (and Medusa's to its own with --medusa)")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the results to the artifact's manifest (and Medusa's to its own with --medusa)",
+    )
     args = ap.parse_args(argv)
 
     from safetensors.torch import load_file
@@ -88,23 +93,36 @@ def main(argv=None) -> int:
     from specdec.models import load_default
 
     model, _ = load_default()
-    opts = {k: v for k, v in (("top_k", args.top_k), ("max_depth", args.max_depth), ("min_prob", args.min_prob))
-            if v is not None}
+    opts = {
+        k: v
+        for k, v in (("top_k", args.top_k), ("max_depth", args.max_depth), ("min_prob", args.min_prob))
+        if v is not None
+    }
     prop = EagleProposer.load(args.artifact, model, **opts)
     responses = sd.load_records(args.responses)
     t = load_file(args.tensors or args.responses[: -len(".jsonl")] + "-full.safetensors")
     data = FullSequences(responses, t["hidden"], t["tokens"], t["offsets"])
     held = data.heldout(args.heldout_every)[: args.limit]
-    drafting = {"top_k": prop.top_k, "max_depth": prop.max_depth, "min_prob": round(float(torch.tensor(prop.min_logp).exp()), 6)}
+    drafting = {
+        "top_k": prop.top_k,
+        "max_depth": prop.max_depth,
+        "min_prob": round(float(torch.tensor(prop.min_logp).exp()), 6),
+    }
     print(f"EAGLE {args.artifact} {drafting}, {len(held)} held-out records", file=sys.stderr)
     results = {}
     for budget in args.budgets:
         results[budget] = measure(prop, data, held, budget)
         r = results[budget]
-        print(f"eagle  budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps, "
-              f"propose {r['propose_ms']} ms/step {r['by_category']}")
-    facts = {"kind": "greedy replay, held-out records", "records": len(held), "drafting": drafting,
-             "tokens_per_step": results}
+        print(
+            f"eagle  budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps, "
+            f"propose {r['propose_ms']} ms/step {r['by_category']}"
+        )
+    facts = {
+        "kind": "greedy replay, held-out records",
+        "records": len(held),
+        "drafting": drafting,
+        "tokens_per_step": results,
+    }
     if args.medusa:
         from specdec.proposers.heads import MedusaProposer
 
@@ -114,26 +132,39 @@ def main(argv=None) -> int:
         for budget in args.budgets:
             r = measure(med, data, unseen, budget)
             facts["medusa_same_run"]["tokens_per_step"][budget] = r
-            print(f"medusa budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps "
-                  f"({len(unseen)} records it never trained on), propose {r['propose_ms']} ms/step")
+            print(
+                f"medusa budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps "
+                f"({len(unseen)} records it never trained on), propose {r['propose_ms']} ms/step"
+            )
     if args.online:
         budget = args.online_budget if args.online_budget == "auto" else int(args.online_budget)
-        facts["online"] = online_speedup(model, prop, [responses[i]["prompt_ids"] for i in held[: args.online]],
-                                         budget, args.online_tokens, name="eagle", max_budget=args.online_max_budget)
+        facts["online"] = online_speedup(
+            model,
+            prop,
+            [responses[i]["prompt_ids"] for i in held[: args.online]],
+            budget,
+            args.online_tokens,
+            name="eagle",
+            max_budget=args.online_max_budget,
+        )
         print(json.dumps(facts["online"], indent=1))
     if args.record:
         command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
         best = max(results, key=lambda b: results[b]["overall"])
-        record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts,
-                           command=command)
+        record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts, command=command)
         if args.medusa:  # the Medusa artifact keeps its own replay of the same records
             med_res = facts["medusa_same_run"]["tokens_per_step"]
             mb = max(med_res, key=lambda b: med_res[b]["overall"])
-            record_measurement(args.medusa, mean_accepted=med_res[mb]["overall"], budget=mb,
-                               kind="greedy replay, held-out records it never trained on",
-                               records=facts["medusa_same_run"]["records"], tokens_per_step=med_res,
-                               eagle_same_run={"artifact": args.artifact, "tokens_per_step": results},
-                               command=command)
+            record_measurement(
+                args.medusa,
+                mean_accepted=med_res[mb]["overall"],
+                budget=mb,
+                kind="greedy replay, held-out records it never trained on",
+                records=facts["medusa_same_run"]["records"],
+                tokens_per_step=med_res,
+                eagle_same_run={"artifact": args.artifact, "tokens_per_step": results},
+                command=command,
+            )
     return 0
 
 

@@ -114,14 +114,21 @@ def main(argv=None) -> int:
             seen += _text(answer) + "\uffff"  # a separator no token id maps to (ids < 0xffff)
 
     text = "prompt + answer so far" + (" + earlier answers" if args.use_global else "")
-    anchor = f", drafts follow a match of >= {args.min_match} tokens" if args.min_match else ", drafts copied from anywhere"
+    anchor = (
+        f", drafts follow a match of >= {args.min_match} tokens" if args.min_match else ", drafts copied from anywhere"
+    )
     print(f"\n{args.data} ({text}{anchor})")
-    print("| category | tokens | mean K(t) | oracle accepted/step | speedup bound (measured c) | bound if verify were free |")
+    print(
+        "| category | tokens | mean K(t) | oracle accepted/step | speedup bound (measured c) | bound if verify were "
+        "free |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for key in sorted(table, key=lambda k: (k == "overall", k)):
         tokens, sum_k, cost, steps, free = table[key]
-        print(f"| {key} | {tokens} | {sum_k / tokens:.2f} | {tokens / steps - 1:.2f} | "
-              f"{tokens / cost:.2f}x | {tokens / free:.2f}x |")
+        print(
+            f"| {key} | {tokens} | {sum_k / tokens:.2f} | {tokens / steps - 1:.2f} | "
+            f"{tokens / cost:.2f}x | {tokens / free:.2f}x |"
+        )
     return 0
 
 

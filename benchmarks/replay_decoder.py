@@ -4,7 +4,8 @@ Each step the suffix proposer drafts from prompt + committed tokens (``propose_s
 ``--budget``), the decoder's own policy object (:class:`~specdec.engine.sizing.DraftSizer`: the
 calibration of the drafting cache, then the verify-cost curve's best size) keeps part of the tree,
 the greedy target accepts the longest kept path that matches its recorded answer, and the sizer
-learns from it, as in :class:`~specdec.SpeculativeDecoder` (one ``tick`` per step). Under greedy verification this is what the decode loop accepts, without
+learns from it, as in :class:`~specdec.SpeculativeDecoder` (one ``tick`` per step). Under greedy
+verification this is what the decode loop accepts, without
 running the model; the step costs ``c(kept nodes) / c(0)``, from a verify-cost curve measured in
 the same run on the embedded SmolLM2 or given with ``--cost``. Model time only: proposer,
 acceptance and compaction overheads and the prefill are not charged.
@@ -90,8 +91,9 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int) -> dic
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA),
-                    help="JSONL rows with prompt_ids and output_ids or response_ids")
+    ap.add_argument(
+        "--data", default=str(DEFAULT_DATA), help="JSONL rows with prompt_ids and output_ids or response_ids"
+    )
     ap.add_argument("--budget", type=int, default=16, help="nodes the proposer may draft per step")
     add_cost_args(ap)
     args = ap.parse_args(argv)
@@ -105,9 +107,11 @@ def main(argv=None) -> int:
         totals = replay(rows, make, cost, args.budget)
         t = totals[None]
         worst = min((k for k in totals if k is not None), key=lambda k: totals[k]["tokens"] / totals[k]["cost"])
-        print(f"| {name} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
-              f"{t['drafted'] / t['steps']:.2f} | {t['tokens'] / t['cost']:.3f}x | "
-              f"{worst} {totals[worst]['tokens'] / totals[worst]['cost']:.3f}x |")
+        print(
+            f"| {name} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
+            f"{t['drafted'] / t['steps']:.2f} | {t['tokens'] / t['cost']:.3f}x | "
+            f"{worst} {totals[worst]['tokens'] / totals[worst]['cost']:.3f}x |"
+        )
     return 0
 
 

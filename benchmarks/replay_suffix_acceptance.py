@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import pathlib
 
 import torch
 
@@ -121,12 +120,17 @@ def main(argv=None) -> None:
                 cell[2] += drafted
     names = ["suffix-req", "suffix+global", "hf-lookup"]
     print(f"warm global cache: {warmed} tokens from {args.warm}" if args.warm else "cold global cache")
-    print(f"{len(rows)} requests, budget {args.budget}, options {opts or 'defaults'}; cells: mean accepted draft tokens per step / share of steps drafting")
+    print(
+        f"{len(rows)} requests, budget {args.budget}, options {opts or 'defaults'}; cells: mean accepted draft "
+        "tokens per step / share of steps drafting"
+    )
     print(f"{'category':>15} | " + " | ".join(f"{n:>18}" for n in names))
     for cat in sorted(table, key=lambda c: (c == "ALL", c)):
         cells = [table[cat][n] for n in names]
         print(f"{cat:>15} | " + " | ".join(f"{c[1] / c[0]:>9.3f} / {c[2] / c[0]:>5.2f}" for c in cells))
-    print("suffix+global calibration (steps that drafted): cache, steps, predicted accepted per step, accepted per step")
+    print(
+        "suffix+global calibration (steps that drafted): cache, steps, predicted accepted per step, accepted per step"
+    )
     for source, (n, predicted, acc) in sorted(calibration.items()):
         print(f"{source:>15} | {n:>6} | {predicted / n:>7.3f} | {acc / n:>7.3f}")
     print("suffix+global drafted nodes by tree depth: depth, nodes, mean estimate, share accepted")

@@ -57,7 +57,6 @@ DRAFTER_WIDTH = 2
 
 
 def table(runs, prompts, plain_name="plain") -> dict:
-    cat_of = {}
     rows = defaultdict(lambda: defaultdict(lambda: {"seconds": 0.0, "tokens": 0, "steps": 0, "propose_s": 0.0,
                                                     "mismatches": 0}))
     ref = {}

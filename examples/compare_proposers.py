@@ -9,7 +9,16 @@ prompts, print one markdown table per category. Add your own proposer to ``metho
 
 import argparse
 
-from specdec.bench import SAMPLE_PROMPTS, Method, Prompt, load_prompts, markdown, run_benchmark, specdec_method, summarize
+from specdec.bench import (
+    SAMPLE_PROMPTS,
+    Method,
+    Prompt,
+    load_prompts,
+    markdown,
+    run_benchmark,
+    specdec_method,
+    summarize,
+)
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default, tiny_model
 from specdec.proposers.suffix import SuffixProposer
@@ -17,8 +26,9 @@ from specdec.proposers.suffix import SuffixProposer
 
 def tiny_prompts():
     """Repetitive token prompts for the tiny model (two 'categories')."""
-    return [Prompt("repeat", i, "", [3, 4, 5, 6, 7] * 4) for i in range(2)] + \
-           [Prompt("mixed", 10 + i, "", [8, 9, 10, 11, 12, 13, 8, 9, 10]) for i in range(2)]
+    return [Prompt("repeat", i, "", [3, 4, 5, 6, 7] * 4) for i in range(2)] + [
+        Prompt("mixed", 10 + i, "", [8, 9, 10, 11, 12, 13, 8, 9, 10]) for i in range(2)
+    ]
 
 
 def main(argv=None):

@@ -7,7 +7,15 @@ exact rejection sampler accepts a prefix while leaving the target's output distr
 from .sampling.params import SamplingParams, process_logits
 from .proposers.base import Artifact, Proposer
 from .proposers.replay import ReplayProposer
-from .sampling.rejection import AcceptResult, BatchAcceptResult, Rule, rejection_sample, rejection_sample_batch, rejection_sample_padded, verify_logits
+from .sampling.rejection import (
+    AcceptResult,
+    BatchAcceptResult,
+    Rule,
+    rejection_sample,
+    rejection_sample_batch,
+    rejection_sample_padded,
+    verify_logits,
+)
 from .tree import DraftTree
 from .tree import TreeBatch, pack_trees
 

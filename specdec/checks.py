@@ -89,7 +89,9 @@ def check_logits(logits: torch.Tensor, name: str = "logits") -> None:
     ``-inf`` is allowed: it is the standard way to mask a token (probability 0).
     """
     if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits).__name__)}")
+        raise TypeError(
+            f"{name} must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits).__name__)}"
+        )
     if logits.dim() < 1 or logits.shape[-1] == 0:
         raise ValueError(f"{name} must have shape [..., V] with V > 0, got {tuple(logits.shape)}")
     if bool(torch.isnan(logits).any()):
@@ -100,7 +102,9 @@ def check_logits(logits: torch.Tensor, name: str = "logits") -> None:
         raise ValueError(f"{name} have a row where every entry is -inf: no token can be emitted")
 
 
-def check_distributions(probs: torch.Tensor, valid_rows: torch.Tensor | None = None, name: str = "target_probs") -> None:
+def check_distributions(
+    probs: torch.Tensor, valid_rows: torch.Tensor | None = None, name: str = "target_probs"
+) -> None:
     """Raise ValueError unless every (valid) row of ``probs [..., V]`` is a distribution.
 
     Two reductions over the tensor (row ``amin`` and row sum); cheap next to the softmax

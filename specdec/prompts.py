@@ -59,7 +59,12 @@ def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = 
     taken: dict[str, int] = {}
     known: set[str] = set()
     for lineno, rec in read_jsonl(path, "prompt file"):
-        if not isinstance(rec, dict) or "category" not in rec or not isinstance(rec.get("turns"), list) or not rec["turns"]:
+        if (
+            not isinstance(rec, dict)
+            or "category" not in rec
+            or not isinstance(rec.get("turns"), list)
+            or not rec["turns"]
+        ):
             raise ValueError(f"{path}:{lineno}: expected an object with 'category' and a non-empty 'turns' list")
         cat = rec["category"]
         known.add(cat)
@@ -83,8 +88,9 @@ def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = 
 def chat_ids(tokenizer, text: str) -> list[int]:
     """Token ids of one user message, through the tokenizer's chat template when it has one."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
         if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
             ids = ids["input_ids"]
         return [int(t) for t in ids]

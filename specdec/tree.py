@@ -370,11 +370,14 @@ def _validate(tokens, parents, draft_probs, deterministic, vocab_size):
         bad = (parents >= idx).nonzero()
         if bad.numel():
             i = int(bad[0])
-            raise ValueError(f"DraftTree parent of node {i} is {int(parents[i])}: parents must precede children (parent < own index)")
+            raise ValueError(f"DraftTree parent of node {i} is {int(parents[i])}: parents must precede children "
+                             "(parent < own index)")
         bad = (parents < -1).nonzero()
         if bad.numel():
             i = int(bad[0])
-            raise ValueError(f"DraftTree parent of node {i} is {int(parents[i])}: must be -1 (the root) or a node index")
+            raise ValueError(
+                f"DraftTree parent of node {i} is {int(parents[i])}: must be -1 (the root) or a node index"
+            )
         if int(tokens.min()) < 0:
             raise ValueError(f"DraftTree token ids must be >= 0, got {int(tokens.min())}")
     if draft_probs is not None:
@@ -427,6 +430,7 @@ def _validate_probs(tokens, draft_probs, deterministic, vocab_size):
                 f"point mass on its token {int(tokens[i])}"
             )
     return V
+
 
 @dataclass(frozen=True)
 class TreeBatch:
@@ -509,5 +513,11 @@ def pack_trees(trees: Sequence[DraftTree], device=None) -> TreeBatch:
         deterministic = torch.zeros(len(trees), 0, dtype=torch.bool, device=here)
     valid = torch.arange(tokens.shape[1], device=here).unsqueeze(0) < sizes.unsqueeze(1)
     to = torch.device(device) if device is not None else here
-    return TreeBatch(trees=tuple(trees), tokens=tokens.to(to), parents=parents.to(to),
-                     deterministic=deterministic.to(to), sizes=sizes.to(to), valid=valid.to(to))
+    return TreeBatch(
+        trees=tuple(trees),
+        tokens=tokens.to(to),
+        parents=parents.to(to),
+        deterministic=deterministic.to(to),
+        sizes=sizes.to(to),
+        valid=valid.to(to),
+    )

@@ -55,7 +55,11 @@ class SampledTreeProposer(RandomTreeProposer):
         for rid, b in zip(req_ids, normalize_budgets(req_ids, budget)):
             parents = [-1, -1, 0, 1][: min(b, 4)]
             n = len(parents)
-            tokens = torch.multinomial(self.q, n, replacement=True, generator=self.gen) if n else torch.zeros(0, dtype=torch.long)
+            tokens = (
+                torch.multinomial(self.q, n, replacement=True, generator=self.gen)
+                if n
+                else torch.zeros(0, dtype=torch.long)
+            )
             probs = self.q.expand(n, -1).clone()
             out.append(DraftTree(tokens, torch.tensor(parents, dtype=torch.int32), probs))
         return out

@@ -79,7 +79,9 @@ def test_train_commands_write_bound_artifacts(tmp_path, capsys):
                                for i in range(10)))
     common = ["--target", str(tmp_path / "a"), "--prompts", str(prompts), "--max-new-tokens", "6",
               "--cache-dir", str(tmp_path / "cache"), "--heldout-every", "5", "--epochs", "1", "--device", "cpu"]
-    assert train_main(["train", "heads", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"] + common) == 0
+    assert (
+        train_main(["train", "heads", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"] + common) == 0
+    )
     assert train_main(["train", "draft", "--out", str(tmp_path / "draft"), "--layers", "1"] + common) == 0
     prop = MedusaProposer.load(str(tmp_path / "heads"), a)
     assert prop.heads.num_heads == 2 and len(prop.rank_acc) == 2

@@ -8,7 +8,17 @@ reject an exact sampler.
 import pytest
 import torch
 
-from specdec.conformance.suite import FAMILY_ALPHA, Case, batch_sampler, default_cases, g_test, padded_sampler, run_suite, simulate, single_sampler
+from specdec.conformance.suite import (
+    FAMILY_ALPHA,
+    Case,
+    batch_sampler,
+    default_cases,
+    g_test,
+    padded_sampler,
+    run_suite,
+    simulate,
+    single_sampler,
+)
 from specdec.conformance.models import DraftSpec, ProcessedModel, TableModel, exact_law
 from specdec.conformance.mutants import MUTANTS, kernel_sampler
 from specdec.sampling.rejection import rejection_sample, rejection_sample_batch, rejection_sample_padded
@@ -63,8 +73,13 @@ def test_single_tree_api_and_reference_pass():
 
 def test_greedy_rule_matches_temperature_zero_law():
     V = 5
-    case = Case("greedy", ProcessedModel(TableModel(V, 3, logits=True), 0.0),
-                DraftSpec(TableModel(V, 2), ((-1, "sample"), (-1, "top"), (0, "sample"), (1, "top"))), V, trials=500)
+    case = Case(
+        "greedy",
+        ProcessedModel(TableModel(V, 3, logits=True), 0.0),
+        DraftSpec(TableModel(V, 2), ((-1, "sample"), (-1, "top"), (0, "sample"), (1, "top"))),
+        V,
+        trials=500,
+    )
     report = run_suite(padded_sampler(rejection_sample_padded, rule="greedy"), [case])
     assert report.passed, report.summary()
     # and the greedy rule really is deterministic: every trial emits the same sequence

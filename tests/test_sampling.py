@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from specdec import DraftTree
-from specdec.sampling.rejection import AcceptResult, Rule, rejection_sample, rejection_sample_batch, rejection_sample_padded
+from specdec.sampling.rejection import (
+    AcceptResult,
+    Rule,
+    rejection_sample,
+    rejection_sample_batch,
+    rejection_sample_padded,
+)
 from specdec.sampling.kernels import residual, sample_rows, sibling_links
 
 V = 5
@@ -145,8 +151,13 @@ def test_first_token_law_chain_and_tree():
             tok_b, dp = tok, qs
         dp = torch.where(det.unsqueeze(2), torch.nn.functional.one_hot(tok_b, V).float(), dp)
         res = rejection_sample_padded(
-            tok_b, torch.tensor(parents).expand(T, 4), torch.full((T,), 4), p.expand(T, 5, V),
-            draft_probs=dp, deterministic=det, generator=g,
+            tok_b,
+            torch.tensor(parents).expand(T, 4),
+            torch.full((T,), 4),
+            p.expand(T, 5, V),
+            draft_probs=dp,
+            deterministic=det,
+            generator=g,
         )
         counts = torch.bincount(res.tokens[:, 0], minlength=V)
         assert _gtest(counts, p[0]) > 1e-4
@@ -252,7 +263,10 @@ def test_two_level_sampler_law_and_zero_weights():
 
 
 def test_list_and_padded_targets_give_identical_results():
-    trees = [DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=1)), DraftTree.chain(torch.tensor([4]), _dist(1, V, seed=2))]
+    trees = [
+        DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=1)),
+        DraftTree.chain(torch.tensor([4]), _dist(1, V, seed=2)),
+    ]
     padded = _dist(2, 4, V, seed=3)
     listed = [padded[0], padded[1, :2]]
     for _ in range(5):
@@ -277,8 +291,10 @@ def test_bfloat16_targets_are_accepted():
 
 
 def test_mixed_batch_of_chains_and_trees_uses_tree_path_correctly():
-    trees = [DraftTree.chain(torch.tensor([1, 2]), _dist(2, V, seed=1)),
-             DraftTree(torch.tensor([3, 4, 0]), torch.tensor([-1, -1, 1]), vocab_size=V)]
+    trees = [
+        DraftTree.chain(torch.tensor([1, 2]), _dist(2, V, seed=1)),
+        DraftTree(torch.tensor([3, 4, 0]), torch.tensor([-1, -1, 1]), vocab_size=V),
+    ]
     p = _dist(2, 4, V, seed=2)
     p[1] = torch.nn.functional.one_hot(torch.tensor([4, 0, 0, 2]), V).float()  # forces path 1 -> 2
     res = rejection_sample_batch(trees, p, generator=torch.Generator().manual_seed(0))
@@ -335,11 +351,15 @@ def test_bit_identical_across_processes():
         "g = torch.Generator().manual_seed(0)\n"
         "q = torch.softmax(torch.randn(2, 3, 50, generator=g), -1)\n"
         "p = torch.softmax(torch.randn(2, 4, 50, generator=g), -1)\n"
-        "trees = [DraftTree.chain(torch.tensor([1, 2, 3]), q[0]), DraftTree(torch.tensor([4, 5, 6]), torch.tensor([-1, -1, 0]), q[1])]\n"
+        "trees = [DraftTree.chain(torch.tensor([1, 2, 3]), q[0]), DraftTree(torch.tensor([4, 5, 6]), "
+        "torch.tensor([-1, -1, 0]), q[1])]\n"
         "g = torch.Generator().manual_seed(42)\n"
         "print([[r.tokens.tolist() for r in rejection_sample_batch(trees, p, generator=g)] for _ in range(20)])\n"
     )
-    runs = [subprocess.run([sys.executable, "-c", code, str(s)], capture_output=True, text=True, check=True).stdout for s in (1, 2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", code, str(s)], capture_output=True, text=True, check=True).stdout
+        for s in (1, 2)
+    ]
     assert runs[0] == runs[1] and runs[0].strip()
 
 
@@ -351,8 +371,14 @@ def test_cuda_first_token_law():
     p = _dist(4, V, seed=8).to(dev)
     q = _dist(3, V, seed=9, scale=1.0).to(dev)
     tok = torch.multinomial(q.repeat(T, 1), 1, generator=g).view(T, 3)
-    res = rejection_sample_padded(tok, torch.tensor([-1, -1, 0], device=dev).expand(T, 3), torch.full((T,), 3, device=dev),
-                                  p.expand(T, 4, V), draft_probs=q.expand(T, 3, V), generator=g)
+    res = rejection_sample_padded(
+        tok,
+        torch.tensor([-1, -1, 0], device=dev).expand(T, 3),
+        torch.full((T,), 3, device=dev),
+        p.expand(T, 4, V),
+        draft_probs=q.expand(T, 3, V),
+        generator=g,
+    )
     assert res.tokens.device.type == "cuda"
     counts = torch.bincount(res.tokens[:, 0], minlength=V).cpu()
     assert _gtest(counts, p[0].cpu()) > 1e-4
@@ -394,7 +420,9 @@ def test_chain_batches_never_enter_the_tree_loop(monkeypatch):
             raise AssertionError("chain batch went through the tree loop")
 
     monkeypatch.setattr(sampling_mod, "TreeSpeculative", Forbidden)
-    trees = [DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=b)) for b in range(4)] + [DraftTree.empty(vocab_size=V)]
+    trees = [DraftTree.chain(torch.tensor([1, 2, 3]), _dist(3, V, seed=b)) for b in range(4)] + [
+        DraftTree.empty(vocab_size=V)
+    ]
     res = rejection_sample_batch(trees, _dist(5, 4, V, seed=9), generator=torch.Generator().manual_seed(0))
     assert len(res) == 5
     tree = DraftTree(torch.tensor([1, 2]), torch.tensor([-1, -1]), vocab_size=V)
@@ -416,8 +444,15 @@ def test_padded_entries_are_never_read():
         sizes = torch.tensor([2, 1])
         for probs in (q, None):
             for validate in (True, False):
-                res = rejection_sample_padded(tokens, parents, sizes, target, draft_probs=probs, validate=validate,
-                                              generator=torch.Generator().manual_seed(1))
+                res = rejection_sample_padded(
+                    tokens,
+                    parents,
+                    sizes,
+                    target,
+                    draft_probs=probs,
+                    validate=validate,
+                    generator=torch.Generator().manual_seed(1),
+                )
                 assert res.tokens.shape[0] == 2
 
 

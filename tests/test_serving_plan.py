@@ -26,7 +26,9 @@ def good_plan():
 
 def _plan(acc):
     measured = {"lookup": ({"a": acc, "b": acc, "all": acc}, ProposerMemory(10_000_000, 0.0))}
-    return plan_pool(POOL, measured, gpu_like_cost(), items(), SETTINGS, weights_bytes=500_000_000, kv_bytes_token=100_000)
+    return plan_pool(
+        POOL, measured, gpu_like_cost(), items(), SETTINGS, weights_bytes=500_000_000, kv_bytes_token=100_000
+    )
 
 
 def test_useless_proposer_is_not_recommended_and_useful_one_is(good_plan):
@@ -40,9 +42,14 @@ def test_useless_proposer_is_not_recommended_and_useful_one_is(good_plan):
 
 
 def test_choose_prefers_the_policy_with_the_best_worst_case():
-    rows = [dict(rate=1, policy="off", goodput_rps=1.0), dict(rate=1, policy="always", goodput_rps=2.0),
-            dict(rate=1, policy="gated", goodput_rps=2.0), dict(rate=9, policy="off", goodput_rps=5.0),
-            dict(rate=9, policy="always", goodput_rps=2.0), dict(rate=9, policy="gated", goodput_rps=4.95)]
+    rows = [
+        dict(rate=1, policy="off", goodput_rps=1.0),
+        dict(rate=1, policy="always", goodput_rps=2.0),
+        dict(rate=1, policy="gated", goodput_rps=2.0),
+        dict(rate=9, policy="off", goodput_rps=5.0),
+        dict(rate=9, policy="always", goodput_rps=2.0),
+        dict(rate=9, policy="gated", goodput_rps=4.95),
+    ]
     chosen, worst = choose(rows)
     assert chosen == "gated" and worst["gated"] == pytest.approx(0.99) and worst["off"] == pytest.approx(0.5)
 
@@ -53,10 +60,23 @@ def test_report_review_trigger_and_flags(tmp_path, good_plan):
     art = {"name": "lookup", "bound_to": "target", "fingerprint": "target-aaa", "version": "weights-1"}
     described = [{"spec": "lookup", "artifact": art, "acceptance": acc, "memory": ProposerMemory(10, 0.0)}]
     fps = {"target": "target-aaa", "tokenizer": "tok-1"}
-    trig = make_trigger(target_spec="default", fingerprints=fps, workload={"path": "x"}, budget=6,
-                        proposers={"lookup": described[0]}, tolerance=0.1)
-    path = write_report(tmp_path, title="t", context={"k": "v"}, cost=gpu_like_cost(), proposers=described,
-                        pool_plans=[pp], trigger=trig)
+    trig = make_trigger(
+        target_spec="default",
+        fingerprints=fps,
+        workload={"path": "x"},
+        budget=6,
+        proposers={"lookup": described[0]},
+        tolerance=0.1,
+    )
+    path = write_report(
+        tmp_path,
+        title="t",
+        context={"k": "v"},
+        cost=gpu_like_cost(),
+        proposers=described,
+        pool_plans=[pp],
+        trigger=trig,
+    )
     text = path.read_text()
     assert "## Pool `interactive`" in text and "Verdict" in text and "bound to one target checkpoint" in text
     assert (tmp_path / "goodput_interactive.png").stat().st_size > 1000
@@ -74,8 +94,9 @@ def test_report_review_trigger_and_flags(tmp_path, good_plan):
     assert "accepted drafts/step" in flags[0].message
     # the report names the target that was reviewed, and the plan's when they differ
     assert "Target: default\n" in review_markdown(back, flags, {"lookup": worse})
-    assert "Target: /models/new (the plan measured default)" in review_markdown(back, flags, {"lookup": worse},
-                                                                                target="/models/new")
+    assert "Target: /models/new (the plan measured default)" in review_markdown(
+        back, flags, {"lookup": worse}, target="/models/new"
+    )
     # plans written before the rename still review
     old = json.loads(json.dumps(back))
     old["proposers"]["lookup"]["mean_accepted"] = old["proposers"]["lookup"].pop("accepted_drafts_per_step")
@@ -121,9 +142,18 @@ def test_tuned_threshold_is_a_neighbour_of_the_crossover_and_no_worse_on_its_own
 
     acc = good_acceptance()
     cost, its = gpu_like_cost(), items()
-    server, _, _ = server_for(cost, {"a": acc, "b": acc, "all": acc}, its, memory_budget_bytes=2_000_000_000,
-                              weights_bytes=500_000_000, kv_bytes_token=100_000,
-                              proposer_memory=ProposerMemory(10_000_000, 0.0), max_budget=6, max_batch=None, seed=0)
+    server, _, _ = server_for(
+        cost,
+        {"a": acc, "b": acc, "all": acc},
+        its,
+        memory_budget_bytes=2_000_000_000,
+        weights_bytes=500_000_000,
+        kv_bytes_token=100_000,
+        proposer_memory=ProposerMemory(10_000_000, 0.0),
+        max_budget=6,
+        max_batch=None,
+        seed=0,
+    )
     opt = BudgetOptimizer(cost, acc, 6)
     crossover = opt.crossover_batch(4, 300.0)
     assert crossover >= 1
@@ -137,9 +167,18 @@ def test_tuned_threshold_is_a_neighbour_of_the_crossover_and_no_worse_on_its_own
 
 def test_latency_gain_wins_a_goodput_tie_but_not_a_goodput_loss():
     def rows(gated_goodput):
-        return [dict(rate=r, policy=p, goodput_rps=g, tpot_p50=t) for r, p, g, t in [
-            (1, "off", 1.0, 0.030), (1, "gated", 1.0, 0.025), (1, "always", 1.0, 0.026),
-            (9, "off", 5.0, 0.040), (9, "gated", gated_goodput, 0.040), (9, "always", 4.0, 0.060)]]
+        return [
+            dict(rate=r, policy=p, goodput_rps=g, tpot_p50=t)
+            for r, p, g, t in [
+                (1, "off", 1.0, 0.030),
+                (1, "gated", 1.0, 0.025),
+                (1, "always", 1.0, 0.026),
+                (9, "off", 5.0, 0.040),
+                (9, "gated", gated_goodput, 0.040),
+                (9, "always", 4.0, 0.060),
+            ]
+        ]
+
     chosen, worst, (gain, tpot) = recommend_policy(rows(5.0), SETTINGS)
     assert chosen == "gated" and tpot == pytest.approx(1 - 25 / 30) and gain == pytest.approx(0.0)
     assert recommend_policy(rows(4.8), SETTINGS)[0] == "off"  # 4% goodput lost at high load: not worth it

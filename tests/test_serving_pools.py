@@ -40,32 +40,57 @@ def test_valid_config_parses_and_roundtrips(tmp_path):
     assert load_pools(p) == pools
 
 
-@pytest.mark.parametrize("text, match", [
-    ("[pools.a]\ntpot_s = 1\n", "missing required key 'ttft_s'"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 0\n", r"pools.a.tpot_s must be > 0"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"sometimes\"\n", "policy must be one of"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"always\"\n", "needs a proposer"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"gated\"\nproposer = \"suffix\"\n", "needs a \\[pools.a.gate\\] table"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\nbudgit = 3\n", r"unknown keys \['budgit'\]"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"gated\"\nproposer = \"s\"\n[pools.a.gate]\noff_above = 4\non_below = 6\n", "on_below \\(6\\) must be <= off_above \\(4\\)"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"gated\"\nproposer = \"s\"\n[pools.a.gate]\non_below = 2\n", "missing required key 'off_above'"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"gated\"\nproposer = \"s\"\n[pools.a.gate]\noff_above = 4.5\n", "must be an integer"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"off\"\n[pools.a.gate]\noff_above = 4\n", "no effect with policy 'off'"),
-    ("[pools.a]\nttft_s = \"fast\"\ntpot_s = 1\n", "must be a number"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\nbudget = 0\n", "budget must be >= 1"),
-    ("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"gated\"\nproposer = \"s\"\n[pools.a.gate]\noff_above = 4\nmin_accept_rate = 2\n", "min_accept_rate must be in"),
-    ("[pool.a]\nttft_s = 1\n", "unknown top-level keys"),
-    ("", "no pools defined"),
-    ("[pools.a\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[pools.a]\ntpot_s = 1\n", "missing required key 'ttft_s'"),
+        ("[pools.a]\nttft_s = 1\ntpot_s = 0\n", r"pools.a.tpot_s must be > 0"),
+        ('[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "sometimes"\n', "policy must be one of"),
+        ('[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "always"\n', "needs a proposer"),
+        (
+            '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "gated"\nproposer = "suffix"\n',
+            "needs a \\[pools.a.gate\\] table",
+        ),
+        ("[pools.a]\nttft_s = 1\ntpot_s = 1\nbudgit = 3\n", r"unknown keys \['budgit'\]"),
+        (
+            '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "gated"\nproposer = "s"\n[pools.a.gate]\noff_above = '
+            '4\non_below = 6\n',
+            "on_below \\(6\\) must be <= off_above \\(4\\)",
+        ),
+        (
+            '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "gated"\nproposer = "s"\n[pools.a.gate]\non_below = 2\n',
+            "missing required key 'off_above'",
+        ),
+        (
+            '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "gated"\nproposer = "s"\n[pools.a.gate]\noff_above = 4.5\n',
+            "must be an integer",
+        ),
+        (
+            '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "off"\n[pools.a.gate]\noff_above = 4\n',
+            "no effect with policy 'off'",
+        ),
+        ('[pools.a]\nttft_s = "fast"\ntpot_s = 1\n', "must be a number"),
+        ("[pools.a]\nttft_s = 1\ntpot_s = 1\nbudget = 0\n", "budget must be >= 1"),
+        (
+            '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "gated"\nproposer = "s"\n[pools.a.gate]\noff_above = '
+            '4\nmin_accept_rate = 2\n',
+            "min_accept_rate must be in",
+        ),
+        ("[pool.a]\nttft_s = 1\n", "unknown top-level keys"),
+        ("", "no pools defined"),
+        ("[pools.a\n", "not valid TOML"),
+    ],
+)
 def test_mistakes_are_named(text, match):
     with pytest.raises(ValueError, match=match):
         parse_pools(text, "x.toml")
 
 
 def test_adaptive_needs_an_optimizer_and_always_is_fixed():
-    pools = parse_pools("[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = \"adaptive\"\nproposer = \"s\"\n"
-                        "[pools.b]\nttft_s = 1\ntpot_s = 1\npolicy = \"always\"\nproposer = \"s\"\nbudget = 3\n")
+    pools = parse_pools(
+        '[pools.a]\nttft_s = 1\ntpot_s = 1\npolicy = "adaptive"\nproposer = "s"\n'
+        '[pools.b]\nttft_s = 1\ntpot_s = 1\npolicy = "always"\nproposer = "s"\nbudget = 3\n'
+    )
     with pytest.raises(ValueError, match="needs a BudgetOptimizer"):
         pools["a"].make_policy()
     assert isinstance(pools["b"].make_policy(), AlwaysOn) and pools["b"].make_policy().budget == 3

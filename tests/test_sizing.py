@@ -34,7 +34,9 @@ def _accepted_path(tree: DraftTree, gen: torch.Generator) -> list[int]:
             if u < acc:
                 rank = r
                 break
-        child = next((c for c in tree.children_of(node) if int(tree.tokens[c]) == rank), None) if rank is not None else None
+        child = (
+            next((c for c in tree.children_of(node) if int(tree.tokens[c]) == rank), None) if rank is not None else None
+        )
         if child is None:
             return path
         path.append(child)
@@ -117,6 +119,7 @@ def test_rank_rates_of_one_node_sum_to_at_most_one_after_learning():
 
 def test_auto_budget_for_chains_matches_the_best_fixed_length():
     """A draft-model-like chain proposer: each next token is accepted with 0.7 given its parent."""
+
     def chain(k):
         return DraftTree.chain(torch.zeros(k, dtype=torch.long))
 

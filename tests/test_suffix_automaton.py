@@ -134,7 +134,8 @@ def test_real_smollm2_token_streams():
     for _ in range(40):
         d = docs[rng.integers(len(docs))]
         j = int(rng.integers(len(d)))
-        ctx = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(0, 3)))] + d[j : j + int(rng.integers(1, 15))]
+        noise = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(0, 3)))]
+        ctx = noise + d[j : j + int(rng.integers(1, 15))]
         check_against_reference(sam, docs, ctx)
     # Per-request view: one long stream, extended chunk by chunk.
     stream = max(docs, key=len)

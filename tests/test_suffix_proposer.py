@@ -226,7 +226,8 @@ def test_tenants_are_isolated_unless_sharing_is_configured():
         prop.begin("same", [2, 5, 6, 7], tenant="acme")
         prop.begin("other", [2, 5, 6, 7], tenant="globex")
         prop.begin("anon", [2, 5, 6, 7])
-        drafts = {r: t.tokens.tolist() for r, t in zip(["same", "other", "anon"], prop.propose(["same", "other", "anon"], 4))}
+        names = ["same", "other", "anon"]
+        drafts = {r: t.tokens.tolist() for r, t in zip(names, prop.propose(names, 4))}
         assert drafts["same"] == [8, 9]
         assert drafts["other"] == ([8, 9] if share else [])
         assert drafts["anon"] == ([8, 9] if share else [])
@@ -338,10 +339,16 @@ def test_bad_input_raises_clear_errors(call, exc, msg):
 
 @pytest.mark.parametrize(
     "kwargs,msg",
-    [({"min_match_len": 0}, "min_match_len"), ({"min_prob": 1.5}, "min_prob"), ({"max_depth": -1}, "max_depth"),
-     ({"global_cache_bytes": 10}, "global_cache_bytes"), ({"max_partitions": 0}, "max_partitions"),
-     ({"combine": "sum"}, "combine must be 'longest' or 'pool'"), ({"count_prior": -1.0}, "count_prior"),
-     ({"global_count_prior": float("inf")}, "global_count_prior must be finite")],
+    [
+        ({"min_match_len": 0}, "min_match_len"),
+        ({"min_prob": 1.5}, "min_prob"),
+        ({"max_depth": -1}, "max_depth"),
+        ({"global_cache_bytes": 10}, "global_cache_bytes"),
+        ({"max_partitions": 0}, "max_partitions"),
+        ({"combine": "sum"}, "combine must be 'longest' or 'pool'"),
+        ({"count_prior": -1.0}, "count_prior"),
+        ({"global_count_prior": float("inf")}, "global_count_prior must be finite"),
+    ],
 )
 def test_bad_configuration_is_refused(kwargs, msg):
     with pytest.raises(ValueError, match=msg):

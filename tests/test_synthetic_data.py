@@ -44,8 +44,14 @@ def test_generate_batch_matches_single_prompt_greedy_and_teacher_forced_features
     outs = syn.generate_batch(model, prompts, max_new_tokens=12, ends=[1], sample=None, pad_id=0)
     for p, (response, ended, hidden) in zip(prompts, outs):
         with torch.no_grad():
-            ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                                 max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=1)[0, len(p):].tolist()
+            ref = model.generate(
+                torch.tensor([p]),
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                max_new_tokens=12,
+                do_sample=False,
+                pad_token_id=0,
+                eos_token_id=1,
+            )[0, len(p) :].tolist()
         ref, ref_ended = syn._cut(ref, [1])
         assert (response, ended) == (ref, ref_ended)
         fed = p + response[:-1]
@@ -84,10 +90,12 @@ def test_load_or_build_caches_by_fingerprint_and_seed(tmp_path):
     with torch.no_grad():
         model.get_output_embeddings().weight.zero_()
     tok = _tokenizer()
-    a, src = syn.load_or_build(model, tok, 3, target_fp="fp", seed=1, max_new_tokens=6, cache_dir=str(tmp_path),
-                               batch_size=4)
-    b, src2 = syn.load_or_build(model, tok, 3, target_fp="fp", seed=1, max_new_tokens=6, cache_dir=str(tmp_path),
-                                batch_size=4)
+    a, src = syn.load_or_build(
+        model, tok, 3, target_fp="fp", seed=1, max_new_tokens=6, cache_dir=str(tmp_path), batch_size=4
+    )
+    b, src2 = syn.load_or_build(
+        model, tok, 3, target_fp="fp", seed=1, max_new_tokens=6, cache_dir=str(tmp_path), batch_size=4
+    )
     assert (src, src2) == ("generated", "cached")
     assert a.records == b.records and torch.equal(a.hidden, b.hidden) and torch.equal(a.offsets, b.offsets)
 
@@ -95,8 +103,9 @@ def test_load_or_build_caches_by_fingerprint_and_seed(tmp_path):
 def _seqs(n, source=None, start=0):
     recs = [{"prompt_ids": [1, 2], "response_ids": [3], **({"source": source} if source else {})} for _ in range(n)]
     offsets = torch.arange(n + 1) * 3
-    return FullSequences(recs, torch.full((3 * n, 4), float(start), dtype=torch.float16),
-                         torch.arange(3 * n) + start, offsets)
+    return FullSequences(
+        recs, torch.full((3 * n, 4), float(start), dtype=torch.float16), torch.arange(3 * n) + start, offsets
+    )
 
 
 def test_medusa_rows_hold_out_prompt_records_only():
@@ -129,14 +138,39 @@ def test_train_commands_use_synthetic_records_and_keep_the_heldout_split(tmp_pat
     model.save_pretrained(tmp_path / "t")
     _tokenizer().save_pretrained(tmp_path / "t")
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"w{i + 5} w{i + 6} w9"]})
-                               + "\n" for i in range(10)))
-    common = ["--target", str(tmp_path / "t"), "--prompts", str(prompts), "--max-new-tokens", "6",
-              "--cache-dir", str(tmp_path / "cache"), "--heldout-every", "5", "--epochs", "1", "--device", "cpu",
-              "--synthetic", "6", "--synthetic-batch", "8"]
+    prompts.write_text(
+        "".join(
+            json.dumps({"question_id": i, "category": "qa", "turns": [f"w{i + 5} w{i + 6} w9"]}) + "\n"
+            for i in range(10)
+        )
+    )
+    common = [
+        "--target",
+        str(tmp_path / "t"),
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "6",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--heldout-every",
+        "5",
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+        "--synthetic",
+        "6",
+        "--synthetic-batch",
+        "8",
+    ]
     assert train_main(["train", "eagle", "--out", str(tmp_path / "eagle"), "--vocab", "0"] + common) == 0
-    assert train_main(["train", "heads", "--full", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"]
-                      + common) == 0
+    assert (
+        train_main(
+            ["train", "heads", "--full", "--out", str(tmp_path / "heads"), "--vocab", "0", "--heads", "2"] + common
+        )
+        == 0
+    )
     eagle = load_artifact(str(tmp_path / "eagle"))[1].training
     heads = load_artifact(str(tmp_path / "heads"))[1].training
     assert eagle["synthetic"]["source"] == "generated" and heads["synthetic"]["source"] == "cached"
@@ -164,8 +198,10 @@ def test_bad_synthetic_requests_and_caches_are_refused(tmp_path, capsys):
         syn.load_or_build(model, tok, 0, target_fp="fp", seed=0, max_new_tokens=4, cache_dir=str(tmp_path))
     stem = syn.cache_path(str(tmp_path), "fp", 2, 0, 4)
     save_records([{"prompt_ids": [1], "response_ids": [2]}], stem + ".jsonl")  # one record, offsets for two
-    save_file({"hidden": torch.zeros(3, 4), "tokens": torch.zeros(3, dtype=torch.long),
-               "offsets": torch.tensor([0, 2, 3])}, stem + "-full.safetensors")
+    save_file(
+        {"hidden": torch.zeros(3, 4), "tokens": torch.zeros(3, dtype=torch.long), "offsets": torch.tensor([0, 2, 3])},
+        stem + "-full.safetensors",
+    )
     with pytest.raises(ValueError, match="inconsistent .* delete both files to regenerate"):
         syn.load_or_build(model, tok, 2, target_fp="fp", seed=0, max_new_tokens=4, cache_dir=str(tmp_path))
     common = ["--prompts", "p.jsonl", "--out", str(tmp_path / "o")]

@@ -28,7 +28,10 @@ def test_prefill_matches_uncached_forward(model):
     assert state.lengths == [5, 2, 1]
     for b, p in enumerate(prompts):
         torch.testing.assert_close(logits[b], full_logits(model, p)[-1], atol=ATOL, rtol=0)
-        assert hidden[b].shape == (len(p), model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd)
+        assert hidden[b].shape == (
+            len(p),
+            model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd,
+        )
 
 
 def test_tree_forward_matches_each_path(model):
@@ -68,7 +71,9 @@ def test_compaction_ragged_batch_continues_exactly(model):
     assert state.lengths == [5 + 4, 2 + 1, 3 + 1]
     assert state.cache_len == max(state.lengths)
     committed = [prompts[0] + [10, 12, 14, 15], prompts[1] + [11], prompts[2] + [12]]
-    out = target.verify(state, [DraftTree.chain(torch.tensor([40])), DraftTree.empty(), DraftTree.chain(torch.tensor([5, 6]))])
+    out = target.verify(
+        state, [DraftTree.chain(torch.tensor([40])), DraftTree.empty(), DraftTree.chain(torch.tensor([5, 6]))]
+    )
     for b, seq in enumerate(committed):
         ref = full_logits(model, seq + [state.pending[b]])
         torch.testing.assert_close(out.logits[b, 0], ref[-1], atol=ATOL, rtol=0)
@@ -123,8 +128,10 @@ def test_bad_inputs_raise():
         target.verify(state, [DraftTree.empty()])
     with pytest.raises(ValueError, match="outside the tree"):
         target.accept(state, [[5]], [1])
-    with pytest.raises(ValueError, match=r"num_nodes=3, but the last verify appended 1 \+ 2 rows"), \
-            pytest.deprecated_call(match="the target knows"):
+    with (
+        pytest.raises(ValueError, match=r"num_nodes=3, but the last verify appended 1 \+ 2 rows"),
+        pytest.deprecated_call(match="the target knows"),
+    ):
         target.accept(state, [[0]], [1], num_nodes=3)  # the deprecated argument is still checked
     with pytest.raises(ValueError, match=r"not a root-to-node path \(node 1's parent is 0, not -1\)"):
         target.accept(state, [[1]], [1])
@@ -148,10 +155,13 @@ def test_tree_op_attention_matches_mask_path(monkeypatch):
 
     calls = []
     real = hf_attention._ta.tree_attention
-    monkeypatch.setattr(hf_attention._ta, "tree_attention",
-                        lambda *a, **k: calls.append(a[4].tolist()) or real(*a, **k))
-    trees = [DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])),
-             DraftTree.chain(torch.tensor([20]))]
+    monkeypatch.setattr(
+        hf_attention._ta, "tree_attention", lambda *a, **k: calls.append(a[4].tolist()) or real(*a, **k)
+    )
+    trees = [
+        DraftTree(torch.tensor([12, 13, 14, 15]), torch.tensor([-1, 0, 0, 2])),
+        DraftTree.chain(torch.tensor([20])),
+    ]
     outs = []
     for mode in ("mask", "tree_op"):
         target = HFTarget(tiny_model("llama"), attention=mode)

@@ -51,7 +51,9 @@ def test_from_paths_merges_prefixes_in_order():
 @pytest.mark.parametrize("n,seed", [(257, 0), (300, 1), (520, 2)])
 def test_ancestor_mask_over_256_nodes_matches_brute_force(n, seed):
     parents = _random_parents(n, seed)
-    t = DraftTree(torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed)), torch.tensor(parents), vocab_size=V)
+    t = DraftTree(
+        torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed)), torch.tensor(parents), vocab_size=V
+    )
     expected = _brute_force_ancestors(parents)
     assert t.ancestor_mask.shape == (n, (n + 63) // 64) and t.ancestor_mask.dtype == torch.int64
     assert torch.equal(t.dense_ancestor_mask, expected)

@@ -1,7 +1,6 @@
 """The vLLM drafter's parts that need no vLLM: chain choice, options, version range, metrics, the
 CPU expand kernel, the checkpoint fix-up, and the global cache over many requests."""
 
-import itertools
 import json
 import math
 

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specdec import SuffixProposer
 from specdec.integrations.rows import RowSession
 from specdec.integrations.vllm.drafter import SuffixDrafter
 

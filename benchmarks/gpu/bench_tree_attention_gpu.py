@@ -138,7 +138,8 @@ def table(rows, copy_bw):
     lines = [
         f"device-to-device copy: {copy_bw / 1e12:.2f} TB/s (read+write); HBM datasheet 4.8 TB/s",
         "",
-        "| batch | prefix | tree | op ms | GB/s | % of 4.8 TB/s | SDPA dense ms | x vs SDPA | flex ms | x vs flex | max err |",
+        "| batch | prefix | tree | op ms | GB/s | % of 4.8 TB/s | SDPA dense ms | x vs SDPA | flex ms | x vs flex | "
+        "max err |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

@@ -102,22 +102,38 @@ def execute(args):
     if cost_model is not None:
         print(f"verify cost model: {cost_model.describe()}")
         cost_model.save(out / "verify_cost.json")
-    runs = run_benchmark(methods, prompts, args.max_new_tokens, progress=lambda xs: tqdm(xs, desc="prompts", unit="prompt"))
+    runs = run_benchmark(
+        methods, prompts, args.max_new_tokens, progress=lambda xs: tqdm(xs, desc="prompts", unit="prompt")
+    )
     table = summarize(runs)
     import torch
 
     load = load_note(load_start, os.getloadavg()[0], os.cpu_count() or 1)
-    header = (f"# specdec bench\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-              f"model={'SmolLM2-135M-Instruct (embedded)' if args.model == 'default' else args.model}; "
-              f"{len(prompts)} prompts; max_new_tokens={args.max_new_tokens}; greedy; "
-              f"torch threads={torch.get_num_threads()}; {platform.processor() or platform.machine()}; "
-              f"total {time.time() - started:.0f} s; {load}\n")
+    header = (
+        f"# specdec bench\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"model={'SmolLM2-135M-Instruct (embedded)' if args.model == 'default' else args.model}; "
+        f"{len(prompts)} prompts; max_new_tokens={args.max_new_tokens}; greedy; "
+        f"torch threads={torch.get_num_threads()}; {platform.processor() or platform.machine()}; "
+        f"total {time.time() - started:.0f} s; {load}\n"
+    )
     text = markdown(table, header)
     (out / "bench.md").write_text(text)
     plot(table, out / "speedup.png")
-    (out / "runs.json").write_text(json.dumps([
-        {"method": r.method, "category": r.category, "seconds": r.seconds, "tokens": len(r.tokens),
-         "accepted_hist": r.metrics.accepted_hist if r.metrics else None} for r in runs], indent=1))
+    (out / "runs.json").write_text(
+        json.dumps(
+            [
+                {
+                    "method": r.method,
+                    "category": r.category,
+                    "seconds": r.seconds,
+                    "tokens": len(r.tokens),
+                    "accepted_hist": r.metrics.accepted_hist if r.metrics else None,
+                }
+                for r in runs
+            ],
+            indent=1,
+        )
+    )
     print(text)
     print(f"wrote {out / 'bench.md'}, {out / 'speedup.png'}, {out / 'runs.json'}")
     return table

@@ -81,9 +81,16 @@ def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
 
         draft_tok = AutoTokenizer.from_pretrained(proposer, local_files_only=True)
         problems = tokenizer_mismatch(draft_tok, tok)
-        return {"proposer": proposer, "kind": "draft_model", "bound_to": "tokenizer",
-                "artifact_fingerprint": tokenizer_fingerprint(draft_tok), "current_fingerprint": tokenizer_fingerprint(tok),
-                "compatible": not problems, "mismatch": problems, "last_measured": None}
+        return {
+            "proposer": proposer,
+            "kind": "draft_model",
+            "bound_to": "tokenizer",
+            "artifact_fingerprint": tokenizer_fingerprint(draft_tok),
+            "current_fingerprint": tokenizer_fingerprint(tok),
+            "compatible": not problems,
+            "mismatch": problems,
+            "last_measured": None,
+        }
     raise ValueError(f"{proposer} holds neither {MANIFEST_NAME} (a specdec artifact) nor config.json (a HF drafter)")
 
 
@@ -116,8 +123,12 @@ def refit_cost(training: dict) -> dict | None:
     if not isinstance(seconds, dict) or "total" not in seconds:
         return None
     extract = sum(f.get("extract_seconds", 0.0) for f in training.get("features", []))
-    return {"seconds": round(seconds["total"] + extract, 1), "extract_seconds": round(extract, 1),
-            "train_seconds": seconds.get("train"), "device": training.get("device")}
+    return {
+        "seconds": round(seconds["total"] + extract, 1),
+        "extract_seconds": round(extract, 1),
+        "train_seconds": seconds.get("train"),
+        "device": training.get("device"),
+    }
 
 
 def _spec_or_dir(text: str) -> str:
@@ -128,8 +139,9 @@ def register(subparsers) -> None:
     """Add ``check`` to a ``specdec`` argparse sub-parser collection."""
     p = subparsers.add_parser("check", help="report a proposer artifact's compatibility and last measured acceptance")
     add_model_args(p)
-    p.add_argument("--proposer", required=True, type=_spec_or_dir,
-                   help=f"{PROPOSER_SPECS}, or an artifact / HF drafter directory")
+    p.add_argument(
+        "--proposer", required=True, type=_spec_or_dir, help=f"{PROPOSER_SPECS}, or an artifact / HF drafter directory"
+    )
     p.add_argument("--allow-mismatch", action="store_true", help="report an incompatible artifact but exit 0")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -33,25 +33,42 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)
     add_proposer_args(p, default=["suffix"])
-    p.add_argument("--workload", default=None, help="Spec-Bench style JSONL of prompts (default: the packaged dev sample)")
+    p.add_argument(
+        "--workload", default=None, help="Spec-Bench style JSONL of prompts (default: the packaged dev sample)"
+    )
     p.add_argument("--categories", type=csv, default=None, help="comma-separated subset of categories")
     p.add_argument("--per-category", type=positive_int, default=2, help="prompts per category (default 2)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
-    p.add_argument("--pools", default=None, help="pool TOML (see specdec.serving.pools); default one pool from --ttft/--tpot")
+    p.add_argument(
+        "--pools", default=None, help="pool TOML (see specdec.serving.pools); default one pool from --ttft/--tpot"
+    )
     p.add_argument("--ttft", type=positive, default=2.0, help="time-to-first-token SLO in seconds (single-pool mode)")
-    p.add_argument("--tpot", type=positive, default=0.15, help="time-per-output-token SLO in seconds (single-pool mode)")
-    p.add_argument("--memory-gb", type=positive, required=True, help="device memory budget for weights + KV cache (GiB)")
+    p.add_argument(
+        "--tpot", type=positive, default=0.15, help="time-per-output-token SLO in seconds (single-pool mode)"
+    )
+    p.add_argument(
+        "--memory-gb", type=positive, required=True, help="device memory budget for weights + KV cache (GiB)"
+    )
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype (default: the model's)")
-    p.add_argument("--max-budget", type=positive_int, default=8,
-                   help="largest draft budget considered (tokens per request per step)")
+    p.add_argument(
+        "--max-budget",
+        type=positive_int,
+        default=8,
+        help="largest draft budget considered (tokens per request per step)",
+    )
     p.add_argument("--requests", type=positive_int, default=200, help="simulated requests per load level")
     p.add_argument("--replications", type=positive_int, default=2)
-    p.add_argument("--loads", type=lambda t: [probability(x) for x in csv(t)], default=None,
-                   help="comma-separated load levels as fractions of saturation, in (0, 1]")
+    p.add_argument(
+        "--loads",
+        type=lambda t: [probability(x) for x in csv(t)],
+        default=None,
+        help="comma-separated load levels as fractions of saturation, in (0, 1]",
+    )
     p.add_argument("--cost", default=None, help="reuse a calibration JSON instead of measuring")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
-    p.add_argument("--tolerance", type=probability, default=0.15,
-                   help="acceptance drift that review will flag (relative)")
+    p.add_argument(
+        "--tolerance", type=probability, default=0.15, help="acceptance drift that review will flag (relative)"
+    )
     p.add_argument("--seed", type=bounded(int), default=0)
     p.add_argument("--out", default="plan_report", help="output directory")
     p.set_defaults(func=run_plan)
@@ -66,7 +83,9 @@ def run_plan(args) -> int:
     # Everything that can be wrong with the inputs is found before the target loads.
     pools = load_pools(args.pools) if args.pools else {"default": Pool("default", SLO(args.ttft, args.tpot), "off")}
     fractions = tuple(args.loads) if args.loads else DEFAULT_FRACTIONS
-    settings = PlanSettings(int(args.memory_gb * 2**30), args.max_budget, args.requests, fractions, args.replications, args.seed)
+    settings = PlanSettings(
+        int(args.memory_gb * 2**30), args.max_budget, args.requests, fractions, args.replications, args.seed
+    )
     workload_path = args.workload or str(default_workload_path())
     read_prompt_records(workload_path, categories=args.categories, per_category=args.per_category)
     cost = StepCostModel.load(args.cost) if args.cost else None
@@ -76,16 +95,30 @@ def run_plan(args) -> int:
     model, tok, name = load_target(args.model)
     fps = fingerprints(model, tok)
     log(f"workload {workload_path}: greedy outputs ({args.per_category}/category, {args.max_new_tokens} tokens)")
-    wl = build_workload(model, tok, workload_path, categories=args.categories, per_category=args.per_category,
-                        max_new_tokens=args.max_new_tokens, target_fp=fps["target"], cache_dir=out / ".cache")
+    wl = build_workload(
+        model,
+        tok,
+        workload_path,
+        categories=args.categories,
+        per_category=args.per_category,
+        max_new_tokens=args.max_new_tokens,
+        target_fp=fps["target"],
+        cache_dir=out / ".cache",
+    )
     if cost is not None:
         log(f"cost model from {args.cost} (fit error {cost.mean_rel_error:.1%})")
     else:
         grid = QUICK_GRID if args.quick else DEFAULT_GRID
         log("calibrating the step-time model on this machine (the engine's verify + compaction path)")
-        cost = calibrate_engine(model, batches=grid["batch"], tokens=grid["tokens"], contexts=grid["context"],
-                                prefills=grid["prefill"], repeats=2,
-                                meta={"target": name, "target_fingerprint": fps["target"]})
+        cost = calibrate_engine(
+            model,
+            batches=grid["batch"],
+            tokens=grid["tokens"],
+            contexts=grid["context"],
+            prefills=grid["prefill"],
+            repeats=2,
+            meta={"target": name, "target_fingerprint": fps["target"]},
+        )
         cost.save(out / "cost.json")
         log(f"cost model: mean error {cost.mean_rel_error:.1%}, leave-one-out {cost.loo_rel_error:.1%}")
     mem = target_memory(model, args.kv_dtype)
@@ -96,18 +129,42 @@ def run_plan(args) -> int:
         measured[spec] = (m.acceptance, m.memory)
         described.append({"spec": spec, "artifact": m.artifact, "acceptance": m.acceptance, "memory": m.memory})
     log("simulating load sweeps")
-    plans = [plan_pool(pool, measured, cost, wl.items(), settings, mem["weights_bytes"], mem["kv_bytes_per_token"])
-             for pool in pools.values()]
-    workload_desc = {"path": workload_path, "categories": args.categories, "per_category": args.per_category,
-                     "max_new_tokens": args.max_new_tokens}
-    trigger = make_trigger(target_spec=args.model, fingerprints=fps, workload=workload_desc, budget=args.max_budget,
-                           proposers={d["spec"]: d for d in described}, tolerance=args.tolerance)
-    context = {"target": f"{name} ({fps['target']})", "workload": f"{workload_path}, {len(wl.prompts)} prompts",
-               "memory budget": f"{args.memory_gb:g} GiB", "KV bytes/token": f"{mem['kv_bytes_per_token']} ({mem['kv_dtype']})",
-               "weights": f"{mem['weights_bytes'] / 2**20:.1f} MiB", "max draft budget": args.max_budget,
-               "simulated": f"{args.requests} requests x {args.replications} replications per load level"}
-    path = write_report(out, title=f"Speculation plan for {name}", context=context, cost=cost, proposers=described,
-                        pool_plans=plans, trigger=trigger)
+    plans = [
+        plan_pool(pool, measured, cost, wl.items(), settings, mem["weights_bytes"], mem["kv_bytes_per_token"])
+        for pool in pools.values()
+    ]
+    workload_desc = {
+        "path": workload_path,
+        "categories": args.categories,
+        "per_category": args.per_category,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    trigger = make_trigger(
+        target_spec=args.model,
+        fingerprints=fps,
+        workload=workload_desc,
+        budget=args.max_budget,
+        proposers={d["spec"]: d for d in described},
+        tolerance=args.tolerance,
+    )
+    context = {
+        "target": f"{name} ({fps['target']})",
+        "workload": f"{workload_path}, {len(wl.prompts)} prompts",
+        "memory budget": f"{args.memory_gb:g} GiB",
+        "KV bytes/token": f"{mem['kv_bytes_per_token']} ({mem['kv_dtype']})",
+        "weights": f"{mem['weights_bytes'] / 2**20:.1f} MiB",
+        "max draft budget": args.max_budget,
+        "simulated": f"{args.requests} requests x {args.replications} replications per load level",
+    }
+    path = write_report(
+        out,
+        title=f"Speculation plan for {name}",
+        context=context,
+        cost=cost,
+        proposers=described,
+        pool_plans=plans,
+        trigger=trigger,
+    )
     for pp in plans:
         print(f"{pp.pool.name}: {pp.verdict}")
     print(f"report: {path}")

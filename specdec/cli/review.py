@@ -42,8 +42,16 @@ def run_review(args) -> int:
     fps = fingerprints(model, tok)
     wl_desc = trigger["workload"]
     base = Path(args.report) if Path(args.report).is_dir() else Path(args.report).parent
-    wl = build_workload(model, tok, wl_desc["path"], categories=wl_desc["categories"], per_category=wl_desc["per_category"],
-                        max_new_tokens=wl_desc["max_new_tokens"], target_fp=fps["target"], cache_dir=base / ".cache")
+    wl = build_workload(
+        model,
+        tok,
+        wl_desc["path"],
+        categories=wl_desc["categories"],
+        per_category=wl_desc["per_category"],
+        max_new_tokens=wl_desc["max_new_tokens"],
+        target_fp=fps["target"],
+        cache_dir=base / ".cache",
+    )
     artifacts, acceptance = {}, {}
     for spec in trigger["proposers"]:
         try:

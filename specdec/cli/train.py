@@ -269,7 +269,8 @@ def _synthetic_args(p) -> None:
                         "--max-tokens selects among the prompt-file records only)")
     p.add_argument("--synthetic-seed", type=int, default=0, help="seed for writing the synthetic prompts")
     p.add_argument("--synthetic-batch", type=int, default=SYNTHETIC_BATCH,
-                   help="rows per generate() batch for synthetic data (it changes the sampled prompts: part of the cache name)")
+                   help="rows per generate() batch for synthetic data (it changes the sampled prompts: part of the "
+                        "cache name)")
 
 
 def register(subparsers) -> None:
@@ -282,9 +283,12 @@ def register(subparsers) -> None:
     h.add_argument("--heads", type=int, default=4)
     h.add_argument("--layers", type=int, default=1)
     h.add_argument("--vocab", type=int, default=8192, help="reduced drafting vocabulary size (0 = full)")
-    h.add_argument("--full", action="store_true",
-                   help="train on every record's response positions from the full-sequence feature cache "
-                        "(shared with train eagle) instead of a --max-tokens budget")
+    h.add_argument(
+        "--full",
+        action="store_true",
+        help="train on every record's response positions from the full-sequence feature cache "
+        "(shared with train eagle) instead of a --max-tokens budget",
+    )
     _synthetic_args(h)
     h.set_defaults(func=train_heads_main)
     e = kinds.add_parser("eagle", help="an EAGLE-style draft layer bound to the target checkpoint")

@@ -64,7 +64,9 @@ class ProcessedModel:
     top_p: float = 1.0
 
     def __call__(self, prefix: tuple) -> torch.Tensor:
-        return process_logits(self.logit_model(prefix).unsqueeze(0), self.temperature, self.top_k, self.top_p)[0].double()
+        return process_logits(self.logit_model(prefix).unsqueeze(0), self.temperature, self.top_k, self.top_p)[
+            0
+        ].double()
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,9 @@ def exact_law(target: Model, prompt: Sequence[int], length: int, vocab: int) -> 
 def _as_probs(row: torch.Tensor, vocab: int) -> torch.Tensor:
     row = torch.as_tensor(row, dtype=torch.float64)
     if row.shape != (vocab,) or not bool(torch.isfinite(row).all()) or bool((row < 0).any()):
-        raise ValueError(f"model returned {tuple(row.shape)} / invalid values: expected a probability vector [V={vocab}]")
+        raise ValueError(
+            f"model returned {tuple(row.shape)} / invalid values: expected a probability vector [V={vocab}]"
+        )
     if abs(float(row.sum()) - 1) > 1e-6:
         raise ValueError(f"model returned a row summing to {float(row.sum())}, expected 1")
     return row

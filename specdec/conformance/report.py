@@ -26,13 +26,20 @@ def power_table(trials: int = 20000) -> list[str]:
                 "TreeSpeculative (mutants' base)": kernel_sampler(TreeSpeculative())}
     samplers.update({f"mutant: {name}": kernel_sampler(cls()) for name, cls in MUTANTS.items()})
     m = 3 * len(cases)
-    rows = [f"Family alpha {FAMILY_ALPHA}, {m} tests, per-test alpha {FAMILY_ALPHA / m:.2e}, {trials} trials per case.", "",
-            "| sampler | rejected tests | min p-value | first rejection | seconds |", "|---|---|---|---|---|"]
+    rows = [
+        f"Family alpha {FAMILY_ALPHA}, {m} tests, per-test alpha {FAMILY_ALPHA / m:.2e}, {trials} trials per case.",
+        "",
+        "| sampler | rejected tests | min p-value | first rejection | seconds |",
+        "|---|---|---|---|---|",
+    ]
     for name, sampler in samplers.items():
         start = time.perf_counter()
         report = run_suite(sampler, cases)
         first = str(report.failures[0]) if report.failures else "-"
-        rows.append(f"| {name} | {len(report.failures)}/{m} | {report.min_p:.3g} | {first} | {time.perf_counter() - start:.1f} |")
+        rows.append(
+            f"| {name} | {len(report.failures)}/{m} | {report.min_p:.3g} | {first} | "
+            f"{time.perf_counter() - start:.1f} |"
+        )
     return rows
 
 

@@ -172,7 +172,8 @@ def simulate(sampler: BatchSamplerFn, case: Case, *, length: int = 3, seed: int 
                            torch.tensor(det_list, dtype=torch.bool).expand(A, N), target)
         emitted, n_emit = sampler(batch, gen)
         if bool((n_emit < 1).any()) or bool((n_emit > N + 1).any()):
-            raise ValueError(f"sampler must emit between 1 and N + 1 = {N + 1} tokens per draft, got {n_emit.unique().tolist()}")
+            raise ValueError(f"sampler must emit between 1 and N + 1 = {N + 1} tokens per draft, got "
+                             f"{n_emit.unique().tolist()}")
         for j in range(int(n_emit.max())):
             take = (j < n_emit) & (depth0 + j < length)
             tok = emitted[:, j] if j < emitted.shape[1] else torch.full((A,), -1)
@@ -181,7 +182,7 @@ def simulate(sampler: BatchSamplerFn, case: Case, *, length: int = 3, seed: int 
             rows = active[take]
             pos = depth0[take] + j
             out[rows, pos] = tok[take]
-            code[rows] += (tok[take] + 1) * base ** pos
+            code[rows] += (tok[take] + 1) * base**pos
         count[active] = (depth0 + n_emit).clamp(max=length)
     return out
 
@@ -213,7 +214,9 @@ class GTestResult:
         return f"{self.case} {which}: G={self.statistic:.1f} dof={self.dof} p={self.p_value:.3g}{extra}"
 
 
-def g_test(observed: torch.Tensor, probs: torch.Tensor, *, min_expected: float = MIN_EXPECTED) -> tuple[float, int, float, int]:
+def g_test(
+    observed: torch.Tensor, probs: torch.Tensor, *, min_expected: float = MIN_EXPECTED
+) -> tuple[float, int, float, int]:
     """G test of counts ``observed [C]`` against cell probabilities ``probs [C]``.
 
     Cells with expected count ``< min_expected`` are pooled into one cell (and that pool joins the
@@ -248,7 +251,9 @@ def g_test(observed: torch.Tensor, probs: torch.Tensor, *, min_expected: float =
     return g, dof, float(stats.chi2.sf(g, dof)), 0
 
 
-def check_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: Sequence[int] = (1, 2, 3)) -> list[GTestResult]:
+def check_case(
+    sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: Sequence[int] = (1, 2, 3)
+) -> list[GTestResult]:
     """Simulate ``case`` once and G-test the joint law of the first ``k`` tokens for each ``k``."""
     L = max(lengths)
     seqs = simulate(sampler, case, length=L, seed=seed)
@@ -256,15 +261,17 @@ def check_case(sampler: BatchSamplerFn, case: Case, *, seed: int = 0, lengths: S
     return prefix_law_tests(case.name, [(seqs, law)], case.vocab, lengths)
 
 
-def prefix_law_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int,
-                     lengths: Sequence[int]) -> list[GTestResult]:
+def prefix_law_tests(
+    name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int, lengths: Sequence[int]
+) -> list[GTestResult]:
     """G tests of the joint law of the first ``k`` tokens, one per ``k`` in ``lengths`` (see
     :func:`window_law_tests`)."""
     return window_law_tests(name, strata, vocab, [(1, k) for k in lengths])
 
 
-def window_law_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int,
-                     windows: Sequence[tuple[int, int]]) -> list[GTestResult]:
+def window_law_tests(
+    name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int, windows: Sequence[tuple[int, int]]
+) -> list[GTestResult]:
     """G tests of the joint law of tokens ``first..last`` (1-based, inclusive), one per window.
 
     ``strata``: ``(seqs LongTensor[T_s, L], law float64 [V ** L])`` pairs, e.g. one per prompt of a
@@ -318,13 +325,21 @@ class SuiteReport:
         return min((r.p_value for r in self.results), default=1.0)
 
     def summary(self) -> str:
-        head = (f"{'PASS' if self.passed else 'FAIL'}: {len(self.results)}/{self.planned_tests} tests, "
-                f"per-test alpha {self.per_test_alpha:.2e} (family {self.alpha})")
+        head = (
+            f"{'PASS' if self.passed else 'FAIL'}: {len(self.results)}/{self.planned_tests} tests, "
+            f"per-test alpha {self.per_test_alpha:.2e} (family {self.alpha})"
+        )
         return "\n".join([head] + [("  FAILED " if r in self.failures else "  ") + str(r) for r in self.results])
 
 
-def run_suite(sampler: BatchSamplerFn, cases: Sequence[Case] | None = None, *, alpha: float = FAMILY_ALPHA,
-              seed: int = 0, stop_at_first_failure: bool = False) -> SuiteReport:
+def run_suite(
+    sampler: BatchSamplerFn,
+    cases: Sequence[Case] | None = None,
+    *,
+    alpha: float = FAMILY_ALPHA,
+    seed: int = 0,
+    stop_at_first_failure: bool = False,
+) -> SuiteReport:
     """Run every case (3 tests each) and report at family-wise level ``alpha`` (Bonferroni)."""
     cases = default_cases() if cases is None else list(cases)
     report = SuiteReport(alpha=alpha, planned_tests=3 * len(cases))
@@ -363,6 +378,11 @@ def default_cases(vocab: int = 5, trials: int = 20000) -> list[Case]:
         Case("one_hot_p_half", TableModel(vocab, seed=5, one_hot_frac=0.5), tree(q, iid), vocab),
         Case("q_support_p_lacks", TableModel(vocab, seed=6, zero_frac=0.5), tree(q, mixed), vocab),
         Case("p_support_q_lacks", p, tree(TableModel(vocab, seed=7, zero_frac=0.5), iid), vocab),
-        Case("wide_iid_siblings", p, tree(TableModel(vocab, seed=8, scale=3.0), [(-1, "sample")] * 4 + [(0, "sample")]), vocab),
+        Case(
+            "wide_iid_siblings",
+            p,
+            tree(TableModel(vocab, seed=8, scale=3.0), [(-1, "sample")] * 4 + [(0, "sample")]),
+            vocab,
+        ),
     ]
     return [Case(c.name, c.target, c.draft, c.vocab, trials, c.prompt) for c in cases]

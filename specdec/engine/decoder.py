@@ -196,7 +196,8 @@ class SpeculativeDecoder:
                 active = self._drop(state, reqs, events)
                 while active:
                     t0 = time.perf_counter()  # 1. propose
-                    trees, tickets = self._propose(active, limit) if speculate else ([DraftTree.empty()] * len(active), None)
+                    trees, tickets = (self._propose(active, limit) if speculate
+                                      else ([DraftTree.empty()] * len(active), None))
                     trees = self.target.fit_positions(state, trees)  # never past the model's last position
                     t1 = time.perf_counter()  # 2. verify
                     out = self.target.verify(state, trees)
@@ -228,14 +229,19 @@ class SpeculativeDecoder:
             req_ids = [("specdec", next(self._ids)) for _ in prompts]
         elif len(req_ids) != len(prompts) or len(set(req_ids)) != len(req_ids):
             raise ValueError(f"req_ids must be {len(prompts)} distinct ids, one per prompt, got {list(req_ids)!r}")
-        return [_Request(i, req_id, p, RequestMetrics(), self.generation.for_request(len(p)), list(p))
-                for i, (p, req_id) in enumerate(zip(prompts, req_ids))]
+        return [
+            _Request(i, req_id, p, RequestMetrics(), self.generation.for_request(len(p)), list(p))
+            for i, (p, req_id) in enumerate(zip(prompts, req_ids))
+        ]
 
     def _begin(self, r: _Request, hidden: torch.Tensor, sampling: SamplingParams | None) -> None:
         """Open the request in the proposer, with the target's hidden states and the request's
         sampling for proposers that declare they read them."""
-        extra = {"sampling": sampling or SamplingParams(temperature=0)} if getattr(
-            self.proposer, "accepts_sampling", False) else {}
+        extra = (
+            {"sampling": sampling or SamplingParams(temperature=0)}
+            if getattr(self.proposer, "accepts_sampling", False)
+            else {}
+        )
         h = hidden if self.proposer.requires_target_hidden else None
         self.proposer.begin(r.req_id, r.prompt, target_hidden=h, **extra)
         r.begun = True
@@ -312,8 +318,9 @@ class SpeculativeDecoder:
                 tokens, reason = tokens[:room], "length"
         r.metrics.tokens += len(tokens)
         r.sequence += tokens
-        return StepEvent(index=r.index, tokens=list(tokens), finished=reason is not None, finish_reason=reason,
-                         metrics=r.metrics)
+        return StepEvent(
+            index=r.index, tokens=list(tokens), finished=reason is not None, finish_reason=reason, metrics=r.metrics
+        )
 
     def _account(self, active: list[_Request], trees: list[DraftTree], speculate: bool, t0, t1, t2, t3) -> None:
         """Charge the step's phases to every request in it; a single-request step's times also
@@ -364,8 +371,10 @@ class _InUse:
         d, me = self.decoder, threading.get_ident()
         with d._lock:
             if d._owner is not None and d._owner[0] != me:
-                raise RuntimeError("this SpeculativeDecoder is running in another thread: use one decoder per "
-                                   "thread (decoders may share one model)")
+                raise RuntimeError(
+                    "this SpeculativeDecoder is running in another thread: use one decoder per "
+                    "thread (decoders may share one model)"
+                )
             d._owner = (me, 1 + (d._owner[1] if d._owner else 0))
 
     def __exit__(self, *exc):

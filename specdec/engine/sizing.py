@@ -153,7 +153,8 @@ class ScoreCalibration:
 
     Why per depth: most drafted mass sits deep in the tree, where estimates are least reliable (the
     suffix proposer's depth-1 nodes were accepted at half their estimate, depth 3-8 at a quarter to a
-    fifth: ``benchmarks/replay_suffix_acceptance.py``, its table by depth). One scale for all nodes let the deep misses drag the good shallow estimates under the
+    fifth: ``benchmarks/replay_suffix_acceptance.py``, its table by depth). One scale for all nodes let
+    the deep misses drag the good shallow estimates under the
     price of a node. Why ``decay`` (applied by :meth:`tick` once per decoding step, drafted or not):
     an estimator that stopped drafting after a bad start would otherwise never be tried again; in
     replay one wrong first answer ended all drafting for the decoder's lifetime. Both measured by
@@ -168,8 +169,10 @@ class ScoreCalibration:
 
     def __post_init__(self):
         if not (self.prior_predicted > 0 and 0 <= self.prior_accepted <= self.prior_predicted):
-            raise ValueError(f"ScoreCalibration needs 0 <= prior_accepted <= prior_predicted and prior_predicted > 0, "
-                             f"got {self.prior_accepted} / {self.prior_predicted}")
+            raise ValueError(
+                f"ScoreCalibration needs 0 <= prior_accepted <= prior_predicted and prior_predicted > 0, "
+                f"got {self.prior_accepted} / {self.prior_predicted}"
+            )
         if not 0 < self.decay <= 1:
             raise ValueError(f"ScoreCalibration decay must be in (0, 1], got {self.decay}")
 
@@ -270,8 +273,9 @@ class DraftOverhead:
         return max(0.0, self.means[1] - self.means[0])
 
 
-def size_draft(tree: DraftTree, path_probs: Sequence[float], cost: VerifyCostModel,
-               draft_overhead: float = 0.0) -> tuple[DraftTree, list[int] | None]:
+def size_draft(
+    tree: DraftTree, path_probs: Sequence[float], cost: VerifyCostModel, draft_overhead: float = 0.0
+) -> tuple[DraftTree, list[int] | None]:
     """The cost-optimal part of a tree whose nodes have acceptance estimates ``path_probs``:
     ``(kept tree, indices of the kept nodes)``, or ``(tree, None)`` when it is kept whole (every
     node pays for its verify time plus ``draft_overhead``, or the tree has sampled nodes)."""
@@ -281,8 +285,13 @@ def size_draft(tree: DraftTree, path_probs: Sequence[float], cost: VerifyCostMod
     return prune_tree(tree, path_probs, k), top_nodes(path_probs, k)
 
 
-def size_scored_draft(tree: DraftTree, raw: Sequence[float], calibration: ScoreCalibration,
-                      cost: VerifyCostModel, draft_overhead: float = 0.0) -> tuple[DraftTree, list[float]]:
+def size_scored_draft(
+    tree: DraftTree,
+    raw: Sequence[float],
+    calibration: ScoreCalibration,
+    cost: VerifyCostModel,
+    draft_overhead: float = 0.0,
+) -> tuple[DraftTree, list[float]]:
     """The cost-optimal part of a scored draft: ``(kept tree, the proposer's own estimates of the
     kept nodes)``.
 
@@ -349,9 +358,15 @@ class DraftSizer:
             current value, so the same drafts are sized the same way run after run).
     """
 
-    def __init__(self, budget: str | int = "auto", max_budget: int = 64, *,
-                 calibration: Callable[[], ScoreCalibration] = ScoreCalibration, per_request: bool = True,
-                 adapt: bool = True):
+    def __init__(
+        self,
+        budget: str | int = "auto",
+        max_budget: int = 64,
+        *,
+        calibration: Callable[[], ScoreCalibration] = ScoreCalibration,
+        per_request: bool = True,
+        adapt: bool = True,
+    ):
         if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
             raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")
         if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
@@ -378,8 +393,9 @@ class DraftSizer:
         """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
         self.live_cost = replace(cost, seconds=list(cost.seconds))
 
-    def size(self, req_id: Hashable, tree: DraftTree, node_probs: Sequence[float] | None = None,
-             source: str = "") -> tuple[DraftTree, Ticket | None]:
+    def size(
+        self, req_id: Hashable, tree: DraftTree, node_probs: Sequence[float] | None = None, source: str = ""
+    ) -> tuple[DraftTree, Ticket | None]:
         """``(tree to verify, ticket for observe)`` for one request's draft; ``node_probs`` and
         ``source`` come with scored drafts (:class:`~specdec.proposers.base.ScoredDraft`). An empty
         draft has no ticket."""

@@ -41,7 +41,9 @@ def check_inputs(x, weight, bias=None) -> None:
         if t.device.type != "cpu":
             raise ValueError(f"skinny_linear: {name} must be on the CPU, got {t.device}")
     if x.dim() != 2 or weight.dim() != 2:
-        raise ValueError(f"skinny_linear: expected x [M, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"skinny_linear: expected x [M, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}"
+        )
     if x.shape[1] != weight.shape[1]:
         raise ValueError(f"skinny_linear: x has K={x.shape[1]} but weight has K={weight.shape[1]}")
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
@@ -53,8 +55,9 @@ def op_available() -> bool:
     return _ext.available()
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-                  impl: str = "auto") -> torch.Tensor:
+def skinny_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, impl: str = "auto"
+) -> torch.Tensor:
     """``x @ weight^T + bias`` (shapes in the module docstring).
 
     ``impl``: ``"auto"`` (compiled kernel when available, else the reference), ``"op"`` (the
@@ -72,8 +75,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def eligible_linear(module: nn.Module) -> bool:
     """A plain float32 CPU ``nn.Linear`` (subclasses may override forward: left alone)."""
-    return (type(module) is nn.Linear and module.weight.dtype == torch.float32
-            and module.weight.device.type == "cpu")
+    return type(module) is nn.Linear and module.weight.dtype == torch.float32 and module.weight.device.type == "cpu"
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -81,8 +83,13 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS`, ``x`` and ``weight`` are float32 on the
     CPU and no gradient is being recorded (the op has no backward)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if (rows in FAST_ROWS and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
-            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)) and op_available()):
+    if (
+        rows in FAST_ROWS
+        and x.dtype == weight.dtype == torch.float32
+        and x.device.type == "cpu"
+        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        and op_available()
+    ):
         out = torch.ops.specdec.skinny_linear(x.reshape(rows, x.shape[-1]), weight, bias)
         return out.view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)

@@ -196,5 +196,6 @@ def tree_attention(q, k, v, tree_mask, prefix_lens, *, scale=None, validate=True
         check_inputs(q, k, v, tree_mask, prefix_lens, scale)
         validate_tree_mask(tree_mask, prefix_lens, k.shape[1])
     if use_op:
-        return torch.ops.specdec.tree_attention(q, k, v, tree_mask, prefix_lens, None if scale is None else float(scale))
+        scale = None if scale is None else float(scale)
+        return torch.ops.specdec.tree_attention(q, k, v, tree_mask, prefix_lens, scale)
     return tree_attention_reference(q, k, v, tree_mask, prefix_lens, scale=scale)

@@ -133,8 +133,13 @@ class DraftModelProposer:
             bound_to="tokenizer",
             fingerprint=tokenizer_fingerprint(target_tokenizer),
             version=tensors_fingerprint(model.state_dict().items()),
-            details={"mode": mode, "width": width, "min_path_prob": min_path_prob,
-                     "layers": getattr(cfg, "num_hidden_layers", None), "hidden_size": getattr(cfg, "hidden_size", None)},
+            details={
+                "mode": mode,
+                "width": width,
+                "min_path_prob": min_path_prob,
+                "layers": getattr(cfg, "num_hidden_layers", None),
+                "hidden_size": getattr(cfg, "hidden_size", None),
+            },
         )
 
     # ------------------------------------------------------------------ accounting
@@ -190,8 +195,9 @@ class DraftModelProposer:
         if sampling is not None and not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
         own = (sampling or self.sampling) if self.mode == "sample" else None
-        self._requests[req_id] = _Request(committed=prompt, cache=DynamicCache(),
-                                          sampling=None if own is None or own.greedy else own)
+        self._requests[req_id] = _Request(
+            committed=prompt, cache=DynamicCache(), sampling=None if own is None or own.greedy else own
+        )
 
     def end(self, req_id) -> None:
         self._state(req_id)
@@ -359,6 +365,7 @@ class DraftModelProposer:
         kept = sorted(keep)
         remap = {old: new for new, old in enumerate(kept)}
         toks = torch.tensor([tokens[i] for i in kept], dtype=torch.long, device=self.device)
-        pars = torch.tensor([remap[parents[i]] if parents[i] >= 0 else -1 for i in kept], dtype=torch.int32,
-                            device=self.device)
+        pars = torch.tensor(
+            [remap[parents[i]] if parents[i] >= 0 else -1 for i in kept], dtype=torch.int32, device=self.device
+        )
         return DraftTree(toks, pars, vocab_size=self.vocab_size)

@@ -335,7 +335,8 @@ class EagleProposer:
         bookkeeping so tests can check it. Returns ``float64 [n]``."""
         n, dev, S = tree.num_nodes, self.lm_weight.device, req.length
         par = tree.parents.tolist()
-        reduced = {int(t): i for i, t in enumerate(self.layer.token_ids(torch.arange(self._rows.shape[0], device=dev)).tolist())}
+        ids = self.layer.token_ids(torch.arange(self._rows.shape[0], device=dev)).tolist()
+        reduced = {int(t): i for i, t in enumerate(ids)}
         anc = tree.dense_ancestor_mask.to(dev)
         ks, vs, outs = [], [], []
         cum = torch.zeros(n, dtype=torch.float64)
@@ -343,10 +344,12 @@ class EagleProposer:
             feat = req.root if par[i] < 0 else outs[par[i]]
             lp = torch.log_softmax((self._rows @ self.layer.head_input(feat)).float(), -1)
             cum[i] = (0.0 if par[i] < 0 else cum[par[i]]) + float(lp[reduced[int(tree.tokens[i])]])
-            mask = torch.cat([torch.ones(1, S, dtype=torch.bool, device=dev), anc[i: i + 1, : i + 1]], 1)
+            mask = torch.cat([torch.ones(1, S, dtype=torch.bool, device=dev), anc[i : i + 1, : i + 1]], 1)
             past_k = torch.cat([req.k[:S], *[k[None] for k in ks]])
             past_v = torch.cat([req.v[:S], *[v[None] for v in vs]])
             pos = torch.tensor([S + int(tree.depth[i]) - 1], device=dev)
-            out, k, v = self.layer.step(feat[None], self.embed[tree.tokens[i: i + 1].to(dev)], pos, past_k, past_v, mask)
+            out, k, v = self.layer.step(
+                feat[None], self.embed[tree.tokens[i : i + 1].to(dev)], pos, past_k, past_v, mask
+            )
             ks.append(k[0]), vs.append(v[0]), outs.append(out[0])
         return cum.exp()

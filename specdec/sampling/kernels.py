@@ -278,14 +278,16 @@ class TreeSpeculative:
         final = sample_rows(self.final_distribution(d, p, p_mass, last_node, last_accepted, vocab), generator)
         return _assemble(d, path[:, :N], k, final)
 
-    def accept(self, u: torch.Tensor, p: torch.Tensor, p_mass: torch.Tensor, x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    def accept(self, u: torch.Tensor, p: torch.Tensor, p_mass: torch.Tensor, x: torch.Tensor,
+               q_x: torch.Tensor) -> torch.Tensor:
         """Accept token ``x [B]`` with probability ``min(1, (p(x) / p_mass) / q_x)``, i.e. iff
         ``u * q_x * p_mass < p(x)`` (``u [B]`` uniform in [0, 1), ``p [B, V]`` unnormalised)."""
         p_x = p.gather(1, x.unsqueeze(1)).squeeze(1).double()
         return u * q_x * p_mass.double() < p_x
 
     def after_rejection(self, p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor):
-        """(Rows of rejecting requests only, ``[k, V]``.) Working distribution for the next sibling: ``norm(max(0, p - q))`` (unnormalised + mass)."""
+        """(Rows of rejecting requests only, ``[k, V]``.) Working distribution for the next sibling:
+        ``norm(max(0, p - q))`` (unnormalised + mass)."""
         return residual(p, p_mass, q)
 
     def after_acceptance(self, d: Drafts, b: torch.Tensor, c: torch.Tensor, work: torch.dtype):
@@ -294,8 +296,15 @@ class TreeSpeculative:
         row = d.target.rows(b, c + 1).to(work)
         return row, torch.ones(b.shape[0], dtype=work, device=b.device)
 
-    def final_distribution(self, d: Drafts, p: torch.Tensor, p_mass: torch.Tensor, last_node: torch.Tensor,
-                           last_accepted: torch.Tensor, vocab: int) -> torch.Tensor:
+    def final_distribution(
+        self,
+        d: Drafts,
+        p: torch.Tensor,
+        p_mass: torch.Tensor,
+        last_node: torch.Tensor,
+        last_accepted: torch.Tensor,
+        vocab: int,
+    ) -> torch.Tensor:
         """Weights ``[B, V]`` the emitted token is drawn from: the working distribution ``p`` (the
         bonus row after full acceptance, the residual after rejections). ``last_node`` / ``last_accepted``
         (the last node tested and whether it was accepted) are there for the conformance mutants."""
@@ -316,9 +325,13 @@ def checked_argmax(scores: torch.Tensor, rows: torch.Tensor | None = None, name:
     read = None
     if rows is not None:
         read = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0) < rows.unsqueeze(1)
-    for bad, what in ((torch.isnan(chosen) | (chosen == float("inf")), "contains NaN or +inf: the target produced "
-                       "NaN logits or invalid scores"),
-                      (chosen == float("-inf"), "is -inf everywhere: no token is allowed")):
+    for bad, what in (
+        (
+            torch.isnan(chosen) | (chosen == float("inf")),
+            "contains NaN or +inf: the target produced NaN logits or invalid scores",
+        ),
+        (chosen == float("-inf"), "is -inf everywhere: no token is allowed"),
+    ):
         if read is not None:
             bad = bad & read
         if bool(bad.any()):
@@ -326,8 +339,9 @@ def checked_argmax(scores: torch.Tensor, rows: torch.Tensor | None = None, name:
     return best
 
 
-def greedy_walk(tokens: Sequence[int], children_of: Callable[[int], Sequence[int]],
-                best: Sequence[int]) -> tuple[list[int], list[int]]:
+def greedy_walk(
+    tokens: Sequence[int], children_of: Callable[[int], Sequence[int]], best: Sequence[int]
+) -> tuple[list[int], list[int]]:
     """The greedy rule on one tree: from the root, follow the first child (in node order) whose token
     equals the target's argmax after its parent (``best[0]`` after the root, ``best[1 + i]`` after node
     ``i``); where no child matches, emit that argmax. Returns ``(accepted node path, emitted tokens =

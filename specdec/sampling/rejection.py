@@ -37,7 +37,11 @@ class Rule(enum.Enum):
     """Acceptance rules. ``exact`` says whether the rule preserves the target distribution."""
 
     GREEDY = ("greedy", True, "target argmax; drafts accepted while they equal it (temperature 0)")
-    CHAIN = ("chain", True, "Leviathan/Chen speculative sampling: accept min(1, p/q), residual norm(max(0, p - q)), bonus from p")
+    CHAIN = (
+        "chain",
+        True,
+        "Leviathan/Chen speculative sampling: accept min(1, p/q), residual norm(max(0, p - q)), bonus from p",
+    )
     TREE_SAMPLED = ("tree_sampled", True, "SpecInfer multi-step speculative sampling over siblings drawn from their q")
     TREE_DETERMINISTIC = ("tree_deterministic", True, "point-mass siblings: accept with p(x), residual removes x")
     TREE_MIXED = ("tree_mixed", True, "sampled and deterministic siblings, each tested with its own q")
@@ -137,16 +141,29 @@ def _check_trees(trees: Sequence[DraftTree], batch, vocab: int) -> None:
             raise ValueError(f"trees[{b}] has sampled (non-deterministic) nodes but no draft_probs")
 
 
-def _verify(trees: Sequence[DraftTree], batch, target, vocab: int, argmax: torch.Tensor | None, generator,
-            rule="auto") -> tuple[Outcome, tuple[Rule, ...]]:
+def _verify(
+    trees: Sequence[DraftTree], batch, target, vocab: int, argmax: torch.Tensor | None, generator, rule="auto"
+) -> tuple[Outcome, tuple[Rule, ...]]:
     """The kernels on packed, already checked drafts; ``argmax`` (``[B, N + 1]``) given = greedy."""
     greedy = argmax is not None
     chains = [t.is_chain for t in trees]
-    rules = _classify(greedy, chains, (~batch.deterministic).any(1).tolist(),
-                      (batch.deterministic & batch.valid).any(1).tolist(), rule)
+    rules = _classify(
+        greedy,
+        chains,
+        (~batch.deterministic).any(1).tolist(),
+        (batch.deterministic & batch.valid).any(1).tolist(),
+        rule,
+    )
     has_q = any(t.draft_probs is not None for t in trees)
-    d = Drafts(batch.tokens, batch.parents.long(), batch.sizes.long(), batch.deterministic, Rows(target),
-               Rows([t.draft_probs for t in trees]) if has_q else None, [t.num_nodes for t in trees])
+    d = Drafts(
+        batch.tokens,
+        batch.parents.long(),
+        batch.sizes.long(),
+        batch.deterministic,
+        Rows(target),
+        Rows([t.draft_probs for t in trees]) if has_q else None,
+        [t.num_nodes for t in trees],
+    )
     return _run(d, vocab, greedy, all(chains), argmax, generator), rules
 
 
@@ -227,8 +244,10 @@ def rejection_sample_batch(
         argmax = _greedy_argmax(target_probs, batch.sizes.long() + 1, validate, "target_probs")
     elif greedy:
         pad = torch.nn.utils.rnn.pad_sequence
-        argmax = pad([_greedy_argmax(t, None, validate, f"target_probs[{b}]") for b, t in enumerate(target_probs)],
-                     batch_first=True)
+        argmax = pad(
+            [_greedy_argmax(t, None, validate, f"target_probs[{b}]") for b, t in enumerate(target_probs)],
+            batch_first=True,
+        )
     elif validate and isinstance(target_probs, torch.Tensor):
         rows = torch.arange(target_probs.shape[1], device=batch.sizes.device).unsqueeze(0) <= batch.sizes.unsqueeze(1)
         check_distributions(target_probs, rows, "target_probs")
@@ -295,9 +314,13 @@ def rejection_sample_padded(
             f"{[B, N]} and sizes {tuple(sizes.shape)} must be [B]"
         )
     if target_probs.dim() != 3 or target_probs.shape[0] != B or target_probs.shape[1] < N + 1:
-        raise ValueError(f"target_probs must have shape [B={B}, R >= N + 1 = {N + 1}, V], got {tuple(target_probs.shape)}")
+        raise ValueError(
+            f"target_probs must have shape [B={B}, R >= N + 1 = {N + 1}, V], got {tuple(target_probs.shape)}"
+        )
     vocab = int(target_probs.shape[2])
-    if draft_probs is not None and (draft_probs.dim() != 3 or draft_probs.shape[:2] != (B, N) or draft_probs.shape[2] != vocab):
+    if draft_probs is not None and (
+        draft_probs.dim() != 3 or draft_probs.shape[:2] != (B, N) or draft_probs.shape[2] != vocab
+    ):
         raise ValueError(f"draft_probs must have shape [B={B}, N={N}, V={vocab}], got {tuple(draft_probs.shape)}")
     sizes = sizes.long()
     valid = torch.arange(N, device=dev).unsqueeze(0) < sizes.unsqueeze(1)
@@ -315,7 +338,15 @@ def rejection_sample_padded(
     sampled_any = (~det).any(1)
     det_any = (det & valid).any(1)
     rules = _classify(greedy, is_chain.tolist(), sampled_any.tolist(), det_any.tolist(), rule)
-    d = Drafts(tokens, parents, sizes, det, Rows(target_probs), None if draft_probs is None else Rows(draft_probs), sizes.tolist())
+    d = Drafts(
+        tokens,
+        parents,
+        sizes,
+        det,
+        Rows(target_probs),
+        None if draft_probs is None else Rows(draft_probs),
+        sizes.tolist(),
+    )
     argmax = _greedy_argmax(target_probs, sizes + 1, validate, "target_probs") if greedy else None
     out = _run(d, vocab, greedy, bool(is_chain.all()), argmax, generator)
     return BatchAcceptResult(out.tokens, out.path, out.num_accepted, rules)
@@ -329,7 +360,9 @@ def _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab) -> 
     bad = valid & ((parents >= idx) | (parents < -1))
     if bool(bad.any()):
         b, i = bad.nonzero()[0].tolist()
-        raise ValueError(f"parents[{b}, {i}] = {int(parents[b, i])}: must be -1 (root) or an earlier node index (< {i})")
+        raise ValueError(
+            f"parents[{b}, {i}] = {int(parents[b, i])}: must be -1 (root) or an earlier node index (< {i})"
+        )
     bad = valid & ((tokens < 0) | (tokens >= vocab))
     if bool(bad.any()):
         b, i = bad.nonzero()[0].tolist()
@@ -375,8 +408,13 @@ def verify_logits(
     return rejection_sample_batch(trees, probs, generator=generator, validate=False)
 
 
-def accept_step(trees: Sequence[DraftTree], logits: torch.Tensor, sampling: SamplingParams | None, *,
-                generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[int]]]:
+def accept_step(
+    trees: Sequence[DraftTree],
+    logits: torch.Tensor,
+    sampling: SamplingParams | None,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[list[list[int]], list[list[int]]]:
     """The engine's trusted path: ``(accepted node paths, emitted tokens)`` per request, as lists.
 
     ``trees`` come from the decoder (already checked against the target's vocabulary by its verify

@@ -66,7 +66,10 @@ class AcceptanceDist:
         if self.drafted is not None:
             d = np.asarray(self.drafted, dtype=np.float64)
             if d.shape != c.shape or np.any(d < 0) or d.sum() <= 0:
-                raise ValueError(f"AcceptanceDist drafted must be a non-negative, non-empty histogram of shape {c.shape}, got {d.shape}")
+                raise ValueError(
+                    f"AcceptanceDist drafted must be a non-negative, non-empty histogram of shape {c.shape}, got "
+                    f"{d.shape}"
+                )
             self.drafted = d
 
     def drafted_pmf(self, budget: int) -> np.ndarray:
@@ -78,7 +81,7 @@ class AcceptanceDist:
             return out
         p = self.drafted / self.drafted.sum()
         out = p[: k + 1].copy()
-        out[k] += p[k + 1:].sum()
+        out[k] += p[k + 1 :].sum()
         return out
 
     def expected_max_drafted(self, budget: int, batch: int) -> float:
@@ -101,7 +104,7 @@ class AcceptanceDist:
         k = self.max_budget if budget is None else self._check_budget(budget)
         p = self.counts / self.counts.sum()
         out = p[: k + 1].copy()
-        out[k] += p[k + 1:].sum()
+        out[k] += p[k + 1 :].sum()
         return out
 
     def expected_accepted(self, budget: int) -> float:
@@ -125,7 +128,7 @@ class AcceptanceDist:
         lo, hi = 0.0, 1.0
         for _ in range(60):  # E[min(Geom, k)] = sum_{j=1..k} alpha^j is increasing in alpha
             mid = (lo + hi) / 2
-            if sum(mid ** j for j in range(1, k + 1)) < mean:
+            if sum(mid**j for j in range(1, k + 1)) < mean:
                 lo = mid
             else:
                 hi = mid
@@ -135,14 +138,20 @@ class AcceptanceDist:
         if not isinstance(budget, (int, np.integer)) or budget < 0:
             raise ValueError(f"draft budget must be an int >= 0, got {budget!r}")
         if budget > self.max_budget:
-            raise ValueError(f"draft budget {budget} exceeds the measured max_budget {self.max_budget} of {self.name!r}; "
-                             "re-measure acceptance with a larger budget")
+            raise ValueError(
+                f"draft budget {budget} exceeds the measured max_budget {self.max_budget} of {self.name!r}; "
+                "re-measure acceptance with a larger budget"
+            )
         return int(budget)
 
     # ------------------------------------------------------------------ persistence / merging
     def to_dict(self) -> dict:
-        return {"name": self.name, "counts": self.counts.tolist(), "propose_s_per_req": self.propose_s_per_req,
-                "drafted": None if self.drafted is None else self.drafted.tolist()}
+        return {
+            "name": self.name,
+            "counts": self.counts.tolist(),
+            "propose_s_per_req": self.propose_s_per_req,
+            "drafted": None if self.drafted is None else self.drafted.tolist(),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "AcceptanceDist":
@@ -150,8 +159,12 @@ class AcceptanceDist:
         if missing:
             raise ValueError(f"acceptance record lacks {sorted(missing)}")
         drafted = d.get("drafted")
-        return cls(np.asarray(d["counts"]), float(d.get("propose_s_per_req", 0.0)), str(d.get("name", "")),
-                   None if drafted is None else np.asarray(drafted))
+        return cls(
+            np.asarray(d["counts"]),
+            float(d.get("propose_s_per_req", 0.0)),
+            str(d.get("name", "")),
+            None if drafted is None else np.asarray(drafted),
+        )
 
     @classmethod
     def merge(cls, dists: Sequence["AcceptanceDist"], name: str = "") -> "AcceptanceDist":
@@ -169,8 +182,13 @@ class AcceptanceDist:
         return cls(sum(d.counts for d in dists), prop, name, drafted)
 
 
-def from_histogram(accepted_per_step: Sequence[int], max_budget: int, name: str = "", propose_s_per_req: float = 0.0,
-                   drafted_per_step: Sequence[int] | None = None) -> AcceptanceDist:
+def from_histogram(
+    accepted_per_step: Sequence[int],
+    max_budget: int,
+    name: str = "",
+    propose_s_per_req: float = 0.0,
+    drafted_per_step: Sequence[int] | None = None,
+) -> AcceptanceDist:
     """Build a distribution from raw per-step accepted (and optionally drafted) counts."""
     a = np.asarray(list(accepted_per_step), dtype=np.int64)
     if a.size and (a.min() < 0 or a.max() > max_budget):
@@ -190,8 +208,9 @@ def greedy_accepted(tree, truth: Sequence[int]) -> int:
     return len(greedy_replay(tree.tokens.tolist(), tree.parent_list, truth)) if tree.num_nodes else 0
 
 
-def replay_with_hidden(proposer, hidden, tokens: Sequence[int], prompt_len: int, budget: int,
-                       req: Hashable = "replay") -> tuple[int, int, float]:
+def replay_with_hidden(
+    proposer, hidden, tokens: Sequence[int], prompt_len: int, budget: int, req: Hashable = "replay"
+) -> tuple[int, int, float]:
     """Greedy replay of one recorded sequence through a proposer that reads target hidden states.
 
     ``tokens`` is the prompt (``prompt_len`` tokens) followed by the target's greedy continuation,
@@ -207,15 +226,15 @@ def replay_with_hidden(proposer, hidden, tokens: Sequence[int], prompt_len: int,
         raise ValueError(f"prompt_len must be in [1, {len(tokens) - 1}], got {P}")
     proposer.begin(req, list(tokens[:P]), target_hidden=hidden[:P])
     try:
-        proposer.commit(req, [tokens[P]], target_hidden=hidden[P - 1: P])  # the prefill step's token
+        proposer.commit(req, [tokens[P]], target_hidden=hidden[P - 1 : P])  # the prefill step's token
         c, emitted, steps, spent = P, 0, 0, 0.0
         while c + 1 < len(tokens):
             t0 = time.perf_counter()
             tree = proposer.propose([req], budget)[0]
             spent += time.perf_counter() - t0
-            a = min(greedy_accepted(tree, tokens[c + 1:]), len(tokens) - c - 2)
-            out = list(tokens[c + 1: c + 2 + a])
-            proposer.commit(req, out, target_hidden=hidden[c: c + len(out)])
+            a = min(greedy_accepted(tree, tokens[c + 1 :]), len(tokens) - c - 2)
+            out = list(tokens[c + 1 : c + 2 + a])
+            proposer.commit(req, out, target_hidden=hidden[c : c + len(out)])
             c += len(out)
             emitted += len(out)
             steps += 1
@@ -224,8 +243,13 @@ def replay_with_hidden(proposer, hidden, tokens: Sequence[int], prompt_len: int,
     return emitted, steps, spent
 
 
-def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outputs: Mapping[Hashable, Sequence[int]],
-                      budget: int, name: str = "") -> AcceptanceDist:
+def measure_by_replay(
+    proposer,
+    prompts: Mapping[Hashable, Sequence[int]],
+    outputs: Mapping[Hashable, Sequence[int]],
+    budget: int,
+    name: str = "",
+) -> AcceptanceDist:
     """Acceptance histogram of ``proposer`` on the target's greedy ``outputs`` (see module docstring).
 
     Args:
@@ -236,8 +260,10 @@ def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outpu
         budget: draft budget (tree nodes) per step; the histogram has ``budget + 1`` bins.
     """
     if getattr(proposer, "requires_target_hidden", False):
-        raise ValueError(f"proposer {getattr(proposer, 'artifact', None)} needs target hidden states; "
-                         "measure it with the SpeculativeDecoder's metrics instead of replay")
+        raise ValueError(
+            f"proposer {getattr(proposer, 'artifact', None)} needs target hidden states; "
+            "measure it with the SpeculativeDecoder's metrics instead of replay"
+        )
     if budget < 1:
         raise ValueError(f"measure_by_replay budget must be >= 1, got {budget}")
     missing = set(prompts) - set(outputs)
@@ -258,7 +284,7 @@ def measure_by_replay(proposer, prompts: Mapping[Hashable, Sequence[int]], outpu
                 a = min(greedy_accepted(tree, out[pos:]), len(out) - pos - 1)
                 accepted.append(a)
                 drafted.append(max(a, min(tree.num_nodes, budget)))
-                proposer.commit(rid, out[pos: pos + a + 1])
+                proposer.commit(rid, out[pos : pos + a + 1])
                 pos += a + 1
         finally:
             proposer.end(rid)

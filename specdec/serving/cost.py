@@ -80,7 +80,9 @@ class StepCostModel:
     def __post_init__(self):
         w = np.asarray(self.weights, dtype=np.float64)
         if w.shape != (len(FEATURE_NAMES),):
-            raise ValueError(f"StepCostModel weights must have {len(FEATURE_NAMES)} entries {FEATURE_NAMES}, got shape {w.shape}")
+            raise ValueError(
+                f"StepCostModel weights must have {len(FEATURE_NAMES)} entries {FEATURE_NAMES}, got shape {w.shape}"
+            )
         if not np.all(np.isfinite(w)) or np.any(w < 0):
             raise ValueError(f"StepCostModel weights must be finite and >= 0, got {w.tolist()}")
         if w.sum() <= 0:
@@ -91,7 +93,9 @@ class StepCostModel:
     def step_time(self, batch: int, tokens_per_seq: int, context: float) -> float:
         """Seconds for one forward of ``batch`` x ``tokens_per_seq`` new tokens over ``context`` cached."""
         if batch < 0 or tokens_per_seq < 0 or context < 0:
-            raise ValueError(f"step_time needs batch, tokens_per_seq, context >= 0, got {batch}, {tokens_per_seq}, {context}")
+            raise ValueError(
+                f"step_time needs batch, tokens_per_seq, context >= 0, got {batch}, {tokens_per_seq}, {context}"
+            )
         if batch == 0 or tokens_per_seq == 0:
             return 0.0
         return float(features(batch, tokens_per_seq, context) @ self.weights)
@@ -161,7 +165,9 @@ class StepCostModel:
         if not isinstance(d, dict) or d.get("kind") != "specdec.StepCostModel":
             raise ValueError("not a StepCostModel file: expected a JSON object with kind='specdec.StepCostModel'")
         if list(d.get("features", [])) != list(FEATURE_NAMES):
-            raise ValueError(f"cost model features {d.get('features')} differ from this version's {list(FEATURE_NAMES)}; recalibrate")
+            raise ValueError(
+                f"cost model features {d.get('features')} differ from this version's {list(FEATURE_NAMES)}; recalibrate"
+            )
         return cls(
             np.asarray(d["weights"], dtype=np.float64),
             float(d.get("mean_rel_error", "nan")),
@@ -204,9 +210,17 @@ DEFAULT_GRID = {
 }
 
 
-def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: Iterable[int] = DEFAULT_GRID["tokens"],
-              contexts: Iterable[int] = DEFAULT_GRID["context"], prefills: Iterable[int] = DEFAULT_GRID["prefill"],
-              repeats: int = 3, meta: dict | None = None, progress=None) -> StepCostModel:
+def calibrate(
+    model,
+    *,
+    batches: Iterable[int] = DEFAULT_GRID["batch"],
+    tokens: Iterable[int] = DEFAULT_GRID["tokens"],
+    contexts: Iterable[int] = DEFAULT_GRID["context"],
+    prefills: Iterable[int] = DEFAULT_GRID["prefill"],
+    repeats: int = 3,
+    meta: dict | None = None,
+    progress=None,
+) -> StepCostModel:
     """Time real forwards of a Hugging Face causal LM and fit a :class:`StepCostModel`.
 
     For every ``(batch, context)`` the cache is prefilled once with random tokens, then each
@@ -270,16 +284,28 @@ def calibrate(model, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: 
             done += 1
             if progress:
                 progress(done, total)
-    info = {"model": getattr(model.config, "name_or_path", "") or type(model).__name__,
-            "dtype": str(next(model.parameters()).dtype), "device": str(device),
-            "threads": torch.get_num_threads(), "repeats": repeats}
+    info = {
+        "model": getattr(model.config, "name_or_path", "") or type(model).__name__,
+        "dtype": str(next(model.parameters()).dtype),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+    }
     info.update(meta or {})
     return StepCostModel.fit(samples, info)
 
 
-def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], tokens: Iterable[int] = DEFAULT_GRID["tokens"],
-                     contexts: Iterable[int] = DEFAULT_GRID["context"], prefills: Iterable[int] = DEFAULT_GRID["prefill"],
-                     repeats: int = 3, meta: dict | None = None, progress=None) -> StepCostModel:
+def calibrate_engine(
+    target,
+    *,
+    batches: Iterable[int] = DEFAULT_GRID["batch"],
+    tokens: Iterable[int] = DEFAULT_GRID["tokens"],
+    contexts: Iterable[int] = DEFAULT_GRID["context"],
+    prefills: Iterable[int] = DEFAULT_GRID["prefill"],
+    repeats: int = 3,
+    meta: dict | None = None,
+    progress=None,
+) -> StepCostModel:
     """Like :func:`calibrate`, but timing the engine's own verify path (:class:`specdec.verify.hf.HFTarget`).
 
     Why a second calibration: the engine verifies trees through a custom attention mask over a
@@ -344,8 +370,14 @@ def calibrate_engine(target, *, batches: Iterable[int] = DEFAULT_GRID["batch"], 
         done += 1
         if progress:
             progress(done, total)
-    info = {"model": getattr(target.config, "name_or_path", "") or type(target.model).__name__, "path": "HFTarget.verify",
-            "dtype": str(target.dtype), "device": str(target.device), "threads": torch.get_num_threads(), "repeats": repeats}
+    info = {
+        "model": getattr(target.config, "name_or_path", "") or type(target.model).__name__,
+        "path": "HFTarget.verify",
+        "dtype": str(target.dtype),
+        "device": str(target.device),
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+    }
     info.update(meta or {})
     return StepCostModel.fit(samples, info)
 

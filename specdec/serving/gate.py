@@ -48,7 +48,10 @@ class BudgetOptimizer:
         self.acceptance = acceptance
         self.max_budget = acceptance.max_budget if max_budget is None else int(max_budget)
         if not 0 <= self.max_budget <= acceptance.max_budget:
-            raise ValueError(f"BudgetOptimizer max_budget must be in [0, {acceptance.max_budget}] (the measured range), got {max_budget}")
+            raise ValueError(
+                f"BudgetOptimizer max_budget must be in [0, {acceptance.max_budget}] (the measured range), got "
+                f"{max_budget}"
+            )
 
     def step_time(self, batch: int, budget: int, context: float) -> float:
         """Expected seconds of one step: verify over the widest draft in the batch + proposer time."""
@@ -97,9 +100,18 @@ class LoadGate:
         min_observed: drafted tokens needed before the moving average is trusted.
     """
 
-    def __init__(self, *, off_above: float = math.inf, on_below: float | None = None, budget: int = 4,
-                 optimizer: BudgetOptimizer | None = None, min_accept_rate: float = 0.0, ema: float = 0.1,
-                 probe_every: int = 16, min_observed: int = 32):
+    def __init__(
+        self,
+        *,
+        off_above: float = math.inf,
+        on_below: float | None = None,
+        budget: int = 4,
+        optimizer: BudgetOptimizer | None = None,
+        min_accept_rate: float = 0.0,
+        ema: float = 0.1,
+        probe_every: int = 16,
+        min_observed: int = 32,
+    ):
         on_below = off_above if on_below is None else on_below
         if not off_above >= 0:
             raise ValueError(f"LoadGate off_above must be >= 0, got {off_above}")
@@ -112,7 +124,9 @@ class LoadGate:
         if not 0.0 < ema <= 1.0:
             raise ValueError(f"LoadGate ema must be in (0, 1], got {ema}")
         if probe_every < 1 or min_observed < 0:
-            raise ValueError(f"LoadGate probe_every must be >= 1 and min_observed >= 0, got {probe_every}, {min_observed}")
+            raise ValueError(
+                f"LoadGate probe_every must be >= 1 and min_observed >= 0, got {probe_every}, {min_observed}"
+            )
         self.off_above, self.on_below, self.budget = off_above, on_below, int(budget)
         self.optimizer, self.min_accept_rate, self.ema = optimizer, min_accept_rate, ema
         self.probe_every, self.min_observed = probe_every, min_observed
@@ -150,7 +164,9 @@ class LoadGate:
         elif not self.on and batch_size <= self.on_below:
             self.on, self.switches = True, self.switches + 1
         if not self.on:
-            return GateDecision(False, 0, f"batch {batch_size} above gate (off above {self.off_above}, on at <= {self.on_below})")
+            return GateDecision(
+                False, 0, f"batch {batch_size} above gate (off above {self.off_above}, on at <= {self.on_below})"
+            )
         if batch_size == 0:
             return GateDecision(False, 0, "empty batch")
         rate = self.accept_rate

@@ -80,8 +80,10 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
 
         eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch)
         return HybridProposer(SuffixProposer(vocab), eagle)
-    raise ValueError(f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
-                     "'medusa:<artifact dir>', 'eagle:<artifact dir>' or 'hybrid:suffix+eagle:<artifact dir>'")
+    raise ValueError(
+        f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
+        "'medusa:<artifact dir>', 'eagle:<artifact dir>' or 'hybrid:suffix+eagle:<artifact dir>'"
+    )
 
 
 def fingerprints(model, tokenizer) -> dict:
@@ -109,8 +111,18 @@ class Workload:
         return out
 
 
-def build_workload(model, tokenizer, path: str | Path, *, categories: Sequence[str] | None, per_category: int,
-                   max_new_tokens: int, target_fp: str, cache_dir: Path | None = None, progress=None) -> Workload:
+def build_workload(
+    model,
+    tokenizer,
+    path: str | Path,
+    *,
+    categories: Sequence[str] | None,
+    per_category: int,
+    max_new_tokens: int,
+    target_fp: str,
+    cache_dir: Path | None = None,
+    progress=None,
+) -> Workload:
     """Select prompts, tokenise them and get the target's greedy outputs (cached per target fingerprint)."""
     if max_new_tokens < 2:
         raise ValueError(f"max_new_tokens must be >= 2, got {max_new_tokens}")
@@ -133,8 +145,9 @@ def build_workload(model, tokenizer, path: str | Path, *, categories: Sequence[s
     return Workload(prompts, outputs, cats)
 
 
-def measure_with_decoder(model, proposer, prompts: Sequence[Sequence[int]], max_new_tokens: int, budget: int,
-                         name: str = "") -> AcceptanceDist:
+def measure_with_decoder(
+    model, proposer, prompts: Sequence[Sequence[int]], max_new_tokens: int, budget: int, name: str = ""
+) -> AcceptanceDist:
     """Acceptance histogram from the SpeculativeDecoder's per-request metrics (any proposer).
 
     Requests run one at a time: a batched step charges its whole drafting time to every request in
@@ -167,8 +180,12 @@ class ProposerMeasurement:
     memory: ProposerMemory
 
     def to_dict(self) -> dict:
-        return {"spec": self.spec, "artifact": self.artifact, "memory": dataclasses.asdict(self.memory),
-                "acceptance": {c: d.to_dict() for c, d in self.acceptance.items()}}
+        return {
+            "spec": self.spec,
+            "artifact": self.artifact,
+            "memory": dataclasses.asdict(self.memory),
+            "acceptance": {c: d.to_dict() for c, d in self.acceptance.items()},
+        }
 
 
 def artifact_dict(proposer) -> dict:
@@ -176,8 +193,9 @@ def artifact_dict(proposer) -> dict:
     return {"name": a.name, "bound_to": a.bound_to, "fingerprint": a.fingerprint, "version": a.version}
 
 
-def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: int, *,
-                     allow_mismatch: bool = False) -> ProposerMeasurement:
+def measure_proposer(
+    spec: str, model, tokenizer, workload: Workload, budget: int, *, allow_mismatch: bool = False
+) -> ProposerMeasurement:
     """Acceptance per category (replay when possible, else the decoder) and memory of one proposer."""
     proposer = make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch)
     first = next(iter(workload.prompts.values()))
@@ -186,16 +204,24 @@ def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: in
         from ..training.data import final_hidden_states
 
         hidden = final_hidden_states(model, list(first))
-    memory = measure_proposer_memory(make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch), first,
-                                     target_hidden=hidden)
+    memory = measure_proposer_memory(
+        make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch), first, target_hidden=hidden
+    )
     per_cat: dict[str, AcceptanceDist] = {}
     for cat, rids in workload.by_category().items():
         if getattr(proposer, "requires_target_hidden", False):
             max_new = max(len(workload.outputs[r]) for r in rids)
-            per_cat[cat] = measure_with_decoder(model, proposer, [workload.prompts[r] for r in rids], max_new, budget, f"{spec}/{cat}")
+            per_cat[cat] = measure_with_decoder(
+                model, proposer, [workload.prompts[r] for r in rids], max_new, budget, f"{spec}/{cat}"
+            )
         else:
-            per_cat[cat] = measure_by_replay(proposer, {r: workload.prompts[r] for r in rids},
-                                             {r: workload.outputs[r] for r in rids}, budget, f"{spec}/{cat}")
+            per_cat[cat] = measure_by_replay(
+                proposer,
+                {r: workload.prompts[r] for r in rids},
+                {r: workload.outputs[r] for r in rids},
+                budget,
+                f"{spec}/{cat}",
+            )
     per_cat["all"] = AcceptanceDist.merge(list(per_cat.values()), f"{spec}/all")
     return ProposerMeasurement(spec, artifact_dict(proposer), per_cat, memory)
 
@@ -203,4 +229,8 @@ def measure_proposer(spec: str, model, tokenizer, workload: Workload, budget: in
 def target_memory(model, dtype: str | None = None) -> dict:
     """Weights bytes and KV bytes per token of the target (KV in the weights' dtype unless given)."""
     dt = dtype or str(next(model.parameters()).dtype)
-    return {"weights_bytes": model_weight_bytes(model), "kv_bytes_per_token": kv_bytes_per_token(model.config, dt), "kv_dtype": dt}
+    return {
+        "weights_bytes": model_weight_bytes(model),
+        "kv_bytes_per_token": kv_bytes_per_token(model.config, dt),
+        "kv_dtype": dt,
+    }

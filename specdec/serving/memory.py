@@ -14,7 +14,16 @@ import dataclasses
 import math
 from typing import Hashable, Sequence
 
-_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "int8": 1, "float8_e4m3fn": 1}
+_DTYPE_BYTES = {
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int8": 1,
+    "float8_e4m3fn": 1,
+}
 
 
 def dtype_bytes(dtype) -> int:
@@ -38,7 +47,15 @@ def kv_bytes_per_token(config, dtype="float32") -> int:
     hidden = get("hidden_size") or get("n_embd")
     kv_heads = get("num_key_value_heads") or heads
     head_dim = get("head_dim") or (hidden // heads if hidden and heads else None)
-    missing = [n for n, v in (("num_hidden_layers", layers), ("num_attention_heads", heads), ("head_dim or hidden_size", head_dim)) if not v]
+    missing = [
+        n
+        for n, v in (
+            ("num_hidden_layers", layers),
+            ("num_attention_heads", heads),
+            ("head_dim or hidden_size", head_dim),
+        )
+        if not v
+    ]
     if missing:
         raise ValueError(f"model config lacks {missing}: cannot compute KV bytes per token")
     return int(2 * layers * kv_heads * head_dim * dtype_bytes(dtype))
@@ -59,8 +76,9 @@ class ProposerMemory:
             raise ValueError(f"ProposerMemory values must be >= 0, got {self}")
 
 
-def measure_proposer_memory(proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__",
-                            target_hidden=None) -> ProposerMemory:
+def measure_proposer_memory(
+    proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__", target_hidden=None
+) -> ProposerMemory:
     """Measure a proposer's fixed and per-token memory with ``memory_bytes()`` around one request.
 
     ``memory_bytes()`` before ``begin`` is the fixed part (weights, shared state); the growth
@@ -93,8 +111,15 @@ class Admission:
     bytes_per_sequence: float
 
 
-def admitted_concurrency(budget_bytes: int, *, weights_bytes: int, kv_bytes_token: int, tokens_per_seq: float,
-                         proposer: ProposerMemory | None = None, draft_budget: int = 0) -> Admission:
+def admitted_concurrency(
+    budget_bytes: int,
+    *,
+    weights_bytes: int,
+    kv_bytes_token: int,
+    tokens_per_seq: float,
+    proposer: ProposerMemory | None = None,
+    draft_budget: int = 0,
+) -> Admission:
     """How many concurrent sequences of ``tokens_per_seq`` cached tokens fit in ``budget_bytes``.
 
     Each sequence needs ``(tokens_per_seq + draft_budget) x kv_bytes_token`` for the target (the
@@ -102,8 +127,13 @@ def admitted_concurrency(budget_bytes: int, *, weights_bytes: int, kv_bytes_toke
     ``tokens_per_seq x proposer.bytes_per_token`` for the drafter; weights and the proposer's fixed
     memory come off the top.
     """
-    for name, v in (("budget_bytes", budget_bytes), ("weights_bytes", weights_bytes), ("kv_bytes_token", kv_bytes_token),
-                    ("tokens_per_seq", tokens_per_seq), ("draft_budget", draft_budget)):
+    for name, v in (
+        ("budget_bytes", budget_bytes),
+        ("weights_bytes", weights_bytes),
+        ("kv_bytes_token", kv_bytes_token),
+        ("tokens_per_seq", tokens_per_seq),
+        ("draft_budget", draft_budget),
+    ):
         if v is None or (isinstance(v, float) and math.isnan(v)) or v < 0:
             raise ValueError(f"admitted_concurrency: {name} must be >= 0, got {v}")
     if kv_bytes_token == 0:
@@ -112,7 +142,9 @@ def admitted_concurrency(budget_bytes: int, *, weights_bytes: int, kv_bytes_toke
     free = budget_bytes - weights_bytes - pm.fixed_bytes
     per_seq = (tokens_per_seq + draft_budget) * kv_bytes_token + tokens_per_seq * pm.bytes_per_token
     seqs = int(max(0, free) // per_seq) if per_seq > 0 else 0
-    return Admission(seqs, int(max(0, free) // kv_bytes_token), int(budget_bytes), int(weights_bytes), pm.fixed_bytes, per_seq)
+    return Admission(
+        seqs, int(max(0, free) // kv_bytes_token), int(budget_bytes), int(weights_bytes), pm.fixed_bytes, per_seq
+    )
 
 
 def model_weight_bytes(model) -> int:

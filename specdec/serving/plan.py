@@ -192,37 +192,73 @@ def plan_pool(pool: Pool, measured: Mapping[str, tuple[Mapping[str, AcceptanceDi
     candidates = [pool.proposer] if pool.proposer else list(measured)
     missing = [c for c in candidates if c not in measured]
     if missing:
-        raise ValueError(f"pool {pool.name!r} names proposer(s) {missing} that were not measured; measured: {sorted(measured)}")
+        raise ValueError(f"pool {pool.name!r} names proposer(s) {missing} that were not measured; measured: "
+                         f"{sorted(measured)}")
     probe_acc, probe_mem = measured[candidates[0]] if candidates else (None, ProposerMemory())
     if probe_acc is None:
         raise ValueError(f"pool {pool.name!r}: no candidate proposers to plan")
-    server, _, _ = server_for(cost, probe_acc, items, memory_budget_bytes=settings.memory_budget_bytes,
-                              weights_bytes=weights_bytes, kv_bytes_token=kv_bytes_token, proposer_memory=probe_mem,
-                              max_budget=settings.max_budget, max_batch=settings.max_batch, seed=settings.seed)
+    server, _, _ = server_for(
+        cost,
+        probe_acc,
+        items,
+        memory_budget_bytes=settings.memory_budget_bytes,
+        weights_bytes=weights_bytes,
+        kv_bytes_token=kv_bytes_token,
+        proposer_memory=probe_mem,
+        max_budget=settings.max_budget,
+        max_batch=settings.max_batch,
+        seed=settings.seed,
+    )
     cap = capacity_rps(items, server, seed=settings.seed)
     rates = [f * cap for f in settings.load_fractions]
-    plans = [plan_proposer(pool, c, *measured[c], cost, items, rates, settings, weights_bytes, kv_bytes_token) for c in candidates]
-    good = [p for p in plans if p.chosen_policy != "off" and p.worst_ratio.get(p.chosen_policy, 0) >= 0.98
-            and (p.best_gain >= settings.min_gain or p.tpot_gain >= settings.min_tpot_gain)]
+    plans = [
+        plan_proposer(pool, c, *measured[c], cost, items, rates, settings, weights_bytes, kv_bytes_token)
+        for c in candidates
+    ]
+    good = [
+        p
+        for p in plans
+        if p.chosen_policy != "off"
+        and p.worst_ratio.get(p.chosen_policy, 0) >= 0.98
+        and (p.best_gain >= settings.min_gain or p.tpot_gain >= settings.min_tpot_gain)
+    ]
     if not good:
         rec = dataclasses.replace(pool, policy="off", proposer=None, gate=None)
-        verdict = (f"do not speculate: no proposer gains {settings.min_gain:.0%} goodput or {settings.min_tpot_gain:.0%} "
-                   f"median time per token at any load without losing more than 2% goodput at another")
+        verdict = (
+            f"do not speculate: no proposer gains {settings.min_gain:.0%} goodput or {settings.min_tpot_gain:.0%} "
+            f"median time per token at any load without losing more than 2% goodput at another"
+        )
         return PoolPlan(pool, cap, plans, rec, verdict)
     best = max(good, key=lambda p: (round(p.worst_ratio[p.chosen_policy], 2), p.best_gain, p.tpot_gain))
-    gate = GateSpec(best.threshold, best.on_below, 0.0) if best.chosen_policy == "gated" and best.threshold >= 1 else None
+    gate = (
+        GateSpec(best.threshold, best.on_below, 0.0) if best.chosen_policy == "gated" and best.threshold >= 1 else None
+    )
     rec = dataclasses.replace(pool, policy=best.chosen_policy, proposer=best.proposer, budget=best.budget, gate=gate)
-    where = (f"while at most {best.threshold} requests run (resume at {best.on_below})" if best.chosen_policy == "gated"
-             else "with the draft budget chosen per step from the cost model" if best.chosen_policy == "adaptive"
-             else "at every load")
-    verdict = (f"speculate with {best.proposer} ({best.chosen_policy}) {where}: up to {best.best_gain:+.0%} goodput and "
-               f"{best.tpot_gain:.0%} lower median time per token vs off; "
-               f"admitted concurrency {best.admitted_on} vs {best.admitted_off} without the proposer")
+    where = (
+        f"while at most {best.threshold} requests run (resume at {best.on_below})"
+        if best.chosen_policy == "gated"
+        else "with the draft budget chosen per step from the cost model"
+        if best.chosen_policy == "adaptive"
+        else "at every load"
+    )
+    verdict = (
+        f"speculate with {best.proposer} ({best.chosen_policy}) {where}: up to {best.best_gain:+.0%} goodput and "
+        f"{best.tpot_gain:.0%} lower median time per token vs off; "
+        f"admitted concurrency {best.admitted_on} vs {best.admitted_off} without the proposer"
+    )
     return PoolPlan(pool, cap, plans, rec, verdict)
 
 
-def tune_threshold(items: Sequence[WorkloadItem], server: ServerConfig, rates: Sequence[float],
-                   settings: "PlanSettings", slo, budget: int, crossover: int, spread: int = 2) -> int:
+def tune_threshold(
+    items: Sequence[WorkloadItem],
+    server: ServerConfig,
+    rates: Sequence[float],
+    settings: "PlanSettings",
+    slo,
+    budget: int,
+    crossover: int,
+    spread: int = 2,
+) -> int:
     """The gate's threshold (off above it): the cost model's ``crossover`` batch, or a neighbour
     within ``spread`` when that one keeps goodput closer to max(off, always) at its worst load level.
 
@@ -234,24 +270,35 @@ def tune_threshold(items: Sequence[WorkloadItem], server: ServerConfig, rates: S
     """
     if crossover < 1:
         return crossover
-    scores = threshold_scores(items, server, rates, settings, slo, budget,
-                              range(max(1, crossover - spread), crossover + spread + 1))
+    scores = threshold_scores(
+        items, server, rates, settings, slo, budget, range(max(1, crossover - spread), crossover + spread + 1)
+    )
     return max(scores, key=lambda t: (round(scores[t], 4), -abs(t - crossover)))
 
 
-def threshold_scores(items: Sequence[WorkloadItem], server: ServerConfig, rates: Sequence[float],
-                     settings: "PlanSettings", slo, budget: int, candidates: Sequence[int]) -> dict[int, float]:
+def threshold_scores(
+    items: Sequence[WorkloadItem],
+    server: ServerConfig,
+    rates: Sequence[float],
+    settings: "PlanSettings",
+    slo,
+    budget: int,
+    candidates: Sequence[int],
+) -> dict[int, float]:
     """``{threshold: worst ratio over load levels of gated goodput to max(off, always)}``, simulated
     with seed ``settings.seed + 1``."""
     policies = {"off": Off(), "always": AlwaysOn(budget)}
     policies.update({f"gated@{t}": gated(t, budget, hysteresis_band(t)) for t in candidates})
-    rows = sweep(items, policies, server, rates, settings.n_requests, slo, settings.seed + 1,
-                 replications=settings.replications)
+    rows = sweep(
+        items, policies, server, rates, settings.n_requests, slo, settings.seed + 1, replications=settings.replications
+    )
     by_rate = by_rate_and_policy(rows, "goodput_rps")
     scores = {}
     for t in candidates:
-        ratios = [1.0 if max(g["off"], g["always"]) <= 0 else g[f"gated@{t}"] / max(g["off"], g["always"])
-                  for g in by_rate.values()]
+        ratios = [
+            1.0 if max(g["off"], g["always"]) <= 0 else g[f"gated@{t}"] / max(g["off"], g["always"])
+            for g in by_rate.values()
+        ]
         scores[t] = min(ratios)
     return scores
 

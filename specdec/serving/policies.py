@@ -108,11 +108,17 @@ def gated(off_above: float, budget: int, on_below: float | None = None, min_acce
     """Fixed ``budget`` while the batch is <= ``off_above`` (resume at <= ``on_below``)."""
     if budget < 1:
         raise ValueError(f"gated budget must be >= 1, got {budget}")
-    return Gated(LoadGate(off_above=off_above, on_below=on_below, budget=budget, min_accept_rate=min_accept_rate), "gated")
+    return Gated(
+        LoadGate(off_above=off_above, on_below=on_below, budget=budget, min_accept_rate=min_accept_rate), "gated"
+    )
 
 
-def adaptive(optimizer: BudgetOptimizer, off_above: float = math.inf, on_below: float | None = None,
-             max_budget: int | None = None) -> Gated:
+def adaptive(
+    optimizer: BudgetOptimizer,
+    off_above: float = math.inf,
+    on_below: float | None = None,
+    max_budget: int | None = None,
+) -> Gated:
     """Per-step budget maximising expected batch tokens/s (0 = plain decoding when nothing pays)."""
     cap = optimizer.max_budget if max_budget is None else max_budget
     return Gated(LoadGate(off_above=off_above, on_below=on_below, optimizer=optimizer, budget=cap), "adaptive")

@@ -91,16 +91,18 @@ def _parse_pool(name: str, d) -> Pool:
     for key in ("ttft_s", "tpot_s"):
         if key not in d:
             raise ValueError(f"{where}: missing required key {key!r} (seconds)")
-    slo = SLO(float(_num(where, "ttft_s", d["ttft_s"], strict=True)), float(_num(where, "tpot_s", d["tpot_s"], strict=True)))
+    slo = SLO(
+        float(_num(where, "ttft_s", d["ttft_s"], strict=True)), float(_num(where, "tpot_s", d["tpot_s"], strict=True))
+    )
     policy = d.get("policy", "off")
     if policy not in POLICIES:
         raise ValueError(f"{where}.policy must be one of {list(POLICIES)}, got {policy!r}")
     proposer = d.get("proposer", "none")
     if not isinstance(proposer, str) or not proposer:
-        raise ValueError(f"{where}.proposer must be a proposer name or \"none\", got {proposer!r}")
+        raise ValueError(f'{where}.proposer must be a proposer name or "none", got {proposer!r}')
     proposer = None if proposer == "none" else proposer
     if policy != "off" and proposer is None:
-        raise ValueError(f"{where}: policy {policy!r} speculates, so it needs a proposer (or set policy = \"off\")")
+        raise ValueError(f'{where}: policy {policy!r} speculates, so it needs a proposer (or set policy = "off")')
     budget = int(_num(where, "budget", d.get("budget", 4), integer=True, lo=1))
     gate = None
     if "gate" in d:
@@ -111,19 +113,27 @@ def _parse_pool(name: str, d) -> Pool:
         if unknown:
             raise ValueError(f"{where}.gate: unknown keys {sorted(unknown)}; allowed: {sorted(_GATE_KEYS)}")
         if "off_above" not in g:
-            raise ValueError(f"{where}.gate: missing required key 'off_above' (batch size above which speculation stops)")
+            raise ValueError(
+                f"{where}.gate: missing required key 'off_above' (batch size above which speculation stops)"
+            )
         off_above = _num(f"{where}.gate", "off_above", g["off_above"], integer=True)
         on_below = _num(f"{where}.gate", "on_below", g.get("on_below", off_above), integer=True)
         if on_below > off_above:
-            raise ValueError(f"{where}.gate: on_below ({on_below}) must be <= off_above ({off_above}); otherwise the gate would flap")
+            raise ValueError(
+                f"{where}.gate: on_below ({on_below}) must be <= off_above ({off_above}); otherwise the gate would flap"
+            )
         rate = _num(f"{where}.gate", "min_accept_rate", g.get("min_accept_rate", 0.0))
         if rate > 1:
             raise ValueError(f"{where}.gate.min_accept_rate must be in [0, 1], got {rate}")
         gate = GateSpec(off_above, on_below, float(rate))
     if policy == "gated" and gate is None:
-        raise ValueError(f"{where}: policy 'gated' needs a [{where}.gate] table with off_above (and optionally on_below)")
+        raise ValueError(
+            f"{where}: policy 'gated' needs a [{where}.gate] table with off_above (and optionally on_below)"
+        )
     if policy in ("off", "always") and gate is not None:
-        raise ValueError(f"{where}: a gate table has no effect with policy {policy!r}; remove it or use 'gated'/'adaptive'")
+        raise ValueError(
+            f"{where}: a gate table has no effect with policy {policy!r}; remove it or use 'gated'/'adaptive'"
+        )
     return Pool(name, slo, policy, proposer, budget, gate)
 
 
@@ -156,11 +166,21 @@ def dump_pools(pools: dict[str, Pool]) -> str:
     """TOML text for ``pools`` (what ``plan`` writes as its recommendation); round-trips through parse_pools."""
     lines = []
     for p in pools.values():
-        lines += [f"[pools.{p.name}]", f"ttft_s = {p.slo.ttft_s!r}", f"tpot_s = {p.slo.tpot_s!r}",
-                  f'proposer = "{p.proposer or "none"}"', f'policy = "{p.policy}"', f"budget = {p.budget}"]
+        lines += [
+            f"[pools.{p.name}]",
+            f"ttft_s = {p.slo.ttft_s!r}",
+            f"tpot_s = {p.slo.tpot_s!r}",
+            f'proposer = "{p.proposer or "none"}"',
+            f'policy = "{p.policy}"',
+            f"budget = {p.budget}",
+        ]
         if p.gate is not None and p.policy in ("gated", "adaptive") and math.isfinite(p.gate.off_above):
-            lines += ["", f"[pools.{p.name}.gate]", f"off_above = {int(p.gate.off_above)}",
-                      f"on_below = {int(p.gate.on_below if p.gate.on_below is not None else p.gate.off_above)}",
-                      f"min_accept_rate = {p.gate.min_accept_rate!r}"]
+            lines += [
+                "",
+                f"[pools.{p.name}.gate]",
+                f"off_above = {int(p.gate.off_above)}",
+                f"on_below = {int(p.gate.on_below if p.gate.on_below is not None else p.gate.off_above)}",
+                f"min_accept_rate = {p.gate.min_accept_rate!r}",
+            ]
         lines.append("")
     return "\n".join(lines)

@@ -49,7 +49,9 @@ def load_trigger(path: str | Path) -> dict:
     if path.is_dir():
         path = path / "review.json"
     if not path.exists():
-        raise ValueError(f"no review trigger at {path}: run `specdec plan` first (it writes review.json beside report.md)")
+        raise ValueError(
+            f"no review trigger at {path}: run `specdec plan` first (it writes review.json beside report.md)"
+        )
     try:
         trig = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -68,16 +70,27 @@ def _check_tolerance(tolerance: float) -> float:
     return tolerance
 
 
-def compare(trigger: dict, fingerprints: dict, artifacts: Mapping[str, dict],
-            acceptance: Mapping[str, Mapping[str, AcceptanceDist]], tolerance: float | None = None) -> list[Flag]:
+def compare(
+    trigger: dict,
+    fingerprints: dict,
+    artifacts: Mapping[str, dict],
+    acceptance: Mapping[str, Mapping[str, AcceptanceDist]],
+    tolerance: float | None = None,
+) -> list[Flag]:
     """Flags for everything that changed between the trigger and the new measurements."""
     tol = trigger["tolerance"] if tolerance is None else _check_tolerance(tolerance)
     flags: list[Flag] = []
     old_fp = trigger["fingerprints"]
     for key in ("target", "tokenizer"):
         if old_fp.get(key) != fingerprints.get(key):
-            flags.append(Flag(f"{key}-changed", key, f"{key} fingerprint {old_fp.get(key)} -> {fingerprints.get(key)}: "
-                                                     "re-plan; acceptance and cost were measured on the old one"))
+            flags.append(
+                Flag(
+                    f"{key}-changed",
+                    key,
+                    f"{key} fingerprint {old_fp.get(key)} -> {fingerprints.get(key)}: "
+                    "re-plan; acceptance and cost were measured on the old one",
+                )
+            )
     for spec, old in trigger["proposers"].items():
         new_art = artifacts.get(spec)
         if new_art is None:
@@ -85,11 +98,23 @@ def compare(trigger: dict, fingerprints: dict, artifacts: Mapping[str, dict],
             continue
         for key in ("fingerprint", "version"):
             if old["artifact"].get(key) != new_art.get(key):
-                flags.append(Flag("artifact-changed", spec, f"{spec} artifact {key} {old['artifact'].get(key)} -> {new_art.get(key)}"))
+                flags.append(
+                    Flag(
+                        "artifact-changed",
+                        spec,
+                        f"{spec} artifact {key} {old['artifact'].get(key)} -> {new_art.get(key)}",
+                    )
+                )
         bound = new_art.get("bound_to")
         if bound in ("target", "tokenizer") and new_art.get("fingerprint") != fingerprints.get(bound):
-            flags.append(Flag("artifact-stale", spec, f"{spec} is bound to {bound} {new_art.get('fingerprint')} but the current "
-                                                      f"{bound} is {fingerprints.get(bound)}: refit/rebuild it before use"))
+            flags.append(
+                Flag(
+                    "artifact-stale",
+                    spec,
+                    f"{spec} is bound to {bound} {new_art.get('fingerprint')} but the current "
+                    f"{bound} is {fingerprints.get(bound)}: refit/rebuild it before use",
+                )
+            )
         new_acc = acceptance.get(spec, {})
         for cat, old_mean in _planned(old).items():
             if cat not in new_acc:
@@ -98,9 +123,14 @@ def compare(trigger: dict, fingerprints: dict, artifacts: Mapping[str, dict],
             new_mean = a.expected_accepted(a.max_budget)
             base = max(old_mean, 0.05)  # a near-zero baseline would turn noise into "infinite" drift
             if abs(new_mean - old_mean) / base > tol:
-                flags.append(Flag("acceptance-drift", f"{spec}/{cat}",
-                                  f"accepted drafts/step {old_mean:.2f} -> {new_mean:.2f} "
-                                  f"({(new_mean - old_mean) / base:+.0%}, tolerance {tol:.0%})"))
+                flags.append(
+                    Flag(
+                        "acceptance-drift",
+                        f"{spec}/{cat}",
+                        f"accepted drafts/step {old_mean:.2f} -> {new_mean:.2f} "
+                        f"({(new_mean - old_mean) / base:+.0%}, tolerance {tol:.0%})",
+                    )
+                )
     return flags
 
 
@@ -109,8 +139,9 @@ def _planned(proposer: dict) -> dict:
     return proposer.get("accepted_drafts_per_step", proposer.get("mean_accepted", {}))
 
 
-def review_markdown(trigger: dict, flags: list[Flag], acceptance: Mapping[str, Mapping[str, AcceptanceDist]],
-                    target: str | None = None) -> str:
+def review_markdown(
+    trigger: dict, flags: list[Flag], acceptance: Mapping[str, Mapping[str, AcceptanceDist]], target: str | None = None
+) -> str:
     """The review report; ``target``: what was reviewed (default: the plan's own target)."""
     reviewed = target or trigger["target"]
     planned = "" if reviewed == trigger["target"] else f" (the plan measured {trigger['target']})"

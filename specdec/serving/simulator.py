@@ -85,7 +85,10 @@ class ServerConfig:
             return self.acceptance[category]
         if "all" in self.acceptance:
             return self.acceptance["all"]
-        raise ValueError(f"no acceptance distribution for category {category!r} (have {sorted(self.acceptance)}) and no 'all' fallback")
+        raise ValueError(
+            f"no acceptance distribution for category {category!r} (have {sorted(self.acceptance)}) and no 'all' "
+            "fallback"
+        )
 
 
 @dataclasses.dataclass
@@ -146,7 +149,11 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         raise ValueError("simulate needs at least one request")
     policy.reset()
     sampler = _Sampler(server.seed)
-    capacity = server.kv_capacity_tokens if policy.uses_proposer else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
+    capacity = (
+        server.kv_capacity_tokens
+        if policy.uses_proposer
+        else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
+    )
     overhead = server.proposer_token_overhead if policy.uses_proposer else 0.0
     reserve_draft = policy.max_budget
     dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if policy.uses_proposer else {}
@@ -166,7 +173,11 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
     def finish(run: _Running) -> None:
         nonlocal reserved
         reserved -= run.reserved
-        records.append(RequestRecord(run.req.rid, run.req.arrival, run.first, t, run.generated, run.req.item.category, run.req.opt_out))
+        records.append(
+            RequestRecord(
+                run.req.rid, run.req.arrival, run.first, t, run.generated, run.req.item.category, run.req.opt_out
+            )
+        )
 
     while nxt < len(reqs) or waiting or running:
         if not waiting and not running:
@@ -179,8 +190,10 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
             n = need(waiting[0])
             if capacity is not None and reserved + n > capacity:
                 if not running and not admitted:
-                    raise ValueError(f"request {waiting[0].rid} needs {n:.0f} KV tokens but the cache holds {capacity}: "
-                                     "it can never be admitted; raise the memory budget or shorten the workload")
+                    raise ValueError(
+                        f"request {waiting[0].rid} needs {n:.0f} KV tokens but the cache holds {capacity}: "
+                        "it can never be admitted; raise the memory budget or shorten the workload"
+                    )
                 break
             reserved += n
             admitted.append(waiting.popleft())
@@ -229,4 +242,6 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         drafted_total += drafted
         accepted_total += accepted
         policy.observe(drafted, accepted)
-    return SimResult(records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches)
+    return SimResult(
+        records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches
+    )

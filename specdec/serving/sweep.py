@@ -52,7 +52,8 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
 
     Rows carry everything :func:`~specdec.serving.metrics.summarize` returns plus ``policy``,
     ``rate``, ``mean_batch``, ``max_batch``, ``switches``, ``drafted`` and ``accepted`` (draft
-    tokens, summed over the run) and ``cost_rel_off`` (compute seconds per token relative to the ``"off"`` policy at the same
+    tokens, summed over the run) and ``cost_rel_off`` (compute seconds per token relative to the
+    ``"off"`` policy at the same
     rate, when one is in ``policies``; NaN otherwise).
     """
     if not policies:
@@ -66,13 +67,20 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
         reps: dict[str, list[dict]] = {name: [] for name in policies}
         for rep in range(replications):
             rng = np.random.default_rng([seed, i, rep])
-            reqs: list[SimRequest] = make_requests(items, poisson_arrivals(rate, n_requests, rng), rng, opt_out_fraction)
+            reqs: list[SimRequest] = make_requests(
+                items, poisson_arrivals(rate, n_requests, rng), rng, opt_out_fraction
+            )
             rep_server = dataclasses.replace(server, seed=server.seed + 1000 * rep)
             for name, policy in policies.items():
                 res = simulate(reqs, policy, rep_server)
                 row = summarize(res.records, slo, res.busy_s)
-                row.update(mean_batch=res.mean_batch, max_batch=res.max_batch, switches=res.switches,
-                           drafted=res.drafted, accepted=res.accepted)
+                row.update(
+                    mean_batch=res.mean_batch,
+                    max_batch=res.max_batch,
+                    switches=res.switches,
+                    drafted=res.drafted,
+                    accepted=res.accepted,
+                )
                 reps[name].append(row)
         group = []
         for name, runs in reps.items():

@@ -188,7 +188,9 @@ class HFTarget:
         finally:
             cache.done()
         hidden = out.last_hidden_state
-        feats = hidden if self.hidden_layers is None else torch.cat([out.hidden_states[i] for i in self.hidden_layers], -1)
+        feats = hidden
+        if self.hidden_layers is not None:
+            feats = torch.cat([out.hidden_states[i] for i in self.hidden_layers], -1)
         if rows is not None:
             picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), rows]
             return self._logits(picked), feats
@@ -201,9 +203,11 @@ class HFTarget:
 
         calls = (extra or {}).get(TREE_CALLS_KWARG)
         if calls is not None and len(calls) != self.features.num_layers:
-            raise RuntimeError(f"tree attention ran in {len(calls)} of {self.features.num_layers} layers of "
-                               f"{type(self.model).__name__}: its attention bypasses transformers' registry; "
-                               "use attention='mask'")
+            raise RuntimeError(
+                f"tree attention ran in {len(calls)} of {self.features.num_layers} layers of "
+                f"{type(self.model).__name__}: its attention bypasses transformers' registry; "
+                "use attention='mask'"
+            )
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits ``[..., V]`` of final hidden states, with the head's own logit transform."""
@@ -221,24 +225,31 @@ class HFTarget:
         the base model runs once more when the causal LM bypasses its forward."""
         seen, me = [], threading.get_ident()  # other threads may be running the same model meanwhile
         hook = self.base.register_forward_hook(
-            lambda module, args, out: seen.append(out.last_hidden_state) if threading.get_ident() == me else None)
+            lambda module, args, out: seen.append(out.last_hidden_state) if threading.get_ident() == me else None
+        )
         try:
             pad = getattr(self.config, "pad_token_id", None)  # a padding embedding may be all zeros
             token = next(t for t in range(3) if t != pad) % self.vocab_size
-            own = self.model(input_ids=torch.full((1, 1), token, device=self.device),
-                             use_cache=False).logits[0, -1].float()
+            own = (
+                self.model(input_ids=torch.full((1, 1), token, device=self.device), use_cache=False)
+                .logits[0, -1]
+                .float()
+            )
         finally:
             hook.remove()
         if not seen:  # the causal LM calls a submodule of the base model directly (OPT: model.decoder)
-            seen.append(self.base(input_ids=torch.full((1, 1), token, device=self.device),
-                                  use_cache=False).last_hidden_state)
+            seen.append(
+                self.base(input_ids=torch.full((1, 1), token, device=self.device), use_cache=False).last_hidden_state
+            )
         ours = self._logits(seen[-1][:, -1])[0]
         tol = max(1e-4, 8 * torch.finfo(self.dtype).eps) * (1.0 + float(own.abs().max()))
         diff = float((own - ours).abs().max())
         if not diff <= tol:
-            raise ValueError(f"{type(self.model).__name__}'s own forward gives other logits than its LM head over the "
-                             f"base model's hidden states (max difference {diff:.3g} > {tol:.3g}): its head applies "
-                             "a transform HFTarget does not reproduce (known: soft-capping, logit scaling)")
+            raise ValueError(
+                f"{type(self.model).__name__}'s own forward gives other logits than its LM head over the "
+                f"base model's hidden states (max difference {diff:.3g} > {tol:.3g}): its head applies "
+                "a transform HFTarget does not reproduce (known: soft-capping, logit scaling)"
+            )
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         """bool ``[B, T, K]`` -> additive float mask ``[B, 1, T, K]`` in the model's dtype."""
@@ -277,13 +288,16 @@ class HFTarget:
                 raise ValueError(
                     f"prompt {i} has {n} tokens; with max_new_tokens={max_new_tokens} it needs {need} positions, but "
                     f"{type(self.model).__name__} has {self.max_positions} (config.max_position_embeddings): "
-                    + (f"use max_new_tokens <= {fits}" if fits >= 1 else "shorten the prompt"))
+                    + (f"use max_new_tokens <= {fits}" if fits >= 1 else "shorten the prompt")
+                )
 
     def _check_prompt_positions(self, lens: list[int]) -> None:
         if self.max_positions is not None and max(lens) > self.max_positions:
             b = lens.index(max(lens))
-            raise ValueError(f"prompt {b} has {lens[b]} tokens, more than the {self.max_positions} positions of "
-                             f"{type(self.model).__name__} (config.max_position_embeddings)")
+            raise ValueError(
+                f"prompt {b} has {lens[b]} tokens, more than the {self.max_positions} positions of "
+                f"{type(self.model).__name__} (config.max_position_embeddings)"
+            )
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
@@ -322,7 +336,7 @@ class HFTarget:
         layer type) and extra forward kwargs (tree-op mode: the packed ancestor mask with the pending
         token as root, and each request's prefix length)."""
         batch = pack_trees(trees, device="cpu")  # index bookkeeping on the host; moved once below
-        B, N, S = len(trees), batch.max_nodes, state.cache_len
+        N, S = batch.max_nodes, state.cache_len
         lengths = torch.tensor(state.lengths, dtype=torch.long)
         ids = torch.cat([torch.tensor(state.pending, dtype=torch.long).unsqueeze(1), batch.tokens], dim=1)
         pos = step_positions(lengths, batch)
@@ -336,13 +350,19 @@ class HFTarget:
         if self.attention == "tree_op" and N and (not binds or self.features.mixed):
             from ..ops.hf_attention import tree_kwargs
 
-            extra = tree_kwargs(batch.ancestor_mask.to(self.device), state.lengths, add_root_node=True,
-                                total_rows=S + 1 + N, windowed_masks=binds)
+            extra = tree_kwargs(
+                batch.ancestor_mask.to(self.device),
+                state.lengths,
+                add_root_node=True,
+                total_rows=S + 1 + N,
+                windowed_masks=binds,
+            )
             mask = None
             if binds:  # the sliding layers get their windowed masks, the full layers the op
                 allowed = step_visibility(lengths, S, batch)
-                mask = model_masks(self.features, allowed, pos, key_positions(lengths, S, pos), self._additive,
-                                   full_layers=False)
+                mask = model_masks(
+                    self.features, allowed, pos, key_positions(lengths, S, pos), self._additive, full_layers=False
+                )
             return ids, pos, mask, extra
         allowed = step_visibility(lengths, S, batch)
         return ids, pos, model_masks(self.features, allowed, pos, key_positions(lengths, S, pos), self._additive), None
@@ -350,9 +370,11 @@ class HFTarget:
     def _check_step_positions(self, pos: torch.Tensor) -> None:
         if self.max_positions is not None and pos.numel() and int(pos.max()) >= self.max_positions:
             b = int((pos >= self.max_positions).any(dim=1).nonzero()[0])
-            raise ValueError(f"request {b}'s tree reaches position {int(pos[b].max())}, past the last position "
-                             f"({self.max_positions - 1}) of {type(self.model).__name__}: cut it first "
-                             "(HFTarget.fit_positions)")
+            raise ValueError(
+                f"request {b}'s tree reaches position {int(pos[b].max())}, past the last position "
+                f"({self.max_positions - 1}) of {type(self.model).__name__}: cut it first "
+                "(HFTarget.fit_positions)"
+            )
 
     @torch.inference_mode()
     def verify(self, state: BatchState, trees: Sequence[DraftTree]) -> VerifyOutput:
@@ -371,8 +393,9 @@ class HFTarget:
         if ids.numel() and int(ids.max()) >= self.vocab_size:  # one check for every tree and pending token
             b = int((ids >= self.vocab_size).any(dim=1).nonzero()[0])
             raise ValueError(f"tree {b} has token id {int(ids[b].max())} >= vocab_size {self.vocab_size}")
-        logits, hidden = self._forward(ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra,
-                                       starts=state.lengths)
+        logits, hidden = self._forward(
+            ids.to(self.device), pos.to(self.device), mask, state.cache, extra=extra, starts=state.lengths
+        )
         state.verified = (ids.shape[1] - 1, tuple(t.parents.tolist() for t in trees))
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
 
@@ -385,15 +408,27 @@ class HFTarget:
             raise ValueError(f"{what}: no verify step awaits it (call verify() first; once per verify)")
         n, parents = state.verified
         if num_nodes is not None:
-            warnings.warn(f"HFTarget.{what}(num_nodes=...) is deprecated: the target knows the last verify's size",
-                          DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                f"HFTarget.{what}(num_nodes=...) is deprecated: the target knows the last verify's size",
+                DeprecationWarning,
+                stacklevel=3,
+            )
             if num_nodes != n:
-                raise ValueError(f"{what}: num_nodes={num_nodes}, but the last verify appended 1 + {n} rows per request")
+                raise ValueError(
+                    f"{what}: num_nodes={num_nodes}, but the last verify appended 1 + {n} rows per request"
+                )
         return n, parents
 
     # ------------------------------------------------------------------ compaction
-    def accept(self, state: BatchState, paths: Sequence[Sequence[int]], next_tokens: Sequence[int],
-               num_nodes: int | None = None, *, validate: bool = True) -> None:
+    def accept(
+        self,
+        state: BatchState,
+        paths: Sequence[Sequence[int]],
+        next_tokens: Sequence[int],
+        num_nodes: int | None = None,
+        *,
+        validate: bool = True,
+    ) -> None:
         """Keep the pending row and the accepted path's rows of the last verify; drop the rest.
 
         Args:
@@ -419,16 +454,21 @@ class HFTarget:
             prev = -1
             for node in p:
                 if not 0 <= node < len(parents[b]):
-                    raise ValueError(f"accept: path node {node} of request {b} is outside the tree "
-                                     f"({len(parents[b])} nodes, N={num_nodes})")
+                    raise ValueError(
+                        f"accept: path node {node} of request {b} is outside the tree "
+                        f"({len(parents[b])} nodes, N={num_nodes})"
+                    )
                 if parents[b][node] != prev:
-                    raise ValueError(f"accept: path {list(p)} of request {b} is not a root-to-node path "
-                                     f"(node {node}'s parent is {parents[b][node]}, not {prev})")
+                    raise ValueError(
+                        f"accept: path {list(p)} of request {b} is not a root-to-node path "
+                        f"(node {node}'s parent is {parents[b][node]}, not {prev})"
+                    )
                 prev = node
 
     @torch.inference_mode()
-    def _compact(self, state: BatchState, paths: Sequence[Sequence[int]], next_tokens: list[int],
-                 num_nodes: int) -> None:
+    def _compact(
+        self, state: BatchState, paths: Sequence[Sequence[int]], next_tokens: list[int], num_nodes: int
+    ) -> None:
         total = state.cache_len
         S = total - 1 - num_nodes
         if S < 0:
@@ -483,8 +523,13 @@ def _refuse_compiled(model) -> None:
     patch must reach the model's own modules, which a compiled wrapper hides."""
     from torch._dynamo.eval_frame import OptimizedModule
 
-    compiled = [name or "the model" for name, m in model.named_modules() if isinstance(m, OptimizedModule)] \
-        if isinstance(model, torch.nn.Module) else []
+    compiled = (
+        [name or "the model" for name, m in model.named_modules() if isinstance(m, OptimizedModule)]
+        if isinstance(model, torch.nn.Module)
+        else []
+    )
     if compiled:
-        raise ValueError(f"HFTarget does not take torch.compile'd models ({compiled[0]} is compiled): pass the "
-                         "uncompiled model (a compiled module keeps it as ._orig_mod)")
+        raise ValueError(
+            f"HFTarget does not take torch.compile'd models ({compiled[0]} is compiled): pass the "
+            "uncompiled model (a compiled module keeps it as ._orig_mod)"
+        )
