@@ -121,17 +121,17 @@ def main(argv=None) -> int:
         "kind": "greedy replay, held-out records",
         "records": len(held),
         "drafting": drafting,
-        "tokens_per_step": results,
+        "tokens_per_step_by_budget": results,
     }
     if args.medusa:
         from specdec.proposers.heads import MedusaProposer
 
         med = MedusaProposer.load(args.medusa, model)
         unseen = medusa_unseen(responses, held, args.medusa)
-        facts["medusa_same_run"] = {"artifact": args.medusa, "records": len(unseen), "tokens_per_step": {}}
+        facts["medusa_same_run"] = {"artifact": args.medusa, "records": len(unseen), "tokens_per_step_by_budget": {}}
         for budget in args.budgets:
             r = measure(med, data, unseen, budget)
-            facts["medusa_same_run"]["tokens_per_step"][budget] = r
+            facts["medusa_same_run"]["tokens_per_step_by_budget"][budget] = r
             print(
                 f"medusa budget {budget:3d}: {r['overall']:.3f} tokens/step over {r['steps']} steps "
                 f"({len(unseen)} records it never trained on), propose {r['propose_ms']} ms/step"
@@ -151,18 +151,19 @@ def main(argv=None) -> int:
     if args.record:
         command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
         best = max(results, key=lambda b: results[b]["overall"])
-        record_measurement(args.artifact, mean_accepted=results[best]["overall"], budget=best, **facts, command=command)
+        record_measurement(args.artifact, tokens_per_step=results[best]["overall"], budget=best, **facts,
+                           command=command)
         if args.medusa:  # the Medusa artifact keeps its own replay of the same records
-            med_res = facts["medusa_same_run"]["tokens_per_step"]
+            med_res = facts["medusa_same_run"]["tokens_per_step_by_budget"]
             mb = max(med_res, key=lambda b: med_res[b]["overall"])
             record_measurement(
                 args.medusa,
-                mean_accepted=med_res[mb]["overall"],
+                tokens_per_step=med_res[mb]["overall"],
                 budget=mb,
                 kind="greedy replay, held-out records it never trained on",
                 records=facts["medusa_same_run"]["records"],
-                tokens_per_step=med_res,
-                eagle_same_run={"artifact": args.artifact, "tokens_per_step": results},
+                tokens_per_step_by_budget=med_res,
+                eagle_same_run={"artifact": args.artifact, "tokens_per_step_by_budget": results},
                 command=command,
             )
     return 0

@@ -368,12 +368,12 @@ def refit_command(kind: str) -> str:
 
 
 def record_measurement(directory: str, **facts: Any) -> Manifest:
-    """Append a measurement (e.g. ``mean_accepted=2.4, prompts=..., command=...``) to a manifest.
+    """Append a measurement (e.g. ``tokens_per_step=2.4, prompts=..., command=...``) to a manifest.
 
     A ``date`` (UTC) is added when not given. Returns the updated manifest.
     """
     if not facts:
-        raise ValueError("record_measurement needs at least one fact (e.g. mean_accepted=...)")
+        raise ValueError("record_measurement needs at least one fact (e.g. tokens_per_step=...)")
     manifest = read_manifest(directory)
     entry = {"date": utc_now(), **facts}
     manifest.measured.append(entry)

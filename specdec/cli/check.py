@@ -106,7 +106,10 @@ def check_main(args) -> int:
                 print(f"  {key}: {report[key]}")
         last = report.get("last_measured")
         if last is not None:
-            brief = {k: last[k] for k in ("mean_accepted", "budget", "kind", "date") if k in last}
+            # manifests before 0.2 recorded tokens per step as "mean_accepted"
+            brief = {("tokens_per_step" if k == "mean_accepted" else k): last[k]
+                     for k in ("tokens_per_step", "mean_accepted", "accepted_drafts_per_step", "budget", "kind", "date")
+                     if k in last}
             print(f"  last_measured: {brief} (--json for everything, including the command)")
         if report.get("last_measured") is None and report["bound_to"] != "nothing":
             print("  last_measured: none recorded")
