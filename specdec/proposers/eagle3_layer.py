@@ -29,6 +29,14 @@ from .eagle_layer import EagleConfig, EagleLayer, RMSNorm, rope
 from .reduced_vocab import check_vocab_ids
 
 
+def default_feature_layers(num_layers: int) -> tuple[int, ...]:
+    """Low, middle and high hidden states (EAGLE-3's choice for Llama models: inputs of layers
+    2, n/2, n-3), as indices into ``output_hidden_states`` (0 = the embeddings)."""
+    if num_layers < 4:
+        raise ValueError(f"fused features need a target with >= 4 layers, got {num_layers}")
+    return (2, num_layers // 2, num_layers - 3)
+
+
 @dataclass(frozen=True)
 class Eagle3Config(EagleConfig):
     """:class:`EagleConfig` plus the fused target layers (``hidden_states`` indices)."""
@@ -46,9 +54,7 @@ class Eagle3Config(EagleConfig):
     def from_target(cls, config, target_layers=None) -> "Eagle3Config":
         base = EagleConfig.from_target(config)
         if target_layers is None:
-            from ..training.features import FeatureSpec
-
-            target_layers = FeatureSpec.default_layers(int(config.num_hidden_layers))
+            target_layers = default_feature_layers(int(config.num_hidden_layers))
         return cls(**base.to_dict(), target_layers=tuple(target_layers))
 
     def to_dict(self) -> dict:

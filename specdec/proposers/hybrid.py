@@ -9,7 +9,7 @@ ranked in one currency: each node's *calibrated* probability of being accepted.
   frequencies; draft-model path probabilities).
 * **One currency.** Raw estimates err differently (lookup counts of contexts seen twice read as
   certain; a small draft layer is over- or under-confident by depth), so each source keeps its own
-  :class:`~specdec.engine.sizing.ScoreCalibration` (per-depth ratio of accepted to predicted). It is
+  :class:`~specdec.calibration.ScoreCalibration` (per-depth ratio of accepted to predicted). It is
   fed *in hindsight* at every commit: a drafted node would have been accepted exactly when its
   path is a prefix of the tokens the target emitted (the accepted draft plus the bonus token), so
   every drafted node up to that depth is evidence, whether or not the decoder verified it.
@@ -31,7 +31,7 @@ from typing import Hashable, Sequence
 import torch
 
 from ..checks import normalize_budgets
-from ..engine.sizing import ScoreCalibration
+from ..calibration import ScoreCalibration
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
 

@@ -32,6 +32,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from ..proposers.eagle3_layer import default_feature_layers
 from .data import decoder_of
 
 
@@ -54,10 +55,8 @@ class FeatureSpec:
 
     @staticmethod
     def default_layers(num_layers: int) -> tuple[int, ...]:
-        """Low, middle and high (EAGLE-3's choice for Llama models: inputs of layers 2, n/2, n-3)."""
-        if num_layers < 4:
-            raise ValueError(f"fused features need a target with >= 4 layers, got {num_layers}")
-        return (2, num_layers // 2, num_layers - 3)
+        """Low, middle and high (:func:`~specdec.proposers.eagle3_layer.default_feature_layers`)."""
+        return default_feature_layers(num_layers)
 
 
 @dataclass
