@@ -19,43 +19,34 @@ from .sampling.rejection import (
 from .tree import DraftTree
 from .tree import TreeBatch, pack_trees
 
+from ._lazy import lazy_names
+
 __version__ = "0.1.0"
 
 # Parts that need the compiled extension or transformers load on first use, so that importing
 # specdec for the sampler or DraftTree stays cheap and works before the extension is built.
 _LAZY = {
-    "SuffixAutomaton": ("specdec.proposers.suffix_automaton", "SuffixAutomaton"),
-    "SuffixProposer": ("specdec.proposers.suffix", "SuffixProposer"),
-    "SpeculativeDecoder": ("specdec.engine.decoder", "SpeculativeDecoder"),
-    "GenerationResult": ("specdec.engine.decoder", "GenerationResult"),
-    "StepEvent": ("specdec.engine.decoder", "StepEvent"),
-    "HFTarget": ("specdec.verify", "HFTarget"),
-    "RequestMetrics": ("specdec.engine.metrics", "RequestMetrics"),
-    "VerifyCostModel": ("specdec.engine.verify_cost", "VerifyCostModel"),
-    "load_default": ("specdec.models", "load_default"),
-    "tiny_model": ("specdec.models", "tiny_model"),
-    "DraftModelProposer": ("specdec.proposers.draft_model", "DraftModelProposer"),
-    "MedusaProposer": ("specdec.proposers.heads", "MedusaProposer"),
-    "MedusaHeads": ("specdec.proposers.heads", "MedusaHeads"),
-    "EagleProposer": ("specdec.proposers.eagle", "EagleProposer"),
-    "LoadGate": ("specdec.serving.gate", "LoadGate"),
-    "Manifest": ("specdec.artifacts", "Manifest"),
-    "IncompatibleArtifactError": ("specdec.artifacts", "IncompatibleArtifactError"),
-    "check_compatible": ("specdec.artifacts", "check_compatible"),
-    "target_fingerprint": ("specdec.artifacts", "target_fingerprint"),
-    "tokenizer_fingerprint": ("specdec.artifacts", "tokenizer_fingerprint"),
+    "SuffixAutomaton": "specdec.proposers.suffix_automaton",
+    "SuffixProposer": "specdec.proposers.suffix",
+    "SpeculativeDecoder": "specdec.engine.decoder",
+    "GenerationResult": "specdec.engine.decoder",
+    "StepEvent": "specdec.engine.decoder",
+    "HFTarget": "specdec.verify",
+    "RequestMetrics": "specdec.engine.metrics",
+    "VerifyCostModel": "specdec.engine.verify_cost",
+    "load_default": "specdec.models",
+    "tiny_model": "specdec.models",
+    "DraftModelProposer": "specdec.proposers.draft_model",
+    "MedusaProposer": "specdec.proposers.heads",
+    "MedusaHeads": "specdec.proposers.heads",
+    "EagleProposer": "specdec.proposers.eagle",
+    "LoadGate": "specdec.serving.gate",
+    "Manifest": "specdec.artifacts",
+    "IncompatibleArtifactError": "specdec.artifacts",
+    "check_compatible": "specdec.artifacts",
+    "target_fingerprint": "specdec.artifacts",
+    "tokenizer_fingerprint": "specdec.artifacts",
 }
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module 'specdec' has no attribute {name!r}")
-
-
 __all__ = [
     "AcceptResult",
     "Artifact",
@@ -75,3 +66,5 @@ __all__ = [
     "verify_logits",
     *_LAZY,
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, tuple(__all__))

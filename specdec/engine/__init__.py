@@ -10,6 +10,8 @@ Importing the package loads nothing heavy; the decoder needs transformers (throu
 adapter) and loads on first use.
 """
 
+from .._lazy import lazy_names
+
 _LAZY = {
     "SpeculativeDecoder": "specdec.engine.decoder",
     "GenerationResult": "specdec.engine.decoder",
@@ -18,13 +20,5 @@ _LAZY = {
     "VerifyCostModel": "specdec.engine.verify_cost",
 }
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'specdec.engine' has no attribute {name!r}")
-
-
 __all__ = list(_LAZY)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, tuple(__all__))

@@ -1,14 +1,14 @@
 """Propose: the drafters that produce DraftTrees (see :mod:`~specdec.proposers.base` for the contract).
 
 One module per proposer: ``suffix`` (lookup in the C++ suffix automata of ``suffix_automaton``),
-``draft_model``, ``heads`` (Medusa), ``eagle`` (with its layer in ``eagle_layer``), ``replay`` (the
-reference proposer for tests). Every proposer is importable from here; those that need the
-compiled extension or transformers load on first use, so ``import specdec.proposers`` needs
-neither.
+``draft_model``, ``heads`` (Medusa), ``eagle`` (with its EAGLE-1 and EAGLE-3 layers in
+``eagle_layer`` and ``eagle3_layer``), ``hybrid`` (suffix + EAGLE merged into one calibrated tree),
+``replay`` (the reference proposer for tests). Every proposer is importable from here; those that
+need the compiled extension or transformers load on first use, so ``import specdec.proposers``
+needs neither.
 """
 
-import importlib
-
+from .._lazy import lazy_names
 from .base import Artifact, Proposer, ScoredDraft, ScoredProposer
 
 _LAZY = {
@@ -19,13 +19,8 @@ _LAZY = {
     "MedusaProposer": "specdec.proposers.heads",
     "MedusaHeads": "specdec.proposers.heads",
     "EagleProposer": "specdec.proposers.eagle",
+    "HybridProposer": "specdec.proposers.hybrid",
 }
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'specdec.proposers' has no attribute {name!r}")
-
-
 __all__ = ["Artifact", "Proposer", "ScoredDraft", "ScoredProposer", *_LAZY]
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, tuple(__all__))

@@ -250,14 +250,7 @@ def calibrate(
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def timed(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - t0)
-        return float(min(times))
+        return _fastest(fn, repeats, device)
 
     with torch.inference_mode():
         for B in batches:
@@ -330,21 +323,13 @@ def calibrate_engine(
     batches, tokens, contexts, prefills = _check_grid("calibrate_engine", batches, tokens, contexts, prefills, repeats)
     gen = torch.Generator().manual_seed(0)
     vocab = target.vocab_size
-    cuda = target.device.type == "cuda"
     total = len(batches) * len(contexts) * len(tokens) + len(prefills)
     done = 0
     samples: list[Sample] = []
 
     def timed(fn) -> float:
         fn()  # warm-up at this shape
-        best = math.inf
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            if cuda:
-                torch.cuda.synchronize(target.device)
-            best = min(best, time.perf_counter() - t0)
-        return best
+        return _fastest(fn, repeats, target.device)
 
     for B in batches:
         for C in contexts:
@@ -380,6 +365,21 @@ def calibrate_engine(
     }
     info.update(meta or {})
     return StepCostModel.fit(samples, info)
+
+
+def _fastest(fn, repeats: int, device) -> float:
+    """The fastest of ``repeats`` timed calls of ``fn`` (the least disturbed by other processes), in
+    seconds, synchronising ``device`` after each call when it is a GPU."""
+    import torch
+
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    return float(best)
 
 
 def _check_grid(what: str, batches, tokens, contexts, prefills, repeats: int):
