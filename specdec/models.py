@@ -121,15 +121,18 @@ def load_target(spec: str = "default", *, device: str = "cpu", dtype: torch.dtyp
 
 def save_dequantized(model, tokenizer, folder: str | Path) -> Path:
     """Save a GGUF-loaded (de-quantized) model and its tokenizer as a plain safetensors checkpoint
-    folder that ``from_pretrained`` loads; returns the folder.
+    folder that ``from_pretrained`` (and vLLM) loads; returns the folder.
 
     ``save_pretrained`` refuses models loaded from GGUF, so the config is written without its
-    quantization entry and the weights with ``safetensors.torch.save_model`` (which handles the
-    tied input/output embeddings). The model's own config object is not changed.
+    quantization entry and the weights with :func:`safetensors.torch.save_file`. Tensors that
+    share storage (tied input/output embeddings) are stored once, under the *input* embedding's
+    name: transformers re-ties the head from it, and vLLM's loaders skip ``lm_head.weight`` when
+    ``tie_word_embeddings`` is set, so a folder holding only the head's name served all-zero
+    embeddings there. The model's own config object is not changed.
     """
     import copy
 
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,9 +141,26 @@ def save_dequantized(model, tokenizer, folder: str | Path) -> Path:
         delattr(config, "quantization_config")
     config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
-    save_model(model, str(folder / "model.safetensors"))
+    save_file(_deduplicated_state(model), str(folder / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def _deduplicated_state(model) -> dict:
+    """``model.state_dict()`` with each shared storage once: under the input embedding's name when
+    it is one of the sharers, else under the first name in sorted order."""
+    embed = model.get_input_embeddings()
+    embed_name = next((f"{n}.weight" for n, m in model.named_modules() if m is embed), None)
+    groups: dict[tuple, list[str]] = {}
+    state = model.state_dict()
+    for name, t in state.items():
+        where = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        groups.setdefault(where, []).append(name)
+    out = {}
+    for names in groups.values():
+        keep = embed_name if embed_name in names else sorted(names)[0]
+        out[keep] = state[keep].contiguous()
+    return out
 
 
 #: Architectures :func:`tiny_model` builds (transformers ``model_type`` names).

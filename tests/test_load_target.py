@@ -31,6 +31,24 @@ def test_a_saved_folder_loads_back_with_the_same_logits(tmp_path):
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
 
 
+def test_a_tied_embedding_is_saved_once_under_the_input_embedding_name(tmp_path):
+    """vLLM skips lm_head.weight when tie_word_embeddings is set: the shared tensor must be stored
+    as model.embed_tokens.weight, or vLLM serves zeros."""
+    from safetensors import safe_open
+
+    model = models.tiny_model("llama", tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    folder = models.save_dequantized(model, _tokenizer(), tmp_path / "tied")
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "model.embed_tokens.weight" in keys and "lm_head.weight" not in keys
+    assert len(keys) == len({id(p) for p in model.parameters()})  # every other tensor once
+    loaded, _, _ = models.load_target(str(folder))
+    ids = torch.tensor([[3, 4, 5]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+
+
 def test_specs_that_name_nothing_are_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such GGUF file"):
         models.load_target(str(tmp_path / "missing.gguf"))
