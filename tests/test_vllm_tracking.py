@@ -212,3 +212,41 @@ def test_gated_drafter_refuses_to_run_without_a_gate(monkeypatch):
         GatedSuffixDrafter(_config())
     monkeypatch.setenv("SPECDEC_VLLM_OPTIONS", '{"gate_off_above": 4}')
     assert GatedSuffixDrafter(_config()).gating.gate.off_above == 4
+
+
+class _CostGated(SuffixDrafter):
+    OPTIONS = {"cost_gate": True, "log_every": 0}
+
+
+class _TimedEngine(FakeEngine):
+    """FakeEngine with a clock: a step costs ``a + b rows + [drafts] (d + c drafted)``, plus a prefill
+    cost for new requests (which the drafter must not fit as a decode step)."""
+
+    def __init__(self, c, d, **kw):
+        super().__init__(**kw)
+        self.now, self.c, self.d = 0.0, c, d
+
+    def _execute(self):
+        drafted = sum(len(r.draft[: self.k]) for r in self.rows if r.prefill_chunks <= 1)
+        prefill = sum(len(r.tokens) for r in self.rows if r.prefill_chunks > 0)
+        self.now += 0.02 + 0.002 * len(self.rows) + 0.001 * prefill + (drafted > 0) * (self.d + self.c * drafted)
+        return super()._execute()
+
+
+@pytest.mark.parametrize("costly", [True, False])
+def test_cost_gate_drafts_only_where_this_engines_steps_make_it_pay(costly):
+    """The same requests, two engines: where verifying a draft costs more than it saves the cost gate
+    stops drafting (it still explores now and then); where drafts are nearly free it keeps drafting."""
+    engine = _TimedEngine(c=0.02 if costly else 0.0001, d=0.02 if costly else 0.0, seed=7)
+    d = _CostGated(_config())
+    d.gating.clock = lambda: engine.now
+    for _ in range(600):
+        engine.step(d)
+    s = d.stats
+    share = s.steps_drafting / (s.steps_drafting + s.steps_gated)
+    if costly:
+        assert share < 0.25, (share, d.gating.cost.coefficients())
+    else:
+        assert share > 0.75 and engine.accepted > 0.3 * engine.drafted > 0, share
+    a, b, dd, c = d.gating.cost.coefficients()
+    assert c == pytest.approx(engine.c, rel=0.3, abs=0.002) and b == pytest.approx(0.002, abs=0.001)

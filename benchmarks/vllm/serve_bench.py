@@ -1,4 +1,4 @@
-"""Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, five speculation policies.
+"""Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, six speculation policies.
 
 For each policy and each rate a fresh ``vllm serve``-equivalent server
 (``vllm.entrypoints.openai.api_server``) starts on 127.0.0.1 from specdec's converted SmolLM2
@@ -14,7 +14,9 @@ rate, requests and arrival times identical across policies (seeded). Policies:
 * ``suffix``: vLLM's ``method="suffix"`` (ArcticInference), when ``.arctic/site`` holds its
   module (scripts/build_arctic_suffix.sh) -- skipped with the reason otherwise;
 * ``specdec``: specdec's SuffixDrafter, always on;
-* ``specdec-gated``: the same with the load gate (``--gate-off-above``).
+* ``specdec-gated``: the same with the load gate (``--gate-off-above``);
+* ``specdec-cost``: the same with the cost gate (``cost_gate``: the budget from this engine's own
+  step times, fitted while serving; specdec/serving/cost_gate.py).
 
 Per policy and rate: goodput (requests meeting both the TTFT and the TPOT target, per second of
 the run), throughput (output tokens/s), p50/p99 TTFT and TPOT, acceptance (vLLM's own
@@ -44,7 +46,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_load import drive, percentile, scrape_spec_metrics  # noqa: E402  (beside this file)
 
-POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated")
+POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated", "specdec-cost")
+# the drafter's options per specdec policy (SPECDEC_VLLM_OPTIONS); gate_off_above comes from the command line
+DRAFTER_OPTIONS = {"specdec": {}, "specdec-gated": {"gate_off_above": None}, "specdec-cost": {"cost_gate": True}}
 
 
 def speculative_config(policy: str, k: int) -> dict | None:
@@ -54,7 +58,7 @@ def speculative_config(policy: str, k: int) -> dict | None:
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
     if policy == "suffix":
         return {"method": "suffix", "num_speculative_tokens": k}
-    if policy in ("specdec", "specdec-gated"):
+    if policy in DRAFTER_OPTIONS:
         return {"method": "custom_class", "model": "specdec.integrations.vllm.drafter.SuffixDrafter",
                 "num_speculative_tokens": k}
     raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")
@@ -62,8 +66,9 @@ def speculative_config(policy: str, k: int) -> dict | None:
 
 def start_server(model: Path, policy: str, args, port: int, log: Path) -> subprocess.Popen:
     env = dict(os.environ)
-    env["SPECDEC_VLLM_OPTIONS"] = json.dumps({"gate_off_above": args.gate_off_above, "log_every": 200}
-                                             if policy == "specdec-gated" else {"log_every": 200})
+    options = {key: args.gate_off_above if value is None else value
+               for key, value in DRAFTER_OPTIONS.get(policy, {}).items()}
+    env["SPECDEC_VLLM_OPTIONS"] = json.dumps({**options, "log_every": 200})
     if policy == "suffix":
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / ".arctic" / "site"), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",

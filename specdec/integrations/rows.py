@@ -136,6 +136,10 @@ class RowSession:
         return RowStep(chains, int(drafted.sum()), int(accepted.sum()), int((kinds == 1).sum()),
                        int((kinds == 2).sum()), len(ended))
 
+    def events(self):
+        """Per row of the last step: ``(ids, kinds, prompt_end, commit_begin, commit_end, drafted, accepted)``."""
+        return self._tracker.events()
+
     @property
     def tracked(self) -> int:
         return self._tracker.tracked

@@ -84,6 +84,7 @@ class SuffixDrafter:
         depth = self.k if opts.max_depth is None else opts.max_depth
         self._fast = None
         self._session = None
+        self._prefilling: set[int] = set()  # rows' request ids still in prefill at the last call
         if opts.proposer in ("suffix", "suffix-python"):
             self.proposer = SuffixProposer(self.vocab_size, min_match_len=opts.min_match_len, min_prob=opts.min_prob,
                                            max_depth=depth, use_global=opts.use_global,
@@ -97,7 +98,8 @@ class SuffixDrafter:
             self._session = RowSession(self.proposer, tree_budget=opts.tree_budget, park_steps=opts.park_steps,
                                        max_parked=opts.max_parked)
         self.gating = GatedDrafting(self.k, off_above=opts.gate_off_above, on_below=opts.gate_on_below,
-                                    min_accept_rate=opts.min_accept_rate, log_every=opts.log_every)
+                                    min_accept_rate=opts.min_accept_rate, log_every=opts.log_every,
+                                    cost_gate=opts.cost_gate)
         self.stats = self.gating.stats
         self._unregister = metrics.register(self.stats, f"{type(self).__name__}-{id(self):x}")
         logger.info("specdec drafter ready: proposer=%s, k=%d, vocab=%d, global cache %s, gate off above %s",
@@ -107,6 +109,7 @@ class SuffixDrafter:
                 slot_mappings=None) -> list[list[int]]:
         """One chain per row (see the module docstring); ``slot_mappings`` is not needed by lookup drafting."""
         del slot_mappings
+        now = self.gating.clock()
         rows = len(sampled_token_ids)
         sampled = np.fromiter((len(s) for s in sampled_token_ids), dtype=np.int32, count=rows)
         n = num_tokens_no_spec[:rows]
@@ -114,14 +117,20 @@ class SuffixDrafter:
         k = min(self.k, decision.budget) if decision.speculate else 0
         if self._fast is not None:
             offsets, flat, _ = self._fast.step(token_ids_cpu, num_tokens_no_spec, sampled, k)
-            _, kinds, _, _, _, drafted, accepted = self._fast.events()
-            self.gating.observe(int(drafted.sum()), int(accepted.sum()))
-            flat = flat.tolist()
-            bounds = offsets.tolist()
-            return [flat[bounds[r]:bounds[r + 1]] for r in range(rows)]
-        step = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k)
-        self.gating.observe(step.drafted, step.accepted)
-        return step.chains
+            flat, bounds = flat.tolist(), offsets.tolist()
+            chains = [flat[bounds[r]:bounds[r + 1]] for r in range(rows)]
+        else:
+            chains = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k).chains
+        tracker = self._fast if self._fast is not None else self._session
+        ids, kinds, _, begin, end, drafted, accepted = tracker.events()
+        # the time since the last call is one decode step of these rows when none is new, resumed or
+        # in prefill (now or at the last call: a chunked prefill's last chunk), and each committed
+        # exactly what it sampled (else a drafter call was skipped)
+        prefilling, self._prefilling = self._prefilling, set(ids[sampled == 0].tolist())
+        decode = ((kinds == 0).all() and not self._prefilling and ((end - begin) == sampled).all()
+                  and prefilling.isdisjoint(ids.tolist()))
+        self.gating.observe(drafted, accepted, fit=bool(decode), now=now)
+        return chains
 
     def load_model(self, target_model) -> None:
         """Called by vLLM's CPU runner for every drafter (vllm/v1/worker/cpu_model_runner.py, unguarded;
@@ -139,7 +148,8 @@ class GatedSuffixDrafter(SuffixDrafter):
     separate name so a config line says which policy it runs. Without ``gate_off_above`` it refuses."""
 
     def __init__(self, vllm_config):
-        if DrafterOptions.resolve(self.OPTIONS).gate_off_above == float("inf"):
-            raise ValueError("GatedSuffixDrafter needs gate_off_above in SPECDEC_VLLM_OPTIONS "
-                             "(e.g. '{\"gate_off_above\": 8}')")
+        opts = DrafterOptions.resolve(self.OPTIONS)
+        if opts.gate_off_above == float("inf") and not opts.cost_gate:
+            raise ValueError("GatedSuffixDrafter needs gate_off_above or cost_gate in SPECDEC_VLLM_OPTIONS "
+                             "(e.g. '{\"cost_gate\": true}' or '{\"gate_off_above\": 8}')")
         super().__init__(vllm_config)

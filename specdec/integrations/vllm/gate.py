@@ -8,13 +8,21 @@ the number of rows vLLM passes (its running batch this step), acceptance is what
 confirmed, and a "gate off" step returns no drafts (vLLM then verifies nothing extra).
 Decisions and acceptance are counted in :class:`GateStats` (exported as ``vllm:specdec_*``
 metrics, :mod:`.metrics`) and logged every ``log_every`` steps on logger ``specdec.vllm``.
+
+With ``cost_gate`` a :class:`~specdec.serving.cost_gate.CostGate` then chooses the budget (0..k)
+from this engine's own step times, timed between the drafter's calls: the load threshold needs a
+number measured on the engine, the cost gate measures it while serving.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
+import numpy as np
+
+from specdec.serving.cost_gate import CostGate
 from specdec.serving.gate import GateDecision, LoadGate
 
 logger = logging.getLogger("specdec.vllm")
@@ -32,39 +40,64 @@ class GateStats:
     accept_rate: float | None = None
     last_reason: str = ""
     switches: int = 0
+    budget: int = 0
 
 
 class GatedDrafting:
-    """One LoadGate per drafter, fed each step.
+    """One LoadGate (and optionally one CostGate) per drafter, fed each step.
 
     Args:
         k: num_speculative_tokens (the most a chain may hold).
         off_above / on_below / min_accept_rate: as :class:`LoadGate`.
+        cost_gate: choose each step's budget with a :class:`CostGate` fitted to this engine's step times.
         log_every: steps between log lines (0: never).
+        clock: seconds, monotonic (``time.perf_counter``; tests pass a fake engine's clock).
     """
 
-    def __init__(self, k: int, *, off_above: float, on_below: float | None, min_accept_rate: float, log_every: int):
+    def __init__(self, k: int, *, off_above: float, on_below: float | None, min_accept_rate: float, log_every: int,
+                 cost_gate: bool = False, clock=time.perf_counter):
         self.k = int(k)
         self.gate = LoadGate(off_above=off_above, on_below=on_below, budget=self.k, min_accept_rate=min_accept_rate)
+        self.cost = CostGate(self.k) if cost_gate else None
         self.stats = GateStats()
         self.log_every = log_every
+        self.clock = clock
         self._steps = 0
+        self._last_call: float | None = None
+        self._budget = self._verified_budget = 0  # budget of this call / of the drafts just verified
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        """Acceptance confirmed this step for the drafts of earlier steps."""
-        self.gate.observe(drafted, accepted)
-        self.stats.drafted += drafted
-        self.stats.accepted += accepted
+    def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None) -> None:
+        """Per row ``[rows]``: tokens drafted into the step that just ran and how many were accepted.
+
+        Call once per drafter call, after its :meth:`decide` (row events come with the call's own
+        drafting). ``fit``: the step was plain decoding of these rows (no new or resumed request,
+        no partial prefill), so its time may be fitted. ``now``: the clock at the call's entry.
+        """
+        now = self.clock() if now is None else now
+        drafted = np.asarray(drafted, dtype=np.int64)
+        accepted = np.asarray(accepted, dtype=np.int64)
+        total, hits = int(drafted.sum()), int(accepted.sum())
+        self.gate.observe(total, hits)
+        self.stats.drafted += total
+        self.stats.accepted += hits
         self.stats.accept_rate = self.gate.accept_rate
+        if self.cost is not None and self._last_call is not None:
+            self.cost.step(now - self._last_call, int(drafted.size), self._verified_budget, drafted, accepted, fit=fit)
+        self._last_call = now
+        self._verified_budget = self._budget  # this call's drafts are verified by the next step
 
     def decide(self, batch_size: int, context: float) -> GateDecision:
         """This step's decision; counted, and logged on a switch and every ``log_every`` steps."""
         d = self.gate.decide(batch_size, context)
+        if d.speculate and self.cost is not None:
+            j = self.cost.budget(batch_size)
+            d = GateDecision(j > 0, j, self.cost.last_reason)
         s = self.stats
         if d.speculate:
             s.steps_drafting += 1
         else:
             s.steps_gated += 1
+        self._budget = s.budget = d.budget if d.speculate else 0
         switched = s.gate_on != self.gate.on
         s.gate_on, s.last_reason, s.switches = self.gate.on, d.reason, self.gate.switches
         self._steps += 1

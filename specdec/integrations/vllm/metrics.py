@@ -7,7 +7,9 @@ starts with ``vllm:`` (vllm/v1/metrics/reader.py), so the drafter registers a co
 * ``vllm:specdec_steps_total{decision="draft"|"gate_off"}`` -- steps the load gate let draft or not;
 * ``vllm:specdec_draft_tokens_total`` / ``vllm:specdec_accepted_tokens_total`` -- tokens drafted and
   confirmed by the tokens the engine committed next (the drafter's own count, see RowStep);
-* ``vllm:specdec_gate_on`` (0/1) and ``vllm:specdec_accept_rate`` (the gate's moving average, -1 unknown).
+* ``vllm:specdec_gate_on`` (0/1) and ``vllm:specdec_accept_rate`` (the gate's moving average, -1 unknown);
+* ``vllm:specdec_budget``: the draft tokens per row the gates allowed at the last step (the cost
+  gate's choice, 0 when gated off).
 
 It lives in the process that runs the drafter: with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` that is the
 ``LLM`` process; otherwise the engine-core process, whose registry ``get_metrics()`` does not see
@@ -54,6 +56,10 @@ class DrafterCollector:
                                  labels=["drafter"])
         rate.add_metric([self.label], -1.0 if stats.accept_rate is None else stats.accept_rate)
         yield rate
+        budget = GaugeMetricFamily("vllm:specdec_budget", "Draft tokens per row allowed this step (0: gated off)",
+                                   labels=["drafter"])
+        budget.add_metric([self.label], float(stats.budget))
+        yield budget
 
 
 def register(stats, label: str):

@@ -36,6 +36,9 @@ class DrafterOptions:
         gate_off_above / gate_on_below: stop drafting while more requests than this are running,
             resume at or below ``gate_on_below`` (default: the same); ``inf``: never gate on load.
         min_accept_rate: stop drafting while recent per-token acceptance is below this (probing).
+        cost_gate: choose each step's budget (0..num_speculative_tokens) from this engine's own step
+            times and acceptance, fitted while serving (:class:`~specdec.serving.cost_gate.CostGate`);
+            applied below the load gate when both are set.
         park_steps / max_parked: how long a request out of the batch is kept before it is ended.
         log_every: steps between gate/acceptance log lines (0: none).
         fix_cpu_expand: on vLLM CPU builds with the expand-kernel bug (vLLM issue 55005), register a
@@ -52,6 +55,7 @@ class DrafterOptions:
     gate_off_above: float = math.inf
     gate_on_below: float | None = None
     min_accept_rate: float = 0.0
+    cost_gate: bool = False
     park_steps: int = 64
     max_parked: int = 1024
     log_every: int = 100
