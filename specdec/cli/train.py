@@ -238,7 +238,8 @@ def train_draft_main(args) -> int:
 
 
 def _common(p, epochs: int, lr: float, batch: int) -> None:
-    p.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
+    p.add_argument("--target", "--model", dest="target", default="default",
+                   help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
     p.add_argument("--prompts", required=True, help="JSONL prompts (question_id, category, turns)")
     p.add_argument("--out", required=True, help="artifact directory to write")
     p.add_argument("--name", default=None)

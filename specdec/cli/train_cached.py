@@ -64,7 +64,8 @@ def start(args) -> CachedRun:
 
 
 def add_common(p) -> None:
-    p.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
+    p.add_argument("--target", "--model", dest="target", default="default",
+                   help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
     p.add_argument("--features", nargs="+", required=True, help="feature cache folders (specdec train features)")
     p.add_argument("--out", required=True, help="artifact directory to write")
     p.add_argument("--name", default=None)

