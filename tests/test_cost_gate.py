@@ -24,7 +24,7 @@ class Engine:
         self.q, self.reach = np.asarray(q), np.asarray(reach)
         self.noise, self.rng = noise, np.random.default_rng(seed)
 
-    def run(self, choose, rows_at, steps=3000):
+    def run(self, choose, rows_at, steps=6000):
         """Emitted tokens per second over ``steps``; ``choose(rows) -> budget``, then ``learn(...)``."""
         emitted = seconds = 0.0
         for t in range(steps):
@@ -50,17 +50,20 @@ def _best_fixed(make_engine, rows_at):
 
 CPU_LIKE = dict(a=0.05, b=0.004, d=0.03, c=0.012, q=(0.4, 0.5, 0.5, 0.5))      # drafts cost more than they give
 GPU_LIKE = dict(a=0.010, b=0.0001, d=0.0002, c=0.00005, q=(0.6, 0.6, 0.6, 0.6))  # drafts nearly free
+# vLLM's CPU build at one row: drafts cost nothing measurable, steps are noisy, few rows find a match
+ONE_ROW = dict(a=0.040, b=0.001, d=0.0, c=0.0, q=(0.3, 0.5, 0.6, 0.6), reach=(0.41,) * 4, noise=0.10)
 
 
-@pytest.mark.parametrize("costs, best", [(CPU_LIKE, 0), (GPU_LIKE, K)])
-def test_gate_is_within_two_percent_of_the_best_fixed_budget(costs, best):
-    rows_at = lambda t: 4  # noqa: E731
+@pytest.mark.parametrize("costs, rows, best", [(CPU_LIKE, 4, 0), (GPU_LIKE, 4, K), (ONE_ROW, 1, K)])
+def test_gate_is_within_two_percent_of_the_best_fixed_budget(costs, rows, best):
+    """Over 6000 steps, warm-up and exploration included."""
+    rows_at = lambda t: rows  # noqa: E731
     rates = [Engine(**costs).run(j, rows_at) for j in range(K + 1)]
     assert int(np.argmax(rates)) == best  # the two engines really want opposite budgets
     gate = CostGate(K)
     got = Engine(**costs, seed=1).run(gate, rows_at)
     assert got >= 0.98 * max(rates), (got, rates)
-    j = gate.budget(4)
+    j = gate.budget(rows)
     assert j == best or "exploring" in gate.last_reason, gate.last_reason
 
 

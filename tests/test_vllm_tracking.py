@@ -249,4 +249,5 @@ def test_cost_gate_drafts_only_where_this_engines_steps_make_it_pay(costly):
     else:
         assert share > 0.75 and engine.accepted > 0.3 * engine.drafted > 0, share
     a, b, dd, c = d.gating.cost.coefficients()
-    assert c == pytest.approx(engine.c, rel=0.3, abs=0.002) and b == pytest.approx(0.002, abs=0.001)
+    # the batch is nearly always full (6 rows), so the fit pins the plain step there, not a and b apart
+    assert c == pytest.approx(engine.c, rel=0.3, abs=0.002) and a + 6 * b == pytest.approx(0.032, rel=0.1)

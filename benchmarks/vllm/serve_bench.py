@@ -1,4 +1,4 @@
-"""Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, six speculation policies.
+"""Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, seven speculation policies.
 
 For each policy and each rate a fresh ``vllm serve``-equivalent server
 (``vllm.entrypoints.openai.api_server``) starts on 127.0.0.1 from specdec's converted SmolLM2
@@ -16,7 +16,10 @@ rate, requests and arrival times identical across policies (seeded). Policies:
 * ``specdec``: specdec's SuffixDrafter, always on;
 * ``specdec-gated``: the same with the load gate (``--gate-off-above``);
 * ``specdec-cost``: the same with the cost gate (``cost_gate``: the budget from this engine's own
-  step times, fitted while serving; specdec/serving/cost_gate.py).
+  step times, fitted while serving; specdec/serving/cost_gate.py);
+* ``specdec-never``: the drafter loaded but never drafting (gate off above 0 requests): what
+  ``custom_class`` itself costs the engine (vLLM turns async scheduling off for it), the floor of
+  any gate inside the drafter.
 
 Per policy and rate: goodput (requests meeting both the TTFT and the TPOT target, per second of
 the run), throughput (output tokens/s), p50/p99 TTFT and TPOT, acceptance (vLLM's own
@@ -46,9 +49,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_load import drive, percentile, scrape_spec_metrics  # noqa: E402  (beside this file)
 
-POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated", "specdec-cost")
+POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated", "specdec-cost", "specdec-never")
 # the drafter's options per specdec policy (SPECDEC_VLLM_OPTIONS); gate_off_above comes from the command line
-DRAFTER_OPTIONS = {"specdec": {}, "specdec-gated": {"gate_off_above": None}, "specdec-cost": {"cost_gate": True}}
+DRAFTER_OPTIONS = {"specdec": {}, "specdec-gated": {"gate_off_above": None}, "specdec-cost": {"cost_gate": True},
+                   "specdec-never": {"gate_off_above": 0}}
 
 
 def speculative_config(policy: str, k: int) -> dict | None:
@@ -64,11 +68,26 @@ def speculative_config(policy: str, k: int) -> dict | None:
     raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")
 
 
+def write_logging_config(folder: Path) -> Path:
+    """A logging dictConfig for the server: vLLM's and specdec's loggers to stdout (the server log)."""
+    handler = {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stdout"}
+    config = {"version": 1, "disable_existing_loggers": False,
+              "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+              "handlers": {"stdout": handler},
+              "loggers": {name: {"handlers": ["stdout"], "level": "INFO", "propagate": False}
+                          for name in ("vllm", "specdec")}}
+    path = folder / "logging.json"
+    path.write_text(json.dumps(config, indent=1))
+    return path
+
+
 def start_server(model: Path, policy: str, args, port: int, log: Path) -> subprocess.Popen:
     env = dict(os.environ)
     options = {key: args.gate_off_above if value is None else value
                for key, value in DRAFTER_OPTIONS.get(policy, {}).items()}
-    env["SPECDEC_VLLM_OPTIONS"] = json.dumps({**options, "log_every": 200})
+    env["SPECDEC_VLLM_OPTIONS"] = json.dumps({**options, "log_every": args.log_every})
+    # vLLM configures only its own loggers; this config adds the drafter's (gate decisions, step fit)
+    env["VLLM_LOGGING_CONFIG_PATH"] = str(write_logging_config(log.parent))
     if policy == "suffix":
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / ".arctic" / "site"), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
@@ -191,6 +210,7 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--gate-off-above", type=float, default=4)
+    ap.add_argument("--log-every", type=int, default=200, help="steps between the drafter's log lines")
     ap.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT target, seconds")
     ap.add_argument("--slo-tpot", type=float, default=0.15, help="TPOT target, seconds")
     ap.add_argument("--request-timeout", type=float, default=300.0)

@@ -16,7 +16,8 @@ from .sweep import capacity_rps, sweep
 from .workload import SimRequest, WorkloadItem, make_requests, poisson_arrivals
 
 __all__ = [
-    "AcceptanceDist", "AlwaysOn", "BudgetOptimizer", "CostGate", "GateDecision", "Gated", "LoadGate", "Off", "Policy", "Pool",
+    "AcceptanceDist", "AlwaysOn", "BudgetOptimizer", "CostGate", "GateDecision", "Gated", "LoadGate", "Off", "Policy",
+    "Pool",
     "ProposerMemory", "RequestRecord", "SLO", "Sample", "ServerConfig", "SimRequest", "SimResult", "StepCostModel",
     "WorkloadItem", "adaptive", "admitted_concurrency", "calibrate", "capacity_rps", "from_histogram", "gated",
     "kv_bytes_per_token", "load_pools", "make_requests", "measure_by_replay", "measure_proposer_memory", "parse_pools",

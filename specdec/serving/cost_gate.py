@@ -56,7 +56,7 @@ class CostGate:
             depth seen a few times does not swing the budget.
     """
 
-    def __init__(self, k: int, *, decay: float = 0.995, explore_every: int = 32, min_fitted: int = 16,
+    def __init__(self, k: int, *, decay: float = 0.995, explore_every: int = 32, min_fitted: int = 32,
                  prior_steps: float = 2.0):
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"CostGate k must be an int >= 1, got {k!r}")
@@ -156,7 +156,7 @@ class CostGate:
         due = []
         for e in {0, j - 1, j + 1} - {j}:
             if 0 <= e <= self.k:
-                wait = self.explore_every * min(64.0, (rates[j] / max(rates[e], 1e-12)) ** 4)
+                wait = self.explore_every * min(16.0, (rates[j] / max(rates[e], 1e-12)) ** 2)
                 if self._steps - self._seen[e] >= wait:
                     due.append((self._steps - self._seen[e] - wait, e))
         if due:

@@ -105,7 +105,9 @@ class GatedDrafting:
             logger.info("specdec gate %s: %s", "on" if self.gate.on else "off", d.reason)
         if self.log_every and self._steps % self.log_every == 0:
             rate = "n/a" if s.accept_rate is None else f"{s.accept_rate:.3f}"
+            fit = self.cost.coefficients() if self.cost is not None else None
+            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s" % tuple(fit)
             logger.info("specdec drafter: %d steps drafting, %d gated off, %d drafted, %d accepted (%.3f), "
-                        "gate acceptance %s, last: %s", s.steps_drafting, s.steps_gated, s.drafted, s.accepted,
-                        s.accepted / s.drafted if s.drafted else 0.0, rate, d.reason)
+                        "gate acceptance %s, last: %s%s", s.steps_drafting, s.steps_gated, s.drafted, s.accepted,
+                        s.accepted / s.drafted if s.drafted else 0.0, rate, d.reason, fit)
         return d
