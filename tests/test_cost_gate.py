@@ -93,7 +93,7 @@ def test_fit_recovers_the_engine_costs():
 def test_warm_up_is_always_on_and_bad_input_is_refused():
     gate = CostGate(K)
     assert gate.coefficients() is None and gate.rates(4) is None
-    assert [gate.budget(4) for _ in range(K + 1)] == [1, 2, 3, 4, 0] and "warming up" in gate.last_reason
+    assert [gate.budget(4) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 2] and "warming up" in gate.last_reason
     with pytest.raises(ValueError, match="accepted <= drafted"):
         gate.step(0.1, 2, K, [1, 2], [2, 2], fit=True)
     with pytest.raises(ValueError, match="k must be"):

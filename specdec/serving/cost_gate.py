@@ -18,8 +18,10 @@ the budget ``j`` maximising the batch's emitted tokens per second
     rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + [j>0] (d + c rows sum_{i<=j} f_i))
 
 ``j = 0`` is plain decoding, so under the fit the gate never does worse than off. The fit needs
-the budgets it compares observed: while warming up the steps take the budgets 0..k in turn
-(``min_fitted`` steps, about a second of serving); after that plain decoding and the two
+the budgets it compares observed: while warming up (``min_fitted`` fitted steps, a few seconds of
+serving) three steps in four decode plainly and the fourth drafts with the next budget of 1..k,
+cautious because drafting where it is a tax costs more than not drafting where it pays; after
+that plain decoding and the two
 budgets beside the chosen one are tried again, each after ``explore_every * r**4`` steps where ``r`` is how many times
 faster the chosen budget is predicted to be (at most 64x). Exploring a budget that is far worse
 is rare, so its cost stays small, and the fit of the budgets not chosen stays fresh. Steps whose
@@ -51,7 +53,7 @@ class CostGate:
         explore_every: steps between tries of a budget not chosen (scaled by how much worse it is
             predicted to be).
         min_fitted: fitted steps needed, with drafting and plain ones among them, before the fit
-            is trusted; until then the steps cycle through the budgets 0..k.
+            is trusted; until then three steps in four are plain and the fourth cycles through 1..k.
         prior_steps: pseudo-observations behind each depth's acceptance (a prior of 0.5), so a
             depth seen a few times does not swing the budget.
     """
@@ -78,7 +80,7 @@ class CostGate:
         self._steps = 0
         self._cycle = 0
         self._seen = np.zeros(k + 1)  # [k + 1] step at which each budget was last used
-        self.last_reason = "warming up: always on"
+        self.last_reason = "warming up"
 
     # ------------------------------------------------------------------ learning
     def step(self, seconds: float, rows: int, budget: int, drafted, accepted, *, fit: bool) -> None:
@@ -147,8 +149,13 @@ class CostGate:
         """This step's draft budget in ``0..k`` (the reason is kept in ``last_reason``)."""
         self._steps += 1
         rates = self.rates(max(1, rows))
-        if rates is None:  # warming up: every budget in turn, so each is observed as soon as possible
-            self._cycle = (self._cycle + 1) % (self.k + 1)
+        if rates is None:
+            # Warming up: plain steps, with every fourth step drafting at the next budget of 1..k.
+            # Cautious on purpose: drafting where it is a tax can cost several plain steps, while not
+            # drafting where it pays loses at most the speculation gain.
+            if self._steps % 4:
+                return self._use(0, "warming up: plain")
+            self._cycle = self._cycle % self.k + 1
             return self._use(self._cycle, f"warming up: budget {self._cycle}")
         j = int(np.argmax(rates))
         # Explore plain decoding and the neighbouring budgets, each less often the worse it is
