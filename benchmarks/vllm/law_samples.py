@@ -2,9 +2,9 @@
 
 Why: the engine test runs 3000 seeded requests per arm, so its p-values are fixed numbers for
 those seeds. A low one is either a real bias, which grows with the sample, or a chance low for
-those seeds, which does not. This runs one or more arms at ``TRIALS`` requests (temperature 0.8,
-no top-k/top-p) and G-tests every marginal and joint of the first three tokens against the exact
-law, so the two can be told apart.
+those seeds, which does not. This runs one or more arms at ``TRIALS`` requests (``--law
+temperature``: temperature 0.8; ``--law full``: also top-k 10, top-p 0.95) and G-tests every
+marginal and joint of the first three tokens against the exact law, so the two can be told apart.
 
 Arms: ``control`` (no speculation) and ``fixed`` (the suffix drafter, specdec's CPU expand fix).
 
@@ -53,21 +53,23 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trials", type=int, help="seeded requests per arm (seeds 0..trials-1)")
     ap.add_argument("arms", help="comma-separated: control, fixed")
+    ap.add_argument("--law", choices=("temperature", "full"), default="temperature")
     args = ap.parse_args(argv)
     arms = args.arms.split(",")
     if args.trials < 1 or not set(arms) <= {"control", "fixed"}:
         ap.error("trials must be >= 1 and arms a comma-separated subset of control,fixed")
     law_test.TRIALS = args.trials
+    settings = law_test.TEMPERATURE if args.law == "temperature" else law_test.FULL
     with tempfile.TemporaryDirectory() as tmp:
         model = tiny_llama(Path(tmp) / "llama", vocab=law_test.VOCAB, scale=4.0, seed=7)
-        law = law_test.exact_law(model, law_test.TEMPERATURE)
+        law = law_test.exact_law(model, settings)
         for arm in arms:
             t0 = time.time()
             with engine(model, speculative=None if arm == "control" else spec_config(3), max_num_seqs=64,
                         max_model_len=64) as llm:
-                seqs = law_test.emitted(llm, law_test.TEMPERATURE)
+                seqs = law_test.emitted(llm, settings)
             pv = p_values(seqs, law)
-            print(f"{arm:8s} {args.trials} requests, {time.time() - t0:.0f} s: "
+            print(f"{arm:8s} {args.law} {args.trials} requests, {time.time() - t0:.0f} s: "
                   + ", ".join(f"{k} p={v:.2e}" for k, v in pv.items()), flush=True)
 
 
