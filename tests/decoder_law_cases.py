@@ -224,10 +224,11 @@ def case(model, spec: Spec) -> DecoderCase:
 
 def _exact_specs() -> list[Spec]:
     """Every family under every setting; each family's first setting (rotating, so each setting
-    leads three families) is fast, the other two slow. The suffix tree-op and teacher cases run one
-    prompt: a first verify step without holes (in a batch of thousands, the only one) is what routes
-    tree_op through the tree-attention op and lets the teacher's compaction move rows in place;
-    ``suffix_tree_op/t1/batch1`` decodes one request per call, so every step runs the op."""
+    leads three families) is fast, the other two slow. The teacher case runs one prompt, so its
+    compaction moves rows in place; the suffix tree-op cases run one prompt too, kept from when
+    tree_op verified only steps without holes (it now verifies every drafting step, ragged or not,
+    and its ragged logits are checked in tests/test_architectures.py), so their seeds and p-values
+    stay comparable; ``suffix_tree_op/t1/batch1`` decodes one request per call."""
     specs, names = [], list(SETTINGS)
     for i, family in enumerate(FAMILIES):
         prompts = UNIFORM if family in ("suffix_tree_op", "teacher_tree") else RAGGED
