@@ -21,9 +21,9 @@ the budget ``j`` maximising the batch's emitted tokens per second
 the budgets it compares observed: while warming up (``min_fitted`` fitted steps, a few seconds of
 serving) three steps in four decode plainly and the fourth drafts with the next budget of 1..k,
 cautious because drafting where it is a tax costs more than not drafting where it pays; after
-that plain decoding and the two
-budgets beside the chosen one are tried again, each after ``explore_every * r**4`` steps where ``r`` is how many times
-faster the chosen budget is predicted to be (at most 64x). Exploring a budget that is far worse
+that plain decoding and the two budgets beside the chosen one are tried again, each after
+``explore_every * r**2`` steps where ``r`` is how many times faster the chosen budget is
+predicted to be (at most 16x). Exploring a budget that is far worse
 is rare, so its cost stays small, and the fit of the budgets not chosen stays fresh. Steps whose
 time mixes in other work (a prefill, a request's first step, an idle gap) are not fitted: the
 caller says so with ``fit=False``.
@@ -80,6 +80,7 @@ class CostGate:
         self._steps = 0
         self._cycle = 0
         self._seen = np.zeros(k + 1)  # [k + 1] step at which each budget was last used
+        self._depth = np.arange(1, k + 1)[:, None]  # [k, 1] draft depths 1..k
         self.last_reason = "warming up"
 
     # ------------------------------------------------------------------ learning
@@ -99,7 +100,7 @@ class CostGate:
         if drafted.shape != accepted.shape or (accepted > drafted).any() or (accepted < 0).any():
             raise ValueError("CostGate.step needs 0 <= accepted <= drafted, row by row, in arrays of one shape")
         if budget > 0 and drafted.size:
-            depth = np.arange(1, self.k + 1)[:, None]                 # [k, 1]
+            depth = self._depth                                       # [k, 1]
             offered = depth <= budget                                 # [k, 1]
             self._rows = self._rows * self.decay + offered[:, 0] * drafted.size
             self._reach = self._reach * self.decay + ((drafted[None, :] >= depth) & offered).sum(1)
@@ -159,7 +160,7 @@ class CostGate:
             return self._use(self._cycle, f"warming up: budget {self._cycle}")
         j = int(np.argmax(rates))
         # Explore plain decoding and the neighbouring budgets, each less often the worse it is
-        # predicted to be: a budget at 1/r of the best rate waits explore_every * r^4 steps (at most 64x).
+        # predicted to be: a budget at 1/r of the best rate waits explore_every * r^2 steps (at most 16x).
         due = []
         for e in {0, j - 1, j + 1} - {j}:
             if 0 <= e <= self.k:

@@ -123,14 +123,17 @@ class SuffixDrafter:
             chains = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k).chains
         tracker = self._fast if self._fast is not None else self._session
         ids, kinds, _, begin, end, drafted, accepted = tracker.events()
-        # the time since the last call is one decode step of these rows when none is new, resumed or
-        # in prefill (now or at the last call: a chunked prefill's last chunk), and each committed
-        # exactly what it sampled (else a drafter call was skipped)
-        prefilling, self._prefilling = self._prefilling, set(ids[sampled == 0].tolist())
-        decode = ((kinds == 0).all() and not self._prefilling and ((end - begin) == sampled).all()
-                  and prefilling.isdisjoint(ids.tolist()))
-        self.gating.observe(drafted, accepted, fit=bool(decode), now=now)
+        self.gating.observe(drafted, accepted, fit=self.gating.cost is not None and self._decode_step(
+            ids, kinds, begin, end, sampled), now=now)
         return chains
+
+    def _decode_step(self, ids, kinds, begin, end, sampled) -> bool:
+        """Whether the time since the last call was one decode step of these rows: none is new,
+        resumed or in prefill (now or at the last call: a chunked prefill's last chunk), and each
+        committed exactly what it sampled (else a drafter call was skipped). Only the cost gate fits it."""
+        prefilling, self._prefilling = self._prefilling, set(ids[sampled == 0].tolist())
+        return bool((kinds == 0).all() and not self._prefilling and ((end - begin) == sampled).all()
+                    and prefilling.isdisjoint(ids.tolist()))
 
     def load_model(self, target_model) -> None:
         """Called by vLLM's CPU runner for every drafter (vllm/v1/worker/cpu_model_runner.py, unguarded;
