@@ -102,3 +102,7 @@ def test_warm_up_is_always_on_and_bad_input_is_refused():
         CostGate(K, decay=0.0)
     with pytest.raises(ValueError, match="explore_every"):
         CostGate(K, explore_every=1)
+    with pytest.raises(ValueError, match="min_fitted must be >= 4"):
+        CostGate(K, min_fitted=2)
+    with pytest.raises(ValueError, match="prior_steps >= 0"):
+        CostGate(K, prior_steps=-1.0)

@@ -68,6 +68,9 @@ def test_options_resolve_and_refuse_by_name():
         DrafterOptions.resolve(None, {ENV: "gate_off_above=3"})
     with pytest.raises(TypeError, match="'use_global'"):
         DrafterOptions(use_global="yes")
+    assert DrafterOptions.resolve(None, {ENV: '{"cost_gate": true}'}).cost_gate is True
+    with pytest.raises(TypeError, match="'cost_gate'"):
+        DrafterOptions(cost_gate=1)
     with pytest.raises(ValueError, match="'proposer'"):
         DrafterOptions(proposer="eagle")
 

@@ -225,6 +225,8 @@ def main(argv=None):
         speculative_config(p, args.k)  # refuses unknown names before any server starts
     if args.requests < 1 or any(r < 0 for r in args.rates):
         ap.error("--requests must be >= 1 and every rate >= 0")
+    if args.log_every < 0:
+        ap.error(f"--log-every must be >= 0, got {args.log_every}")
     if "suffix" in policies and not (ROOT / ".arctic" / "site" / "arctic_inference").is_dir():
         print("policy suffix skipped: ArcticInference's module is not built (bash scripts/build_arctic_suffix.sh "
               ".venv-vllm/bin/python)")
