@@ -5,7 +5,12 @@ turn with the chat template, runs Hugging Face ``generate`` greedily for ``--max
 writes one JSON line per prompt: ``{category, question_id, prompt_ids, output_ids}``. The output
 folder ``benchmarks/data/`` is git-ignored: rerun this script to recreate it.
 
-    nice python benchmarks/gen_greedy_outputs.py --per-category 2 --max-new-tokens 64
+``--batch B`` generates B prompts per ``generate`` call, left-padded (about B/2 times the answers per
+second on 2 cores). Padding changes float rounding, so a batched answer can leave the unbatched
+greedy one where two logits nearly tie; the answers are still the model's own greedy text, which is
+all the acceptance replays need. Equality with the engine is tested elsewhere, never on this file.
+
+    nice python benchmarks/gen_greedy_outputs.py --per-category 2 --max-new-tokens 64 [--batch 8]
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import pathlib
 import time
 
 import torch
+
+from specdec.prompts import chat_ids
 
 # ../shared beside the checkout, where the project keeps its prompt sets
 DEFAULT_PROMPTS = str(pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "prompts_dev.jsonl")
@@ -57,6 +64,7 @@ def main(argv=None) -> None:
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1, help="prompts per generate() call (left-padded)")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -64,20 +72,32 @@ def main(argv=None) -> None:
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
+    if args.batch < 1:
+        raise SystemExit(f"--batch must be >= 1, got {args.batch}")
+    rows = select_prompts(args.prompts, args.per_category)
+    tok.padding_side = "left"
     with open(out, "w") as f:
-        for row in select_prompts(args.prompts, args.per_category):
-            messages = [{"role": "user", "content": row["turns"][0]}]
-            ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-            prompt = ids["input_ids"]
+        for start in range(0, len(rows), args.batch):
+            chunk = rows[start : start + args.batch]
+            prompts = [chat_ids(tok, r["turns"][0]) for r in chunk]
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(chunk), width), tok.eos_token_id, dtype=torch.long)  # [B, width], left-padded
+            mask = torch.zeros_like(ids)
+            for i, p in enumerate(prompts):
+                ids[i, width - len(p):] = torch.tensor(p)
+                mask[i, width - len(p):] = 1
             with torch.no_grad():
-                gen = model.generate(prompt, attention_mask=ids["attention_mask"], max_new_tokens=args.max_new_tokens,
+                gen = model.generate(ids, attention_mask=mask, max_new_tokens=args.max_new_tokens,
                                      do_sample=False, pad_token_id=tok.eos_token_id)
-            record = {"category": row["category"], "question_id": row["question_id"],
-                      "prompt_ids": prompt[0].tolist(), "output_ids": gen[0, prompt.shape[1]:].tolist()}
-            f.write(json.dumps(record) + "\n")
-            print(f"{row['category']:>15} q{row['question_id']}: {len(record['output_ids'])} tokens "
-                  f"({time.time() - t0:.0f} s)", flush=True)
-
+            for i, (row, prompt) in enumerate(zip(chunk, prompts)):
+                output = gen[i, width:].tolist()
+                if tok.eos_token_id in output:  # rows that finished early are padded with EOS after it
+                    output = output[: output.index(tok.eos_token_id) + 1]
+                record = {"category": row["category"], "question_id": row["question_id"],
+                          "prompt_ids": prompt, "output_ids": output}
+                f.write(json.dumps(record) + "\n")
+                print(f"{row['category']:>15} q{row['question_id']}: {len(output)} tokens "
+                      f"({time.time() - t0:.0f} s)", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,11 @@ Variants, all in the same run on the same answers:
 * ``one scale`` / ``one scale, no decay`` -- one ratio pooled over all depths (the decoder's
   policy before 2026-11-30 is ``one scale, no decay``).
 
+``--calibrate online,off`` runs every variant once per ``SuffixProposer(calibrate=...)`` mode: the
+proposer's own match-length calibration of each node (``online``, the default) against raw
+frequencies (``off``, the proposer before 2026-12-01). ``--variants "per-depth;one scale"`` picks variants by name.
+The global cache fills from the answers replayed before (file order), as in serving.
+
     python benchmarks/replay_decoder.py [--data benchmarks/data/greedy_smollm2.jsonl] [--cost "0:22,1:24.3,..."]
 """
 
@@ -29,7 +34,7 @@ import argparse
 import collections
 from dataclasses import dataclass
 
-from common import DEFAULT_DATA, VOCAB, accepted_length, add_cost_args, cost_model, read_rows
+from common import DEFAULT_DATA, VOCAB, accepted_path, add_cost_args, cost_model, read_rows
 
 from specdec.engine.sizing import DraftSizer, ScoreCalibration
 from specdec.engine.verify_cost import VerifyCostModel
@@ -55,11 +60,11 @@ VARIANTS = {
 }
 
 
-def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int) -> dict:
+def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibrate: str = "online") -> dict:
     """Totals over ``rows`` for one policy (a :data:`VARIANTS` value), overall (``None``) and per
     category: tokens, steps, accepted, drafted, relative cost."""
     make_calibration, per_request = variant
-    prop = SuffixProposer(VOCAB)
+    prop = SuffixProposer(VOCAB, calibrate=calibrate)
     sizer = DraftSizer("auto", budget, calibration=make_calibration, per_request=per_request)
     sizer.set_cost(cost)
     totals = collections.defaultdict(collections.Counter)
@@ -71,9 +76,10 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int) -> dic
         while pos < len(answer):
             (scored,) = prop.propose_scored([i], sizer.ask)
             tree, ticket = sizer.size(i, scored.tree, scored.node_probs.tolist(), scored.source)
-            a = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else 0
-            a = min(a, len(answer) - pos - 1)  # the last answer token is always the target's own
-            sizer.observe(ticket, a)
+            path = accepted_path(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else []
+            path = path[: len(answer) - pos - 1]  # the last answer token is always the target's own
+            a = len(path)
+            sizer.observe(ticket, path)
             sizer.tick()
             t["steps"] += 1
             t["tokens"] += a + 1
@@ -95,23 +101,36 @@ def main(argv=None) -> int:
         "--data", default=str(DEFAULT_DATA), help="JSONL rows with prompt_ids and output_ids or response_ids"
     )
     ap.add_argument("--budget", type=int, default=16, help="nodes the proposer may draft per step")
+    ap.add_argument("--calibrate", default="online,off", help="SuffixProposer calibrate modes, comma-separated")
+    ap.add_argument("--variants", default=";".join(VARIANTS), help="sizer variants by name, separated by ;")
     add_cost_args(ap)
     args = ap.parse_args(argv)
+    modes = args.calibrate.split(",")
+    names = args.variants.split(";")
+    for name in names:
+        if name not in VARIANTS:
+            ap.error(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
+    for mode in modes:
+        if mode not in ("online", "frozen", "off"):
+            ap.error(f"--calibrate modes are online, frozen and off, got {mode!r}")
 
     cost = cost_model(args)
     rows = read_rows(args.data)
     print(f"\n{args.data}: {len(rows)} answers, budget {args.budget}")
-    print("| calibration | tokens/step | accepted/step | drafted/step | est. speedup (model time) | lowest category |")
-    print("|---|---:|---:|---:|---:|---|")
-    for name, make in VARIANTS.items():
-        totals = replay(rows, make, cost, args.budget)
-        t = totals[None]
-        worst = min((k for k in totals if k is not None), key=lambda k: totals[k]["tokens"] / totals[k]["cost"])
-        print(
-            f"| {name} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
-            f"{t['drafted'] / t['steps']:.2f} | {t['tokens'] / t['cost']:.3f}x | "
-            f"{worst} {totals[worst]['tokens'] / totals[worst]['cost']:.3f}x |"
-        )
+    print("| calibration | proposer calibrate | tokens/step | accepted/step | drafted/step | accepted/drafted | "
+          "est. speedup (model time) | lowest category |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for name in names:
+        for mode in modes:
+            totals = replay(rows, VARIANTS[name], cost, args.budget, mode)
+            t = totals[None]
+            worst = min((k for k in totals if k is not None), key=lambda k: totals[k]["tokens"] / totals[k]["cost"])
+            print(
+                f"| {name} | {mode} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
+                f"{t['drafted'] / t['steps']:.2f} | {t['accepted'] / max(t['drafted'], 1):.3f} | "
+                f"{t['tokens'] / t['cost']:.3f}x | {worst} {totals[worst]['tokens'] / totals[worst]['cost']:.3f}x |",
+                flush=True,
+            )
     return 0
 
 

@@ -106,3 +106,50 @@ def test_warm_up_is_always_on_and_bad_input_is_refused():
         CostGate(K, min_fitted=2)
     with pytest.raises(ValueError, match="prior_steps >= 0"):
         CostGate(K, prior_steps=-1.0)
+
+
+class MixedEngine:
+    """Rows of two kinds with calibrated per-token acceptance: ``long`` rows accept each depth with
+    ``q_long`` (a long lookup match), ``short`` rows with ``q_short``; a drafter that knows each
+    token's path probability may cut a chain below a floor."""
+
+    def __init__(self, a=0.05, b=0.004, d=0.005, c=0.004, q_long=0.95, q_short=0.15, noise=0.03, seed=0):
+        self.a, self.b, self.d, self.c = a, b, d, c
+        self.q_long, self.q_short, self.noise = q_long, q_short, noise
+        self.rng = np.random.default_rng(seed)
+
+    def run(self, gate, rows=8, steps=4000, budget=None, use_floor=True):
+        emitted = seconds = 0.0
+        q = np.where(np.arange(rows) % 2 == 0, self.q_long, self.q_short)          # [rows]
+        path = q[:, None] ** np.arange(1, K + 1)[None, :]                            # [rows, K]
+        for _ in range(steps):
+            j = gate.budget(rows) if budget is None else budget
+            floor = gate.floor(rows, j) if (budget is None and use_floor) else 0.0
+            drafted = ((path >= floor).cumprod(1)[:, :j]).sum(1)                     # [rows]
+            ok = (self.rng.random((rows, K)) < q[:, None]).cumprod(1)
+            accepted = np.minimum(ok.sum(1), drafted)
+            total = drafted.sum()
+            sec = self.a + self.b * rows + (total > 0) * (self.d + self.c * total)
+            sec *= 1 + self.noise * self.rng.standard_normal()
+            if budget is None:
+                gate.step(sec, rows, j, drafted, accepted, fit=True)
+            emitted += rows + accepted.sum()
+            seconds += sec
+        return emitted / seconds
+
+
+def test_floor_drops_the_tokens_that_do_not_pay():
+    """Half the rows match long (tokens accepted 95% of the time), half short (15%): every fixed
+    budget drafts both kinds; the floor c * rate keeps the long rows' tokens only and beats them all."""
+    fixed = [MixedEngine(seed=0).run(None, budget=j) for j in range(K + 1)]
+    gate = CostGate(K)
+    got = MixedEngine(seed=1).run(gate)
+    no_floor = MixedEngine(seed=1).run(CostGate(K), use_floor=False)
+    assert got > 1.2 * max(fixed), (got, fixed)
+    assert got > 1.2 * no_floor, (got, no_floor)
+    a, b, d, c = gate.coefficients()
+    j = gate.budget(8)
+    floor = gate.floor(8, j)
+    assert floor == pytest.approx(c * gate.rates(8)[j])
+    assert 0.15 < floor < 0.81  # between the short rows' first token and the long rows' fourth
+    assert gate.floor(8, 0) == 0.0 and CostGate(K).floor(8, 2) == 0.0  # plain, and before the fit

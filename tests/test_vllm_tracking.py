@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from specdec import SuffixProposer
 from specdec.integrations.rows import RowSession
 from specdec.integrations.vllm.drafter import SuffixDrafter
 
@@ -251,3 +252,41 @@ def test_cost_gate_drafts_only_where_this_engines_steps_make_it_pay(costly):
     a, b, dd, c = d.gating.cost.coefficients()
     # the batch is nearly always full (6 rows), so the fit pins the plain step there, not a and b apart
     assert c == pytest.approx(engine.c, rel=0.3, abs=0.002) and a + 6 * b == pytest.approx(0.032, rel=0.1)
+
+
+def test_chain_floor_cuts_chains_and_the_tracker_counts_what_was_sent():
+    """SuffixRowBatch.step(min_prob=...) stops each chain before its first token below the bar, and
+    the row's recorded draft (what acceptance is counted against) is the cut chain."""
+    pattern = [5, 6, 7, 8, 9, 10, 11]
+    row = pattern + [5, 6, 7, 8, 9, 12] + pattern[:3]  # after "5 6 7": 8 twice, then 9, then 10 or 12
+    tok = np.zeros((1, 64), np.int32)
+    tok[0, : len(row)] = row
+    n, none = np.array([len(row)], np.int32), np.array([0], np.int32)
+    whole = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=16, park_steps=4, max_parked=8)
+    whole.step(tok, n, none, 4)
+    _, chain, probs = whole.step(tok, n, np.array([1], np.int32), 4)
+    assert chain.tolist()[:2] == [8, 9] and probs[-1] < probs[0]
+    cut = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=16, park_steps=4, max_parked=8)
+    cut.step(tok, n, none, 4)
+    bar = float(probs[-1]) + 1e-3
+    _, short, short_probs = cut.step(tok, n, np.array([1], np.int32), 4, bar)
+    assert short.tolist() == chain.tolist()[: int((probs >= bar).sum())] and (short_probs >= bar).all()
+    tok[0, len(row)] = 8
+    cut.step(tok, n + 1, np.array([1], np.int32), 4, bar)
+    assert cut.events()[5].tolist() == [len(short)]  # drafted: the cut chain's length
+    with pytest.raises(ValueError, match="min_prob"):
+        cut.step(tok, n + 1, np.array([0], np.int32), 4, 1.5)
+
+
+def test_cost_gate_hands_its_floor_to_the_chains():
+    """Once fitted, the drafter cuts chains at the cost gate's bar c * rate (exported in its stats)."""
+    engine = _TimedEngine(c=0.004, d=0.002, seed=7)
+    d = _CostGated(_config())
+    d.gating.clock = lambda: engine.now
+    floors = []
+    for _ in range(400):
+        engine.step(d)
+        if d.gating.cost.coefficients() is not None and d.stats.budget > 0:
+            floors.append(d.stats.floor)
+            assert d.gating.floor == d.stats.floor
+    assert floors and max(floors) > 0.0

@@ -129,7 +129,8 @@ void bind_rows(py::module_& m) {
                              "Tracking + suffix drafting of a whole engine step (see csrc/suffix/row_batch.h).")
       .def(py::init([](int64_t vocab_size, int32_t tree_budget, int32_t min_match_len, double min_prob,
                        int32_t max_depth, double depth_factor, double count_prior, double global_count_prior,
-                       int32_t rematch_window, bool combine_longest, int32_t park_steps, int32_t max_parked) {
+                       int32_t rematch_window, bool combine_longest, int32_t park_steps, int32_t max_parked,
+                       bool calibrate, bool learn, double calibration_prior, double calibration_max_weight) {
              RowBatchParams p;
              p.draft = DraftParams{tree_budget, min_match_len, min_prob, max_depth, depth_factor, count_prior};
              p.rematch_window = rematch_window;
@@ -137,27 +138,35 @@ void bind_rows(py::module_& m) {
              p.global_count_prior = global_count_prior;
              p.park_steps = park_steps;
              p.max_parked = max_parked;
+             p.calibrate = calibrate;
+             p.learn = learn;
+             p.calibration_prior = calibration_prior;
+             p.calibration_max_weight = calibration_max_weight;
              return new SuffixRowBatch(vocab_size, p);
            }),
            py::arg("vocab_size"), py::arg("tree_budget"), py::arg("min_match_len"), py::arg("min_prob"),
            py::arg("max_depth"), py::arg("depth_factor"), py::arg("count_prior"), py::arg("global_count_prior"),
-           py::arg("rematch_window"), py::arg("combine_longest"), py::arg("park_steps"), py::arg("max_parked"))
+           py::arg("rematch_window"), py::arg("combine_longest"), py::arg("park_steps"), py::arg("max_parked"),
+           py::arg("calibrate") = true, py::arg("learn") = true, py::arg("calibration_prior") = 4.0,
+           py::arg("calibration_max_weight") = 4096.0)
       .def(
           "step",
           [](SuffixRowBatch& b, const py::object& tokens, const py::object& num_tokens, const py::object& num_sampled,
-             int32_t k, const SuffixAutomaton* global, int64_t generation) {
+             int32_t k, const SuffixAutomaton* global, int64_t generation, float min_prob) {
             StepArgs a = step_args(tokens, num_tokens, num_sampled);
             // The GIL stays held: count reads restructure the automata (not thread-safe).
-            b.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, k, global, generation);
+            b.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, k, global, generation, min_prob);
             return py::make_tuple(to_numpy(b.offsets()), to_numpy(b.chains()), to_numpy(b.chain_probs()));
           },
           py::arg("token_ids"), py::arg("num_tokens"), py::arg("num_sampled"), py::arg("k"), py::arg("global_cache"),
-          py::arg("generation"),
+          py::arg("generation"), py::arg("min_prob") = 0.0f,
           "One step: returns (offsets int32[rows + 1], chain tokens int32, chain path probabilities float32).")
       .def("events", [](const SuffixRowBatch& b) { return events_of(b.tracker()); })
       .def("ended", [](const SuffixRowBatch& b) { return b.tracker().ended(); })
       .def("request", [](const SuffixRowBatch& b, int64_t id) { return request_of(b.tracker(), id); }, py::arg("id"))
       .def_property_readonly("tracked", [](const SuffixRowBatch& b) { return b.tracker().tracked(); })
+      .def_property_readonly("calibration", &SuffixRowBatch::calibration, py::return_value_policy::reference_internal,
+                             "The batch's MatchCalibration (live; updated by every step while learn is on).")
       .def("memory_bytes", &SuffixRowBatch::memory_bytes);
 
   m.def(

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,7 +21,9 @@ using specdec::suffix::to_numpy;
 using specdec::suffix::Draft;
 using specdec::suffix::DraftParams;
 using specdec::suffix::DraftSource;
+using specdec::suffix::DraftCache;
 using specdec::suffix::Match;
+using specdec::suffix::MatchCalibration;
 using specdec::suffix::SuffixAutomaton;
 
 namespace {
@@ -79,6 +82,82 @@ py::tuple transitions(const SuffixAutomaton& sam, int32_t state) {
   return py::make_tuple(to_numpy(toks), to_numpy(dsts), to_numpy(counts));
 }
 
+DraftCache cache_of(const std::string& name) {
+  if (name == "request") return DraftCache::kRequest;
+  if (name == "global") return DraftCache::kGlobal;
+  if (name == "pooled") return DraftCache::kPooled;
+  throw py::value_error("cache must be 'request', 'global' or 'pooled', got '" + name + "'");
+}
+
+// A 1-D C-contiguous numpy array of exactly dtype T and length n (n < 0: any length), never converted.
+template <class T>
+py::array_t<T, py::array::c_style> strict(const py::object& obj, const char* what, py::ssize_t n = -1) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(std::string(what) + ": expected a numpy array, got " + type_name(obj));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<T>())) {
+    throw py::type_error(std::string(what) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) + ", got " +
+                         std::string(py::str(a.dtype())));
+  }
+  if (a.ndim() != 1 || !(a.flags() & py::array::c_style)) {
+    throw py::value_error(std::string(what) + ": expected a 1-D contiguous array");
+  }
+  if (n >= 0 && a.shape(0) != n) {
+    throw py::value_error(std::string(what) + ": expected " + std::to_string(n) + " entries, got " +
+                          std::to_string(a.shape(0)));
+  }
+  return py::reinterpret_borrow<py::array_t<T, py::array::c_style>>(a);
+}
+
+template <class T, size_t N>
+py::array_t<T> array_of(const std::array<T, N>& v) {
+  return to_numpy(std::vector<T>(v.begin(), v.end()));
+}
+
+void bind_calibration(py::module_& m) {
+  py::class_<MatchCalibration>(m, "MatchCalibration",
+                               "Online per-cell calibration of suffix-draft conditionals (csrc/suffix/match_calibration.h).")
+      .def(py::init<double, double>(), py::arg("prior_weight") = 4.0, py::arg("max_weight") = 4096.0)
+      .def_static(
+          "cell", [](const std::string& cache, int32_t ctx_len, int32_t count, int32_t total) {
+            if (ctx_len < 1 || count < 1 || count > total) {
+              throw py::value_error("cell: need ctx_len >= 1 and 1 <= count <= total");
+            }
+            return MatchCalibration::cell(cache_of(cache), ctx_len, count, total);
+          },
+          py::arg("cache"), py::arg("ctx_len"), py::arg("count"), py::arg("total"))
+      .def(
+          "observe",
+          [](MatchCalibration& c, const py::object& tokens, const py::object& parents, const py::object& cells,
+             const py::object& raws, const py::object& committed) {
+            auto t = strict<int64_t>(tokens, "tokens");
+            const py::ssize_t n = t.shape(0);
+            auto p = strict<int32_t>(parents, "parents", n);
+            auto cl = strict<int32_t>(cells, "cells", n);
+            auto r = strict<float>(raws, "raws", n);
+            Int32View k = as_int32(committed, "committed");
+            std::vector<int32_t> t32(t.data(), t.data() + n);
+            c.observe(t32.data(), p.data(), cl.data(), r.data(), static_cast<size_t>(n), k.data(), k.size());
+          },
+          py::arg("tokens"), py::arg("parents"), py::arg("cells"), py::arg("raws"), py::arg("committed"),
+          "Score a draft tree (tokens int64, parents/cells int32, raws float32) against the tokens committed after it.")
+      .def("ratios", [](const MatchCalibration& c) {
+            std::vector<double> r(MatchCalibration::kCells);
+            for (int32_t i = 0; i < MatchCalibration::kCells; ++i) r[i] = c.ratio(i);
+            return to_numpy(r);
+          }, "ratio per cell: (accepted + prior) / (predicted + prior).")
+      .def_property_readonly("predicted", [](const MatchCalibration& c) { return array_of(c.predicted()); })
+      .def_property_readonly("accepted", [](const MatchCalibration& c) { return array_of(c.accepted()); })
+      .def_property_readonly("tested", [](const MatchCalibration& c) { return array_of(c.tested()); })
+      .def_property_readonly("prior_weight", &MatchCalibration::prior_weight)
+      .def_property_readonly("max_weight", &MatchCalibration::max_weight)
+      .def_readonly_static("num_cells", &MatchCalibration::kCells)
+      .def_readonly_static("length_buckets", &MatchCalibration::kLengthBuckets)
+      .def_readonly_static("evidence_buckets", &MatchCalibration::kEvidenceBuckets)
+      .def_readonly_static("share_buckets", &MatchCalibration::kShareBuckets);
+}
+
 }  // namespace
 
 namespace specdec {
@@ -86,6 +165,7 @@ namespace specdec {
 void bind_rows(py::module_& m);  // csrc/suffix/bind_rows.cpp
 
 void bind_suffix(py::module_& m) {
+  bind_calibration(m);
   bind_rows(m);
   py::class_<SuffixAutomaton>(m, "SuffixAutomaton",
                               "Online suffix automaton over int32 token ids with exact occurrence counts.\n\n"
@@ -142,21 +222,30 @@ void bind_suffix(py::module_& m) {
   m.def(
       "build_suffix_draft",
       [](const std::vector<py::tuple>& sources, int32_t budget, int32_t min_match_len, double min_prob,
-         int32_t max_depth, double depth_factor, double count_prior) {
+         int32_t max_depth, double depth_factor, double count_prior, const MatchCalibration* calibration,
+         const std::string& cache, bool features) -> py::tuple {
         std::vector<DraftSource> srcs;
         for (const py::tuple& t : sources) {
           if (t.size() != 3) throw py::value_error("build_suffix_draft: each source must be (automaton, length, state)");
           srcs.push_back(DraftSource{t[0].cast<const SuffixAutomaton*>(), Match{t[1].cast<int32_t>(), t[2].cast<int32_t>()}});
         }
-        const Draft d = specdec::suffix::build_draft(srcs, DraftParams{budget, min_match_len, min_prob, max_depth, depth_factor, count_prior});
+        DraftParams p{budget, min_match_len, min_prob, max_depth, depth_factor, count_prior};
+        p.calibration = calibration;
+        p.cache = cache_of(cache);
+        const Draft d = specdec::suffix::build_draft(srcs, p);
         // Tokens as int64: DraftTree holds LongTensor tokens, so torch.from_numpy needs no cast.
-        return py::make_tuple(to_numpy(std::vector<int64_t>(d.tokens.begin(), d.tokens.end())), to_numpy(d.parents),
-                              to_numpy(d.probs));
+        py::array_t<int64_t> tokens = to_numpy(std::vector<int64_t>(d.tokens.begin(), d.tokens.end()));
+        if (!features) return py::make_tuple(tokens, to_numpy(d.parents), to_numpy(d.probs));
+        return py::make_tuple(tokens, to_numpy(d.parents), to_numpy(d.probs), to_numpy(d.cells), to_numpy(d.raws),
+                              to_numpy(d.ctx_lens));
       },
       py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 1, py::arg("min_prob") = 0.05,
       py::arg("max_depth") = 32, py::arg("depth_factor") = 4.0, py::arg("count_prior") = 0.0,
+      py::arg("calibration") = nullptr, py::arg("cache") = "request", py::arg("features") = false,
       "Best-first draft tree over [(automaton, match_length, match_state), ...].\n"
-      "Returns (tokens int64[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).");
+      "Returns (tokens int64[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).\n"
+      "With a MatchCalibration the conditionals are calibrated per cell (cache names the cell's cache);\n"
+      "features=True adds (cells int32[n], raws float32[n], ctx_lens int32[n]).");
 }
 
 }  // namespace specdec

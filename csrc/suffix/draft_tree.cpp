@@ -1,6 +1,7 @@
 #include "suffix/draft_tree.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -10,10 +11,14 @@ namespace {
 
 struct Candidate {
   float prob;
+  float raw;
   int32_t parent;
   int32_t token;
   int32_t depth;
+  int32_t cell;
+  int32_t ctx_len;
   int32_t states[kMaxSources];
+  int32_t lens[kMaxSources];  // context length matched in each cache at this node
 };
 
 struct Kid {
@@ -21,6 +26,7 @@ struct Kid {
   int32_t source;
   int32_t state;
   int32_t count;
+  int32_t len;  // context length the count was taken under
 };
 
 void check_params(const std::vector<DraftSource>& sources, const DraftParams& p) {
@@ -51,7 +57,7 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
   check_params(sources, params);
   Draft out;
   const int nsrc = static_cast<int>(sources.size());
-  Candidate root{1.0f, -1, -1, 0, {-1, -1, -1, -1}};
+  Candidate root{1.0f, 1.0f, -1, -1, 0, 0, 0, {-1, -1, -1, -1}, {0, 0, 0, 0}};
   int32_t longest = 0;
   bool any = false;
   for (int k = 0; k < nsrc; ++k) {
@@ -62,6 +68,7 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
       const SuffixAutomaton& sam = *sources[k].sam;
       while (s > 0 && m.length <= sam.state_len(sam.state_link(s))) s = sam.state_link(s);
       root.states[k] = s;
+      root.lens[k] = m.length;
       longest = std::max(longest, m.length);
       any = true;
     }
@@ -83,16 +90,18 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
     for (int k = 0; k < nsrc; ++k) {
       int32_t s = node.states[k];
       if (s < 0) continue;
+      int32_t len = node.lens[k];
       const SuffixAutomaton& sam = *sources[k].sam;
       // The path reached the end of the indexed text (a state seen only there, e.g. the second
       // period of a loop): continue from the longest shorter context that has a continuation.
       while (s > 0 && sam.out_degree(s) == 0 && sam.state_len(sam.state_link(s)) >= params.min_match_len) {
         s = sam.state_link(s);
+        len = sam.state_len(s);
       }
       sam.for_each_transition(s, [&](int32_t tok, int32_t dst) {
         const int32_t c = sam.count(dst);
         total += c;
-        if (tok != SuffixAutomaton::kSeparator) kids.push_back(Kid{tok, k, dst, c});
+        if (tok != SuffixAutomaton::kSeparator) kids.push_back(Kid{tok, k, dst, c, len});
       });
     }
     if (total <= 0) return;
@@ -101,14 +110,20 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
     }
     size_t i = 0;
     while (i < kids.size()) {
-      Candidate c{0.0f, node_index, kids[i].token, node.depth + 1, {-1, -1, -1, -1}};
+      Candidate c{0.0f, 0.0f, node_index, kids[i].token, node.depth + 1, 0, 0, {-1, -1, -1, -1}, {0, 0, 0, 0}};
       int64_t cnt = 0;
       for (; i < kids.size() && kids[i].token == c.token; ++i) {
         c.states[kids[i].source] = kids[i].state;
+        c.lens[kids[i].source] = kids[i].len + 1;
+        c.ctx_len = std::max(c.ctx_len, kids[i].len);
         cnt += kids[i].count;
       }
-      c.prob = node.prob * static_cast<float>(static_cast<double>(cnt) /
-                                              (static_cast<double>(total) + params.count_prior));
+      const double raw = static_cast<double>(cnt) / (static_cast<double>(total) + params.count_prior);
+      c.raw = static_cast<float>(raw);
+      c.cell = MatchCalibration::cell(params.cache, c.ctx_len, static_cast<int32_t>(std::min<int64_t>(cnt, INT32_MAX)),
+                                      static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX)));
+      c.prob = node.prob * (params.calibration != nullptr ? params.calibration->conditional(c.cell, raw)
+                                                          : static_cast<float>(raw));
       if (c.prob >= floor_prob && c.prob > 0.0f) {
         heap.push_back(c);
         std::push_heap(heap.begin(), heap.end(), by_prob);
@@ -125,6 +140,9 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
     out.tokens.push_back(best.token);
     out.parents.push_back(best.parent);
     out.probs.push_back(best.prob);
+    out.raws.push_back(best.raw);
+    out.cells.push_back(best.cell);
+    out.ctx_lens.push_back(best.ctx_len);
     if (best.depth < depth_limit) expand(best, index);
   }
   return out;

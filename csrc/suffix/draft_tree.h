@@ -12,11 +12,16 @@
 // little, matches under min_match_len draft nothing). A path that reaches the end of the indexed
 // text continues from the longest shorter context (suffix link) that still has a continuation,
 // so a loop in the request's own text is drafted beyond one period.
+//
+// With a MatchCalibration, a child's conditional is the calibrated one (match_calibration.h):
+// the frequency scaled by how nodes of its cell (cache, matched context length, evidence, share)
+// have fared, so long matches draft deep and 1-token matches draft little.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "suffix/match_calibration.h"
 #include "suffix/suffix_automaton.h"
 
 namespace specdec::suffix {
@@ -33,12 +38,17 @@ struct DraftParams {
   int32_t max_depth = 32;       // hard depth limit
   double depth_factor = 4.0;    // depth limit <= ceil(depth_factor * longest usable match); <= 0 disables
   double count_prior = 0.0;     // pseudo-count added to every denominator (shrinks small-count estimates)
+  const MatchCalibration* calibration = nullptr;  // null: raw frequencies
+  DraftCache cache = DraftCache::kRequest;        // the calibration cell's cache (kPooled for several sources)
 };
 
 struct Draft {
   std::vector<int32_t> tokens;   // [n]
   std::vector<int32_t> parents;  // [n], -1 = child of the last committed token, parents first
   std::vector<float> probs;      // [n], estimated path (acceptance) probability per node
+  std::vector<float> raws;       // [n], raw conditional count / (total + prior) under the parent
+  std::vector<int32_t> cells;    // [n], MatchCalibration::cell of the node
+  std::vector<int32_t> ctx_lens; // [n], context length the node's continuation was counted under
 };
 
 // Throws std::invalid_argument for out-of-range parameters or more than kMaxSources sources.

@@ -27,7 +27,10 @@ std::vector<int32_t> best_path(const std::vector<int32_t>& parents, const std::v
 }
 
 SuffixRowBatch::SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params)
-    : vocab_(vocab_size), params_(params), tracker_(vocab_size, params.park_steps, params.max_parked) {
+    : vocab_(vocab_size),
+      params_(params),
+      tracker_(vocab_size, params.park_steps, params.max_parked),
+      calibration_(params.calibration_prior, params.calibration_max_weight) {
   if (params.rematch_window < 1) throw std::invalid_argument("SuffixRowBatch: rematch_window must be >= 1");
   if (!(params.global_count_prior >= 0.0)) {
     throw std::invalid_argument("SuffixRowBatch: global_count_prior must be >= 0");
@@ -38,6 +41,11 @@ SuffixRowBatch::SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params)
 void SuffixRowBatch::commit(State& st, const int32_t* ids, size_t count, const SuffixAutomaton* global,
                             int64_t generation) {
   if (count == 0) return;
+  if (params_.learn && st.drafted_at >= 0 && static_cast<int64_t>(st.sam.num_tokens()) == st.drafted_at) {
+    const Draft& d = st.last;
+    calibration_.observe(d.tokens.data(), d.parents.data(), d.cells.data(), d.raws.data(), d.tokens.size(), ids, count);
+  }
+  st.drafted_at = -1;
   st.sam.extend(ids, count);
   if (global != nullptr && st.g_generation == generation) {
     const Match m = global->advance(Match{st.g_len, st.g_state}, ids, count);
@@ -47,7 +55,7 @@ void SuffixRowBatch::commit(State& st, const int32_t* ids, size_t count, const S
 }
 
 void SuffixRowBatch::draft(State& st, const TrackedRequest& req, int32_t k, const SuffixAutomaton* global,
-                           int64_t generation) {
+                           int64_t generation, float min_prob) {
   const int32_t min_len = params_.draft.min_match_len;
   DraftSource local{&st.sam, st.sam.repeat_match()};
   bool use_local = local.match.length >= min_len;
@@ -73,16 +81,24 @@ void SuffixRowBatch::draft(State& st, const TrackedRequest& req, int32_t k, cons
   if (use_global) sources.push_back(shared);
   DraftParams p = params_.draft;
   if (use_global && !use_local) p.count_prior = params_.global_count_prior;
-  const Draft d = build_draft(sources, p);
+  p.cache = use_local && use_global ? DraftCache::kPooled : (use_global ? DraftCache::kGlobal : DraftCache::kRequest);
+  if (params_.calibrate) p.calibration = &calibration_;
+  st.last = build_draft(sources, p);
+  st.drafted_at = static_cast<int64_t>(st.sam.num_tokens());
+  const Draft& d = st.last;
   for (int32_t v : best_path(d.parents, d.probs, k)) {
+    if (d.probs[v] < min_prob) break;
     chains_.push_back(d.tokens[v]);
     chain_probs_.push_back(d.probs[v]);
   }
 }
 
 void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* n, const int32_t* sampled, int32_t rows,
-                          int32_t k, const SuffixAutomaton* global, int64_t generation) {
+                          int32_t k, const SuffixAutomaton* global, int64_t generation, float min_prob) {
   if (k < 0) throw std::invalid_argument("SuffixRowBatch.step: k must be >= 0, got " + std::to_string(k));
+  if (!(min_prob >= 0.0f && min_prob <= 1.0f)) {
+    throw std::invalid_argument("SuffixRowBatch.step: min_prob must be in [0, 1], got " + std::to_string(min_prob));
+  }
   if (global != nullptr && global->vocab_size() != vocab_) {
     throw std::invalid_argument("SuffixRowBatch.step: the global automaton's vocab_size " +
                                 std::to_string(global->vocab_size()) + " != " + std::to_string(vocab_));
@@ -93,6 +109,10 @@ void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* 
   chains_.clear();
   chain_probs_.clear();
   const auto& events = tracker_.events();
+  std::vector<State*>& row_states = row_states_;
+  row_states.assign(rows, nullptr);
+  // Every row's commit before any row's draft: the drafts of one step all see the calibration
+  // with the whole step's evidence, as SuffixProposer's begin/commit-then-propose order does.
   for (int32_t r = 0; r < rows; ++r) {
     const RowEvent& e = events[r];
     const int32_t* row = tokens + r * stride;
@@ -103,9 +123,11 @@ void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* 
     } else if (it == states_.end()) {
       throw std::logic_error("SuffixRowBatch.step: a tracked request has no automaton");
     }
-    State& st = *it->second;
-    commit(st, row + e.commit_begin, static_cast<size_t>(e.commit_end - e.commit_begin), global, generation);
-    if (k > 0 && sampled[r] > 0) draft(st, tracker_.request(e.id), k, global, generation);
+    row_states[r] = it->second.get();
+    commit(*row_states[r], row + e.commit_begin, static_cast<size_t>(e.commit_end - e.commit_begin), global, generation);
+  }
+  for (int32_t r = 0; r < rows; ++r) {
+    if (k > 0 && sampled[r] > 0) draft(*row_states[r], tracker_.request(events[r].id), k, global, generation, min_prob);
     offsets_.push_back(static_cast<int32_t>(chains_.size()));
   }
   tracker_.record_drafts(offsets_.data(), chains_.data(), rows);

@@ -28,6 +28,10 @@ struct RowBatchParams {
   double global_count_prior = 0.0;
   int32_t park_steps = 64;
   int32_t max_parked = 1024;
+  bool calibrate = true;        // draft with the batch's MatchCalibration
+  bool learn = true;            // and update it from every committed step (false: frozen)
+  double calibration_prior = 4.0;
+  double calibration_max_weight = 4096.0;
 };
 
 // Best root-to-leaf path of a draft tree by summed node probability (the expected accepted tokens
@@ -41,15 +45,17 @@ class SuffixRowBatch {
   SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params);
 
   // One engine step (see RowTracker::step for tokens/stride/n/sampled). Rows with sampled > 0 get a
-  // chain of at most k tokens (k = 0: bookkeeping only). global: the shared automaton or null;
-  // generation changes whenever the caller replaced (rebuilt) it.
+  // chain of at most k tokens (k = 0: bookkeeping only), cut before its first token whose path
+  // probability is below min_prob (a cost gate's per-token bar). global: the shared automaton or
+  // null; generation changes whenever the caller replaced (rebuilt) it.
   void step(const int32_t* tokens, int64_t stride, const int32_t* n, const int32_t* sampled, int32_t rows, int32_t k,
-            const SuffixAutomaton* global, int64_t generation);
+            const SuffixAutomaton* global, int64_t generation, float min_prob = 0.0f);
 
   const std::vector<int32_t>& offsets() const { return offsets_; }  // [rows + 1] into chains()
   const std::vector<int32_t>& chains() const { return chains_; }
   const std::vector<float>& chain_probs() const { return chain_probs_; }  // path probability per chain token
   const RowTracker& tracker() const { return tracker_; }
+  MatchCalibration& calibration() { return calibration_; }
   size_t memory_bytes() const;
 
  private:
@@ -59,17 +65,22 @@ class SuffixRowBatch {
     int64_t g_generation = -1;
     int32_t g_len = 0;
     int32_t g_state = 0;
+    Draft last;                 // the last tree drafted, scored against the next commit
+    int64_t drafted_at = -1;    // committed tokens when it was drafted (-1: none pending)
   };
   void commit(State& st, const int32_t* ids, size_t count, const SuffixAutomaton* global, int64_t generation);
-  void draft(State& st, const TrackedRequest& req, int32_t k, const SuffixAutomaton* global, int64_t generation);
+  void draft(State& st, const TrackedRequest& req, int32_t k, const SuffixAutomaton* global, int64_t generation,
+             float min_prob);
 
   int64_t vocab_;
   RowBatchParams params_;
   RowTracker tracker_;
+  MatchCalibration calibration_;
   std::unordered_map<int64_t, std::unique_ptr<State>> states_;
   std::vector<int32_t> offsets_;
   std::vector<int32_t> chains_;
   std::vector<float> chain_probs_;
+  std::vector<State*> row_states_;  // scratch: each row's state during a step
 };
 
 }  // namespace specdec::suffix

@@ -31,8 +31,9 @@ SAMPLED_DRAFTS_REFUSED = (
 )
 
 
-def best_chain(tree: DraftTree, probs, k: int) -> list[int]:
-    """Tokens of the best root-to-leaf path of ``tree``, at most ``k`` deep.
+def best_chain(tree: DraftTree, probs, k: int, min_prob: float = 0.0) -> list[int]:
+    """Tokens of the best root-to-leaf path of ``tree``, at most ``k`` deep, cut before its first
+    node whose probability is below ``min_prob`` (needs ``probs``; unscored chains are not cut).
 
     Best = largest sum of node probabilities ``probs [n]`` along the path (under greedy
     verification, the expected accepted tokens of that chain); ties go to the lower node index.
@@ -54,7 +55,12 @@ def best_chain(tree: DraftTree, probs, k: int) -> list[int]:
             raise ValueError("a branching draft tree needs node scores (propose_scored) to choose its best path")
         return tokens[:k]
     scores = probs.tolist() if hasattr(probs, "tolist") else list(probs)
-    return [tokens[i] for i in load().best_path(parents, scores, int(k))]
+    out = []
+    for i in load().best_path(parents, scores, int(k)):
+        if scores[i] < min_prob:
+            break
+        out.append(tokens[i])
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,8 +111,10 @@ class RowSession:
         self._tracker = load().RowTracker(vocab, park_steps, max_parked)
         self._scored = callable(getattr(proposer, "propose_scored", None))
 
-    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled, k: int) -> RowStep:
-        """One engine step; rows that sampled tokens get a chain of at most ``k`` tokens (``k = 0``: none)."""
+    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled, k: int,
+             min_prob: float = 0.0) -> RowStep:
+        """One engine step; rows that sampled tokens get a chain of at most ``k`` tokens (``k = 0``: none),
+        cut before the first token whose estimated acceptance is below ``min_prob`` (scored proposers only)."""
         sampled = _as_rows(num_sampled)
         self._tracker.step(token_ids, num_tokens, sampled)
         ids, kinds, prompt_end, begin, end, drafted, accepted = self._tracker.events()
@@ -125,7 +133,7 @@ class RowSession:
             else:
                 drafts = [(t, None) for t in self.proposer.propose(req_ids, self.tree_budget)]
             for r, (tree, probs) in zip(want, drafts):
-                chains[r] = best_chain(tree, probs, k)
+                chains[r] = best_chain(tree, probs, k, min_prob)
         offsets = np.zeros(len(ids) + 1, dtype=np.int32)
         offsets[1:] = np.cumsum([len(c) for c in chains], dtype=np.int64)
         flat = np.array([t for c in chains for t in c], dtype=np.int32)

@@ -38,7 +38,7 @@ import torch
 
 from .._ext import load
 from ..prompts import read_jsonl
-from .suffix_automaton import SuffixAutomaton, build_suffix_draft
+from .suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
 from ..checks import normalize_budgets
@@ -173,7 +173,7 @@ class _Partition:
 class _Request:
     """Per-request state: the request automaton, the committed tokens, the global-cache match."""
 
-    __slots__ = ("sam", "buf", "n", "prompt_len", "partition", "g_generation", "g_len", "g_state")
+    __slots__ = ("sam", "buf", "n", "prompt_len", "partition", "g_generation", "g_len", "g_state", "last", "drafted_at")
 
     def __init__(self, vocab_size: int, prompt: np.ndarray, partition: Hashable):
         self.sam = SuffixAutomaton(vocab_size)
@@ -186,6 +186,8 @@ class _Request:
         self.g_generation = -1  # partition automaton the global match refers to (-1: none yet)
         self.g_len = 0
         self.g_state = 0
+        self.last = None  # (tokens int64, parents int32, cells int32, raws float32) of the last draft
+        self.drafted_at = -1  # committed tokens when it was drafted (-1: none pending)
 
     def append(self, ids: np.ndarray) -> None:
         if self.n + ids.size > self.buf.size:
@@ -232,6 +234,16 @@ class SuffixProposer:
             0.5 / 8 make them roughly calibrated, yet the decoder's acceptance calibration already
             corrects the scale and the calibrated estimates did not decode faster
             (docs/proposers/suffix.md).
+        calibrate: ``"online"`` scales every node's conditional by how nodes of its cell (cache,
+            matched context length, evidence, share; ``csrc/suffix/match_calibration.h``) fared,
+            learnt from the tokens each step commits; ``"frozen"`` drafts with the table learnt so
+            far without updating it; ``"off"`` drafts with the raw frequencies. ``None`` (default):
+            ``"frozen"`` under ``freeze_global`` (whose runs must draft alike), else ``"online"``.
+            Why: frequencies ignore how long the match they were counted under is, and a single
+            continuation after a 16-token match is accepted several times as often as after a
+            1-token one (docs/proposers/suffix.md, "Match-length calibration").
+        calibration_prior: pseudo-observations behind each cell's ratio (> 0): a cell keeps the
+            raw estimate until evidence outweighs it.
 
     Raises:
         ValueError: for out-of-range arguments.
@@ -257,6 +269,8 @@ class SuffixProposer:
         combine: str = "longest",
         count_prior: float = 0.0,
         global_count_prior: float = 0.0,
+        calibrate: str | None = None,
+        calibration_prior: float = 4.0,
     ):
         if not isinstance(vocab_size, int) or not 1 <= vocab_size < 2**31:
             raise ValueError(f"vocab_size must be an int in [1, 2^31), got {vocab_size!r}")
@@ -277,7 +291,15 @@ class SuffixProposer:
         for name, value in (("count_prior", count_prior), ("global_count_prior", global_count_prior)):
             if not 0.0 <= value < float("inf"):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        if calibrate is None:
+            calibrate = "frozen" if freeze_global else "online"
+        if calibrate not in ("online", "frozen", "off"):
+            raise ValueError(f"calibrate must be 'online', 'frozen', 'off' or None, got {calibrate!r}")
+        if not 0.0 < calibration_prior < float("inf"):
+            raise ValueError(f"calibration_prior must be finite and > 0, got {calibration_prior}")
         self.vocab_size = vocab_size
+        self.calibrate = calibrate
+        self.calibration = MatchCalibration(float(calibration_prior))
         self.min_match_len = int(min_match_len)
         self.min_prob = float(min_prob)
         self.max_depth = int(max_depth)
@@ -300,7 +322,7 @@ class SuffixProposer:
             bound_to="nothing",
             details={"global_cache_bytes": self.global_cache_bytes, "share_across_tenants": self.share_across_tenants,
                      "combine": combine, "count_prior": self.count_prior,
-                     "global_count_prior": self.global_count_prior},
+                     "global_count_prior": self.global_count_prior, "calibrate": calibrate},
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -320,6 +342,10 @@ class SuffixProposer:
             raise ValueError("SuffixProposer does not use target_hidden (requires_target_hidden is False)")
         req = self._get(req_id)
         ids = as_token_array(accepted_ids, self.vocab_size, "accepted_ids")
+        if req.drafted_at == req.n and ids.size:
+            if self.calibrate == "online":
+                self.calibration.observe(*req.last, ids)
+            req.drafted_at = -1
         req.sam.extend(ids)
         req.append(ids)
         part = self._partitions.get(req.partition) if self.use_global else None
@@ -414,9 +440,12 @@ class SuffixProposer:
             sources = {best: sources[best]}
         source = "pooled" if len(sources) > 1 else next(iter(sources), "")
         prior = self.global_count_prior if source == "global" else self.count_prior
-        toks, parents, probs = build_suffix_draft(
-            list(sources.values()), budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior
+        calibration = None if self.calibrate == "off" else self.calibration
+        toks, parents, probs, cells, raws, _ = build_suffix_draft(
+            list(sources.values()), budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior,
+            calibration, source or "request", True,
         )
+        req.last, req.drafted_at = (toks, parents, cells, raws), req.n
         return toks, parents, probs, source
 
     # ------------------------------------------------------------------ accounting
@@ -501,11 +530,15 @@ class SuffixRowBatch:
         self._key = p._partition_key(None)
         self._batch = load().SuffixRowBatch(
             p.vocab_size, tree_budget, p.min_match_len, p.min_prob, p.max_depth, p.depth_factor, p.count_prior,
-            p.global_count_prior, p.rematch_window, p.combine == "longest", park_steps, max_parked)
+            p.global_count_prior, p.rematch_window, p.combine == "longest", park_steps, max_parked,
+            p.calibrate != "off", p.calibrate == "online", p.calibration.prior_weight)
 
-    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled: np.ndarray, k: int):
+    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled: np.ndarray, k: int,
+             min_prob: float = 0.0):
         """One step: ``(offsets int32[rows + 1], chains int32[total], probs float32[total])``; row ``r``'s
         chain is ``chains[offsets[r]:offsets[r + 1]]``, empty for rows that sampled nothing or when ``k == 0``.
+        ``min_prob``: each chain stops before its first token whose path probability is below it
+        (a cost gate's :meth:`~specdec.serving.cost_gate.CostGate.floor`).
 
         Raises:
             TypeError / ValueError: arrays of the wrong dtype, shape or layout; a row whose lengths or
@@ -513,7 +546,7 @@ class SuffixRowBatch:
         """
         part = self.proposer._partitions.get(self._key) if self.proposer.use_global else None
         out = self._batch.step(token_ids, num_tokens, num_sampled, int(k), None if part is None else part.sam,
-                               -1 if part is None else part.generation)
+                               -1 if part is None else part.generation, float(min_prob))
         if self.proposer.use_global:
             for rid in self._batch.ended():
                 tokens, prompt_len = self._batch.request(rid)

@@ -17,7 +17,11 @@ the budget ``j`` maximising the batch's emitted tokens per second
 
     rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + [j>0] (d + c rows sum_{i<=j} f_i))
 
-``j = 0`` is plain decoding, so under the fit the gate never does worse than off. The fit needs
+``j = 0`` is plain decoding, so under the fit the gate never does worse than off. Within the
+chosen budget a drafted token of acceptance probability ``p`` adds ``p`` expected tokens and ``c``
+seconds, so it raises the rate only if ``p > c * rate(j)``: :meth:`floor` is that bar, for drafters
+whose chains carry calibrated per-token probabilities (the suffix proposer's match-length
+calibration) to cut each row's chain where its tokens stop paying. The fit needs
 the budgets it compares observed: while warming up (``min_fitted`` fitted steps, a few seconds of
 serving) three steps in four decode plainly and the fourth drafts with the next budget of 1..k,
 cautious because drafting where it is a tax costs more than not drafting where it pays; after
@@ -32,7 +36,8 @@ Use (one per drafter; numbers are per engine step)::
 
     gate = CostGate(k=4)
     j = gate.budget(rows)                       # before drafting
-    ...                                         # draft chains of at most j tokens
+    floor = gate.floor(rows, j)                 # optional: per-token probability bar
+    ...                                         # draft chains of at most j tokens (cut below floor)
     gate.step(seconds, rows, j, drafted, accepted, fit=...)   # after the engine's next step
 """
 
@@ -144,6 +149,15 @@ class CostGate:
         gained = np.concatenate([[0.0], np.cumsum(f * q)])            # [k + 1] accepted per row
         seconds = a + b * rows + (drafted > 0) * (d + c * rows * drafted)
         return rows * (1.0 + gained) / np.maximum(seconds, 1e-9)
+
+    def floor(self, rows: int, budget: int) -> float:
+        """The acceptance probability below which one more drafted token lowers the predicted rate
+        at ``budget``: ``c * rate(budget)`` (0 until the fit is trusted, and for budget 0)."""
+        theta = self.coefficients()
+        if theta is None or budget <= 0:
+            return 0.0
+        rates = self.rates(max(1, rows))
+        return float(min(1.0, theta[3] * rates[min(budget, self.k)]))
 
     # ------------------------------------------------------------------ deciding
     def budget(self, rows: int) -> int:

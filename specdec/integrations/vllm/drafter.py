@@ -115,12 +115,13 @@ class SuffixDrafter:
         n = num_tokens_no_spec[:rows]
         decision = self.gating.decide(rows, float(n.mean()) if rows else 0.0)
         k = min(self.k, decision.budget) if decision.speculate else 0
+        floor = self.gating.floor  # chains stop where a token's estimated acceptance no longer pays
         if self._fast is not None:
-            offsets, flat, _ = self._fast.step(token_ids_cpu, num_tokens_no_spec, sampled, k)
+            offsets, flat, _ = self._fast.step(token_ids_cpu, num_tokens_no_spec, sampled, k, floor)
             flat, bounds = flat.tolist(), offsets.tolist()
             chains = [flat[bounds[r]:bounds[r + 1]] for r in range(rows)]
         else:
-            chains = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k).chains
+            chains = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k, floor).chains
         tracker = self._fast if self._fast is not None else self._session
         ids, kinds, _, begin, end, drafted, accepted = tracker.events()
         self.gating.observe(drafted, accepted, fit=self.gating.cost is not None and self._decode_step(

@@ -11,7 +11,9 @@ metrics, :mod:`.metrics`) and logged every ``log_every`` steps on logger ``specd
 
 With ``cost_gate`` a :class:`~specdec.serving.cost_gate.CostGate` then chooses the budget (0..k)
 from this engine's own step times, timed between the drafter's calls: the load threshold needs a
-number measured on the engine, the cost gate measures it while serving.
+number measured on the engine, the cost gate measures it while serving. It also sets ``floor``, the
+per-token acceptance probability a drafted token needs to pay for its verify time
+(:meth:`CostGate.floor`); the drafter cuts each row's chain there.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class GateStats:
     last_reason: str = ""
     switches: int = 0
     budget: int = 0
+    floor: float = 0.0
 
 
 class GatedDrafting:
@@ -65,6 +68,7 @@ class GatedDrafting:
         self._steps = 0
         self._last_call: float | None = None
         self._budget = self._verified_budget = 0  # budget of this call / of the drafts just verified
+        self.floor = 0.0  # this call's per-token probability bar (cost gate only)
 
     def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None) -> None:
         """Per row ``[rows]``: tokens drafted into the step that just ran and how many were accepted.
@@ -89,8 +93,10 @@ class GatedDrafting:
     def decide(self, batch_size: int, context: float) -> GateDecision:
         """This step's decision; counted, and logged on a switch and every ``log_every`` steps."""
         d = self.gate.decide(batch_size, context)
+        self.floor = 0.0
         if d.speculate and self.cost is not None:
             j = self.cost.budget(batch_size)
+            self.floor = self.cost.floor(batch_size, j)
             d = GateDecision(j > 0, j, self.cost.last_reason)
         s = self.stats
         if d.speculate:
@@ -98,6 +104,7 @@ class GatedDrafting:
         else:
             s.steps_gated += 1
         self._budget = s.budget = d.budget if d.speculate else 0
+        s.floor = self.floor
         switched = s.gate_on != self.gate.on
         s.gate_on, s.last_reason, s.switches = self.gate.on, d.reason, self.gate.switches
         self._steps += 1
@@ -106,7 +113,7 @@ class GatedDrafting:
         if self.log_every and self._steps % self.log_every == 0:
             rate = "n/a" if s.accept_rate is None else f"{s.accept_rate:.3f}"
             fit = self.cost.coefficients() if self.cost is not None else None
-            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s" % tuple(fit)
+            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s, floor %.3f" % (*fit, self.floor)
             logger.info("specdec drafter: %d steps drafting, %d gated off, %d drafted, %d accepted (%.3f), "
                         "gate acceptance %s, last: %s%s", s.steps_drafting, s.steps_gated, s.drafted, s.accepted,
                         s.accepted / s.drafted if s.drafted else 0.0, rate, d.reason, fit)
