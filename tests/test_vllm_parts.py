@@ -94,7 +94,8 @@ def test_metrics_collector_exports_vllm_prefixed_families():
     pytest.importorskip("prometheus_client")
     from prometheus_client import REGISTRY
 
-    stats = GateStats(steps_drafting=5, steps_gated=2, drafted=40, accepted=12, accept_rate=0.3, budget=3)
+    stats = GateStats(steps_drafting=5, steps_gated=2, drafted=40, accepted=12, accept_rate=0.3, budget=3,
+                      floor=0.25)
     unregister = metrics.register(stats, "t1")
     try:
         values = {(m.name, s.labels.get("decision")): s.value for m in REGISTRY.collect()
@@ -105,6 +106,7 @@ def test_metrics_collector_exports_vllm_prefixed_families():
     assert values[("vllm:specdec_accepted_tokens", None)] == 12
     assert values[("vllm:specdec_accept_rate", None)] == pytest.approx(0.3)
     assert values[("vllm:specdec_budget", None)] == 3
+    assert values[("vllm:specdec_floor", None)] == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])

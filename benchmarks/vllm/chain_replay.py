@@ -113,6 +113,25 @@ def replay(rows: list[dict], method, cost: VerifyCostModel) -> dict:
     return totals
 
 
+LENGTHS = ("1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+")
+
+
+def print_cells(prop: SuffixProposer) -> None:
+    """The learnt table's single-continuation cells (one continuation seen once) by matched length:
+    nodes tested and the share accepted (accepted / predicted: their raw estimate is 1)."""
+    c = prop.calibration
+    eb, sb = c.evidence_buckets, c.share_buckets
+    print("\nsingle continuation seen once, by matched context length (tested nodes: accepted share)")
+    print("| cache | " + " | ".join(LENGTHS) + " |")
+    print("|---|" + "---:|" * len(LENGTHS))
+    for cache, name in enumerate(("request", "global", "pooled")):
+        cells = [(cache * c.length_buckets + b) * eb * sb for b in range(c.length_buckets)]
+        if c.tested[cells].sum() == 0:
+            continue
+        print(f"| {name} | " + " | ".join(
+            f"{c.tested[k]}: {c.accepted[k] / c.predicted[k]:.2f}" if c.tested[k] else "-" for k in cells) + " |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
@@ -151,6 +170,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {t['tokens'] / t['steps']:.3f} | {t['drafted'] / t['steps']:.2f} | "
               f"{t['accepted'] / max(t['drafted'], 1):.3f} | {t['tokens'] / t['cost']:.3f}x | "
               f"{worst} {totals[worst]['tokens'] / totals[worst]['cost']:.3f}x |", flush=True)
+    print_cells(methods["specdec calibrate=online"].prop)
     return 0
 
 

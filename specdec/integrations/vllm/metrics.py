@@ -9,7 +9,9 @@ starts with ``vllm:`` (vllm/v1/metrics/reader.py), so the drafter registers a co
   confirmed by the tokens the engine committed next (the drafter's own count, see RowStep);
 * ``vllm:specdec_gate_on`` (0/1) and ``vllm:specdec_accept_rate`` (the gate's moving average, -1 unknown);
 * ``vllm:specdec_budget``: the draft tokens per row the gates allowed at the last step (the cost
-  gate's choice, 0 when gated off).
+  gate's choice, 0 when gated off);
+* ``vllm:specdec_floor``: the acceptance probability a drafted token needed at the last step (the
+  cost gate's ``c * rate``; 0 without a cost gate or before its fit).
 
 It lives in the process that runs the drafter: with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` that is the
 ``LLM`` process; otherwise the engine-core process, whose registry ``get_metrics()`` does not see
@@ -60,6 +62,10 @@ class DrafterCollector:
                                    labels=["drafter"])
         budget.add_metric([self.label], float(stats.budget))
         yield budget
+        floor = GaugeMetricFamily("vllm:specdec_floor", "Acceptance probability a drafted token needed this step",
+                                  labels=["drafter"])
+        floor.add_metric([self.label], float(stats.floor))
+        yield floor
 
 
 def register(stats, label: str):
