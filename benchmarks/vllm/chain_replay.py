@@ -155,7 +155,8 @@ def main(argv=None) -> int:
     methods = {}
     for f in floors:
         for m in ("online", "off"):
-            methods[f"specdec calibrate={m}" + (f", floor={f:g}" if f else "")] = SpecdecChains(m, args.k, args.tree_budget, f)
+            name = f"specdec calibrate={m}" + (f", floor={f:g}" if f else "")
+            methods[name] = SpecdecChains(m, args.k, args.tree_budget, f)
     cache_cls, why = arctic_cache()
     if cache_cls is not None:
         methods["arctic"] = ArcticChains(cache_cls, args.k)
