@@ -14,6 +14,9 @@ fitted trend, reported as such. Writes ``--json``.
 
     python benchmarks/learning_curve.py --features benchmarks/data/features-<fp>-sharegpt-L2-15-27-k16-len512 \\
         --sizes 60000 120000 240000 --prompts ../shared/data/prompts_dev.jsonl --per-category 1
+
+``--merge earlier.json`` adds the points of an earlier run with the same training settings and
+replay (refused otherwise), so a grown cache adds a point without retraining the small sizes.
 """
 
 from __future__ import annotations
@@ -66,6 +69,18 @@ def artifact_point(directory: str, model, cfg: Eagle3TrainConfig):
     return EagleProposer.load(directory, model), read_manifest(directory).training
 
 
+def merged_points(path: str, args) -> list[dict]:
+    """The points of an earlier run, each marked ``merged_from``; refused unless its training
+    settings and replay match this run's (else the curve would mix two experiments)."""
+    with open(path) as f:
+        old = json.load(f)
+    want = {"epochs": args.epochs, "steps": args.steps, "vocab": args.vocab, "lr": args.lr}
+    if old.get("config") != want or old.get("replay_budget") != args.replay_budget:
+        raise SystemExit(f"--merge {path}: its settings {old.get('config')} / replay budget "
+                         f"{old.get('replay_budget')} differ from this run's {want} / {args.replay_budget}")
+    return [{**p, "merged_from": path, "replay_prompts": old.get("prompts")} for p in old["points"]]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--features", nargs="+", required=True)
@@ -84,11 +99,14 @@ def main(argv=None) -> int:
                     help="also measure this `specdec train eagle3` artifact as a point (same hyper-parameters)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
+    ap.add_argument("--merge", default=None, help="an earlier --json of this script whose points join this curve")
     args = ap.parse_args(argv)
+    earlier = merged_points(args.merge, args) if args.merge else []
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if len(args.sizes) + bool(args.artifact) < 3 or sorted(args.sizes) != args.sizes:
-        raise SystemExit("--sizes (plus --artifact) needs >= 3 increasing token counts (a curve, not a point)")
+    if len(args.sizes) + bool(args.artifact) + len(earlier) < 3 or sorted(args.sizes) != args.sizes:
+        raise SystemExit("--sizes (plus --artifact and --merge) needs >= 3 increasing token counts "
+                         "(a curve, not a point)")
     from specdec.models import load_default
 
     model, tok = load_default()
@@ -96,6 +114,8 @@ def main(argv=None) -> int:
     spec = read_meta(args.features[0])["spec"]
     data, facts = load_many(args.features, fp)
     prompts = load_prompts(args.prompts, tok, per_category=args.per_category)
+    if any(p.get("replay_prompts", len(prompts)) != len(prompts) for p in earlier):
+        raise SystemExit(f"--merge {args.merge}: its replay used another number of prompts than {len(prompts)}")
     cache = os.path.join("benchmarks", "data", f"greedy-{fp}-{len(prompts)}x{args.max_new_tokens}.json")
     outputs = greedy_outputs(model, prompts, args.max_new_tokens, [tok.eos_token_id], cache)
     layers = tuple(spec["layers"])
@@ -127,7 +147,7 @@ def main(argv=None) -> int:
         points.append(point)
         print(json.dumps({k: point[k] for k in ("train_tokens", "train_seconds", "replay_tok_per_step")}),
               point["heldout"]["top1"], flush=True)
-    points.sort(key=lambda p: p["train_tokens"])
+    points = sorted(points + earlier, key=lambda p: p["train_tokens"])
     a, b = fit_log([p["train_tokens"] for p in points], [p["replay_tok_per_step"] for p in points])
     need = math.exp((args.goal - a) / b) if b > 0 else None
     result = {"features": facts, "prompts": len(prompts), "replay_budget": args.replay_budget,

@@ -17,10 +17,10 @@ if ! command -v clang++ > /dev/null; then
 fi
 OUT=build/fuzz
 mkdir -p "$OUT/corpus"
+# every torch-free suffix source (the pybind files aside), so a new one cannot be left out of the link
+mapfile -t SOURCES < <(find csrc/suffix -name '*.cpp' ! -name 'bind_*' | sort)
 clang++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -Icsrc tests/fuzz/fuzz_suffix_rows.cpp csrc/suffix/suffix_automaton.cpp csrc/suffix/edge_store.cpp \
-  csrc/suffix/link_cut.cpp csrc/suffix/draft_tree.cpp csrc/suffix/row_tracker.cpp csrc/suffix/row_batch.cpp \
-  -o "$OUT/fuzz_suffix_rows"
+  -Icsrc tests/fuzz/fuzz_suffix_rows.cpp "${SOURCES[@]}" -o "$OUT/fuzz_suffix_rows"
 # libFuzzer exits non-zero on a crash, a sanitizer report or a failed check.
 status=0
 "$OUT/fuzz_suffix_rows" -max_total_time="$SECONDS_TO_FUZZ" -max_len=2048 -print_final_stats=1 "$OUT/corpus" \

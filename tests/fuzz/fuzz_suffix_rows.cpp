@@ -18,6 +18,7 @@
 #include "suffix/suffix_automaton.h"
 
 using specdec::suffix::Match;
+using specdec::suffix::MatchCalibration;
 using specdec::suffix::RowBatchParams;
 using specdec::suffix::SuffixAutomaton;
 using specdec::suffix::SuffixRowBatch;
@@ -115,6 +116,8 @@ void check_rows(Reader& in) {
   params.draft.min_prob = 0.0;
   params.park_steps = 1 + in.next(3);
   params.max_parked = in.next(4);
+  params.calibrate = in.next(2);
+  params.learn = in.next(2);
   SuffixRowBatch batch(kVocab, params);
   SuffixAutomaton global(kVocab);
   for (int d = in.next(3); d > 0; --d) {
@@ -165,8 +168,9 @@ void check_rows(Reader& in) {
       n.push_back(static_cast<int32_t>(rows[i].tokens.size()));
       if (sampled[i] >= n[i]) sampled[i] = n[i] - 1;
     }
+    const float floor = 0.25f * static_cast<float>(in.next(4));  // the cost gate's bar: 0, .25, .5, .75
     batch.step(tokens.data(), kWidth, n.data(), sampled.data(), static_cast<int32_t>(rows.size()), k,
-               in.next(2) ? &global : nullptr, 0);
+               in.next(2) ? &global : nullptr, 0, floor);
     const auto& events = batch.tracker().events();
     for (size_t i = 0; i < rows.size(); ++i) {
       if (batch.tracker().request(events[i].id).tokens != rows[i].tokens) fail("tracked tokens differ from the row");
@@ -175,6 +179,16 @@ void check_rows(Reader& in) {
     }
     for (int32_t t : batch.chains()) {
       if (t < 0 || t >= kVocab) fail("chain token outside the vocabulary");
+    }
+    for (float p : batch.chain_probs()) {
+      if (!(p >= floor && p <= 1.0f)) fail("chain token below the floor or probability outside [0, 1]");
+    }
+    const auto& cal = batch.calibration();
+    for (int c = 0; c < MatchCalibration::kCells; ++c) {
+      if (!(cal.accepted()[c] >= 0.0 && cal.predicted()[c] >= 0.0) || cal.ratio(c) <= 0.0) {
+        fail("calibration sums negative or ratio not positive");
+      }
+      if (!params.learn && cal.tested()[c] != 0) fail("a frozen calibration learnt");
     }
   }
 }
