@@ -84,7 +84,7 @@ def merged_points(path: str, args) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--features", nargs="+", required=True)
-    ap.add_argument("--sizes", type=int, nargs="+", required=True, help="training tokens per run (>= 3 sizes)")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[], help="training tokens per run (>= 3 points in all)")
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=256)

@@ -23,7 +23,8 @@ rate, requests and arrival times identical across policies (seeded). Policies:
 
 Per policy and rate: goodput (requests meeting both the TTFT and the TPOT target, per second of
 the run), throughput (output tokens/s), p50/p99 TTFT and TPOT, acceptance (vLLM's own
-``vllm:spec_decode_*`` counters from /metrics, before and after the run), and whether every
+``vllm:spec_decode_*`` counters from /metrics, before and after the run: accepted per drafted
+token, and the share of output tokens that were accepted drafts), and whether every
 output equals the ``off`` policy's output for the same prompt. Results: JSON, a markdown table and
 a PNG of goodput against rate in ``--out``.
 
@@ -141,6 +142,7 @@ def summarize(policy: str, rate: float, results: list[dict], wall: float, spec: 
         "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
         "tpot_p50": percentile(tpot, 50), "tpot_p99": percentile(tpot, 99),
         "drafted": drafted, "accepted": accepted, "acceptance": accepted / drafted if drafted else None,
+        "output_tokens": sum(r["tokens"] for r in ok),
         "outputs": {r["index"]: r["text"] for r in ok},
     }
 
@@ -169,12 +171,21 @@ async def run_level(policy: str, rate: float, model: Path, prompts: list[dict], 
     return row
 
 
+def drafted_share(r: dict) -> float | None:
+    """Share of the output tokens that were accepted drafts (what speculation bought, whatever it drafted)."""
+    out = r.get("output_tokens") or r["throughput_tok_s"] * r["wall_s"]
+    return r["accepted"] / out if r["acceptance"] is not None and out else None
+
+
 def table(rows: list[dict]) -> str:
     head = ("| policy | rate (req/s) | goodput (req/s) | throughput (tok/s) | TTFT p50 / p99 (s) | TPOT p50 / p99 (s) "
-            "| acceptance | outputs = off | load avg |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            "| acceptance | output from drafts | outputs = off | load avg |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for r in rows:
         acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        share = drafted_share(r)
+        acc += " | " + ("-" if share is None else f"{share:.2f}")
         tp50 = "-" if r["tpot_p50"] is None else f"{r['tpot_p50']:.3f} / {r['tpot_p99']:.3f}"
         lines.append(f"| {r['policy']} | {r['rate']:.2f} | {r['goodput_rps']:.3f} | {r['throughput_tok_s']:.1f} | "
                      f"{r['ttft_p50']:.2f} / {r['ttft_p99']:.2f} | {tp50} | {acc} | {r.get('exact', '-')} | "
@@ -204,6 +215,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--table-from", default=None, help="re-render the markdown table of a serve_bench.json and exit")
     ap.add_argument("--rates", default="0.25,0.5,1,2", help="comma-separated request rates (req/s)")
     ap.add_argument("--requests", type=int, default=24, help="requests per rate (bounded run)")
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -219,6 +231,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm")
     args = ap.parse_args(argv)
+    if args.table_from:
+        print(table(json.loads(Path(args.table_from).read_text())))
+        return
     args.rates = [float(x) for x in args.rates.split(",")]
     policies = [p for p in args.policies.split(",") if p]
     for p in policies:
