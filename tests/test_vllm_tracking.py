@@ -132,6 +132,10 @@ def test_batched_cpp_path_drafts_exactly_what_the_python_proposer_drafts(seed):
     assert e1.accepted > 0.3 * e1.drafted
     assert fast.proposer.global_stats()["documents"] == slow.proposer.global_stats()["documents"] > 0
     assert fast.stats.accepted == slow.stats.accepted > 0
+    # both paths learnt the same match-length calibration from the same commits
+    assert fast._fast.calibration.tested.sum() > 0
+    assert (fast._fast.calibration.tested == slow.proposer.calibration.tested).all()
+    assert np.allclose(fast._fast.calibration.ratios(), slow.proposer.calibration.ratios())
 
 
 def test_drafts_are_accepted_and_counted():

@@ -517,6 +517,8 @@ class SuffixRowBatch:
     default tenant), so both paths draft the same trees; each drafted row gets the tree's best
     root-to-leaf path (largest summed node probability), at most ``k`` tokens. The requests live
     in this object, not in the proposer's ``begin``/``commit`` table; the global cache is shared.
+    The match-length calibration is the batch's own too (:attr:`calibration`), learnt from its rows'
+    commits under the proposer's ``calibrate`` mode; ``proposer.calibration`` is left untouched.
     Why: vLLM calls its drafter once per step with the whole batch, and a Python call per request
     and per commit costs more than the C++ draft itself.
     """
@@ -563,6 +565,11 @@ class SuffixRowBatch:
     def tracked(self) -> int:
         """Requests tracked (in a row last step, or parked until they come back or are ended)."""
         return self._batch.tracked
+
+    @property
+    def calibration(self):
+        """The batch's :class:`MatchCalibration` (live)."""
+        return self._batch.calibration
 
     def memory_bytes(self) -> int:
         """Host bytes of the per-request automata and token copies (the global cache is the proposer's)."""
