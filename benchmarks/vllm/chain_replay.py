@@ -31,40 +31,27 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from bench_propose import arctic_cache  # noqa: E402
-from common import DEFAULT_DATA, VOCAB, parse_curve, read_rows  # noqa: E402
+from common import DEFAULT_DATA, VOCAB, accepted_length, parse_curve, read_rows  # noqa: E402
 
-from specdec._ext import load  # noqa: E402
 from specdec.engine.verify_cost import VerifyCostModel  # noqa: E402
+from specdec.integrations.rows import best_chain  # noqa: E402
 from specdec.proposers.suffix import SuffixProposer  # noqa: E402
+from specdec.proposers.suffix_automaton import MatchCalibration  # noqa: E402
 
 DEFAULT_COST = "0:23.2,1:25.4,2:25.4,4:27.0,8:29.5,16:42.4,32:52.3"  # docs/engine.md, SmolLM2 on this CPU (ms)
-
-
-def accepted_prefix(chain: list[int], truth: list[int]) -> int:
-    n = 0
-    while n < len(chain) and n < len(truth) and chain[n] == truth[n]:
-        n += 1
-    return n
 
 
 class SpecdecChains:
     def __init__(self, mode: str, k: int, tree_budget: int, floor: float = 0.0):
         self.prop = SuffixProposer(VOCAB, calibrate=mode)
-        self.k, self.budget, self.floor, self.best_path = k, tree_budget, floor, load().best_path
+        self.k, self.budget, self.floor = k, tree_budget, floor
 
     def begin(self, rid, prompt):
         self.prop.begin(rid, prompt)
 
     def draft(self, rid, context):
         (scored,) = self.prop.propose_scored([rid], self.budget)
-        tree = scored.tree
-        probs = scored.node_probs.tolist()
-        chain = []
-        for v in self.best_path(tree.parents.tolist(), probs, self.k):
-            if probs[v] < self.floor:
-                break
-            chain.append(int(tree.tokens[v]))
-        return chain
+        return best_chain(scored.tree, scored.node_probs, self.k, self.floor)
 
     def commit(self, rid, ids):
         self.prop.commit(rid, ids)
@@ -101,7 +88,7 @@ def replay(rows: list[dict], method, cost: VerifyCostModel) -> dict:
         pos = 0
         while pos < len(answer):
             chain = method.draft(rid, context)
-            a = min(accepted_prefix(chain, answer[pos:]), len(answer) - pos - 1)
+            a = min(accepted_length(chain, list(range(-1, len(chain) - 1)), answer[pos:]), len(answer) - pos - 1)
             ids = answer[pos : pos + a + 1]
             t.update(steps=1, tokens=a + 1, accepted=a, drafted=len(chain), cost=cost.cost(len(chain)) / cost.cost(0))
             method.commit(rid, ids)
@@ -114,18 +101,18 @@ def replay(rows: list[dict], method, cost: VerifyCostModel) -> dict:
 
 
 LENGTHS = ("1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+")
+SHORTEST = (1, 2, 3, 5, 9, 17, 33, 65)  # the shortest matched length of each bucket
 
 
 def print_cells(prop: SuffixProposer) -> None:
     """The learnt table's single-continuation cells (one continuation seen once) by matched length:
     nodes tested and the share accepted (accepted / predicted: their raw estimate is 1)."""
     c = prop.calibration
-    eb, sb = c.evidence_buckets, c.share_buckets
     print("\nsingle continuation seen once, by matched context length (tested nodes: accepted share)")
     print("| cache | " + " | ".join(LENGTHS) + " |")
     print("|---|" + "---:|" * len(LENGTHS))
-    for cache, name in enumerate(("request", "global", "pooled")):
-        cells = [(cache * c.length_buckets + b) * eb * sb for b in range(c.length_buckets)]
+    for name in ("request", "global", "pooled"):
+        cells = [MatchCalibration.cell(name, length, 1, 1) for length in SHORTEST]
         if c.tested[cells].sum() == 0:
             continue
         print(f"| {name} | " + " | ".join(

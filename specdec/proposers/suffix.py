@@ -343,8 +343,7 @@ class SuffixProposer:
         req = self._get(req_id)
         ids = as_token_array(accepted_ids, self.vocab_size, "accepted_ids")
         if req.drafted_at == req.n and ids.size:
-            if self.calibrate == "online":
-                self.calibration.observe(*req.last, ids)
+            self.calibration.observe(*req.last, ids)
             req.drafted_at = -1
         req.sam.extend(ids)
         req.append(ids)
@@ -445,7 +444,8 @@ class SuffixProposer:
             list(sources.values()), budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior,
             calibration, source or "request", True,
         )
-        req.last, req.drafted_at = (toks, parents, cells, raws), req.n
+        if self.calibrate == "online":  # scored against the next commit
+            req.last, req.drafted_at = (toks, parents, cells, raws), req.n
         return toks, parents, probs, source
 
     # ------------------------------------------------------------------ accounting

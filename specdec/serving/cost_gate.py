@@ -141,8 +141,9 @@ class CostGate:
     def rates(self, rows: int) -> np.ndarray | None:
         """``[k + 1]`` predicted emitted tokens per second at budgets 0..k, None until trusted."""
         theta = self.coefficients()
-        if theta is None:
-            return None
+        return None if theta is None else self._rates(theta, rows)
+
+    def _rates(self, theta: np.ndarray, rows: int) -> np.ndarray:
         a, b, d, c = theta
         f, q = self.depth_acceptance()
         drafted = np.concatenate([[0.0], np.cumsum(f)])               # [k + 1] tokens per row
@@ -153,11 +154,10 @@ class CostGate:
     def floor(self, rows: int, budget: int) -> float:
         """The acceptance probability below which one more drafted token lowers the predicted rate
         at ``budget``: ``c * rate(budget)`` (0 until the fit is trusted, and for budget 0)."""
-        theta = self.coefficients()
-        if theta is None or budget <= 0:
+        theta = self.coefficients() if budget > 0 else None
+        if theta is None:
             return 0.0
-        rates = self.rates(max(1, rows))
-        return float(min(1.0, theta[3] * rates[min(budget, self.k)]))
+        return float(min(1.0, theta[3] * self._rates(theta, max(1, rows))[min(budget, self.k)]))
 
     # ------------------------------------------------------------------ deciding
     def budget(self, rows: int) -> int:

@@ -68,7 +68,6 @@ class GatedDrafting:
         self._steps = 0
         self._last_call: float | None = None
         self._budget = self._verified_budget = 0  # budget of this call / of the drafts just verified
-        self.floor = 0.0  # this call's per-token probability bar (cost gate only)
 
     def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None) -> None:
         """Per row ``[rows]``: tokens drafted into the step that just ran and how many were accepted.
@@ -90,13 +89,18 @@ class GatedDrafting:
         self._last_call = now
         self._verified_budget = self._budget  # this call's drafts are verified by the next step
 
+    @property
+    def floor(self) -> float:
+        """This call's per-token acceptance bar (cost gate only; 0 otherwise)."""
+        return self.stats.floor
+
     def decide(self, batch_size: int, context: float) -> GateDecision:
         """This step's decision; counted, and logged on a switch and every ``log_every`` steps."""
         d = self.gate.decide(batch_size, context)
-        self.floor = 0.0
+        floor = 0.0
         if d.speculate and self.cost is not None:
             j = self.cost.budget(batch_size)
-            self.floor = self.cost.floor(batch_size, j)
+            floor = self.cost.floor(batch_size, j)
             d = GateDecision(j > 0, j, self.cost.last_reason)
         s = self.stats
         if d.speculate:
@@ -104,7 +108,7 @@ class GatedDrafting:
         else:
             s.steps_gated += 1
         self._budget = s.budget = d.budget if d.speculate else 0
-        s.floor = self.floor
+        s.floor = floor
         switched = s.gate_on != self.gate.on
         s.gate_on, s.last_reason, s.switches = self.gate.on, d.reason, self.gate.switches
         self._steps += 1
@@ -113,7 +117,7 @@ class GatedDrafting:
         if self.log_every and self._steps % self.log_every == 0:
             rate = "n/a" if s.accept_rate is None else f"{s.accept_rate:.3f}"
             fit = self.cost.coefficients() if self.cost is not None else None
-            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s, floor %.3f" % (*fit, self.floor)
+            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s, floor %.3f" % (*fit, s.floor)
             logger.info("specdec drafter: %d steps drafting, %d gated off, %d drafted, %d accepted (%.3f), "
                         "gate acceptance %s, last: %s%s", s.steps_drafting, s.steps_gated, s.drafted, s.accepted,
                         s.accepted / s.drafted if s.drafted else 0.0, rate, d.reason, fit)
