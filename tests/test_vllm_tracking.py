@@ -294,3 +294,14 @@ def test_cost_gate_hands_its_floor_to_the_chains():
             floors.append(d.stats.floor)
             assert d.gating.floor == d.stats.floor
     assert floors and max(floors) > 0.0
+
+
+def test_chain_floor_out_of_range_is_refused():
+    from specdec.integrations.rows import best_chain
+    from specdec.tree import DraftTree
+
+    tree = DraftTree.chain([3, 4])
+    assert best_chain(tree, [0.9, 0.4], 2, 0.5) == [3]
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="min_prob must be in"):
+            best_chain(tree, [0.9, 0.4], 2, bad)

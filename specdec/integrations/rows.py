@@ -43,6 +43,8 @@ def best_chain(tree: DraftTree, probs, k: int, min_prob: float = 0.0) -> list[in
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
+    if not 0.0 <= min_prob <= 1.0:
+        raise ValueError(f"min_prob must be in [0, 1], got {min_prob}")
     n = tree.num_nodes
     if n == 0 or k == 0:
         return []
