@@ -54,6 +54,10 @@ BAD = [
     (["plan", "--memory-gb", "0"], "--memory-gb: must be > 0.0"),
     (["plan", "--memory-gb", "1", "--loads", "0.5,1.5"], "must be <= 1.0, got 1.5"),
     (["plan", "--memory-gb", "1", "--categories", "nonsense"], "unknown categories ['nonsense']"),
+    (["plan", "--memory-gb", "1", "--max-batched-tokens", "2048"], "add --scheduler packed"),
+    (["plan", "--memory-gb", "1", "--scheduler", "orca"], "invalid choice: 'orca'"),
+    (["plan", "--memory-gb", "1", "--max-batch", "0"], "--max-batch: must be >= 1, got 0"),
+    (["plan", "--memory-gb", "1", "--cost-off", "off.json"], "--cost-off pairs with --cost"),
     (["check", "--proposer", "lookahead"], "unknown proposer spec 'lookahead'"),
     (["review", "/no/such/plan"], "run `specdec plan` first"),
 ]

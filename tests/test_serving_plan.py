@@ -41,6 +41,19 @@ def test_useless_proposer_is_not_recommended_and_useful_one_is(good_plan):
     assert {r["policy"] for r in prop.rows} >= {"off", "always", "adaptive"}
 
 
+def test_a_packed_engine_plan_uses_the_packed_server_and_its_batch_cap():
+    import dataclasses
+
+    packed = dataclasses.replace(SETTINGS, max_batch=8, scheduler="packed", max_batched_tokens=512)
+    measured = {"lookup": ({"all": good_acceptance()}, ProposerMemory(10_000_000, 0.0))}
+    pp = plan_pool(POOL, measured, gpu_like_cost(), items(), packed, weights_bytes=500_000_000,
+                   kv_bytes_token=100_000)
+    phased = _plan(good_acceptance())
+    assert pp.recommended.policy in ("gated", "adaptive", "always")
+    # a batch cap of 8 lowers the saturation rate against the memory-bound phased plan
+    assert pp.capacity_rps < phased.capacity_rps
+
+
 def test_choose_prefers_the_policy_with_the_best_worst_case():
     rows = [
         dict(rate=1, policy="off", goodput_rps=1.0),

@@ -21,7 +21,8 @@ from ..serving.pools import Pool, load_pools
 from ..serving.report import write_report
 from ..serving.review import make_trigger
 from ..prompts import read_prompt_records
-from .args import add_model_args, add_proposer_args, bounded, csv, positive, positive_int, probability, proposers
+from .args import (UsageError, add_model_args, add_proposer_args, bounded, csv, positive, positive_int, probability,
+                   proposers)
 from .common import log
 
 QUICK_GRID = {"batch": (1, 2, 4, 8), "tokens": (1, 4, 8, 16), "context": (64, 320), "prefill": (64, 256)}
@@ -56,6 +57,14 @@ def register(subparsers) -> None:
         default=8,
         help="largest draft budget considered (tokens per request per step)",
     )
+    p.add_argument("--max-batch", type=positive_int, default=None,
+                   help="running requests the server admits at most (vLLM's max_num_seqs; default: memory decides)")
+    p.add_argument("--scheduler", choices=("phased", "packed"), default="phased",
+                   help="phased: prefill iterations apart from decode steps (specdec's own loop); packed: prefill "
+                        "chunks ride in decode steps, nothing padded (vLLM V1; use with --cost from the engine, "
+                        "benchmarks/vllm/plan_vs_measured.py)")
+    p.add_argument("--max-batched-tokens", type=positive_int, default=None,
+                   help="packed scheduler: tokens per step (vLLM's max_num_batched_tokens; default unlimited)")
     p.add_argument("--requests", type=positive_int, default=200, help="simulated requests per load level")
     p.add_argument("--replications", type=positive_int, default=2)
     p.add_argument(
@@ -65,6 +74,9 @@ def register(subparsers) -> None:
         help="comma-separated load levels as fractions of saturation, in (0, 1]",
     )
     p.add_argument("--cost", default=None, help="reuse a calibration JSON instead of measuring")
+    p.add_argument("--cost-off", default=None,
+                   help="the step-time model of the engine without a drafter, for policies that never draft, when "
+                        "it runs differently (vLLM: async scheduling is off with custom_class; default: --cost)")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
     p.add_argument(
         "--tolerance", type=probability, default=0.15, help="acceptance drift that review will flag (relative)"
@@ -83,12 +95,18 @@ def run_plan(args) -> int:
     # Everything that can be wrong with the inputs is found before the target loads.
     pools = load_pools(args.pools) if args.pools else {"default": Pool("default", SLO(args.ttft, args.tpot), "off")}
     fractions = tuple(args.loads) if args.loads else DEFAULT_FRACTIONS
+    if args.max_batched_tokens is not None and args.scheduler != "packed":
+        raise UsageError("--max-batched-tokens is the packed scheduler's token budget; add --scheduler packed")
     settings = PlanSettings(
-        int(args.memory_gb * 2**30), args.max_budget, args.requests, fractions, args.replications, args.seed
+        int(args.memory_gb * 2**30), args.max_budget, args.requests, fractions, args.replications, args.seed,
+        max_batch=args.max_batch, scheduler=args.scheduler, max_batched_tokens=args.max_batched_tokens,
     )
     workload_path = args.workload or str(default_workload_path())
     read_prompt_records(workload_path, categories=args.categories, per_category=args.per_category)
     cost = StepCostModel.load(args.cost) if args.cost else None
+    if args.cost_off and not args.cost:
+        raise UsageError("--cost-off pairs with --cost (both models from the same engine)")
+    settings.cost_off = StepCostModel.load(args.cost_off) if args.cost_off else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log(f"loading target {args.model}")

@@ -40,20 +40,31 @@ import numpy as np
 FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read", "multi_token")
 
 
-def features(batch: float, tokens: float, context: float) -> np.ndarray:
-    """Work terms ``[6]`` of one forward (see the module docstring for their meaning)."""
+def features(batch: float, tokens: float, context: float, multi_rows: float | None = None) -> np.ndarray:
+    """Work terms ``[6]`` of one forward (see the module docstring for their meaning).
+
+    ``multi_rows`` is how many of the ``batch`` rows feed more than one token (default: all of
+    them when ``tokens > 1``, else none). A step measured as an average over an engine's steps,
+    where only some rows carried drafts, sets it to the mean number of drafting rows.
+    """
     b, n, c = float(batch), float(tokens), float(context)
-    return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c, b * (n > 1.0)])
+    m = b * (n > 1.0) if multi_rows is None else float(multi_rows)
+    return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c, m])
 
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One timed forward: ``batch`` sequences x ``tokens`` new tokens on ``context`` cached ones."""
+    """One timed forward: ``batch`` sequences x ``tokens`` new tokens on ``context`` cached ones.
+
+    ``tokens`` and ``context`` may be means over measured steps; ``multi_rows`` is then the mean
+    number of rows that fed more than one token (None: see :func:`features`).
+    """
 
     batch: int
-    tokens: int
-    context: int
+    tokens: float
+    context: float
     seconds: float
+    multi_rows: float | None = None
 
 
 @dataclasses.dataclass
@@ -100,6 +111,23 @@ class StepCostModel:
             return 0.0
         return float(features(batch, tokens_per_seq, context) @ self.weights)
 
+    def packed_step_time(self, pieces: Sequence[tuple[int, float]]) -> float:
+        """Seconds for one *packed* forward: each piece is ``(new tokens, cached context)`` of one sequence.
+
+        Why: engines that flatten a batch into one token list (vLLM V1) mix decode rows and prefill
+        chunks in a step and pad nothing, so a step costs the sum of its sequences' work plus one
+        fixed overhead, not ``B`` times its widest row. Each piece is charged as a one-sequence
+        forward; the fixed term is counted once. Pieces with 0 new tokens cost nothing.
+        """
+        if any(n < 0 or c < 0 for n, c in pieces):
+            raise ValueError(f"packed_step_time needs new tokens and context >= 0, got {list(pieces)}")
+        feats = [features(1, n, c) for n, c in pieces if n > 0]
+        if not feats:
+            return 0.0
+        total = np.sum(feats, axis=0)
+        total[0] = 1.0
+        return float(total @ self.weights)
+
     def prefill_time(self, prompt_lens: Sequence[int]) -> float:
         """Seconds to prefill a group of prompts in one padded forward (``n`` = longest prompt)."""
         lens = [int(p) for p in prompt_lens]
@@ -124,7 +152,7 @@ class StepCostModel:
         for s in samples:
             if not (s.seconds > 0 and math.isfinite(s.seconds)):
                 raise ValueError(f"calibration sample has a non-positive or non-finite time: {s}")
-        X = np.stack([features(s.batch, s.tokens, s.context) for s in samples])
+        X = np.stack([features(s.batch, s.tokens, s.context, s.multi_rows) for s in samples])
         y = np.array([s.seconds for s in samples])
         w = _nnls_relative(X, y)
         outliers: list[Sample] = []

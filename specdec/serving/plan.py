@@ -45,6 +45,9 @@ class PlanSettings:
     min_gain: float = 0.03
     min_tpot_gain: float = 0.10
     max_batch: int | None = None
+    scheduler: str = "phased"  # "packed": the engine mixes prefill chunks into decode steps (vLLM V1)
+    max_batched_tokens: int | None = None  # the packed engine's token budget per step
+    cost_off: StepCostModel | None = None  # the engine without a drafter, when it runs differently (vLLM)
 
     def __post_init__(self):
         if self.memory_budget_bytes <= 0:
@@ -83,7 +86,9 @@ class PoolPlan:
 
 def server_for(cost: StepCostModel, acceptance: Mapping[str, AcceptanceDist], items: Sequence[WorkloadItem], *,
                memory_budget_bytes: int, weights_bytes: int, kv_bytes_token: int, proposer_memory: ProposerMemory,
-               max_budget: int, max_batch: int | None, seed: int) -> tuple[ServerConfig, int, int]:
+               max_budget: int, max_batch: int | None, seed: int, scheduler: str = "phased",
+               max_batched_tokens: int | None = None,
+               cost_off: StepCostModel | None = None) -> tuple[ServerConfig, int, int]:
     """The simulated server plus admitted concurrency without / with the proposer loaded."""
     mean_tokens = float(np.mean([i.prompt_len + i.output_len for i in items]))
     free_off = memory_budget_bytes - weights_bytes
@@ -98,7 +103,8 @@ def server_for(cost: StepCostModel, acceptance: Mapping[str, AcceptanceDist], it
     server = ServerConfig(cost, dict(acceptance), kv_capacity_tokens=int(free_on // kv_bytes_token),
                           kv_capacity_tokens_off=int(free_off // kv_bytes_token),
                           proposer_token_overhead=proposer_memory.bytes_per_token / kv_bytes_token,
-                          max_batch=max_batch, seed=seed)
+                          max_batch=max_batch, seed=seed, scheduler=scheduler,
+                          max_batched_tokens=max_batched_tokens, cost_off=cost_off)
     return server, off.sequences, on.sequences
 
 
@@ -137,7 +143,9 @@ def plan_proposer(pool: Pool, spec: str, acceptance: Mapping[str, AcceptanceDist
     server, adm_off, adm_on = server_for(cost, acceptance, items, memory_budget_bytes=settings.memory_budget_bytes,
                                          weights_bytes=weights_bytes, kv_bytes_token=kv_bytes_token,
                                          proposer_memory=memory, max_budget=settings.max_budget,
-                                         max_batch=settings.max_batch, seed=settings.seed)
+                                         max_batch=settings.max_batch, seed=settings.seed,
+                                         scheduler=settings.scheduler, max_batched_tokens=settings.max_batched_tokens,
+                                         cost_off=settings.cost_off)
     context = float(np.mean([i.prompt_len + i.output_len / 2 for i in items]))
     opt = BudgetOptimizer(cost, acceptance["all"], min(settings.max_budget, acceptance["all"].max_budget))
     budget, _ = opt.best(1, context)
@@ -208,6 +216,9 @@ def plan_pool(pool: Pool, measured: Mapping[str, tuple[Mapping[str, AcceptanceDi
         max_budget=settings.max_budget,
         max_batch=settings.max_batch,
         seed=settings.seed,
+        scheduler=settings.scheduler,
+        max_batched_tokens=settings.max_batched_tokens,
+        cost_off=settings.cost_off,
     )
     cap = capacity_rps(items, server, seed=settings.seed)
     rates = [f * cap for f in settings.load_fractions]

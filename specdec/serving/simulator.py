@@ -21,6 +21,14 @@ Server model (iteration-level scheduling, as in vLLM/Orca):
   acceptances); the step costs ``t_target(B, 1 + max d, mean context)`` (trees are padded to the
   widest) plus the proposer's time for each drafting request; each request emits ``1 + a`` tokens.
 * The clock jumps to the next arrival when nothing is running.
+
+``scheduler="packed"`` models an engine that flattens each step into one token list (vLLM V1):
+no separate prefill iterations. Every step runs all decoding requests (``1 + d`` tokens each,
+``d`` drawn as above) and, in the same forward, prefill chunks of newly admitted requests in
+arrival order, within ``max_batched_tokens`` (a prompt longer than what is left is split across
+steps: chunked prefill). A request emits its first token at the end of the step that completes
+its prompt. The step costs :meth:`StepCostModel.packed_step_time` of its pieces: the sum of each
+sequence's own work and one fixed overhead, with nothing padded.
 """
 
 from __future__ import annotations
@@ -57,6 +65,14 @@ class ServerConfig:
         padded_context: the engine pads every sequence to the longest in the batch (as the
             Hugging Face adapter's right-padded cache does), so a step reads the *longest*
             context; otherwise (a paged cache) the mean context is charged.
+        scheduler: ``"phased"`` (prefill iterations apart from decode steps, padded trees) or
+            ``"packed"`` (vLLM V1: prefill chunks ride in decode steps; see the module docstring).
+        max_batched_tokens: the packed scheduler's token budget per step (None: unlimited);
+            decode rows are scheduled first, prefill chunks fill what is left.
+        cost_off: the step-time model of the engine as policies that never draft run it (None:
+            ``cost``). An engine may run differently with a drafter configured at all: vLLM turns
+            async scheduling off for a ``custom_class`` drafter, so its plain steps cost more
+            than those of an engine without speculation.
     """
 
     cost: StepCostModel
@@ -67,8 +83,19 @@ class ServerConfig:
     max_batch: int | None = None
     seed: int = 0
     padded_context: bool = False
+    scheduler: str = "phased"
+    max_batched_tokens: int | None = None
+    cost_off: StepCostModel | None = None
+
+    def cost_for(self, policy: Policy) -> StepCostModel:
+        """The step-time model ``policy`` runs on (``cost_off`` for one that never drafts, when given)."""
+        return self.cost_off if self.cost_off is not None and not policy.uses_proposer else self.cost
 
     def __post_init__(self):
+        if self.scheduler not in ("phased", "packed"):
+            raise ValueError(f"scheduler must be 'phased' or 'packed', got {self.scheduler!r}")
+        if self.max_batched_tokens is not None and self.max_batched_tokens < 1:
+            raise ValueError(f"max_batched_tokens must be >= 1 or None, got {self.max_batched_tokens}")
         if self.max_batch is not None and self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 or None, got {self.max_batch}")
         for name in ("kv_capacity_tokens", "kv_capacity_tokens_off"):
@@ -147,7 +174,10 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
     if not reqs:
         raise ValueError("simulate needs at least one request")
+    if server.scheduler == "packed":
+        return _simulate_packed(reqs, policy, server)
     policy.reset()
+    cost = server.cost_for(policy)
     sampler = _Sampler(server.seed)
     capacity = (
         server.kv_capacity_tokens
@@ -198,7 +228,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
             reserved += n
             admitted.append(waiting.popleft())
         if admitted:
-            dt = server.cost.prefill_time([r.item.prompt_len for r in admitted])
+            dt = cost.prefill_time([r.item.prompt_len for r in admitted])
             t += dt
             busy += dt
             for r in admitted:
@@ -219,7 +249,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         budgets = [0 if r.req.opt_out else k for r in running]
         draws = [sampler.draw(dists[r.req.item.category], b) if b else (0, 0) for r, b in zip(running, budgets)]
         width = max(d for d, _ in draws)
-        dt = server.cost.step_time(B, 1 + width, ctx)
+        dt = cost.step_time(B, 1 + width, ctx)
         dt += sum(prop_s[r.req.item.category] for r, b in zip(running, budgets) if b > 0)
         t += dt
         busy += dt
@@ -245,3 +275,98 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
     return SimResult(
         records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches
     )
+
+
+@dataclasses.dataclass
+class _Packed:
+    req: SimRequest
+    reserved: float
+    prefilled: int = 0
+    generated: int = 0
+    first: float = 0.0
+
+
+def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
+    """The ``scheduler="packed"`` server of the module docstring; ``reqs`` sorted by arrival."""
+    policy.reset()
+    cost = server.cost_for(policy)
+    sampler = _Sampler(server.seed)
+    capacity = server.kv_capacity_tokens if policy.uses_proposer else (server.kv_capacity_tokens_off
+                                                                       or server.kv_capacity_tokens)
+    overhead = server.proposer_token_overhead if policy.uses_proposer else 0.0
+    reserve_draft = policy.max_budget
+    dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if policy.uses_proposer else {}
+    budget_tokens = server.max_batched_tokens
+    waiting: collections.deque[SimRequest] = collections.deque()
+    running: list[_Packed] = []  # admission order: prefill chunks are granted in this order
+    records: list[RequestRecord] = []
+    t = busy = reserved = 0.0
+    nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
+
+    def need(r: SimRequest) -> float:
+        return (r.item.prompt_len + r.item.output_len) * (1.0 + overhead) + reserve_draft
+
+    while nxt < len(reqs) or waiting or running:
+        if not waiting and not running:
+            t = max(t, reqs[nxt].arrival)
+        while nxt < len(reqs) and reqs[nxt].arrival <= t:
+            waiting.append(reqs[nxt])
+            nxt += 1
+        while waiting and (server.max_batch is None or len(running) < server.max_batch):
+            n = need(waiting[0])
+            if capacity is not None and reserved + n > capacity:
+                if not running:
+                    raise ValueError(f"request {waiting[0].rid} needs {n:.0f} KV tokens but the cache holds "
+                                     f"{capacity}: it can never be admitted; raise the memory budget or shorten "
+                                     "the workload")
+                break
+            reserved += n
+            running.append(_Packed(waiting.popleft(), n))
+        decoding = [r for r in running if r.prefilled == r.req.item.prompt_len]
+        ctx = float(np.mean([r.req.item.prompt_len + r.generated for r in decoding])) if decoding else 0.0
+        k = int(policy.decide(len(running), ctx)) if decoding else 0
+        if not 0 <= k <= reserve_draft:
+            raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
+        draws = {id(r): sampler.draw(dists[r.req.item.category], 0 if r.req.opt_out else k) if k else (0, 0)
+                 for r in decoding}
+        pieces = [(1 + draws[id(r)][0], r.req.item.prompt_len + r.generated) for r in decoding]
+        left = None if budget_tokens is None else budget_tokens - sum(n for n, _ in pieces)
+        chunks: dict[int, int] = {}
+        for r in running:
+            todo = r.req.item.prompt_len - r.prefilled
+            if todo and (left is None or left > 0):
+                chunks[id(r)] = todo if left is None else min(todo, left)
+                pieces.append((chunks[id(r)], r.prefilled))
+                left = None if left is None else left - chunks[id(r)]
+        dt = cost.packed_step_time(pieces)
+        dt += sum(dists[r.req.item.category].propose_s_per_req for r in decoding if draws[id(r)][0] > 0)
+        t += dt
+        busy += dt
+        drafted = accepted = 0
+        still: list[_Packed] = []
+        for r in running:
+            if id(r) in chunks:
+                r.prefilled += chunks[id(r)]
+                if r.prefilled == r.req.item.prompt_len:
+                    r.generated, r.first = 1, t
+            elif id(r) in draws:
+                d, a = draws[id(r)]
+                drafted += d
+                accepted += a
+                r.generated += min(1 + a, r.req.item.output_len - r.generated)
+            if r.generated >= r.req.item.output_len:
+                reserved -= r.reserved
+                records.append(RequestRecord(r.req.rid, r.req.arrival, r.first, t, r.generated, r.req.item.category,
+                                             r.req.opt_out))
+            else:
+                still.append(r)
+        running = still
+        if decoding:
+            steps += 1
+            batch_sum += len(decoding)
+            max_b = max(max_b, len(decoding))
+            drafted_total += drafted
+            accepted_total += accepted
+            policy.observe(drafted, accepted)
+    return SimResult(records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total,
+                     policy.switches)
