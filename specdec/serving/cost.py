@@ -66,6 +66,42 @@ class Sample:
     seconds: float
     multi_rows: float | None = None
 
+    def work(self) -> np.ndarray:
+        """Its work terms ``[6]`` (:func:`features`)."""
+        return features(self.batch, self.tokens, self.context, self.multi_rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSample:
+    """One timed engine step given by its work terms directly (``[6]``, :data:`FEATURE_NAMES` order).
+
+    Why: a packed engine's step mixes decode rows and prefill chunks of different lengths, which no
+    single ``(batch, tokens, context)`` describes; its work is the sum of its pieces'
+    (:func:`packed_features`), as :meth:`StepCostModel.packed_step_time` charges it.
+    """
+
+    terms: tuple[float, ...]
+    seconds: float
+
+    def work(self) -> np.ndarray:
+        return np.asarray(self.terms, dtype=np.float64)
+
+
+def packed_features(pieces: Sequence[tuple[float, float]], weights: Sequence[float] | None = None) -> np.ndarray:
+    """Work terms ``[6]`` of a packed step: the sum over pieces ``(new tokens, cached context)`` of a
+    one-sequence forward each (times its weight, default 1), with the fixed term counted once."""
+    if any(n < 0 or c < 0 for n, c in pieces):
+        raise ValueError(f"packed pieces need new tokens and context >= 0, got {list(pieces)}")
+    ws = [1.0] * len(pieces) if weights is None else [float(w) for w in weights]
+    if len(ws) != len(pieces) or any(w < 0 for w in ws):
+        raise ValueError("packed_features needs one weight >= 0 per piece")
+    total = np.zeros(len(FEATURE_NAMES))
+    for (n, c), w in zip(pieces, ws):
+        if n > 0 and w > 0:
+            total += w * features(1, n, c)
+    total[0] = 1.0 if total[1:].any() else 0.0
+    return total
+
 
 @dataclasses.dataclass
 class StepCostModel:
@@ -84,9 +120,9 @@ class StepCostModel:
     mean_rel_error: float = float("nan")
     max_rel_error: float = float("nan")
     loo_rel_error: float = float("nan")
-    samples: list[Sample] = dataclasses.field(default_factory=list)
+    samples: list[Sample | StepSample] = dataclasses.field(default_factory=list)
     meta: dict = dataclasses.field(default_factory=dict)
-    outliers: list[Sample] = dataclasses.field(default_factory=list)
+    outliers: list[Sample | StepSample] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         w = np.asarray(self.weights, dtype=np.float64)
@@ -119,14 +155,7 @@ class StepCostModel:
         fixed overhead, not ``B`` times its widest row. Each piece is charged as a one-sequence
         forward; the fixed term is counted once. Pieces with 0 new tokens cost nothing.
         """
-        if any(n < 0 or c < 0 for n, c in pieces):
-            raise ValueError(f"packed_step_time needs new tokens and context >= 0, got {list(pieces)}")
-        feats = [features(1, n, c) for n, c in pieces if n > 0]
-        if not feats:
-            return 0.0
-        total = np.sum(feats, axis=0)
-        total[0] = 1.0
-        return float(total @ self.weights)
+        return float(packed_features(pieces) @ self.weights)
 
     def prefill_time(self, prompt_lens: Sequence[int]) -> float:
         """Seconds to prefill a group of prompts in one padded forward (``n`` = longest prompt)."""
@@ -139,7 +168,8 @@ class StepCostModel:
 
     # ------------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, samples: Sequence[Sample], meta: dict | None = None, *, trim: bool = True) -> "StepCostModel":
+    def fit(cls, samples: Sequence[Sample | StepSample], meta: dict | None = None, *,
+            trim: bool = True) -> "StepCostModel":
         """Non-negative least squares on relative error, plus leave-one-out error.
 
         With ``trim``, points slower than the first fit by more than ``max(0.25, 4 x median
@@ -152,10 +182,10 @@ class StepCostModel:
         for s in samples:
             if not (s.seconds > 0 and math.isfinite(s.seconds)):
                 raise ValueError(f"calibration sample has a non-positive or non-finite time: {s}")
-        X = np.stack([features(s.batch, s.tokens, s.context, s.multi_rows) for s in samples])
+        X = np.stack([s.work() for s in samples])
         y = np.array([s.seconds for s in samples])
         w = _nnls_relative(X, y)
-        outliers: list[Sample] = []
+        outliers: list[Sample | StepSample] = []
         if trim:
             excess = (y - X @ w) / y  # > 0: slower than the fit
             limit = max(0.25, 4 * float(np.median(np.abs(excess))))
@@ -201,9 +231,9 @@ class StepCostModel:
             float(d.get("mean_rel_error", "nan")),
             float(d.get("max_rel_error", "nan")),
             float(d.get("loo_rel_error", "nan")),
-            [Sample(**s) for s in d.get("samples", [])],
+            [_sample_from(s) for s in d.get("samples", [])],
             dict(d.get("meta", {})),
-            [Sample(**s) for s in d.get("outliers", [])],
+            [_sample_from(s) for s in d.get("outliers", [])],
         )
 
     def save(self, path: str | Path) -> None:
@@ -216,6 +246,10 @@ class StepCostModel:
         except json.JSONDecodeError as e:
             raise ValueError(f"cost model file {path} is not valid JSON: {e}") from e
         return cls.from_dict(d)
+
+
+def _sample_from(d: dict) -> Sample | StepSample:
+    return StepSample(tuple(d["terms"]), d["seconds"]) if "terms" in d else Sample(**d)
 
 
 def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
