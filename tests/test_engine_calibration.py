@@ -150,3 +150,14 @@ def test_trace_samples_charge_drafting_rows_by_share_and_length():
     assert drafted[0].terms[2] == pytest.approx(5.0) and drafted[0].terms[5] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="draft_len >= 1"):
         trace_samples([a, b], draft_share=0.5, draft_len=0.0)
+
+
+def test_a_client_read_delay_is_dropped_not_fitted():
+    from specdec.serving.engine_calibration import Stream, trace_samples
+
+    # steps every 0.1 s; the client read the step at 0.5 s only at 0.59 s, 10 ms before the next
+    times = [0.1, 0.2, 0.3, 0.4, 0.59, 0.6, 0.7, 0.8]
+    samples = trace_samples([Stream(0.0, 20, times)], gap=0.005)
+    # the lone prefill (sent at 0, first chunk at 0.1), three steps, the two after the delay
+    assert [round(s.seconds, 3) for s in samples] == [0.1] * 6
+    assert samples[0].terms[2] == 20.0 and all(s.terms[2] == 1.0 for s in samples[1:])

@@ -4,16 +4,20 @@ For each policy (serve_bench's names; fixed-budget ones only) this script:
 
 1. **Calibrates** on a fresh vLLM server, through its public API only, with prompts that the
    measured run does not use (dev prompts of the same categories from ../shared/data):
-   * prefill: lone requests at several prompt lengths; the time to first token is one prefill;
-   * decode: bursts of B = 1..max_num_seqs requests sent at once (64 tokens each, EOS ignored);
-     while all B decode, the gaps between a request's streamed chunks are the engine's steps at
-     batch B (``specdec.serving.engine_calibration.decode_sample``); vLLM's speculative counters
-     around each burst give the drafted tokens per row and, summed, the acceptance histogram
-     (``acceptance_from_counters``).
+   * ``--calibration trace`` (default): one run whose arrival rate rises from ``--ramp``'s first
+     rate to its last, past saturation; the engine's steps are rebuilt from the streamed chunks
+     (``specdec.serving.engine_calibration.trace_samples``): each step's decode rows, the prompts
+     that rode in it, and its duration. Every batch size and prefill mix the engine runs is seen.
+   * ``--calibration bursts``: lone requests time prefill; bursts of B = 1..max_num_seqs requests
+     sent at once time decode steps at batch B (``decode_sample``). No step mixes a prefill into
+     decode rows, and with more burst requests than calibration prompts some prompts repeat, which
+     a cache shared across requests (vLLM's ``suffix`` method) then recognises.
 
-   The samples are fitted by ``StepCostModel.fit`` (the model ``specdec plan`` uses), one model
-   per policy: every policy runs its own engine configuration (vLLM turns async scheduling off
-   for ``custom_class``), and the fit sees it.
+   vLLM's speculative counters around the runs give the drafted tokens per row and the chain
+   acceptance histogram (``acceptance_from_counters``). The samples are fitted by
+   ``StepCostModel.fit`` (the model ``specdec plan`` uses), one model per policy: every policy
+   runs its own engine configuration (vLLM turns async scheduling off for ``custom_class``), and
+   the fit sees it.
 2. **Predicts** with specdec's simulator in its packed (vLLM V1) scheduler: the measured run's
    prompts, lengths and Poisson arrival times exactly (the load generator's seeded draws),
    ``max_num_seqs`` and vLLM's token budget; goodput, TTFT and TPOT per rate, averaged over
@@ -217,18 +221,12 @@ def main(argv=None):
     ap.add_argument("--prefill-points", type=int, default=6, help="prompt lengths timed for prefill")
     ap.add_argument("--calibration-prompts", type=int, default=48)
     ap.add_argument("--replications", type=int, default=8, help="simulator acceptance seeds averaged")
-    ap.add_argument("--slo-ttft", type=float, default=2.0)
-    ap.add_argument("--slo-tpot", type=float, default=0.15)
     ap.add_argument("--repeats", type=int, default=1, help="measured runs per policy and rate (the median is "
                     "compared: near saturation one run of a few dozen requests swings by 30%% or more)")
     ap.add_argument("--repeat-rates", default=None, help="comma-separated rates that get --repeats runs (default all)")
     ap.add_argument("--measured", type=Path, default=None, help="a serve_bench.json or plan_vs_measured.json to "
                     "compare with instead of measuring (same --requests, --max-tokens, --k, --max-num-seqs and seed)")
-    ap.add_argument("--request-timeout", type=float, default=300.0)
-    ap.add_argument("--start-timeout", type=float, default=300.0)
-    ap.add_argument("--port", type=int, default=18431)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-plan")
+    serve_bench.add_run_args(ap, port=18431, out=ROOT / "benchmarks" / "results" / "vllm-plan")
     args = ap.parse_args(argv)
     if args.table_from:
         print(table(json.loads(args.table_from.read_text())))

@@ -212,6 +212,17 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def add_run_args(ap: argparse.ArgumentParser, *, port: int, out: Path) -> None:
+    """The SLO, timeout, port, seed and output options of every script that drives a server here."""
+    ap.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT target, seconds")
+    ap.add_argument("--slo-tpot", type=float, default=0.15, help="TPOT target, seconds")
+    ap.add_argument("--request-timeout", type=float, default=300.0)
+    ap.add_argument("--start-timeout", type=float, default=300.0)
+    ap.add_argument("--port", type=int, default=port)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default=",".join(POLICIES))
@@ -223,13 +234,7 @@ def main(argv=None):
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--gate-off-above", type=float, default=4)
     ap.add_argument("--log-every", type=int, default=200, help="steps between the drafter's log lines")
-    ap.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT target, seconds")
-    ap.add_argument("--slo-tpot", type=float, default=0.15, help="TPOT target, seconds")
-    ap.add_argument("--request-timeout", type=float, default=300.0)
-    ap.add_argument("--start-timeout", type=float, default=300.0)
-    ap.add_argument("--port", type=int, default=18411)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm")
+    add_run_args(ap, port=18411, out=ROOT / "benchmarks" / "results" / "vllm")
     args = ap.parse_args(argv)
     if args.table_from:
         print(table(json.loads(Path(args.table_from).read_text())))

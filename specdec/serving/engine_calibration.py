@@ -168,7 +168,8 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
 
     Returns:
         One :class:`StepSample` per step that followed another step with work in between (the
-        engine was busy throughout, so the time between the two is this step), and one per
+        engine was busy throughout, so the time between the two is this step; an interval under
+        0.3 x the median and the one before it are dropped as a client read delay), and one per
         prefill of a request sent while nothing else was in the system (its time to first token).
         A decode row costs ``(1 - s) x`` a one-token row plus ``s x`` a ``1 + draft_len``-token
         row at its context; a request's first chunk marks its prompt as a piece of that step.
@@ -183,8 +184,15 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
             raise ValueError("every stream needs a first chunk at or after its send time")
     steps = cluster_steps(streams, gap)
     at = [min(streams[i].chunk_times[j] for i, j in step) for step in steps]
+    # a client that fell behind reads one step late and the next on time: a long interval then a
+    # short one; both are dropped (on relative error one near-zero interval would outweigh all others)
+    dts = np.diff(at)
+    short = {k + 1 for k, dt in enumerate(dts) if dt < 0.3 * float(np.median(dts))} if dts.size else set()
+    skip = short | {k - 1 for k in short}
     out: list[StepSample] = []
     for k, step in enumerate(steps):
+        if k in skip:
+            continue
         pieces, weights = [], []
         for i, j in step:
             s = streams[i]

@@ -169,6 +169,25 @@ class _Sampler:
         return max(d, a), a
 
 
+def _prepare(reqs: Sequence[SimRequest], policy: Policy, server: ServerConfig):
+    """What both schedulers set up per run: ``(cost, sampler, KV capacity, dists, need)``; resets ``policy``.
+
+    ``need(request)`` is the KV tokens a request reserves on admission: prompt + output (plus
+    the proposer's per-token memory when the policy uses one) + the policy's largest draft.
+    """
+    policy.reset()
+    on = policy.uses_proposer
+    capacity = server.kv_capacity_tokens if on else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
+    overhead = server.proposer_token_overhead if on else 0.0
+    reserve_draft = policy.max_budget
+    dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if on else {}
+
+    def need(r: SimRequest) -> float:
+        return (r.item.prompt_len + r.item.output_len) * (1.0 + overhead) + reserve_draft
+
+    return server.cost_for(policy), _Sampler(server.seed), capacity, dists, need
+
+
 def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
     """Run ``requests`` (sorted by arrival) through the server under ``policy``; see module docstring."""
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
@@ -176,17 +195,8 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         raise ValueError("simulate needs at least one request")
     if server.scheduler == "packed":
         return _simulate_packed(reqs, policy, server)
-    policy.reset()
-    cost = server.cost_for(policy)
-    sampler = _Sampler(server.seed)
-    capacity = (
-        server.kv_capacity_tokens
-        if policy.uses_proposer
-        else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
-    )
-    overhead = server.proposer_token_overhead if policy.uses_proposer else 0.0
+    cost, sampler, capacity, dists, need = _prepare(reqs, policy, server)
     reserve_draft = policy.max_budget
-    dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if policy.uses_proposer else {}
     prop_s = {c: d.propose_s_per_req for c, d in dists.items()}
 
     waiting: collections.deque[SimRequest] = collections.deque()
@@ -195,10 +205,6 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
     t = busy = 0.0
     reserved = 0.0
     nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
-
-    def need(r: SimRequest) -> float:
-        toks = r.item.prompt_len + r.item.output_len
-        return toks * (1.0 + overhead) + reserve_draft
 
     def finish(run: _Running) -> None:
         nonlocal reserved
@@ -288,23 +294,14 @@ class _Packed:
 
 def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
     """The ``scheduler="packed"`` server of the module docstring; ``reqs`` sorted by arrival."""
-    policy.reset()
-    cost = server.cost_for(policy)
-    sampler = _Sampler(server.seed)
-    capacity = server.kv_capacity_tokens if policy.uses_proposer else (server.kv_capacity_tokens_off
-                                                                       or server.kv_capacity_tokens)
-    overhead = server.proposer_token_overhead if policy.uses_proposer else 0.0
+    cost, sampler, capacity, dists, need = _prepare(reqs, policy, server)
     reserve_draft = policy.max_budget
-    dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if policy.uses_proposer else {}
     budget_tokens = server.max_batched_tokens
     waiting: collections.deque[SimRequest] = collections.deque()
     running: list[_Packed] = []  # admission order: prefill chunks are granted in this order
     records: list[RequestRecord] = []
     t = busy = reserved = 0.0
     nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
-
-    def need(r: SimRequest) -> float:
-        return (r.item.prompt_len + r.item.output_len) * (1.0 + overhead) + reserve_draft
 
     while nxt < len(reqs) or waiting or running:
         if not waiting and not running:
