@@ -80,13 +80,13 @@ def test_importing_the_light_parts_loads_neither_the_extension_nor_transformers(
 # top-level module or package of specdec; "" is the package's own __init__ (it re-exports).
 # Lower layers never reach up: nothing below the engine imports it, and no library layer imports
 # the command line.
-LOW = {"checks", "tree", "calibration", "_ext", "_compat", "_lazy"}
+LOW = {"checks", "tree", "calibration", "_ext", "_compat", "_lazy", "_requires"}
 ALLOWED = {
     "checks": set(),
     "calibration": set(),
     "tree": {"checks"},
     "ops": {"checks", "tree", "_ext"},
-    "verify": {"checks", "tree", "ops", "_ext"},
+    "verify": {"checks", "tree", "ops", "_ext", "_requires"},
     "sampling": {"checks", "tree"},
     "artifacts": {"proposers"},  # the Artifact protocol lives beside the proposers that implement it
     "prompts": set(),

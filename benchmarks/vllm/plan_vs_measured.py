@@ -116,7 +116,7 @@ async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path
     try:
         await serve_bench.wait_ready(port, proc, args.start_timeout)
         await drive(port, args.warmup_prompts, rate=0.0, max_tokens=8, timeout=args.request_timeout, seed=0)
-        if args.calibration == "trace":
+        if args.calibration in ("trace", "both"):
             # arrivals at a rate rising from idle to past saturation: every batch size, prefills mixed in
             ramp = np.linspace(args.ramp[0], args.ramp[1], len(prompts)).tolist()
             res, delta = await timed(port, prompts, ramp, args)
@@ -128,7 +128,11 @@ async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path
                                     tokens_per_chunk=[r["tokens"] / len(r["chunk_times"]) for r in res])
             print(f"  {policy}: trace of {len(prompts)} requests at {args.ramp[0]:g}..{args.ramp[1]:g} req/s: "
                   f"{len(samples)} steps, drafting share {f:.2f}, draft length {length:.2f}", flush=True)
-            return samples, totals
+            if args.calibration == "trace":
+                return samples, totals
+            # both: the bursts' steps join the fit; acceptance stays the trace's, where no prompt repeats
+            # (each burst sample still carries its own drafted tokens, so a cache that recognises a
+            # repeated prompt changes what the sample measured, not whether it is right)
         by_len = sorted(prompts, key=lambda p: len(p["prompt_token_ids"]))
         for p in [by_len[int(i)] for i in np.linspace(0, len(by_len) - 1, args.prefill_points)]:
             ttfts = [(await drive(port, [p], rate=0.0, max_tokens=2, timeout=args.request_timeout, seed=0))[0]["ttft"]
@@ -137,7 +141,8 @@ async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path
         for i, b in enumerate(args.bursts):
             group = [dict(prompts[(i * 7 + j) % len(prompts)], index=j) for j in range(b)]
             res, delta = await timed(port, group, 0.0, args)
-            add(res, delta)
+            if args.calibration == "bursts":
+                add(res, delta)
             context = float(np.mean([len(p["prompt_token_ids"]) for p in group])) + args.max_tokens / 2
             samples.append(decode_sample([r["chunk_times"] for r in res], context, row_steps=row_steps_of(res, delta),
                                          drafts=int(delta.get("drafts", 0)),
@@ -213,8 +218,9 @@ def main(argv=None):
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-num-seqs", type=int, default=16)
-    ap.add_argument("--calibration", choices=("trace", "bursts"), default="trace",
-                    help="trace: one run at a rising rate, steps rebuilt from the streams; bursts: B requests at once")
+    ap.add_argument("--calibration", choices=("trace", "bursts", "both"), default="trace",
+                    help="trace: one run at a rising rate, steps rebuilt from the streams; bursts: B requests at "
+                         "once; both: the two kinds of step in one fit (acceptance from the trace)")
     ap.add_argument("--ramp", default="0.3,4", help="trace: first and last arrival rate of the ramp (req/s)")
     ap.add_argument("--gap", type=float, default=0.012, help="trace: widest spread of one step's chunks (s)")
     ap.add_argument("--bursts", default="1,2,4,6,8,12,16", help="batch sizes of the decode calibration bursts")
