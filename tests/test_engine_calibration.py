@@ -161,3 +161,22 @@ def test_a_client_read_delay_is_dropped_not_fitted():
     # the lone prefill (sent at 0, first chunk at 0.1), three steps, the two after the delay
     assert [round(s.seconds, 3) for s in samples] == [0.1] * 6
     assert samples[0].terms[2] == 20.0 and all(s.terms[2] == 1.0 for s in samples[1:])
+
+
+def test_trace_inputs_and_packed_weights_are_refused_with_the_reason():
+    from specdec.serving.cost import packed_features
+    from specdec.serving.engine_calibration import Stream, trace_samples
+
+    with pytest.raises(ValueError, match="one weight >= 0 per piece"):
+        packed_features([(1, 10), (2, 10)], [1.0])
+    with pytest.raises(ValueError, match="one weight >= 0 per piece"):
+        packed_features([(1, 10)], [-1.0])
+    with pytest.raises(ValueError, match="new tokens and context >= 0"):
+        packed_features([(1, -3)])
+    good = Stream(0.0, 10, [0.1, 0.2])
+    with pytest.raises(ValueError, match="one entry per stream"):
+        trace_samples([good], tokens_per_chunk=[1.0, 1.0])
+    with pytest.raises(ValueError, match="first chunk at or after its send time"):
+        trace_samples([Stream(0.5, 10, [0.1, 0.2])])
+    with pytest.raises(ValueError, match="first chunk at or after its send time"):
+        trace_samples([Stream(0.0, 10, [])])

@@ -193,6 +193,13 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
     for k, step in enumerate(steps):
         if k in skip:
             continue
+        if k > 0 and _busy_between(streams, at[k - 1], at[k]):
+            seconds = at[k] - at[k - 1]
+        elif len(step) == 1 and step[0][1] == 0 and _alone(streams, step[0][0]):
+            s = streams[step[0][0]]
+            seconds = s.chunk_times[0] - s.sent
+        else:
+            continue  # the step after an idle gap: its start is not seen
         pieces, weights = [], []
         for i, j in step:
             s = streams[i]
@@ -203,12 +210,7 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
             ctx = s.prompt_len + j * tpc[i]
             pieces += [(1, ctx), (1 + draft_len, ctx)] if draft_share > 0 else [(1, ctx)]
             weights += [1.0 - draft_share, draft_share] if draft_share > 0 else [1.0]
-        work = packed_features(pieces, weights)
-        if k > 0 and _busy_between(streams, at[k - 1], at[k]):
-            out.append(StepSample(tuple(work.tolist()), at[k] - at[k - 1]))
-        elif all(j == 0 for _, j in step) and len(step) == 1 and _alone(streams, step[0][0]):
-            s = streams[step[0][0]]
-            out.append(StepSample(tuple(work.tolist()), s.chunk_times[0] - s.sent))
+        out.append(StepSample(tuple(packed_features(pieces, weights).tolist()), seconds))
     return out
 
 

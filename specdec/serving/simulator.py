@@ -188,6 +188,23 @@ def _prepare(reqs: Sequence[SimRequest], policy: Policy, server: ServerConfig):
     return server.cost_for(policy), _Sampler(server.seed), capacity, dists, need
 
 
+def _arrive(reqs: Sequence[SimRequest], nxt: int, t: float, waiting: collections.deque, *,
+            idle: bool) -> tuple[float, int]:
+    """Queue every request arrived by ``t`` (jumping the clock to the next arrival when the server
+    is idle with nothing waiting); returns the clock and the next request not yet arrived."""
+    if idle and not waiting:
+        t = max(t, reqs[nxt].arrival)
+    while nxt < len(reqs) and reqs[nxt].arrival <= t:
+        waiting.append(reqs[nxt])
+        nxt += 1
+    return t, nxt
+
+
+def _never_fits(req: SimRequest, need: float, capacity: int) -> ValueError:
+    return ValueError(f"request {req.rid} needs {need:.0f} KV tokens but the cache holds {capacity}: it can never be "
+                      "admitted; raise the memory budget or shorten the workload")
+
+
 def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
     """Run ``requests`` (sorted by arrival) through the server under ``policy``; see module docstring."""
     reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
@@ -216,20 +233,13 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         )
 
     while nxt < len(reqs) or waiting or running:
-        if not waiting and not running:
-            t = max(t, reqs[nxt].arrival)
-        while nxt < len(reqs) and reqs[nxt].arrival <= t:
-            waiting.append(reqs[nxt])
-            nxt += 1
+        t, nxt = _arrive(reqs, nxt, t, waiting, idle=not running)
         admitted: list[SimRequest] = []
         while waiting and (server.max_batch is None or len(running) + len(admitted) < server.max_batch):
             n = need(waiting[0])
             if capacity is not None and reserved + n > capacity:
                 if not running and not admitted:
-                    raise ValueError(
-                        f"request {waiting[0].rid} needs {n:.0f} KV tokens but the cache holds {capacity}: "
-                        "it can never be admitted; raise the memory budget or shorten the workload"
-                    )
+                    raise _never_fits(waiting[0], n, capacity)
                 break
             reserved += n
             admitted.append(waiting.popleft())
@@ -304,18 +314,12 @@ def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfi
     nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
 
     while nxt < len(reqs) or waiting or running:
-        if not waiting and not running:
-            t = max(t, reqs[nxt].arrival)
-        while nxt < len(reqs) and reqs[nxt].arrival <= t:
-            waiting.append(reqs[nxt])
-            nxt += 1
+        t, nxt = _arrive(reqs, nxt, t, waiting, idle=not running)
         while waiting and (server.max_batch is None or len(running) < server.max_batch):
             n = need(waiting[0])
             if capacity is not None and reserved + n > capacity:
                 if not running:
-                    raise ValueError(f"request {waiting[0].rid} needs {n:.0f} KV tokens but the cache holds "
-                                     f"{capacity}: it can never be admitted; raise the memory budget or shorten "
-                                     "the workload")
+                    raise _never_fits(waiting[0], n, capacity)
                 break
             reserved += n
             running.append(_Packed(waiting.popleft(), n))
