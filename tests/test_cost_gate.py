@@ -153,3 +153,33 @@ def test_floor_drops_the_tokens_that_do_not_pay():
     assert floor == pytest.approx(c * gate.rates(8)[j])
     assert 0.15 < floor < 0.81  # between the short rows' first token and the long rows' fourth
     assert gate.floor(8, 0) == 0.0 and CostGate(K).floor(8, 2) == 0.0  # plain, and before the fit
+
+
+def test_fit_keeps_d_and_c_non_negative_by_refitting_not_clamping():
+    """Nearly every step drafts and d is truly 0: the free fit's d comes out negative on noise. The
+    fit must be the least-squares optimum under d, c >= 0 (brute force over the faces, on the data),
+    so the plain step a + b rows stays right instead of absorbing the clamped share of d."""
+    rng = np.random.default_rng(3)
+    gate = CostGate(k=4, decay=1.0, min_fitted=4)
+    xs, ys = [], []
+    for i in range(400):
+        rows = int(rng.integers(5, 8))
+        drafted = np.zeros(rows, np.int64) if i % 25 == 0 else rng.integers(1, 5, rows)
+        seconds = 0.02 + 0.002 * rows + 0.0001 * drafted.sum() + rng.normal(0, 0.004)
+        gate.step(seconds, rows, 4, drafted, np.zeros(rows, np.int64), fit=True)
+        xs.append([1.0, rows, float(drafted.sum() > 0), float(drafted.sum())])
+        ys.append(seconds)
+    x, y = np.array(xs), np.array(ys)
+    free = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert free[2] < 0  # the case: clamping it alone would move its share into a
+    best = None
+    for cols in ([0, 1, 2, 3], [0, 1, 3], [0, 1, 2], [0, 1]):
+        theta = np.zeros(4)
+        theta[cols] = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
+        if (theta[2:] >= 0).all() and (best is None or ((x @ theta - y) ** 2).sum() < ((x @ best - y) ** 2).sum()):
+            best = theta
+    assert gate.coefficients() == pytest.approx(best, rel=1e-3, abs=1e-7)  # up to the fit's tiny ridge
+    clamped = free.copy()
+    clamped[2:] = np.maximum(clamped[2:], 0)
+    sse = lambda t: float(((x @ t - y) ** 2).sum())  # noqa: E731
+    assert sse(gate.coefficients()) < sse(clamped)

@@ -122,13 +122,24 @@ class CostGate:
 
     # ------------------------------------------------------------------ estimates
     def coefficients(self) -> np.ndarray | None:
-        """``[a, b, d, c]`` of the step-time fit (seconds; ``d, c >= 0``), None until trusted."""
+        """``[a, b, d, c]`` of the step-time fit (seconds), None until trusted.
+
+        The least-squares fit under ``d, c >= 0``: the best of the fits with both, one or neither
+        of them free, among those that keep them non-negative. Why not clamp the free fit: when
+        nearly every step drafts, the intercept and ``d`` are almost collinear, and zeroing a
+        negative ``d`` without refitting leaves its share in ``a`` (a plain step fitted 20% long).
+        """
         if self._fitted < self.min_fitted or self._plain < 2 or self._drafting < 2:
             return None
-        ridge = 1e-9 * np.trace(self._xtx) * np.eye(_NFEAT)
-        theta = np.linalg.solve(self._xtx + ridge, self._xty)
-        theta[2:] = np.maximum(theta[2:], 0.0)
-        return theta
+        xtx = self._xtx + 1e-9 * np.trace(self._xtx) * np.eye(_NFEAT)
+        best, best_gain = None, -np.inf
+        for free in ([0, 1, 2, 3], [0, 1, 3], [0, 1, 2], [0, 1]):
+            theta = np.zeros(_NFEAT)
+            theta[free] = np.linalg.solve(xtx[np.ix_(free, free)], self._xty[free])
+            # On a face's optimum the squared error is sum(y^2) - theta . X'y: the largest gain wins.
+            if theta[2] >= 0.0 and theta[3] >= 0.0 and (gain := float(theta @ self._xty)) > best_gain:
+                best, best_gain = theta, gain
+        return best
 
     def depth_acceptance(self) -> tuple[np.ndarray, np.ndarray]:
         """``(f [k], q [k])``: share of rows whose chain reaches each depth, and the chance a token
