@@ -148,6 +148,16 @@ def test_drafts_are_accepted_and_counted():
     assert 0.8 * engine.accepted <= d.stats.accepted <= engine.accepted
 
 
+def test_the_default_tree_is_num_speculative_tokens_nodes_and_an_option_overrides_it():
+    class _Wide(SuffixDrafter):
+        OPTIONS = {"tree_budget": 16, "log_every": 0}
+    assert _Options(_config(k=3))._fast.tree_budget == 3  # vLLM verifies one chain of at most k
+    assert _Options(_config(k=5))._fast.tree_budget == 5
+    assert _Wide(_config(k=3))._fast.tree_budget == 16
+    with pytest.raises(ValueError, match="'tree_budget' must be >= 1"):
+        type("_Bad", (SuffixDrafter,), {"OPTIONS": {"tree_budget": 0}})(_config())
+
+
 class _Gated(SuffixDrafter):
     OPTIONS = {"gate_off_above": 2, "log_every": 0}
 

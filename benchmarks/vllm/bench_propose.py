@@ -82,13 +82,13 @@ def arctic_cache():
     return SuffixDecodingCache, ""
 
 
-def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0) -> dict:
+def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0, tree: int = TREE) -> dict:
     traffic = Traffic(seed)
     fast_prop = make_proposer(traffic, global_tokens)
     slow_prop = make_proposer(Traffic(seed), global_tokens)
-    fast = fast_prop.row_batch(tree_budget=TREE)
-    keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=TREE)
-    slow = RowSession(slow_prop, tree_budget=TREE)
+    fast = fast_prop.row_batch(tree_budget=tree)
+    keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=tree)
+    slow = RowSession(slow_prop, tree_budget=tree)
     rows_fast = Rows(Traffic(seed + 1), batch, context, steps)
     rows_keep = Rows(Traffic(seed + 1), batch, context, steps)
     rows_slow = Rows(Traffic(seed + 1), batch, context, steps)
@@ -169,14 +169,18 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--global-tokens", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--tree-budget", type=int, default=TREE,
+                    help=f"nodes of the tree each chain is cut from (default {TREE}: the drafter's default, k)")
     args = ap.parse_args(argv)
     for name, value in (("batch", args.batch), ("context", args.context), ("steps", args.steps)):
         if value < 1:
             ap.error(f"--{name} must be >= 1")
+    if args.tree_budget < K:
+        ap.error(f"--tree-budget must be >= k = {K}")
     load = os.getloadavg()
-    res = run(args.batch, args.context, args.global_tokens, args.steps)
+    res = run(args.batch, args.context, args.global_tokens, args.steps, tree=args.tree_budget)
     print(f"batch {args.batch}, context {args.context}, global cache {args.global_tokens} tokens, {args.steps} steps, "
-          f"k={K}, tree {TREE}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+          f"k={K}, tree {args.tree_budget}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("| path | p50 us / request / step | mean | drafted tokens / request / step |")
     print("|---|---:|---:|---:|")
     for name, r in res.items():

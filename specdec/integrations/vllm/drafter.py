@@ -82,6 +82,7 @@ class SuffixDrafter:
         else:
             self.cpu_expand_fixed = False
         depth = self.k if opts.max_depth is None else opts.max_depth
+        tree_budget = self.k if opts.tree_budget is None else opts.tree_budget
         self._fast = None
         self._session = None
         self._prefilling: set[int] = set()  # rows' request ids still in prefill at the last call
@@ -92,10 +93,10 @@ class SuffixDrafter:
         else:
             self.proposer = _load_factory(opts.proposer)(self.vocab_size)
         if opts.proposer == "suffix":
-            self._fast = self.proposer.row_batch(tree_budget=opts.tree_budget, park_steps=opts.park_steps,
+            self._fast = self.proposer.row_batch(tree_budget=tree_budget, park_steps=opts.park_steps,
                                                  max_parked=opts.max_parked)
         else:
-            self._session = RowSession(self.proposer, tree_budget=opts.tree_budget, park_steps=opts.park_steps,
+            self._session = RowSession(self.proposer, tree_budget=tree_budget, park_steps=opts.park_steps,
                                        max_parked=opts.max_parked)
         self.gating = GatedDrafting(self.k, off_above=opts.gate_off_above, on_below=opts.gate_on_below,
                                     min_accept_rate=opts.min_accept_rate, log_every=opts.log_every,

@@ -26,7 +26,9 @@ class DrafterOptions:
         proposer: ``"suffix"`` (the batched C++ path), ``"suffix-python"`` (the same proposer through
             its Python begin/commit/propose/end, one call per request: slower, for comparison), or
             ``"module:function"`` returning any deterministic specdec Proposer for a vocab size.
-        tree_budget: nodes of the draft tree the chain is chosen from.
+        tree_budget: nodes of the draft tree the chain is chosen from (default: num_speculative_tokens;
+            vLLM verifies one chain, and a larger tree bought no accepted tokens in the chain replay,
+            docs/performance.md "Propose cost per request and step", while it costs propose time).
         max_depth: deepest draft node (default: num_speculative_tokens).
         min_match_len, min_prob: the suffix proposer's drafting floors (SuffixProposer).
         use_global: feed a global lookup cache from finished requests and draft from it. Off by
@@ -46,7 +48,7 @@ class DrafterOptions:
     """
 
     proposer: str = "suffix"
-    tree_budget: int = 16
+    tree_budget: int | None = None
     max_depth: int | None = None
     min_match_len: int = 1
     min_prob: float = 0.05
@@ -65,11 +67,11 @@ class DrafterOptions:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             kind = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(str(f.type).split(" ")[0])
-            if f.name in ("max_depth", "gate_on_below") and value is None:
+            if f.name in ("tree_budget", "max_depth", "gate_on_below") and value is None:
                 continue
             if kind is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
                 raise TypeError(f"drafter option {f.name!r} must be {f.type}, got {value!r}")
-        if self.tree_budget < 1:
+        if self.tree_budget is not None and self.tree_budget < 1:
             raise ValueError(f"drafter option 'tree_budget' must be >= 1, got {self.tree_budget}")
         if self.max_depth is not None and self.max_depth < 1:
             raise ValueError(f"drafter option 'max_depth' must be >= 1, got {self.max_depth}")
