@@ -58,6 +58,9 @@ BAD = [
     (["plan", "--memory-gb", "1", "--scheduler", "orca"], "invalid choice: 'orca'"),
     (["plan", "--memory-gb", "1", "--max-batch", "0"], "--max-batch: must be >= 1, got 0"),
     (["plan", "--memory-gb", "1", "--cost-off", "off.json"], "--cost-off pairs with --cost"),
+    (["plan", "--memory-gb", "1", "--acceptance", "suffix"], "--acceptance takes SPEC=FILE, got 'suffix'"),
+    (["plan", "--memory-gb", "1", "--acceptance", "ngram=a.json"], "names 'ngram', which is not a drafting proposer"),
+    (["plan", "--memory-gb", "1", "--acceptance", "suffix=/no/such.json"], "no such acceptance file '/no/such.json'"),
     (["check", "--proposer", "lookahead"], "unknown proposer spec 'lookahead'"),
     (["review", "/no/such/plan"], "run `specdec plan` first"),
 ]
@@ -141,3 +144,17 @@ def test_allow_mismatch_loads_a_stale_artifact_loudly(tmp_path, capsys):
         assert make_proposer(f"medusa:{art}", other, allow_mismatch=True) is not None
     assert "WARNING: --allow-mismatch" in capsys.readouterr().err
     assert torch.is_grad_enabled()
+
+
+def test_an_imported_acceptance_is_checked_against_the_planned_budget(tmp_path, capsys, no_model_load):
+    chain = tmp_path / "acceptance-specdec.json"  # what plan_vs_measured writes from vLLM's counters (k = 4)
+    chain.write_text(json.dumps({"counts": [50, 20, 10, 5, 15], "drafted": [10, 0, 0, 40, 50], "counters": {}}))
+    code, err = _run(["plan", "--memory-gb", "1", "--acceptance", f"suffix={chain}"], capsys)
+    assert code == 2 and "measured with 4 draft tokens per step; plan with --max-budget 4 or less" in err, err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"counts": [1, -2]}))
+    code, err = _run(["plan", "--memory-gb", "1", "--max-budget", "1", "--acceptance", f"suffix={bad}"], capsys)
+    assert code == 2 and str(bad) in err and "must be finite and >= 0" in err, err
+    twice = ["--acceptance", f"suffix={chain}"] * 2
+    code, err = _run(["plan", "--memory-gb", "1", "--max-budget", "4", *twice], capsys)
+    assert code == 2 and "names 'suffix' twice" in err, err

@@ -3,6 +3,7 @@
 import pytest
 
 from specdec.models import tiny_model
+from specdec.serving.acceptance import AcceptanceDist
 from specdec.serving.measure import Workload, make_proposer, measure_proposer, target_memory
 
 
@@ -69,3 +70,31 @@ def test_trained_heads_are_measured_through_the_decoder(tmp_path):
     m = measure_proposer(f"medusa:{tmp_path}", model, None, wl, budget=4)
     assert set(m.acceptance) == {"a", "b", "all"} and m.acceptance["all"].steps > 0
     assert m.artifact["bound_to"] == "target" and m.memory.fixed_bytes > 0
+
+
+def test_an_imported_histogram_stands_for_every_category_and_memory_is_still_measured():
+    model = tiny_model()
+    wl = Workload({"a-1": [3, 4, 5, 3, 4], "b-1": [7, 8, 9]}, {"a-1": [5, 3, 4], "b-1": [7, 8]}, {"a-1": "a", "b-1": "b"})
+    chain = AcceptanceDist([50, 20, 10, 5, 15], name="vllm-chains")
+    m = measure_proposer("suffix", model, None, wl, budget=4, acceptance=chain)
+    assert set(m.acceptance) == {"a", "b", "all"} and all(a is chain for a in m.acceptance.values())
+    assert m.artifact["bound_to"] == "nothing" and m.memory.fixed_bytes >= 0
+    with pytest.raises(ValueError, match="measured with 4 draft tokens, fewer than the planned budget 6"):
+        measure_proposer("suffix", model, None, wl, budget=6, acceptance=chain)
+
+
+def test_acceptance_files_load_in_both_forms_and_bad_ones_are_named(tmp_path):
+    import json
+
+    counters = tmp_path / "acceptance-specdec.json"
+    counters.write_text(json.dumps({"counts": [5, 3, 2], "drafted": [1, 4, 5], "counters": {"row_steps": 10}}))
+    a = AcceptanceDist.load(counters)
+    assert a.counts.tolist() == [5, 3, 2] and a.drafted.tolist() == [1, 4, 5] and a.name == "acceptance-specdec"
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(AcceptanceDist([1, 2], name="x").to_dict()))
+    assert AcceptanceDist.load(saved).name == "x"
+    for text, why in (("[1, 2]", "must hold a JSON object"), ("{", "not readable JSON"), ("{}", r"lacks \['counts'\]")):
+        saved.write_text(text)
+        with pytest.raises(ValueError, match=why) as err:
+            AcceptanceDist.load(saved)
+        assert str(saved) in str(err.value)

@@ -110,6 +110,13 @@ def test_report_review_trigger_and_flags(tmp_path, good_plan):
     assert "Target: /models/new (the plan measured default)" in review_markdown(
         back, flags, {"lookup": worse}, target="/models/new"
     )
+    # acceptance imported from an engine is not compared with a replay here, and the review says so
+    described_imported = [dict(described[0], acceptance_from="acceptance-specdec.json")]
+    trig_imp = make_trigger(target_spec="default", fingerprints=fps, workload={"path": "x"}, budget=6,
+                            proposers={"lookup": described_imported[0]}, tolerance=0.1)
+    assert compare(trig_imp, fps, {"lookup": art}, {"lookup": worse}) == []
+    text = review_markdown(trig_imp, [], {"lookup": worse})
+    assert "imported from acceptance-specdec.json" in text and "| lookup | a | " in text and "| imported |" in text
     # plans written before the rename still review
     old = json.loads(json.dumps(back))
     old["proposers"]["lookup"]["mean_accepted"] = old["proposers"]["lookup"].pop("accepted_drafts_per_step")

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from ..models import load_target
+from ..serving.acceptance import AcceptanceDist
 from ..serving.cost import DEFAULT_GRID, StepCostModel, calibrate_engine
 from ..serving.measure import (build_workload, default_workload_path, fingerprints, measure_proposer,
                                target_memory)
@@ -77,6 +78,10 @@ def register(subparsers) -> None:
     p.add_argument("--cost-off", default=None,
                    help="the step-time model of the engine without a drafter, for policies that never draft, when "
                         "it runs differently (vLLM: async scheduling is off with custom_class; default: --cost)")
+    p.add_argument("--acceptance", action="append", default=[], metavar="SPEC=FILE",
+                   help="use this acceptance histogram for proposer SPEC instead of replaying it here, e.g. one "
+                        "from an engine's own counters (benchmarks/vllm/plan_vs_measured.py writes "
+                        "acceptance-<policy>.json); repeatable")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
     p.add_argument(
         "--tolerance", type=probability, default=0.15, help="acceptance drift that review will flag (relative)"
@@ -84,6 +89,29 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=bounded(int), default=0)
     p.add_argument("--out", default="plan_report", help="output directory")
     p.set_defaults(func=run_plan)
+
+
+def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> dict:
+    """``{spec: (file, AcceptanceDist)}`` from ``--acceptance SPEC=FILE`` items, each checked."""
+    out = {}
+    for item in items:
+        spec, sep, path = item.partition("=")
+        if not sep or not spec or not path:
+            raise UsageError(f"--acceptance takes SPEC=FILE, got {item!r}")
+        if spec not in specs or spec == "none":
+            raise UsageError(f"--acceptance names {spec!r}, which is not a drafting proposer of this plan "
+                             f"(--proposer: {', '.join(specs)})")
+        if spec in out:
+            raise UsageError(f"--acceptance names {spec!r} twice")
+        try:
+            dist = AcceptanceDist.load(path)
+        except ValueError as exc:
+            raise UsageError(f"--acceptance {spec}: {exc}") from None
+        if dist.max_budget < max_budget:
+            raise UsageError(f"--acceptance {spec}: {path} was measured with {dist.max_budget} draft tokens per step; "
+                             f"plan with --max-budget {dist.max_budget} or less (got {max_budget})")
+        out[spec] = (path, dist)
+    return out
 
 
 def run_plan(args) -> int:
@@ -107,6 +135,7 @@ def run_plan(args) -> int:
     if args.cost_off and not args.cost:
         raise UsageError("--cost-off pairs with --cost (both models from the same engine)")
     settings.cost_off = StepCostModel.load(args.cost_off) if args.cost_off else None
+    imported = imported_acceptance(args.acceptance, specs, args.max_budget)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log(f"loading target {args.model}")
@@ -142,10 +171,13 @@ def run_plan(args) -> int:
     mem = target_memory(model, args.kv_dtype)
     measured, described = {}, []
     for spec in specs:
-        log(f"measuring acceptance of {spec}")
-        m = measure_proposer(spec, model, tok, wl, args.max_budget, allow_mismatch=args.allow_mismatch)
+        source, dist = imported.get(spec, (None, None))
+        log(f"measuring acceptance of {spec}" if source is None else f"acceptance of {spec} from {source}")
+        m = measure_proposer(spec, model, tok, wl, args.max_budget, allow_mismatch=args.allow_mismatch,
+                             acceptance=dist)
         measured[spec] = (m.acceptance, m.memory)
-        described.append({"spec": spec, "artifact": m.artifact, "acceptance": m.acceptance, "memory": m.memory})
+        described.append({"spec": spec, "artifact": m.artifact, "acceptance": m.acceptance, "memory": m.memory,
+                          "acceptance_from": source})
     log("simulating load sweeps")
     plans = [
         plan_pool(pool, measured, cost, wl.items(), settings, mem["weights_bytes"], mem["kv_bytes_per_token"])

@@ -28,7 +28,9 @@ assumed to draft the full budget (the conservative choice for cost).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 from typing import Hashable, Mapping, Sequence
 
 import numpy as np
@@ -165,6 +167,29 @@ class AcceptanceDist:
             str(d.get("name", "")),
             None if drafted is None else np.asarray(drafted),
         )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AcceptanceDist":
+        """A histogram saved as JSON with ``counts`` (and optionally ``drafted``, ``name``,
+        ``propose_s_per_req``): :meth:`to_dict`'s form, or what ``benchmarks/vllm/plan_vs_measured.py``
+        writes from an engine's ``vllm:spec_decode_*`` counters (its ``counters`` are provenance).
+
+        Raises:
+            ValueError: no such file, not JSON, or not a valid histogram (the message names the file).
+        """
+        path = Path(path)
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"no such acceptance file {str(path)!r}") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"acceptance file {str(path)!r} is not readable JSON: {exc}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"acceptance file {str(path)!r} must hold a JSON object with 'counts'")
+        try:
+            return cls.from_dict({"name": path.stem, **record})
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"acceptance file {str(path)!r}: {exc}") from None
 
     @classmethod
     def merge(cls, dists: Sequence["AcceptanceDist"], name: str = "") -> "AcceptanceDist":

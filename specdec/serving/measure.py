@@ -194,9 +194,16 @@ def artifact_dict(proposer) -> dict:
 
 
 def measure_proposer(
-    spec: str, model, tokenizer, workload: Workload, budget: int, *, allow_mismatch: bool = False
+    spec: str, model, tokenizer, workload: Workload, budget: int, *, allow_mismatch: bool = False,
+    acceptance: AcceptanceDist | None = None,
 ) -> ProposerMeasurement:
-    """Acceptance per category (replay when possible, else the decoder) and memory of one proposer."""
+    """Acceptance per category (replay when possible, else the decoder) and memory of one proposer.
+
+    ``acceptance``: a histogram measured elsewhere (an engine's own counters, e.g. vLLM verifying
+    this proposer's chains), used for every category instead of replaying here; memory is still
+    measured. Why: replay measures specdec's own verification (trees), which is not what a chain
+    engine accepts.
+    """
     proposer = make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch)
     first = next(iter(workload.prompts.values()))
     hidden = None
@@ -207,6 +214,12 @@ def measure_proposer(
     memory = measure_proposer_memory(
         make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch), first, target_hidden=hidden
     )
+    if acceptance is not None:
+        if acceptance.max_budget < budget:
+            raise ValueError(f"acceptance {acceptance.name!r} was measured with {acceptance.max_budget} draft tokens, "
+                             f"fewer than the planned budget {budget}")
+        per_cat = {cat: acceptance for cat in [*workload.by_category(), "all"]}
+        return ProposerMeasurement(spec, artifact_dict(proposer), per_cat, memory)
     per_cat: dict[str, AcceptanceDist] = {}
     for cat, rids in workload.by_category().items():
         if getattr(proposer, "requires_target_hidden", False):

@@ -143,6 +143,8 @@ def write_report(
     for p in proposers:
         acc = p["acceptance"]
         cats = ", ".join(f"{c} {a.expected_accepted(a.max_budget):.2f}" for c, a in sorted(acc.items()) if c != "all")
+        if p.get("acceptance_from"):
+            cats = f"imported from {p['acceptance_from']}, one histogram for every category"
         lines.append(
             f"| {p['spec']} | {p['artifact']['bound_to']} | {_LIFECYCLE[p['artifact']['bound_to']]} | "
             f"{acc['all'].expected_accepted(acc['all'].max_budget):.2f} | {cats} | "

@@ -39,7 +39,8 @@ def make_trigger(*, target_spec: str, fingerprints: dict, workload: dict, budget
             "budget": budget, "tolerance": tolerance,
             "proposers": {spec: {"artifact": p["artifact"],
                                  "accepted_drafts_per_step": {c: a.expected_accepted(a.max_budget)
-                                                              for c, a in p["acceptance"].items()}}
+                                                              for c, a in p["acceptance"].items()},
+                                 "acceptance_from": p.get("acceptance_from")}
                           for spec, p in proposers.items()}}
 
 
@@ -115,7 +116,8 @@ def compare(
                     f"{bound} is {fingerprints.get(bound)}: refit/rebuild it before use",
                 )
             )
-        new_acc = acceptance.get(spec, {})
+        # Imported acceptance (an engine's counters) is not what a replay here measures: re-import it.
+        new_acc = acceptance.get(spec, {}) if not old.get("acceptance_from") else {}
         for cat, old_mean in _planned(old).items():
             if cat not in new_acc:
                 continue
@@ -151,10 +153,14 @@ def review_markdown(
         lines += [f"- `{f.kind}` {f.subject}: {f.message}" for f in flags]
     else:
         lines.append("No fingerprint changed and acceptance is within tolerance: the setting stands.")
+    imported = {spec: old["acceptance_from"] for spec, old in trigger["proposers"].items() if old.get("acceptance_from")}
+    lines += [f"- `{spec}`: acceptance was imported from {src}, not measured here, so it was not re-checked; "
+              "re-import it from the engine's counters." for spec, src in imported.items()]
     lines += ["", "| proposer | category | planned accepted drafts/step | now |", "|---|---|---|---|"]
     for spec, old in trigger["proposers"].items():
         for cat, old_mean in _planned(old).items():
             a = acceptance.get(spec, {}).get(cat)
-            now = f"{a.expected_accepted(a.max_budget):.2f}" if a is not None else "n/a"
+            now = ("imported" if spec in imported else
+                   f"{a.expected_accepted(a.max_budget):.2f}" if a is not None else "n/a")
             lines.append(f"| {spec} | {cat} | {old_mean:.2f} | {now} |")
     return "\n".join(lines) + "\n"
