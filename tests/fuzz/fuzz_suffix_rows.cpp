@@ -183,6 +183,12 @@ void check_memo_drafts(Reader& in) {
         cal.observe(plain.tokens.data(), plain.parents.data(), plain.cells.data(), plain.raws.data(),
                     plain.tokens.size(), committed.data(), committed.size());
       }
+      // And one cell the tree used pushed far up: low raw estimates, always accepted (ratio ~16).
+      const int32_t cell = plain.cells.empty() ? in.next(MatchCalibration::kCells)
+                                               : plain.cells[in.next(static_cast<int>(plain.cells.size()))];
+      const int32_t tok = 0, root = -1;
+      const float low = 0.05f;
+      for (int rep = 16 * in.next(3); rep > 0; --rep) cal.observe(&tok, &root, &cell, &low, 1, &tok, 1);
     }
   }
 }
