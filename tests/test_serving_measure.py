@@ -74,7 +74,8 @@ def test_trained_heads_are_measured_through_the_decoder(tmp_path):
 
 def test_an_imported_histogram_stands_for_every_category_and_memory_is_still_measured():
     model = tiny_model()
-    wl = Workload({"a-1": [3, 4, 5, 3, 4], "b-1": [7, 8, 9]}, {"a-1": [5, 3, 4], "b-1": [7, 8]}, {"a-1": "a", "b-1": "b"})
+    wl = Workload({"a-1": [3, 4, 5, 3, 4], "b-1": [7, 8, 9]}, {"a-1": [5, 3, 4], "b-1": [7, 8]},
+                  {"a-1": "a", "b-1": "b"})
     chain = AcceptanceDist([50, 20, 10, 5, 15], name="vllm-chains")
     m = measure_proposer("suffix", model, None, wl, budget=4, acceptance=chain)
     assert set(m.acceptance) == {"a", "b", "all"} and all(a is chain for a in m.acceptance.values())

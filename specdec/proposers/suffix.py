@@ -442,7 +442,8 @@ class SuffixProposer:
         calibration = None if self.calibrate == "off" else self.calibration
         # The global cache is read by every request between rebuilds: its continuations are memoised.
         toks, parents, probs, cells, raws, _ = build_suffix_draft(
-            [(*src, name == "global") for name, src in sources.items()], budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior,
+            [(*src, name == "global") for name, src in sources.items()], budget, self.min_match_len, self.min_prob,
+            self.max_depth, self.depth_factor, prior,
             calibration, source or "request", True,
         )
         if self.calibrate == "online":  # scored against the next commit

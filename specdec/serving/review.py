@@ -153,7 +153,8 @@ def review_markdown(
         lines += [f"- `{f.kind}` {f.subject}: {f.message}" for f in flags]
     else:
         lines.append("No fingerprint changed and acceptance is within tolerance: the setting stands.")
-    imported = {spec: old["acceptance_from"] for spec, old in trigger["proposers"].items() if old.get("acceptance_from")}
+    imported = {spec: old["acceptance_from"] for spec, old in trigger["proposers"].items()
+                if old.get("acceptance_from")}
     lines += [f"- `{spec}`: acceptance was imported from {src}, not measured here, so it was not re-checked; "
               "re-import it from the engine's counters." for spec, src in imported.items()]
     lines += ["", "| proposer | category | planned accepted drafts/step | now |", "|---|---|---|---|"]
