@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec.proposers.suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
+from specdec.proposers.suffix_automaton import SuffixAutomaton, build_suffix_draft
 
 DATA = pathlib.Path(__file__).parent / "data" / "smollm2_token_streams.json"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -233,91 +233,16 @@ def test_draft_builder_refuses_a_bad_count_prior():
             build_suffix_draft([(sam, length, state)], 4, count_prior=bad)
 
 
-# ---------------------------------------------------------------- memoised continuations
-def ref_sorted_continuations(sam, state):
-    """Every (token, target, count) of the state by brute force, largest count first, ties by token."""
-    toks, targets, counts = sam.transitions(state)
-    return sorted(zip(toks.tolist(), targets.tolist(), counts.tolist()), key=lambda k: (-k[2], k[0]))
-
-
-@SETTINGS
-@given(docs=st.lists(st.lists(st.integers(0, 59), min_size=1, max_size=60), min_size=1, max_size=8),
-       ctx=st.lists(st.integers(0, 59), min_size=1, max_size=3), more=st.lists(st.integers(0, 59), max_size=30))
-def test_continuations_are_the_exact_counts_sorted_and_follow_extends(docs, ctx, more):
-    sam = SuffixAutomaton(60)
-    for d in docs:
-        sam.add_document(i32(d))
-    length, state = sam.longest_match(i32(ctx))
-    for _ in range(2):  # the second read comes from the memo
-        total, truncated, top = sam.continuations(state)
-        kids = ref_sorted_continuations(sam, state)
-        assert top == kids[:32] and truncated == (len(kids) > 32)
-        # Documents are closed: every end position continues (with a token or the separator).
-        assert total == (sam.count(state) if state else sum(len(d) + 1 for d in docs))
-    sam.add_document(i32(more + ctx[len(ctx) - length :]))  # one more occurrence: the memo must not answer
-    total, _, top = sam.continuations(state)
-    assert top == ref_sorted_continuations(sam, state)[:32]
-    assert total == (sam.count(state) if state else sum(len(d) + 1 for d in docs) + len(more) + length + 1)
-    assert sam.memo_bytes() > 0
-
-
-def calibration_from(sam, src, seed):
-    """A MatchCalibration whose cells were scored on drafts of ``sam``: ratios far from 1 both ways,
-    so calibrated conditionals clamp at 1 and tie, the case a memoised expansion must cut the same way."""
-    cal = MatchCalibration(prior_weight=1.0)
-    rng = np.random.default_rng(seed)
-    toks, parents, _, cells, raws, _ = build_suffix_draft(src, 24, 1, 0.0, 6, 0.0, 0.0, None, "global", True)
-    for _ in range(20):
-        committed = np.array([toks[i] if rng.random() < 0.7 else 59 for i in range(min(3, toks.size))] or [0], np.int32)
-        cal.observe(toks, parents, cells, raws, committed)
-    return cal
-
-
-@SETTINGS
-@given(docs=st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=80), min_size=1, max_size=10),
-       ctx=st.lists(st.integers(0, 40), min_size=1, max_size=4), budget=st.integers(1, 40),
-       min_prob=st.sampled_from([0.0, 0.01, 0.05, 0.3]), prior=st.sampled_from([0.0, 1.0]),
-       calibrated=st.booleans(), seed=st.integers(0, 3))
-def test_memoised_drafts_are_the_trees_of_full_scans(docs, ctx, budget, min_prob, prior, calibrated, seed):
-    sam = SuffixAutomaton(60)
-    for d in docs:
-        sam.add_document(i32(d))
-    length, state = sam.longest_match(i32(ctx))
-    cal = calibration_from(sam, [(sam, length, state)], seed) if calibrated and length else None
-    args = (budget, 1, min_prob, 8, 4.0, prior, cal, "global", True)
-    for _ in range(2):  # a cold memo, then a warm one
-        plain = build_suffix_draft([(sam, length, state)], *args)
-        memo = build_suffix_draft([(sam, length, state, True)], *args)
-        for a, b in zip(plain, memo):
-            assert a.tolist() == b.tolist()
-    sam.add_document(i32(docs[0]))  # counts change: the memo starts over
-    plain = build_suffix_draft([(sam, length, state)], *args)
-    memo = build_suffix_draft([(sam, length, state, True)], *args)
-    assert all(a.tolist() == b.tolist() for a, b in zip(plain, memo))
-
-
-def test_draft_ties_are_broken_by_parent_then_token_whatever_the_storage_order():
-    sam = SuffixAutomaton(100)
-    for t in (90, 7, 55, 3, 70, 12, 41, 30, 64, 21, 99, 5, 80, 16, 33, 47, 60, 9):  # > 16: a hashed edge block
-        sam.add_document(i32([1, t]))
-    length, state = sam.longest_match(i32([1]))
-    for memo in (False, True):
-        toks, parents, probs = build_suffix_draft([(sam, length, state, memo)], 5, 1, 0.0, 1, 0.0)
-        assert toks.tolist() == [3, 5, 7, 9, 12] and parents.tolist() == [-1] * 5  # equal counts: smallest tokens
-
-
-def test_a_memoised_expansion_keeps_children_that_tie_after_calibration_clamps():
-    """Counts 4, 3, 3 of 10 under [1]: calibrated far up, all three conditionals clamp to 1 and tie, so
-    a budget of one node takes the smallest token (2), not the largest count (9) the memo lists first."""
-    sam = SuffixAutomaton(100)
-    for t in (9, 9, 9, 9, 5, 5, 5, 2, 2, 2):
-        sam.add_document(i32([1, t]))
-    length, state = sam.longest_match(i32([1]))
-    *_, cells, raws, _ = build_suffix_draft([(sam, length, state)], 3, 1, 0.0, 1, 0.0, 0.0, None, "global", True)
-    assert len(set(cells.tolist())) == 1  # one cell: share < 1/2 for all three
-    cal = MatchCalibration()
-    for _ in range(200):  # that cell's nodes were always accepted at a raw estimate of 0.05
-        cal.observe(i32([9]).astype(np.int64), i32([-1]), cells[:1], np.array([0.05], np.float32), i32([9]))
-    for memo in (False, True):
-        toks, _, probs = build_suffix_draft([(sam, length, state, memo)], 1, 1, 0.0, 1, 0.0, 0.0, cal, "global")
-        assert toks.tolist() == [2] and probs.tolist() == [1.0]
+# ---------------------------------------------------------------- tie order
+def test_draft_ties_are_broken_by_parent_then_token():
+    """After "2": 5 (2 of 5), then 2, 1, 3 (1 each); "2 5" is always followed by 2, and "2 5 2" by 5 or 3.
+    Nodes 5 (0.4) and 5-2 (0.4) come first; then five nodes tie at 0.2, and the third node must be the
+    root's child with the smallest token (1). Before ties were ordered, the heap's internal order
+    picked 2 (and 509 of 3,000 random small trees differed from this rule)."""
+    sam = SuffixAutomaton(8)
+    for doc in ([2, 2, 1], [5, 2, 5, 2, 5, 2, 3]):
+        sam.add_document(i32(doc))
+    length, state = sam.longest_match(i32([2]))
+    toks, parents, probs = build_suffix_draft([(sam, length, state)], 3, 1, 0.0, 4, 0.0)
+    assert toks.tolist() == [5, 2, 1] and parents.tolist() == [-1, 0, -1]
+    assert probs.tolist() == pytest.approx([0.4, 0.4, 0.2])

@@ -206,18 +206,6 @@ void bind_suffix(py::module_& m) {
           },
           "(length, state) of the longest suffix of the text that also occurs earlier in it.")
       .def("count", &SuffixAutomaton::count, py::arg("state"), "Occurrences (end positions) of the state's strings.")
-      .def(
-          "continuations",
-          [](const SuffixAutomaton& s, int32_t st) {
-            const auto& c = s.continuations(st);
-            py::list top;
-            for (const auto& e : c.top) top.append(py::make_tuple(e.tok, e.dst, e.count));
-            return py::make_tuple(c.total, c.truncated, top);
-          },
-          py::arg("state"),
-          "(total, truncated, [(token, target, count), ...]): the memoised continuations, largest counts first\n"
-          "(ties by token), separator excluded from the list but counted in total.")
-      .def("memo_bytes", &SuffixAutomaton::memo_bytes, "Bytes of the continuations memo (bounded).")
       .def("transition", &SuffixAutomaton::transition, py::arg("state"), py::arg("token"), "Target state or -1.")
       .def("transitions", &transitions, py::arg("state"),
            "(tokens, targets, counts) int32 arrays of the state's transitions, sorted by token, separators excluded.")
@@ -238,11 +226,8 @@ void bind_suffix(py::module_& m) {
          const std::string& cache, bool features) -> py::tuple {
         std::vector<DraftSource> srcs;
         for (const py::tuple& t : sources) {
-          if (t.size() != 3 && t.size() != 4) {
-            throw py::value_error("build_suffix_draft: each source must be (automaton, length, state[, memo])");
-          }
-          srcs.push_back(DraftSource{t[0].cast<const SuffixAutomaton*>(), Match{t[1].cast<int32_t>(), t[2].cast<int32_t>()},
-                                     t.size() == 4 && t[3].cast<bool>()});
+          if (t.size() != 3) throw py::value_error("build_suffix_draft: each source must be (automaton, length, state)");
+          srcs.push_back(DraftSource{t[0].cast<const SuffixAutomaton*>(), Match{t[1].cast<int32_t>(), t[2].cast<int32_t>()}});
         }
         DraftParams p{budget, min_match_len, min_prob, max_depth, depth_factor, count_prior};
         p.calibration = calibration;
@@ -257,8 +242,7 @@ void bind_suffix(py::module_& m) {
       py::arg("sources"), py::arg("budget"), py::arg("min_match_len") = 1, py::arg("min_prob") = 0.05,
       py::arg("max_depth") = 32, py::arg("depth_factor") = 4.0, py::arg("count_prior") = 0.0,
       py::arg("calibration") = nullptr, py::arg("cache") = "request", py::arg("features") = false,
-      "Best-first draft tree over [(automaton, match_length, match_state[, memo]), ...]; memo=True reads that\n"
-      "automaton's continuations through its memo (same tree, fewer count reads for a rarely extended cache).\n"
+      "Best-first draft tree over [(automaton, match_length, match_state), ...].\n"
       "Returns (tokens int64[n], parents int32[n], probs float32[n]); probs[i] estimates P(node i accepted).\n"
       "With a MatchCalibration the conditionals are calibrated per cell (cache names the cell's cache);\n"
       "features=True adds (cells int32[n], raws float32[n], ctx_lens int32[n]).");

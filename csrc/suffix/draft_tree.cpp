@@ -83,38 +83,31 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
 
   std::vector<Candidate> heap;
   std::vector<Kid> kids;
-  std::vector<Candidate> fresh;  // one expansion's children, before they enter the heap
-  // A total order: which nodes a budget keeps never depends on the order children were pushed in.
+  // A total order: which nodes a budget keeps never depends on the order children were pushed in
+  // (the edge storage order of the automaton).
   auto by_prob = [](const Candidate& a, const Candidate& b) {
     if (a.prob != b.prob) return a.prob < b.prob;
     if (a.parent != b.parent) return a.parent > b.parent;
     return a.token > b.token;
   };
-  // A child of `node` on `token` with `cnt` of `total` continuations; false if below the floor.
-  auto child = [&](const Candidate& node, int32_t node_index, int32_t token, int64_t cnt, int64_t total,
-                   Candidate& c) {
-    c.prob = 0.0f;
-    c.parent = node_index;
-    c.token = token;
-    c.depth = node.depth + 1;
-    const double raw = static_cast<double>(cnt) / (static_cast<double>(total) + params.count_prior);
-    c.raw = static_cast<float>(raw);
-    c.cell = MatchCalibration::cell(params.cache, c.ctx_len, static_cast<int32_t>(std::min<int64_t>(cnt, INT32_MAX)),
-                                    static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX)));
-    c.prob = node.prob * (params.calibration != nullptr ? params.calibration->conditional(c.cell, raw)
-                                                        : static_cast<float>(raw));
-    return c.prob >= floor_prob && c.prob > 0.0f;
-  };
-  // Every continuation of every source, pooled by token.
-  auto scan = [&](const Candidate& node, int32_t node_index, const int32_t* states, const int32_t* lens) {
+  auto expand = [&](const Candidate& node, int32_t node_index) {
     kids.clear();
     int64_t total = 0;
     for (int k = 0; k < nsrc; ++k) {
-      if (states[k] < 0) continue;
-      sources[k].sam->for_each_transition(states[k], [&](int32_t tok, int32_t dst) {
-        const int32_t c = sources[k].sam->count(dst);
+      int32_t s = node.states[k];
+      if (s < 0) continue;
+      int32_t len = node.lens[k];
+      const SuffixAutomaton& sam = *sources[k].sam;
+      // The path reached the end of the indexed text (a state seen only there, e.g. the second
+      // period of a loop): continue from the longest shorter context that has a continuation.
+      while (s > 0 && sam.out_degree(s) == 0 && sam.state_len(sam.state_link(s)) >= params.min_match_len) {
+        s = sam.state_link(s);
+        len = sam.state_len(s);
+      }
+      sam.for_each_transition(s, [&](int32_t tok, int32_t dst) {
+        const int32_t c = sam.count(dst);
         total += c;
-        if (tok != SuffixAutomaton::kSeparator) kids.push_back(Kid{tok, k, dst, c, lens[k]});
+        if (tok != SuffixAutomaton::kSeparator) kids.push_back(Kid{tok, k, dst, c, len});
       });
     }
     if (total <= 0) return;
@@ -131,61 +124,16 @@ Draft build_draft(const std::vector<DraftSource>& sources, const DraftParams& pa
         c.ctx_len = std::max(c.ctx_len, kids[i].len);
         cnt += kids[i].count;
       }
-      if (child(node, node_index, c.token, cnt, total, c)) fresh.push_back(c);
-    }
-  };
-  // One source's memoised continuations, largest counts first. Past the (at most two) children
-  // holding half the mass or more, children share one calibration cell, so their probabilities
-  // fall with their counts: the first below the floor ends the expansion, and so does the child
-  // past the pops the budget has left (no later child of this node can be taken before it).
-  // Returns false when the memo's top list ran out first (the caller scans in full).
-  auto from_memo = [&](const Candidate& node, int32_t node_index, int k, int32_t s, int32_t len, int32_t need) {
-    const Continuations& cs = sources[k].sam->continuations(s);
-    if (cs.total <= 0) return true;
-    int32_t taken = 0;
-    float bar = -1.0f;  // once `need` are taken: their last probability; equal ones still tie with it
-    for (const Continuation& e : cs.top) {
-      Candidate c{0.0f, 0.0f, node_index, e.tok, node.depth + 1, 0, len, {-1, -1, -1, -1}, {0, 0, 0, 0}};
-      c.states[k] = e.dst;
-      c.lens[k] = len + 1;
-      const bool kept = child(node, node_index, e.tok, e.count, cs.total, c);
-      const bool shared_cell = 2 * static_cast<int64_t>(e.count) < cs.total;
-      if (shared_cell && (!kept || c.prob < bar)) return true;
-      if (kept) fresh.push_back(c);
-      if (shared_cell && ++taken == need) bar = c.prob;
-    }
-    return !cs.truncated;
-  };
-  auto expand = [&](const Candidate& node, int32_t node_index) {
-    fresh.clear();
-    int32_t states[kMaxSources], lens[kMaxSources];
-    int live = 0, last = -1;
-    for (int k = 0; k < nsrc; ++k) {
-      int32_t s = node.states[k];
-      int32_t len = node.lens[k];
-      if (s >= 0) {
-        const SuffixAutomaton& sam = *sources[k].sam;
-        // The path reached the end of the indexed text (a state seen only there, e.g. the second
-        // period of a loop): continue from the longest shorter context that has a continuation.
-        while (s > 0 && sam.out_degree(s) == 0 && sam.state_len(sam.state_link(s)) >= params.min_match_len) {
-          s = sam.state_link(s);
-          len = sam.state_len(s);
-        }
-        ++live;
-        last = k;
+      const double raw = static_cast<double>(cnt) / (static_cast<double>(total) + params.count_prior);
+      c.raw = static_cast<float>(raw);
+      c.cell = MatchCalibration::cell(params.cache, c.ctx_len, static_cast<int32_t>(std::min<int64_t>(cnt, INT32_MAX)),
+                                      static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX)));
+      c.prob = node.prob * (params.calibration != nullptr ? params.calibration->conditional(c.cell, raw)
+                                                          : static_cast<float>(raw));
+      if (c.prob >= floor_prob && c.prob > 0.0f) {
+        heap.push_back(c);
+        std::push_heap(heap.begin(), heap.end(), by_prob);
       }
-      states[k] = s;
-      lens[k] = len;
-    }
-    if (live == 0) return;
-    const int32_t need = params.budget - static_cast<int32_t>(out.tokens.size());
-    if (!(live == 1 && sources[last].memo && from_memo(node, node_index, last, states[last], lens[last], need))) {
-      fresh.clear();
-      scan(node, node_index, states, lens);
-    }
-    for (const Candidate& c : fresh) {
-      heap.push_back(c);
-      std::push_heap(heap.begin(), heap.end(), by_prob);
     }
   };
 

@@ -8,8 +8,8 @@
 // probability is the product along its path: under greedy verification it estimates the chance
 // the node is accepted, so the sum over the tree estimates the accepted draft length.
 // Nodes are taken in decreasing path probability (ties: the earlier parent, then the smaller
-// token, so the tree does not depend on the order continuations are read in) until the budget,
-// the probability floor or the depth limit stops expansion; the depth limit adapts to the match length (short matches draft
+// token, so the tree does not depend on the order an automaton stores its transitions in) until
+// the budget, the probability floor or the depth limit stops expansion; the depth limit adapts to the match length (short matches draft
 // little, matches under min_match_len draft nothing). A path that reaches the end of the indexed
 // text continues from the longest shorter context (suffix link) that still has a continuation,
 // so a loop in the request's own text is drafted beyond one period.
@@ -29,9 +29,7 @@ namespace specdec::suffix {
 
 struct DraftSource {
   const SuffixAutomaton* sam;
-  Match match;        // where the current context's suffix ends in this cache
-  bool memo = false;  // read continuations through sam->continuations(): for a cache drafted from far
-                      // more often than it is extended (the global cache); the tree is the same either way
+  Match match;  // where the current context's suffix ends in this cache
 };
 
 struct DraftParams {

@@ -60,7 +60,7 @@ void SuffixRowBatch::draft(State& st, const TrackedRequest& req, int32_t k, cons
   DraftSource local{&st.sam, st.sam.repeat_match()};
   bool use_local = local.match.length >= min_len;
   bool use_global = false;
-  DraftSource shared{global, Match{0, 0}, true};  // every row of every step reads it: memoised
+  DraftSource shared{global, Match{0, 0}};
   if (global != nullptr) {
     if (st.g_generation != generation) {
       const size_t size = req.tokens.size();

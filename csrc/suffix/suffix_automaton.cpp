@@ -138,31 +138,6 @@ int32_t SuffixAutomaton::count(int32_t state) const {
   return counts_.value(state);
 }
 
-const Continuations& SuffixAutomaton::continuations(int32_t state) const {
-  check_state(state);
-  if (memo_tokens_ != num_tokens_ || memo_.size() >= kMaxMemoStates) {
-    memo_.clear();
-    memo_tokens_ = num_tokens_;
-  }
-  auto [it, fresh] = memo_.try_emplace(state);
-  Continuations& c = it->second;
-  if (!fresh) return c;
-  for_each_transition(state, [&](int32_t tok, int32_t dst) {
-    const int32_t n = counts_.value(dst);
-    c.total += n;
-    if (tok != kSeparator) c.top.push_back(Continuation{tok, dst, n});
-  });
-  auto first = [](const Continuation& a, const Continuation& b) {
-    return a.count != b.count ? a.count > b.count : a.tok < b.tok;
-  };
-  const size_t keep = std::min(c.top.size(), Continuations::kTopContinuations);
-  std::partial_sort(c.top.begin(), c.top.begin() + keep, c.top.end(), first);
-  c.truncated = c.top.size() > keep;
-  c.top.resize(keep);
-  c.top.shrink_to_fit();
-  return c;
-}
-
 int32_t SuffixAutomaton::transition(int32_t state, int32_t tok) const {
   check_state(state);
   return edges_.get(states_[state].edges, tok);
@@ -171,12 +146,6 @@ int32_t SuffixAutomaton::transition(int32_t state, int32_t tok) const {
 size_t SuffixAutomaton::memory_bytes() const {
   return sizeof(*this) + states_.capacity() * sizeof(State) + is_clone_.capacity() / 8 +
          edges_.memory_bytes() + counts_.memory_bytes();
-}
-
-size_t SuffixAutomaton::memo_bytes() const {
-  size_t memo = memo_.bucket_count() * sizeof(void*);
-  for (const auto& kv : memo_) memo += sizeof(kv) + 2 * sizeof(void*) + kv.second.top.capacity() * sizeof(Continuation);
-  return memo;
 }
 
 void SuffixAutomaton::check_integrity() const {

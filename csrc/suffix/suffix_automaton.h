@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -21,22 +20,6 @@ namespace specdec::suffix {
 struct Match {
   int32_t length;  // tokens matched (0 = nothing)
   int32_t state;   // automaton state holding the matched string (0 = root)
-};
-
-struct Continuation {
-  int32_t tok;
-  int32_t dst;
-  int32_t count;
-};
-
-// A state's continuations by count: what a draft expansion reads. `top` holds the largest counts
-// first (ties by token), without the separator, at most kTopContinuations of them; `total` sums
-// the counts of all continuations, the separator's included.
-struct Continuations {
-  static constexpr size_t kTopContinuations = 32;
-  int64_t total = 0;
-  bool truncated = false;  // the state has more non-separator continuations than `top` holds
-  std::vector<Continuation> top;
 };
 
 class SuffixAutomaton {
@@ -60,12 +43,6 @@ class SuffixAutomaton {
   Match repeat_match() const;
 
   int32_t count(int32_t state) const;  // end-position set size (occurrences of the state's strings)
-  // The state's continuations (above), memoised until the automaton next changes: for automata read
-  // far more often than extended, such as a global cache that every row of every step drafts from,
-  // where one expansion would otherwise read an exact count (a link-cut walk) per continuation.
-  // At most kMaxMemoStates states are kept (a few MB); the memo starts over past that.
-  const Continuations& continuations(int32_t state) const;
-  static constexpr size_t kMaxMemoStates = 8192;
   int32_t transition(int32_t state, int32_t tok) const;
   template <class F>
   void for_each_transition(int32_t state, F&& f) const {
@@ -83,8 +60,7 @@ class SuffixAutomaton {
   bool state_is_clone(int32_t s) const { return is_clone_[s]; }
   void check_state(int32_t s) const;  // throws std::invalid_argument for an unknown state id
 
-  size_t memory_bytes() const;  // the index: states, transitions, counts (what a cache cap bounds)
-  size_t memo_bytes() const;    // the continuations() memo, bounded by kMaxMemoStates
+  size_t memory_bytes() const;
   // Verifies lengths, suffix links, the one-solid-in-edge property, transition storage and every
   // count against an offline recount; throws std::logic_error naming the first violation.
   void check_integrity() const;
@@ -104,8 +80,6 @@ class SuffixAutomaton {
   std::vector<bool> is_clone_;
   EdgeStore edges_;
   mutable LinkCutForest counts_;
-  mutable std::unordered_map<int32_t, Continuations> memo_;  // continuations(), valid at memo_tokens_
-  mutable size_t memo_tokens_ = 0;
   int32_t last_ = 0;
   size_t num_tokens_ = 0;
   size_t num_edges_ = 0;

@@ -440,10 +440,8 @@ class SuffixProposer:
         source = "pooled" if len(sources) > 1 else next(iter(sources), "")
         prior = self.global_count_prior if source == "global" else self.count_prior
         calibration = None if self.calibrate == "off" else self.calibration
-        # The global cache is read by every request between rebuilds: its continuations are memoised.
         toks, parents, probs, cells, raws, _ = build_suffix_draft(
-            [(*src, name == "global") for name, src in sources.items()], budget, self.min_match_len, self.min_prob,
-            self.max_depth, self.depth_factor, prior,
+            list(sources.values()), budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior,
             calibration, source or "request", True,
         )
         if self.calibrate == "online":  # scored against the next commit

@@ -7,29 +7,16 @@
 //    (documents never joined), repeat_match is the longest suffix of the text occurring earlier,
 //    count(state) is that string's number of occurrences;
 //  * the rows: after every step, the tokens the tracker holds for each row's request are exactly
-//    the row's committed tokens, a chain has at most k tokens, all in the vocabulary;
-//  * the memoised drafts: continuations(state) is every transition with its exact count, sorted,
-//    and a draft read through the memo is the tree of a full scan, node for node, under any
-//    budget, floor and calibration, before and after further documents change the counts.
+//    the row's committed tokens, a chain has at most k tokens, all in the vocabulary.
 // Input bytes are read as a little program: opcode, then operands (all values taken modulo a range).
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
 #include <vector>
 
-#include <algorithm>
-#include <tuple>
-
-#include "suffix/draft_tree.h"
 #include "suffix/row_batch.h"
 #include "suffix/suffix_automaton.h"
 
-using specdec::suffix::Continuation;
-using specdec::suffix::Continuations;
-using specdec::suffix::Draft;
-using specdec::suffix::DraftCache;
-using specdec::suffix::DraftParams;
-using specdec::suffix::DraftSource;
 using specdec::suffix::Match;
 using specdec::suffix::MatchCalibration;
 using specdec::suffix::RowBatchParams;
@@ -116,81 +103,6 @@ void check_automaton(Reader& in) {
     }
   }
   sam.check_integrity();
-}
-
-// Wide enough that states outgrow the memo's top list (kTopContinuations) and hashed edge blocks.
-constexpr int kWideVocab = 48;
-
-void check_continuations(const SuffixAutomaton& sam, int32_t state) {
-  std::vector<Continuation> all;
-  int64_t total = 0;
-  sam.for_each_transition(state, [&](int32_t tok, int32_t dst) {
-    total += sam.count(dst);
-    if (tok != SuffixAutomaton::kSeparator) all.push_back(Continuation{tok, dst, sam.count(dst)});
-  });
-  std::sort(all.begin(), all.end(), [](const Continuation& a, const Continuation& b) {
-    return std::make_tuple(-a.count, a.tok) < std::make_tuple(-b.count, b.tok);
-  });
-  const Continuations& c = sam.continuations(state);
-  if (c.total != total) fail("continuations total differs from the summed counts");
-  if (c.truncated != (all.size() > Continuations::kTopContinuations)) fail("continuations truncation flag wrong");
-  if (c.top.size() != std::min(all.size(), Continuations::kTopContinuations)) fail("continuations top size wrong");
-  for (size_t i = 0; i < c.top.size(); ++i) {
-    if (c.top[i].tok != all[i].tok || c.top[i].dst != all[i].dst || c.top[i].count != all[i].count) {
-      fail("continuations differ from the sorted exact counts");
-    }
-  }
-}
-
-bool same_draft(const Draft& a, const Draft& b) {
-  return a.tokens == b.tokens && a.parents == b.parents && a.probs == b.probs && a.raws == b.raws &&
-         a.cells == b.cells && a.ctx_lens == b.ctx_lens;
-}
-
-void check_memo_drafts(Reader& in) {
-  SuffixAutomaton sam(kWideVocab);
-  MatchCalibration cal(1.0 + in.next(4), 64.0);
-  for (int round = 0; round < 6 && in.more(); ++round) {
-    for (int d = 1 + in.next(6); d > 0; --d) {
-      std::vector<int32_t> doc(1 + in.next(40));
-      const int alphabet = 1 + in.next(kWideVocab);  // small alphabets repeat, large ones branch wide
-      for (auto& t : doc) t = in.next(alphabet);
-      sam.add_document(doc.data(), doc.size());
-    }
-    for (int q = 0; q < 4 && in.more(); ++q) {
-      std::vector<int32_t> ctx(1 + in.next(4));
-      for (auto& t : ctx) t = in.next(kWideVocab);
-      const Match m = sam.longest_match(ctx.data(), ctx.size());
-      check_continuations(sam, m.state);
-      DraftParams p;
-      p.budget = in.next(48);
-      p.min_prob = 0.05 * in.next(8);
-      p.max_depth = 1 + in.next(8);
-      p.count_prior = in.next(3);
-      p.cache = DraftCache::kGlobal;
-      p.calibration = in.next(2) ? &cal : nullptr;
-      const Draft plain = build_draft({DraftSource{&sam, m, false}}, p);
-      const Draft memo = build_draft({DraftSource{&sam, m, true}}, p);
-      const Draft warm = build_draft({DraftSource{&sam, m, true}}, p);
-      if (!same_draft(plain, memo) || !same_draft(plain, warm)) fail("memoised draft differs from the full scan");
-      // Score the tree against made-up commits, some repeated: ratios leave 1 both ways, far enough
-      // that calibrated conditionals clamp at 1 and tie (the memo's cut must keep every tie).
-      std::vector<int32_t> committed(1 + in.next(4));
-      for (size_t i = 0; i < committed.size(); ++i) {
-        committed[i] = i < plain.tokens.size() && in.next(3) ? plain.tokens[i] : in.next(kWideVocab);
-      }
-      for (int rep = 1 + 8 * in.next(3); rep > 0; --rep) {
-        cal.observe(plain.tokens.data(), plain.parents.data(), plain.cells.data(), plain.raws.data(),
-                    plain.tokens.size(), committed.data(), committed.size());
-      }
-      // And one cell the tree used pushed far up: low raw estimates, always accepted (ratio ~16).
-      const int32_t cell = plain.cells.empty() ? in.next(MatchCalibration::kCells)
-                                               : plain.cells[in.next(static_cast<int>(plain.cells.size()))];
-      const int32_t tok = 0, root = -1;
-      const float low = 0.05f;
-      for (int rep = 16 * in.next(3); rep > 0; --rep) cal.observe(&tok, &root, &cell, &low, 1, &tok, 1);
-    }
-  }
 }
 
 struct Req {
@@ -286,12 +198,10 @@ void check_rows(Reader& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   Reader in{data + 1, size - 1};
-  if (data[0] % 3 == 0) {
+  if (data[0] % 2 == 0) {
     check_automaton(in);
-  } else if (data[0] % 3 == 1) {
-    check_rows(in);
   } else {
-    check_memo_drafts(in);
+    check_rows(in);
   }
   return 0;
 }
