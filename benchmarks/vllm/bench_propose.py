@@ -7,7 +7,8 @@ sampler emits) before the drafter is called with the whole batch. Measured, in o
 interleaved per step so load hits all alike:
 
 * ``specdec batched``: ``SuffixRowBatch.step`` -- row matching (full memcmp of every row), commits,
-  global-match upkeep, best-first tree (16 nodes) and its best chain, for all rows in one C++ call;
+  global-match upkeep, best-first tree (``--tree-budget`` nodes, default k as in the drafter) and its
+  best chain, for all rows in one C++ call;
   plus the Python around it in ``SuffixDrafter.propose`` (lengths, list conversion);
 * ``specdec batched, k=0``: the same call drafting nothing (identity + commits + match upkeep only),
   to split the batched cost into bookkeeping and drafting;
@@ -37,7 +38,7 @@ from specdec import SuffixProposer  # noqa: E402
 from specdec.integrations.rows import RowSession  # noqa: E402
 
 K = 4
-TREE = 16
+TREE = K  # the drafter's default tree budget (DrafterOptions.tree_budget: num_speculative_tokens)
 
 
 class Rows:
@@ -82,76 +83,83 @@ def arctic_cache():
     return SuffixDecodingCache, ""
 
 
-def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0, tree: int = TREE) -> dict:
-    traffic = Traffic(seed)
-    fast_prop = make_proposer(traffic, global_tokens)
-    slow_prop = make_proposer(Traffic(seed), global_tokens)
-    fast = fast_prop.row_batch(tree_budget=tree)
-    keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=tree)
-    slow = RowSession(slow_prop, tree_budget=tree)
-    rows_fast = Rows(Traffic(seed + 1), batch, context, steps)
-    rows_keep = Rows(Traffic(seed + 1), batch, context, steps)
-    rows_slow = Rows(Traffic(seed + 1), batch, context, steps)
-    cache_cls, why = arctic_cache()
-    arctic = None
-    if cache_cls is not None:
-        # vLLM's method="suffix" defaults (config/speculative.py): depth 24, 10000 cached requests,
-        # spec factor 1.0, min token prob 0.1; its proposer matches the last max_tree_depth tokens.
-        arctic = cache_cls(max_tree_depth=24, max_cached_requests=10000)
-        rows_arctic = Rows(Traffic(seed + 1), batch, context, steps)
-        for i, doc in enumerate(make_docs(Traffic(seed), global_tokens)):
-            arctic.start_request(f"g{i}", doc[:1])
-            arctic.add_active_response(f"g{i}", doc[1:].tolist())
-            arctic.stop_request(f"g{i}")
-        for r in range(batch):
-            arctic.start_request(f"r{r}", rows_arctic.tokens[r, :context])
-    names = ("specdec batched", "specdec batched, k=0", "specdec per-request", "arctic speculate")
-    times = {name: [] for name in names}
+PATHS = {"batched": "specdec batched", "k0": "specdec batched, k=0", "per-request": "specdec per-request",
+         "arctic": "arctic speculate"}
 
-    def fast_step(rows):
-        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
-        offsets, flat, _ = fast.step(rows.tokens, rows.n, sampled, K)
-        flat, b = flat.tolist(), offsets.tolist()
-        return [flat[b[r]:b[r + 1]] for r in range(batch)]
 
-    def keep_step(rows):
-        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
-        keep.step(rows.tokens, rows.n, sampled, 0)
-        return []
+def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0, tree: int = TREE,
+        paths=tuple(PATHS)) -> dict:
+    """Per path (``PATHS`` keys): p50 / mean microseconds per request per step and drafted tokens.
+    Paths run interleaved step by step, each on its own copy of the state, so with several of them
+    every path finds the caches cold after the others, as a drafter does after the model's forward."""
+    cases = []  # (name, step function, rows)
 
-    def slow_step(rows):
-        sampled = np.fromiter((len(s) for s in rows.sampled), np.int32, batch)
-        return slow.step(rows.tokens, rows.n, sampled, K).chains
+    def rows():
+        return Rows(Traffic(seed + 1), batch, context, steps)
 
-    def arctic_step(rows):
-        out = []
-        for r in range(batch):
-            if rows.sampled[r]:
-                arctic.add_active_response(f"r{r}", rows.sampled[r])
-            n = int(rows.n[r])
-            draft = arctic.speculate(f"r{r}", rows.tokens[r, max(0, n - 24):n], max_spec_tokens=K,
-                                     max_spec_factor=1.0, min_token_prob=0.1)
-            out.append(list(draft.token_ids))
-        return out
+    def sampled_of(r):
+        return np.fromiter((len(s) for s in r.sampled), np.int32, batch)
 
-    drafted = {name: 0 for name in names}
+    if "batched" in paths:
+        fast = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=tree)
+
+        def fast_step(r):
+            offsets, flat, _ = fast.step(r.tokens, r.n, sampled_of(r), K)
+            flat, b = flat.tolist(), offsets.tolist()
+            return [flat[b[i]:b[i + 1]] for i in range(batch)]
+        cases.append((PATHS["batched"], fast_step, rows()))
+    if "k0" in paths:
+        keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=tree)
+
+        def keep_step(r):
+            keep.step(r.tokens, r.n, sampled_of(r), 0)
+            return []
+        cases.append((PATHS["k0"], keep_step, rows()))
+    if "per-request" in paths:
+        slow = RowSession(make_proposer(Traffic(seed), global_tokens), tree_budget=tree)
+        cases.append((PATHS["per-request"], lambda r: slow.step(r.tokens, r.n, sampled_of(r), K).chains, rows()))
+    skipped = {}
+    if "arctic" in paths:
+        cache_cls, why = arctic_cache()
+        if cache_cls is None:
+            skipped[PATHS["arctic"]] = {"skipped": why}
+        else:
+            # vLLM's method="suffix" defaults (config/speculative.py): depth 24, 10000 cached requests,
+            # spec factor 1.0, min token prob 0.1; its proposer matches the last max_tree_depth tokens.
+            arctic = cache_cls(max_tree_depth=24, max_cached_requests=10000)
+            rows_arctic = rows()
+            for i, doc in enumerate(make_docs(Traffic(seed), global_tokens)):
+                arctic.start_request(f"g{i}", doc[:1])
+                arctic.add_active_response(f"g{i}", doc[1:].tolist())
+                arctic.stop_request(f"g{i}")
+            for r in range(batch):
+                arctic.start_request(f"r{r}", rows_arctic.tokens[r, :context])
+
+            def arctic_step(rw):
+                out = []
+                for r in range(batch):
+                    if rw.sampled[r]:
+                        arctic.add_active_response(f"r{r}", rw.sampled[r])
+                    n = int(rw.n[r])
+                    draft = arctic.speculate(f"r{r}", rw.tokens[r, max(0, n - 24):n], max_spec_tokens=K,
+                                             max_spec_factor=1.0, min_token_prob=0.1)
+                    out.append(list(draft.token_ids))
+                return out
+            cases.append((PATHS["arctic"], arctic_step, rows_arctic))
+    times = {name: [] for name, _, _ in cases}
+    drafted = {name: 0 for name, _, _ in cases}
     for step in range(steps + 1):
-        cases = [("specdec batched", fast_step, rows_fast), ("specdec batched, k=0", keep_step, rows_keep),
-                 ("specdec per-request", slow_step, rows_slow)]
-        if arctic is not None:
-            cases.append(("arctic speculate", arctic_step, rows_arctic))
-        for name, fn, rows in cases:
+        for name, fn, r in cases:
             t0 = time.perf_counter_ns()
-            chains = fn(rows)
+            chains = fn(r)
             dt = (time.perf_counter_ns() - t0) / 1e3 / batch
             if step > 0:  # step 0 begins every request (8k-token prompts): reported apart
                 times[name].append(dt)
                 drafted[name] += sum(len(c) for c in chains)
-            rows.advance()
+            r.advance()
     out = {name: {"p50_us_per_request": statistics.median(v), "mean_us_per_request": statistics.fmean(v),
-                  "drafted_per_request_step": drafted[name] / (len(v) * batch)} for name, v in times.items() if v}
-    if arctic is None:
-        out["arctic speculate"] = {"skipped": why}
+                  "drafted_per_request_step": drafted[name] / (len(v) * batch)} for name, v in times.items()}
+    out.update(skipped)
     return out
 
 
@@ -169,16 +177,22 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--global-tokens", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--paths", default=",".join(PATHS),
+                    help="which paths run, interleaved (one path alone runs with warm caches)")
     ap.add_argument("--tree-budget", type=int, default=TREE,
-                    help=f"nodes of the tree each chain is cut from (default {TREE}: the drafter's default, k)")
+                    help=f"nodes of the tree each chain is cut from (default {TREE}: the drafter's default, k; "
+                         "16 was the default before 2026-12-01)")
     args = ap.parse_args(argv)
     for name, value in (("batch", args.batch), ("context", args.context), ("steps", args.steps)):
         if value < 1:
             ap.error(f"--{name} must be >= 1")
     if args.tree_budget < K:
         ap.error(f"--tree-budget must be >= k = {K}")
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    if not paths or set(paths) - set(PATHS):
+        ap.error(f"--paths takes a comma-separated subset of {','.join(PATHS)}, got {args.paths!r}")
     load = os.getloadavg()
-    res = run(args.batch, args.context, args.global_tokens, args.steps, tree=args.tree_budget)
+    res = run(args.batch, args.context, args.global_tokens, args.steps, tree=args.tree_budget, paths=paths)
     print(f"batch {args.batch}, context {args.context}, global cache {args.global_tokens} tokens, {args.steps} steps, "
           f"k={K}, tree {args.tree_budget}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("| path | p50 us / request / step | mean | drafted tokens / request / step |")
@@ -190,7 +204,7 @@ def main(argv=None):
             print(f"| {name} | {r['p50_us_per_request']:.2f} | {r['mean_us_per_request']:.2f} | "
                   f"{r['drafted_per_request_step']:.2f} |")
     base = res.get("arctic speculate", {})
-    if "p50_us_per_request" in base:
+    if "p50_us_per_request" in base and "specdec batched" in res:
         ratio = base["p50_us_per_request"] / res["specdec batched"]["p50_us_per_request"]
         print(f"speedup over arctic speculate: {ratio:.1f}x")
 
