@@ -9,8 +9,8 @@
 // the node is accepted, so the sum over the tree estimates the accepted draft length.
 // Nodes are taken in decreasing path probability (ties: the earlier parent, then the smaller
 // token, so the tree does not depend on the order an automaton stores its transitions in) until
-// the budget, the probability floor or the depth limit stops expansion; the depth limit adapts to the match length (short matches draft
-// little, matches under min_match_len draft nothing). A path that reaches the end of the indexed
+// the budget, the probability floor or the depth limit stops expansion; the depth limit adapts to
+// the match length (short matches draft little, matches under min_match_len draft nothing). A path that reaches the end of the indexed
 // text continues from the longest shorter context (suffix link) that still has a continuation,
 // so a loop in the request's own text is drafted beyond one period.
 //
