@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..models import load_target
-from ..serving.measure import build_workload, fingerprints, measure_proposer
+from ..serving.measure import artifact_dict, build_workload, fingerprints, make_proposer, measure_proposer
 from ..serving.review import compare, load_trigger, review_markdown
 from .args import model_spec, probability
 from .common import log
@@ -55,6 +55,10 @@ def run_review(args) -> int:
     artifacts, acceptance = {}, {}
     for spec in trigger["proposers"]:
         try:
+            if trigger["proposers"][spec].get("acceptance_from"):
+                # imported from an engine: a replay here is not comparable, so only the artifact is checked
+                artifacts[spec] = artifact_dict(make_proposer(spec, model, tok))
+                continue
             m = measure_proposer(spec, model, tok, wl, int(trigger["budget"]))
         except (ValueError, OSError) as e:  # e.g. heads refusing a new checkpoint: reported as a finding
             log(f"{spec}: {e}")
