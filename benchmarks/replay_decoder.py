@@ -24,6 +24,8 @@ Variants, all in the same run on the same answers:
 proposer's own match-length calibration of each node (``online``, the default) against raw
 frequencies (``off``, the proposer before 2026-12-01). ``--variants "per-depth;one scale"`` picks variants by name.
 The global cache fills from the answers replayed before (file order), as in serving.
+``--ask adaptive,fixed`` compares the sizer's adaptive ask (``DraftSizer.ask_for``) with asking for
+``--budget`` nodes every step.
 
     python benchmarks/replay_decoder.py [--data benchmarks/data/greedy_smollm2.jsonl] [--cost "0:22,1:24.3,..."]
 """
@@ -60,12 +62,14 @@ VARIANTS = {
 }
 
 
-def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibrate: str = "online") -> dict:
+def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibrate: str = "online",
+           adaptive_ask: bool = True) -> dict:
     """Totals over ``rows`` for one policy (a :data:`VARIANTS` value), overall (``None``) and per
     category: tokens, steps, accepted, drafted, relative cost."""
     make_calibration, per_request = variant
     prop = SuffixProposer(VOCAB, calibrate=calibrate)
-    sizer = DraftSizer("auto", budget, calibration=make_calibration, per_request=per_request)
+    sizer = DraftSizer("auto", budget, calibration=make_calibration, per_request=per_request,
+                       adaptive_ask=adaptive_ask)
     sizer.set_cost(cost)
     totals = collections.defaultdict(collections.Counter)
     for i, row in enumerate(rows):
@@ -74,7 +78,7 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibr
         prop.begin(i, row["prompt_ids"])
         pos = 0
         while pos < len(answer):
-            (scored,) = prop.propose_scored([i], sizer.ask)
+            (scored,) = prop.propose_scored([i], sizer.ask_for(i))
             tree, ticket = sizer.size(i, scored.tree, scored.node_probs.tolist(), scored.source)
             path = accepted_path(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else []
             path = path[: len(answer) - pos - 1]  # the last answer token is always the target's own
@@ -103,6 +107,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=16, help="nodes the proposer may draft per step")
     ap.add_argument("--calibrate", default="online,off", help="SuffixProposer calibrate modes, comma-separated")
     ap.add_argument("--variants", default=";".join(VARIANTS), help="sizer variants by name, separated by ;")
+    ap.add_argument("--ask", default="adaptive", help="adaptive and/or fixed, comma-separated (DraftSizer.ask_for)")
     add_cost_args(ap)
     args = ap.parse_args(argv)
     modes = args.calibrate.split(",")
@@ -114,19 +119,23 @@ def main(argv=None) -> int:
         if mode not in ("online", "frozen", "off"):
             ap.error(f"--calibrate modes are online, frozen and off, got {mode!r}")
 
+    asks = args.ask.split(",")
+    if any(a not in ("adaptive", "fixed") for a in asks):
+        ap.error(f"--ask takes adaptive and/or fixed, got {args.ask!r}")
+
     cost = cost_model(args)
     rows = read_rows(args.data)
     print(f"\n{args.data}: {len(rows)} answers, budget {args.budget}")
-    print("| calibration | proposer calibrate | tokens/step | accepted/step | drafted/step | accepted/drafted | "
+    print("| calibration | proposer calibrate | ask | tokens/step | accepted/step | drafted/step | accepted/drafted | "
           "est. speedup (model time) | lowest category |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
     for name in names:
-        for mode in modes:
-            totals = replay(rows, VARIANTS[name], cost, args.budget, mode)
+        for mode, ask in [(m, a) for m in modes for a in asks]:
+            totals = replay(rows, VARIANTS[name], cost, args.budget, mode, ask == "adaptive")
             t = totals[None]
             worst = min((k for k in totals if k is not None), key=lambda k: totals[k]["tokens"] / totals[k]["cost"])
             print(
-                f"| {name} | {mode} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
+                f"| {name} | {mode} | {ask} | {t['tokens'] / t['steps']:.3f} | {t['accepted'] / t['steps']:.3f} | "
                 f"{t['drafted'] / t['steps']:.2f} | {t['accepted'] / max(t['drafted'], 1):.3f} | "
                 f"{t['tokens'] / t['cost']:.3f}x | {worst} {totals[worst]['tokens'] / totals[worst]['cost']:.3f}x |",
                 flush=True,

@@ -147,3 +147,40 @@ def test_auto_budget_for_chains_matches_the_best_fixed_length():
 
     best = max(replay(lambda k=k: (chain(k), lambda path: None)) for k in (1, 2, 4, 8, 16, 32))
     assert replay(auto) >= 0.98 * best
+
+
+def _chain(n: int) -> DraftTree:
+    return DraftTree(torch.arange(n), torch.arange(-1, n - 1, dtype=torch.int32))
+
+
+def test_adaptive_ask_follows_what_the_sizer_keeps():
+    """A request is asked for about twice its recent most-kept nodes (never under the floor), grows
+    back to the full budget when it keeps all it was given, and starts over after ``end``."""
+    sizer = DraftSizer("auto", 32)
+    sizer.set_cost(COST)
+    assert sizer.ask_for("r") == 32  # nothing known yet
+    kept, _ = sizer.size("r", _chain(32), [0.02] * 32, "s")  # nothing here pays for its verify time
+    assert kept.num_nodes == 0 and sizer.ask_for("r") == DraftSizer.ASK_FLOOR
+    asks = []
+    for _ in range(3):  # sure drafts: every node is kept, so the ask was binding and doubles
+        n = sizer.ask_for("r")
+        kept, _ = sizer.size("r", _chain(n), [0.99] * n, "s")
+        assert kept.num_nodes == n
+        asks.append(sizer.ask_for("r"))
+    assert asks == [16, 32, 32]
+    sizer.size("r", _chain(4), [0.02] * 4, "s")  # a miss: the remembered size fades, it does not drop
+    assert sizer.ask_for("r") == 32  # 2 * 0.9 * 32 nodes, capped at the budget
+    for _ in range(40):
+        sizer.size("r", DraftTree.empty(), [], "s")
+    assert sizer.ask_for("r") == DraftSizer.ASK_FLOOR
+    assert sizer.ask_for("other") == 32
+    sizer.end("r")
+    assert sizer.ask_for("r") == 32
+
+
+def test_fixed_ask_when_adaptive_ask_is_off_frozen_or_budget_fixed():
+    for sizer in (DraftSizer("auto", 32, adaptive_ask=False), DraftSizer("auto", 32, adapt=False), DraftSizer(6, 32)):
+        sizer.set_cost(COST)
+        for _ in range(3):
+            sizer.size("r", _chain(sizer.ask), [0.02] * sizer.ask, "s")
+        assert sizer.ask_for("r") == sizer.ask

@@ -270,10 +270,10 @@ class SpeculativeDecoder:
         the tokens a request has left (minus the target's own token) could never be emitted: they
         are not verified, and a request with one token left is not drafted for.
         """
-        ids, ask = [r.req_id for r in active], self.sizer.ask
+        ids = [r.req_id for r in active]
         depth = [limit - r.metrics.tokens - 1 for r in active]
-        budgets = [ask if d > 0 else 0 for d in depth]
-        budget = ask if min(budgets) == ask else budgets
+        budgets = [self.sizer.ask_for(i) if d > 0 else 0 for i, d in zip(ids, depth)]
+        budget = budgets[0] if len(set(budgets)) == 1 else budgets
         if isinstance(self.proposer, ScoredProposer):
             drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in self.proposer.propose_scored(ids, budget)]
         else:

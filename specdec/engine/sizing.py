@@ -14,6 +14,7 @@ tokens per second; the decoder verifies the ``k`` that maximises it (``k = 0`` =
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Sequence
 
@@ -252,7 +253,19 @@ class DraftSizer:
         per_request: give each request its own calibration, shrunk toward its source's.
         adapt: learn while decoding (False freezes every estimate, calibration and cost at its
             current value, so the same drafts are sized the same way run after run).
+        adaptive_ask: with ``"auto"`` and ``adapt``, ask each request for about twice the most nodes
+            it recently kept (:meth:`ask_for`) instead of ``max_budget`` every step.
+
+    Why the adaptive ask: a model proposer's drafting cost grows with the budget (an EAGLE tree
+    runs one draft-layer forward per level and expands until its frontier falls out of the
+    ``budget`` best nodes), while the sizer on a CPU keeps a few nodes. Asking for 32 and keeping 3
+    paid for levels no one verifies: measured online, EAGLE-3 drafted 24.5 ms a step at depth 6 and
+    10.2 ms at depth 2 for the same tokens per step. The ask grows back at once when the sizer keeps
+    all it was given, so a long lookup match is cut for one step at most.
     """
+
+    ASK_FLOOR = 8  # never ask for fewer (an EAGLE tree's width is min(top_k, budget))
+    ASK_DECAY = 0.9  # per-step fade of the remembered most-kept size
 
     def __init__(
         self,
@@ -262,6 +275,7 @@ class DraftSizer:
         calibration: Callable[[], ScoreCalibration] = ScoreCalibration,
         per_request: bool = True,
         adapt: bool = True,
+        adaptive_ask: bool = True,
     ):
         if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
             raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")
@@ -269,6 +283,8 @@ class DraftSizer:
             raise ValueError(f"budget must be 'auto' or an int >= 0, got {budget!r}")
         self.budget, self.max_budget = budget, max_budget
         self.make_calibration, self.per_request, self.adapt = calibration, per_request, bool(adapt)
+        self.adaptive_ask = bool(adaptive_ask)
+        self._kept: dict[Hashable, float] = {}  # req_id -> decayed most nodes kept (adaptive ask)
         self.live_cost: VerifyCostModel | None = None
         self.estimator = AcceptanceEstimator()
         self.draft_overhead = DraftOverhead()
@@ -285,6 +301,14 @@ class DraftSizer:
         pruned afterwards (dropping sampled siblings would change the law they were drawn under)."""
         return self.max_budget if self.auto else min(self.max_budget, self.budget)
 
+    def ask_for(self, req_id: Hashable) -> int:
+        """Nodes to ask of the proposer for one request: :attr:`ask`, or with the adaptive ask
+        ``clamp(2 * recently most kept, ASK_FLOOR, ask)``; a request's first step asks :attr:`ask`."""
+        kept = self._kept.get(req_id) if self.auto and self.adapt and self.adaptive_ask else None
+        if kept is None:
+            return self.ask
+        return min(self.ask, max(self.ASK_FLOOR, math.ceil(2 * kept)))
+
     def set_cost(self, cost: VerifyCostModel) -> None:
         """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
         self.live_cost = replace(cost, seconds=list(cost.seconds))
@@ -295,6 +319,12 @@ class DraftSizer:
         """``(tree to verify, ticket for observe)`` for one request's draft; ``node_probs`` and
         ``source`` come with scored drafts (:class:`~specdec.proposers.base.ScoredDraft`). An empty
         draft has no ticket."""
+        sized, ticket = self._sized(req_id, tree, node_probs, source)
+        if self.auto and self.adapt and self.adaptive_ask:
+            self._kept[req_id] = max(float(sized.num_nodes), self.ASK_DECAY * self._kept.get(req_id, 0.0))
+        return sized, ticket
+
+    def _sized(self, req_id, tree, node_probs, source) -> tuple[DraftTree, Ticket | None]:
         if not tree.num_nodes:
             return tree, None
         if self.auto and self.live_cost is None:
@@ -341,6 +371,7 @@ class DraftSizer:
         """Forget a finished request's own calibrations (its evidence stays in the shared ones)."""
         for key in [k for k in self._requests if k[0] == req_id]:
             del self._requests[key]
+        self._kept.pop(req_id, None)
 
     def _calibration(self, req_id: Hashable, source: str) -> ScoreCalibration:
         shared = self.calibrations.get(source)
