@@ -15,13 +15,17 @@ def no_model_load(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the bad input was refused")
 
-    import specdec.cli.common as common
-    import specdec.cli.plan as plan
-    import specdec.cli.train as train
+    import importlib
 
-    monkeypatch.setattr(common, "load_target", refuse)
-    monkeypatch.setattr(plan, "load_target", refuse)
-    monkeypatch.setattr(train, "load_target", refuse)
+    import specdec.models
+
+    # Every module that binds load_target at import is imported (and patched) here: one first
+    # imported inside a patched test would keep the refusal after monkeypatch undoes the rest.
+    modules = [importlib.import_module(f"specdec.cli.{n}") for n in ("common", "plan", "train", "bench", "generate",
+                                                                     "review")]
+    for module in modules:  # all imported before any is patched
+        monkeypatch.setattr(module, "load_target", refuse)
+    monkeypatch.setattr(specdec.models, "load_target", refuse)  # modules importing it when they run
 
 
 def _run(argv, capsys):
