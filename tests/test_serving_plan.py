@@ -209,3 +209,31 @@ def test_review_refuses_a_tolerance_outside_0_1():
 
     with pytest.raises(ValueError, match="tolerance must be in"):
         compare({"tolerance": 0.1, "fingerprints": {}, "proposers": {}}, {}, {}, {}, tolerance=-0.2)
+
+
+def test_cost_band_brackets_goodput_and_is_widest_near_saturation(tmp_path):
+    """A slower machine meets fewer objectives and a faster one more; the spread grows toward
+    saturation (queues), which is where the report flags a prediction as resting on the cost model."""
+    import dataclasses
+
+    banded = dataclasses.replace(SETTINGS, load_fractions=(0.1, 1.0), cost_band=0.25)
+    measured = {"lookup": ({"all": good_acceptance()}, ProposerMemory(10_000_000, 0.0))}
+    pp = plan_pool(POOL, measured, gpu_like_cost(), items(), banded, weights_bytes=500_000_000,
+                   kv_bytes_token=100_000)
+    rows = pp.proposers[0].rows
+    for r in rows:
+        assert r["goodput_lo"] <= r["goodput_rps"] + 1e-9 <= r["goodput_hi"] + 2e-9
+        assert r["tpot_p50_lo"] >= r["tpot_p50"] >= r["tpot_p50_hi"]
+    off = sorted((r for r in rows if r["policy"] == "off"), key=lambda r: r["rate"])
+    spread = [(r["goodput_hi"] - r["goodput_lo"]) / r["goodput_rps"] for r in off]
+    assert spread[0] < 0.05 < spread[-1]
+    from specdec.serving.report import fragile_rows, pool_markdown
+
+    assert fragile_rows(rows) == [off[-1]["rate"]]
+    text = "\n".join(pool_markdown(pp, "x.png"))
+    assert f"({off[-1]['goodput_lo']:.3g}-{off[-1]['goodput_hi']:.3g})" in text and "measure before relying" in text
+    with pytest.raises(ValueError, match="cost_band"):
+        dataclasses.replace(SETTINGS, cost_band=1.0)
+    with pytest.raises(argparse.ArgumentTypeError, match="cost-band"):
+        plan.cost_band("-0.1")
+    assert plan.cost_band("fit") == "fit" and plan.cost_band("0.1") == 0.1

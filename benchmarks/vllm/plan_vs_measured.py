@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import sys
@@ -168,22 +169,54 @@ def requests_for(prompts: list[dict], rate: float, max_tokens: int, seed: int):
 
 
 def predict(policy: str, cost, acceptance, prompts, rate: float, args) -> dict:
+    """The simulator's goodput, TTFT, TPOT and throughput for one policy and rate, averaged over
+    ``args.replications`` acceptance seeds; ``goodput_band``: the same with every step cost times
+    ``1 + band`` and ``1 - band``, ``band`` = the cost fit's leave-one-out error (``specdec plan``'s
+    default ``--cost-band fit``)."""
     from specdec.serving.metrics import SLO, summarize
     from specdec.serving.policies import AlwaysOn, Off
     from specdec.serving.simulator import ServerConfig, simulate
 
     drafts = policy not in ("off", "specdec-never") and acceptance is not None
-    rows = []
-    for rep in range(args.replications):
-        server = ServerConfig(cost, acceptance if drafts else _placeholder(args.k), max_batch=args.max_num_seqs,
-                              seed=rep, scheduler="packed", max_batched_tokens=VLLM_TOKEN_BUDGET)
-        res = simulate(requests_for(prompts, rate, args.max_tokens, args.seed), AlwaysOn(args.k) if drafts else Off(),
-                       server)
-        rows.append(summarize(res.records, SLO(args.slo_ttft, args.slo_tpot)))
+    band = min(0.5, cost.loo_rel_error) if np.isfinite(cost.loo_rel_error) else 0.0
+    runs = {1.0: [], 1 + band: [], 1 - band: []}
+    for scale, rows in runs.items():
+        for rep in range(args.replications):
+            server = ServerConfig(cost.scaled(scale), acceptance if drafts else _placeholder(args.k),
+                                  max_batch=args.max_num_seqs, seed=rep, scheduler="packed",
+                                  max_batched_tokens=VLLM_TOKEN_BUDGET)
+            res = simulate(requests_for(prompts, rate, args.max_tokens, args.seed),
+                           AlwaysOn(args.k) if drafts else Off(), server)
+            rows.append(summarize(res.records, SLO(args.slo_ttft, args.slo_tpot)))
+    rows = runs[1.0]
     out = {key: float(np.mean([r[key] for r in rows])) for key in ("goodput_rps", "ttft_p50", "tpot_p50",
                                                                   "throughput_tok_s")}
     out["goodput_range"] = [float(min(r["goodput_rps"] for r in rows)), float(max(r["goodput_rps"] for r in rows))]
+    out["goodput_band"] = [float(np.mean([r["goodput_rps"] for r in runs[1 + band]])),
+                           float(np.mean([r["goodput_rps"] for r in runs[1 - band]]))]
+    out["cost_band"] = band
     return out
+
+
+def repredict(folder: Path, prompts, args) -> None:
+    """Predict every measured row of ``folder`` again from the models saved there (no server)."""
+    from specdec.serving.acceptance import AcceptanceDist
+    from specdec.serving.cost import StepCostModel
+
+    rows = json.loads((folder / "plan_vs_measured.json").read_text())
+    for row in rows:
+        policy = row["policy"]
+        cost = StepCostModel.load(folder / f"cost-{policy}.json")
+        accp = folder / f"acceptance-{policy}.json"
+        acceptance = AcceptanceDist.load(accp) if accp.exists() else None
+        row["predicted"] = predict(policy, cost, acceptance, prompts, row["rate"], args)
+        meas = row["measured"]["goodput_rps"]
+        row["ratio"] = row["predicted"]["goodput_rps"] / meas if meas else float("inf")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "plan_vs_measured.json").write_text(json.dumps(rows, indent=1, default=float))
+    md = table(rows)
+    (args.out / "plan_vs_measured.md").write_text(md + "\n")
+    print(md)
 
 
 def _placeholder(k: int):
@@ -193,17 +226,22 @@ def _placeholder(k: int):
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| policy | rate (req/s) | goodput predicted (seeds' range) | goodput measured (median; range) | "
-             "predicted / measured | TPOT p50 predicted / measured (s) | TTFT p50 predicted / measured (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| policy | rate (req/s) | goodput predicted (seeds' range) | predicted with step costs +-band "
+             "(band) | goodput measured (median; range) | predicted / measured | measured in band (+-2%) | "
+             "TPOT p50 predicted / measured (s) | TTFT p50 predicted / measured (s) |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         pred, meas = r["predicted"], r["measured"]
         plo, phi = pred.get("goodput_range", (pred["goodput_rps"],) * 2)
+        blo, bhi = pred.get("goodput_band", (math.nan, math.nan))
+        # within 2% of the band (the seeds' spread at low load is about that wide)
+        inside = "-" if math.isnan(blo) else "yes" if 0.98 * blo <= meas["goodput_rps"] <= 1.02 * bhi else "no"
         lo, hi = r.get("measured_range", (meas["goodput_rps"],) * 2)
         runs = len(r.get("runs", [meas]))
         spread = f" ({lo:.3f}-{hi:.3f}, {runs} runs)" if runs > 1 else ""
         lines.append(f"| {r['policy']} | {r['rate']:.2f} | {pred['goodput_rps']:.3f} ({plo:.3f}-{phi:.3f}) | "
-                     f"{meas['goodput_rps']:.3f}{spread} | {r['ratio']:.2f} | "
+                     f"{blo:.3f}-{bhi:.3f} ({pred.get('cost_band', math.nan):.0%}) | "
+                     f"{meas['goodput_rps']:.3f}{spread} | {r['ratio']:.2f} | {inside} | "
                      f"{pred['tpot_p50']:.3f} / {meas['tpot_p50']:.3f} | "
                      f"{pred['ttft_p50']:.2f} / {meas['ttft_p50']:.2f} |")
     return "\n".join(lines)
@@ -213,6 +251,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default="off,specdec")
     ap.add_argument("--table-from", type=Path, default=None, help="re-render a plan_vs_measured.json and exit")
+    ap.add_argument("--repredict", type=Path, default=None,
+                    help="predict again from a finished run's folder (its cost-<policy>.json, acceptance-<policy>.json "
+                         "and measured rows) without a server, write plan_vs_measured.md/.json to --out, and exit")
     ap.add_argument("--rates", default="0.5,1,2")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -282,6 +323,9 @@ def main(argv=None):
     measured_ids = {r.get("question_id") for r in records}
     calib = calibration_prompts(tok, {r["category"] for r in records[: args.requests]}, measured_ids,
                                 args.calibration_prompts)
+    if args.repredict is not None:
+        repredict(args.repredict, prompts, args)
+        return
     args.gate_off_above, args.log_every = 4, 200  # serve_bench.start_server reads them
     rows = []
     for policy in policies:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from ..models import load_target
@@ -82,6 +83,10 @@ def register(subparsers) -> None:
                    help="use this acceptance histogram for proposer SPEC instead of replaying it here, e.g. one "
                         "from an engine's own counters (benchmarks/vllm/plan_vs_measured.py writes "
                         "acceptance-<policy>.json); repeatable")
+    p.add_argument("--cost-band", type=cost_band, default="fit",
+                   help="also simulate with step costs this fraction slower and faster, in [0, 1), and flag the "
+                        "loads whose goodput moves by more than 20%%; 'fit' (default) uses the cost model's "
+                        "leave-one-out error, 0 turns it off")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
     p.add_argument(
         "--tolerance", type=probability, default=0.15, help="acceptance drift that review will flag (relative)"
@@ -89,6 +94,19 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=bounded(int), default=0)
     p.add_argument("--out", default="plan_report", help="output directory")
     p.set_defaults(func=run_plan)
+
+
+def cost_band(text: str):
+    """``--cost-band``: 'fit' or a fraction in [0, 1)."""
+    if text == "fit":
+        return text
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cost-band takes 'fit' or a fraction in [0, 1), got {text!r}") from None
+    if not 0 <= x < 1:
+        raise argparse.ArgumentTypeError(f"--cost-band must be in [0, 1), got {text!r}")
+    return x
 
 
 def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> dict:
@@ -168,6 +186,11 @@ def run_plan(args) -> int:
         )
         cost.save(out / "cost.json")
         log(f"cost model: mean error {cost.mean_rel_error:.1%}, leave-one-out {cost.loo_rel_error:.1%}")
+    if args.cost_band == "fit":  # a model saved without a leave-one-out error (NaN) gets no band
+        loo = cost.loo_rel_error
+        settings.cost_band = min(0.5, loo) if math.isfinite(loo) and loo >= 0 else 0.0
+    else:
+        settings.cost_band = args.cost_band
     mem = target_memory(model, args.kv_dtype)
     measured, described = {}, []
     for spec in specs:
@@ -205,6 +228,8 @@ def run_plan(args) -> int:
         "weights": f"{mem['weights_bytes'] / 2**20:.1f} MiB",
         "max draft budget": args.max_budget,
         "simulated": f"{args.requests} requests x {args.replications} replications per load level",
+        "cost band": f"+-{settings.cost_band:.0%} step time"
+                     + (" (the cost model's leave-one-out error)" if args.cost_band == "fit" else ""),
     }
     path = write_report(
         out,

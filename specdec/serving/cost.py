@@ -147,6 +147,17 @@ class StepCostModel:
             return 0.0
         return float(features(batch, tokens_per_seq, context) @ self.weights)
 
+    def scaled(self, factor: float) -> "StepCostModel":
+        """The same model on a machine ``factor`` times as slow (every weight times ``factor``).
+
+        Why: a plan's goodput near saturation moves far more than its step costs do, so
+        :func:`~specdec.serving.sweep.sweep` re-simulates with costs scaled by ``1 +- band`` to show
+        how far a prediction can be trusted at each load."""
+        if not factor > 0:
+            raise ValueError(f"a cost scale factor must be > 0, got {factor}")
+        return dataclasses.replace(self, weights=self.weights * float(factor),
+                                   meta={**self.meta, "scaled": float(factor)})
+
     def packed_step_time(self, pieces: Sequence[tuple[int, float]]) -> float:
         """Seconds for one *packed* forward: each piece is ``(new tokens, cached context)`` of one sequence.
 

@@ -48,6 +48,7 @@ class PlanSettings:
     scheduler: str = "phased"  # "packed": the engine mixes prefill chunks into decode steps (vLLM V1)
     max_batched_tokens: int | None = None  # the packed engine's token budget per step
     cost_off: StepCostModel | None = None  # the engine without a drafter, when it runs differently (vLLM)
+    cost_band: float = 0.0  # also simulate with step costs x (1 +- cost_band): goodput_lo / goodput_hi per row
 
     def __post_init__(self):
         if self.memory_budget_bytes <= 0:
@@ -56,6 +57,8 @@ class PlanSettings:
             raise ValueError(f"max_budget must be >= 1, got {self.max_budget}")
         if not self.load_fractions or min(self.load_fractions) <= 0:
             raise ValueError(f"load fractions must be positive, got {list(self.load_fractions)}")
+        if not 0 <= self.cost_band < 1:
+            raise ValueError(f"cost_band must be in [0, 1), got {self.cost_band}")
 
 
 @dataclasses.dataclass
@@ -156,7 +159,7 @@ def plan_proposer(pool: Pool, spec: str, acceptance: Mapping[str, AcceptanceDist
     if threshold >= 1:
         policies["gated"] = gated(threshold, budget, band)
     rows = sweep(items, policies, server, rates, settings.n_requests, pool.slo, settings.seed,
-                 replications=settings.replications)
+                 replications=settings.replications, cost_band=settings.cost_band)
     for r in rows:
         r["proposer"] = spec
     chosen, worst, gains = recommend_policy(rows, settings)

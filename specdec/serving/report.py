@@ -69,6 +69,7 @@ def pool_markdown(pp: PoolPlan, plot_name: str) -> list[str]:
     ]
     for prop in pp.proposers:
         ok, worst = gated_goal(prop.rows)
+        fragile = fragile_rows(prop.rows)
         lines += [
             f"### {prop.proposer}",
             "",
@@ -82,6 +83,15 @@ def pool_markdown(pp: PoolPlan, plot_name: str) -> list[str]:
             f"{worst:.3f})"
             if math.isfinite(worst)
             else "- gated policy not simulated (speculation never pays in throughput)",
+        ]
+        if "goodput_lo" in prop.rows[0]:
+            lines.append(
+                "- goodput with step costs off by the band (slower - faster machine) is in brackets; "
+                + (f"it moves by more than {FRAGILE:.0%} at {', '.join(f'{r:.3g}' for r in fragile)} req/s: "
+                   "there the prediction rests on the cost model's accuracy, so measure before relying on it"
+                   if fragile else f"it moves by less than {FRAGILE:.0%} at every load")
+            )
+        lines += [
             "",
             "| load (req/s) | policy | goodput | SLO met | tok/s | TTFT p50/p99 (s) | TPOT p50/p99 (ms) | batch | "
             "cost vs off |",
@@ -89,13 +99,30 @@ def pool_markdown(pp: PoolPlan, plot_name: str) -> list[str]:
         ]
         for r in sorted(prop.rows, key=lambda r: (r["rate"], POLICY_ORDER.index(r["policy"]))):
             lines.append(
-                f"| {r['rate']:.3g} | {r['policy']} | {r['goodput_rps']:.3g} | {r['slo_attainment']:.0%} | "
+                f"| {r['rate']:.3g} | {r['policy']} | {r['goodput_rps']:.3g}{_band(r)} | {r['slo_attainment']:.0%} | "
                 f"{r['throughput_tok_s']:.3g} | {r['ttft_p50']:.2g}/{r['ttft_p99']:.2g} | "
                 f"{r['tpot_p50'] * 1e3:.3g}/{r['tpot_p99'] * 1e3:.3g} | {r['mean_batch']:.2g} | "
                 f"{r['cost_rel_off']:.2f} |"
             )
         lines.append("")
     return lines
+
+
+FRAGILE = 0.2  # a row whose goodput band spans more than this fraction of its goodput is flagged
+
+
+def _band(row: dict) -> str:
+    return f" ({row['goodput_lo']:.3g}-{row['goodput_hi']:.3g})" if "goodput_lo" in row else ""
+
+
+def fragile_rows(rows: Sequence[dict]) -> list[float]:
+    """Load levels where some policy's goodput band (``goodput_lo`` .. ``goodput_hi``, from
+    ``sweep(cost_band=...)``) spans more than :data:`FRAGILE` of its goodput."""
+    out = set()
+    for r in rows:
+        if "goodput_lo" in r and r["goodput_hi"] - r["goodput_lo"] > FRAGILE * max(r["goodput_rps"], 1e-9):
+            out.add(r["rate"])
+    return sorted(out)
 
 
 _TERMS = ("1", "B", "B*n", "B*n*(C+(n+1)/2)", "B*C", "B*[n>1]")  # the step-cost model's features, in order

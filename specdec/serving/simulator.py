@@ -87,6 +87,11 @@ class ServerConfig:
     max_batched_tokens: int | None = None
     cost_off: StepCostModel | None = None
 
+    def scaled(self, factor: float) -> "ServerConfig":
+        """The same server with every step ``factor`` times as long (:meth:`StepCostModel.scaled`)."""
+        off = None if self.cost_off is None else self.cost_off.scaled(factor)
+        return dataclasses.replace(self, cost=self.cost.scaled(factor), cost_off=off)
+
     def cost_for(self, policy: Policy) -> StepCostModel:
         """The step-time model ``policy`` runs on (``cost_off`` for one that never drafts, when given)."""
         return self.cost_off if self.cost_off is not None and not policy.uses_proposer else self.cost

@@ -43,7 +43,8 @@ def capacity_rps(items: Sequence[WorkloadItem], server: ServerConfig, rounds: in
 
 
 def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server: ServerConfig, rates: Sequence[float],
-          n_requests: int, slo: SLO, seed: int = 0, opt_out_fraction: float = 0.0, replications: int = 1) -> list[dict]:
+          n_requests: int, slo: SLO, seed: int = 0, opt_out_fraction: float = 0.0, replications: int = 1,
+          cost_band: float = 0.0) -> list[dict]:
     """Simulate each policy at each Poisson arrival ``rate``; one row of metrics per (rate, policy).
 
     Each row is the mean over ``replications`` independent arrival sequences and acceptance
@@ -55,6 +56,13 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
     tokens, summed over the run) and ``cost_rel_off`` (compute seconds per token relative to the
     ``"off"`` policy at the same
     rate, when one is in ``policies``; NaN otherwise).
+
+    ``cost_band`` > 0 also simulates every run with step costs ``1 + cost_band`` and ``1 - cost_band``
+    times the model's (the same arrivals and draws) and adds ``goodput_lo`` / ``goodput_hi`` and
+    ``tpot_p50_lo`` / ``tpot_p50_hi``: what the row would read on a machine that slow or that fast.
+    Why: near saturation goodput moves many times more than step time does (queues build), so a
+    cost model with a 10% error can be right below the knee and far off at it; the band says
+    which rows to trust (``specdec plan --cost-band``).
     """
     if not policies:
         raise ValueError("sweep needs at least one policy")
@@ -62,6 +70,9 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
         raise ValueError(f"sweep rates must be a non-empty list of positive requests/s, got {list(rates)}")
     if replications < 1:
         raise ValueError(f"replications must be >= 1, got {replications}")
+    if not 0 <= cost_band < 1:
+        raise ValueError(f"cost_band must be in [0, 1), got {cost_band}")
+    bands = {"lo": server.scaled(1 + cost_band), "hi": server.scaled(1 - cost_band)} if cost_band > 0 else {}
     rows = []
     for i, rate in enumerate(rates):
         reps: dict[str, list[dict]] = {name: [] for name in policies}
@@ -81,6 +92,10 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
                     drafted=res.drafted,
                     accepted=res.accepted,
                 )
+                for side, banded in bands.items():
+                    res_b = simulate(reqs, policy, dataclasses.replace(banded, seed=rep_server.seed))
+                    row_b = summarize(res_b.records, slo, res_b.busy_s)
+                    row[f"goodput_{side}"], row[f"tpot_p50_{side}"] = row_b["goodput_rps"], row_b["tpot_p50"]
                 reps[name].append(row)
         group = []
         for name, runs in reps.items():
