@@ -12,6 +12,11 @@ model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall
   (``--replay-budget``, default 32; ``greedy_replay.py``), and acceptance by depth from it
   (``P(accepted >= d)``): what the drafts could give without the cost model's pruning.
 
+``--fixed-ask SPEC ...`` adds those proposers once more, asking for ``--max-budget`` nodes every
+step instead of the sizer's adaptive ask: the same-run A/B of what the adaptive ask saves.
+``--no-model-gate SPEC ...`` does the same for hybrids drafting EAGLE every step, without their
+model gate. The replay always runs hybrids without the gate (it measures the drafts, not their cost).
+
 Outputs must equal plain decoding's (``mismatches`` counts any that do not). The uptime load is
 recorded before and after; quote only ratios from one run.
 
@@ -37,6 +42,7 @@ from specdec import SpeculativeDecoder  # noqa: E402
 from specdec.artifacts import target_fingerprint  # noqa: E402
 from specdec.bench import load_prompts, run_benchmark, specdec_method  # noqa: E402
 from specdec.cli.args import proposer_spec  # noqa: E402
+from specdec.proposers.hybrid import HybridProposer  # noqa: E402
 from specdec.serving.measure import make_proposer  # noqa: E402
 
 
@@ -89,6 +95,8 @@ def replays(model, specs, prompts, outputs, budget: int, tokenizer) -> dict:
     res = {}
     for spec in specs:
         prop = build(spec, model, tokenizer)
+        if isinstance(prop, HybridProposer):
+            prop.model_gate = None  # a replay measures what the drafts give, not what drafting costs
         layers = getattr(prop, "target_layers", None)
         per_cat, hist_all = defaultdict(lambda: [0, 0, 0.0]), [0] * (budget + 1)
         for p in prompts:
@@ -120,6 +128,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-budget", type=int, default=32, help="most nodes the cost model may verify per step")
     ap.add_argument("--replay-budget", type=int, default=32, help="fixed budget of the greedy replay (0 = skip)")
     ap.add_argument("--no-online", action="store_true", help="replay only (no timed decoding)")
+    ap.add_argument("--fixed-ask", nargs="*", default=[], metavar="SPEC",
+                    help="also decode these proposers asking --max-budget nodes every step (method '<spec> "
+                         "[fixed ask]'), beside the sizer's adaptive ask (DraftSizer.ask_for)")
+    ap.add_argument("--no-model-gate", nargs="*", default=[], metavar="SPEC",
+                    help="also decode these hybrid proposers drafting EAGLE every step (method '<spec> [no gate]'), "
+                         "beside the hybrid's model gate (specdec.proposers.model_gate)")
     ap.add_argument("--json", default=None, help="write everything here")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
     args = ap.parse_args(argv)
@@ -141,11 +155,18 @@ def main(argv=None) -> int:
         plain = SpeculativeDecoder(model)
         methods = [specdec_method("plain", plain, stops)]
         cost = None
-        for spec in specs:
-            dec = SpeculativeDecoder(plain.target, build(spec, model, tok), cost_model=cost,
-                                     max_budget=args.max_budget)
+        variants = ([(s, "") for s in specs] + [(proposer_spec(s), " [fixed ask]") for s in args.fixed_ask]
+                    + [(proposer_spec(s), " [no gate]") for s in args.no_model_gate])
+        for spec, variant in variants:
+            prop = build(spec, model, tok)
+            if variant == " [no gate]":
+                if not isinstance(prop, HybridProposer):
+                    ap.error(f"--no-model-gate takes hybrid proposers, got {spec!r}")
+                prop.model_gate = None
+            dec = SpeculativeDecoder(plain.target, prop, cost_model=cost, max_budget=args.max_budget)
+            dec.sizer.adaptive_ask = variant != " [fixed ask]"
             cost = dec.ensure_cost_model()
-            methods.append(specdec_method(spec, dec, stops))
+            methods.append(specdec_method(spec + variant, dec, stops))
         from tqdm import tqdm
 
         runs = run_benchmark(methods, prompts, args.max_new_tokens,
@@ -154,8 +175,12 @@ def main(argv=None) -> int:
         facts["online_load"] = {"before": round(load0[0], 2), "after": round(os.getloadavg()[0], 2)}
         outputs = {str(r_p.question_id): r.tokens for r, r_p in
                    zip([r for r in runs if r.method == "plain"], prompts)}
+        def label(m):
+            return m.split(":")[0] + ("[fixed]" if m.endswith("[fixed ask]") else "[no gate]" if m.endswith("[no gate]")
+                                      else "")
+
         for cat in sorted(facts["online"]):
-            print(f"{cat:15s} " + "  ".join(f"{m.split(':')[0]}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "
+            print(f"{cat:15s} " + "  ".join(f"{label(m)}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "
                                              f"{v['speedup']:.2f}x{'!' * v['mismatches']}"
                                              for m, v in facts["online"][cat].items()))
     else:

@@ -3,12 +3,12 @@
 import argparse
 import pytest
 import torch
+from hybrid_fixtures import FixedDraft
 
-from specdec import Artifact, DraftTree, SpeculativeDecoder
+from specdec import Artifact, SpeculativeDecoder
 from specdec.artifacts import Manifest, save_artifact, target_fingerprint
 from specdec.cli.args import proposer_spec as check_spec
 from specdec.models import tiny_model
-from specdec.proposers.base import ScoredDraft
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
 from specdec.proposers.hybrid import HybridProposer
@@ -27,28 +27,6 @@ def _eagle(target, seed=0):
                 p.normal_(0, 0.5)
     return EagleProposer(layer.eval(), target.get_input_embeddings().weight, target.get_output_embeddings().weight,
                          Artifact("eagle3", "target", target_fingerprint(target)), top_k=3, max_depth=3)
-
-
-class _Fixed:
-    """A scored proposer that drafts one fixed tree (to test the merge and the calibration)."""
-
-    requires_target_hidden = True
-    target_layers = None
-
-    def __init__(self, paths, probs, vocab_size=64):
-        self.tree, self.probs, self.vocab_size = DraftTree.from_paths(paths), torch.tensor(probs), vocab_size
-        self.artifact = Artifact("fixed", "target", "fp")
-
-    def begin(self, *a, **k): pass
-
-    def commit(self, *a, **k): pass
-
-    def end(self, *a): pass
-
-    def memory_bytes(self): return 0
-
-    def propose_scored(self, req_ids, budget):
-        return [ScoredDraft(self.tree, self.probs, float(self.probs.sum()), "x") for _ in req_ids]
 
 
 def _tree_paths(tree):
@@ -70,9 +48,8 @@ def test_hybrid_greedy_decoding_equals_plain_on_repetitive_and_plain_prompts():
 
 
 def test_merge_unions_paths_keeps_the_best_estimate_and_stays_prefix_closed():
-    lookup = _Fixed([[1], [1, 2], [3]], [0.9, 0.8, 0.1])
-    lookup.requires_target_hidden = False
-    model = _Fixed([[1], [1, 4], [5]], [0.6, 0.5, 0.45])
+    lookup = FixedDraft([[1], [1, 2], [3]], [0.9, 0.8, 0.1], hidden=False)
+    model = FixedDraft([[1], [1, 4], [5]], [0.6, 0.5, 0.45])
     hyb = HybridProposer(lookup, model)
     hyb.begin("r", [0])
     draft = hyb.propose_scored(["r"], 4)[0]
@@ -89,10 +66,8 @@ def test_merge_unions_paths_keeps_the_best_estimate_and_stays_prefix_closed():
 
 
 def test_hindsight_calibration_moves_budget_to_the_source_that_is_right():
-    suffix = _Fixed([[1], [1, 2]], [0.6, 0.5])
-    suffix.requires_target_hidden = False
-    suffix.propose_scored = lambda ids, b: [ScoredDraft(suffix.tree, suffix.probs, 1.1, "request") for _ in ids]
-    model = _Fixed([[3], [3, 4]], [0.9, 0.8])
+    suffix = FixedDraft([[1], [1, 2]], [0.6, 0.5], hidden=False, source="request")
+    model = FixedDraft([[3], [3, 4]], [0.9, 0.8])
     hyb = HybridProposer(suffix, model)
     hyb.begin("r", [0])
     first = hyb.propose_scored(["r"], 2)[0]

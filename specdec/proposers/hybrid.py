@@ -22,10 +22,17 @@ ranked in one currency: each node's *calibrated* probability of being accepted.
 
 Where lookup matches long (extraction, summarisation, RAG) its calibrated estimates are near 1
 and fill the tree; where it matches nothing it drafts nothing and EAGLE's nodes take the budget.
+
+* **Skipping the model.** EAGLE's drafting costs a fifth of a verify step on a CPU, lookup's almost
+  nothing. A :class:`~specdec.proposers.model_gate.ModelGate` learns in hindsight how many accepted
+  tokens EAGLE's nodes added on top of lookup's, by how confident lookup was, and skips EAGLE for a
+  request and step when that gain is below EAGLE's measured drafting time in tokens
+  (``model_gate=None``: always draft both).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
 import torch
@@ -34,6 +41,18 @@ from ..checks import normalize_budgets
 from ..calibration import ScoreCalibration
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
+from .model_gate import ModelGate
+
+
+@dataclass
+class _Step:
+    """What one request's last draft needs at its commit: each source's paths and raw estimates
+    (calibration), the paths offered, and the gate's bucket when the model drafted (else None)."""
+
+    sources: list[tuple[str, list[tuple[int, ...]], list[float]]] = field(default_factory=list)
+    lookup_paths: list[tuple[int, ...]] = field(default_factory=list)
+    offered: list[tuple[int, ...]] = field(default_factory=list)
+    bucket: int | None = None
 
 
 class HybridProposer:
@@ -43,11 +62,13 @@ class HybridProposer:
         suffix: a :class:`~specdec.proposers.suffix.SuffixProposer`.
         eagle: an :class:`~specdec.proposers.eagle.EagleProposer` (EAGLE-1 or EAGLE-3 layer).
         calibration: factory of each source's :class:`ScoreCalibration` (defaults: the decoder's).
+        model_gate: a :class:`ModelGate` deciding per request and step whether EAGLE drafts
+            (default: a new one), or None to draft both every step.
     """
 
     requires_target_hidden = True
 
-    def __init__(self, suffix, eagle, *, calibration=ScoreCalibration):
+    def __init__(self, suffix, eagle, *, calibration=ScoreCalibration, model_gate: ModelGate | None | str = "auto"):
         if getattr(suffix, "requires_target_hidden", False):
             raise ValueError("HybridProposer's lookup part must not need target hidden states (a SuffixProposer)")
         if not getattr(eagle, "requires_target_hidden", False) or not hasattr(eagle, "propose_scored"):
@@ -60,7 +81,10 @@ class HybridProposer:
         self.target_layers = getattr(eagle, "target_layers", None)
         self.calibrations: dict[str, ScoreCalibration] = {}
         self._make_calibration = calibration
-        self._last: dict[Hashable, list[tuple[str, list[tuple[int, ...]], list[float]]]] = {}
+        if not (model_gate is None or model_gate == "auto" or isinstance(model_gate, ModelGate)):
+            raise ValueError(f"model_gate must be 'auto', None or a ModelGate, got {model_gate!r}")
+        self.model_gate = ModelGate() if model_gate == "auto" else model_gate
+        self._last: dict[Hashable, _Step] = {}
         a = eagle.artifact
         self.artifact = Artifact(name=f"hybrid:suffix+{a.name}", bound_to=a.bound_to, fingerprint=a.fingerprint,
                                  version=a.version, details={"parts": {"suffix": suffix.artifact.name,
@@ -74,21 +98,28 @@ class HybridProposer:
         except Exception:
             self.eagle.end(req_id)
             raise
-        self._last[req_id] = []
+        self._last[req_id] = _Step()
 
     def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
-        drafts = self._state(req_id)
+        step = self._state(req_id)
         self.eagle.commit(req_id, accepted_ids, target_hidden=target_hidden)
         self.suffix.commit(req_id, accepted_ids)
         emitted = tuple(int(t) for t in (accepted_ids.tolist() if isinstance(accepted_ids, torch.Tensor)
                                          else accepted_ids))
-        for source, paths, probs in drafts:
+        for source, paths, probs in step.sources:
             self._learn(source, paths, probs, emitted)
-        self._last[req_id] = []
+        if self.model_gate is not None and step.sources:
+            gain = None
+            if step.bucket is not None:
+                gain = _accepted(step.offered, emitted) - _accepted(step.lookup_paths, emitted)
+            self.model_gate.observe(req_id, step.bucket, gain, len(emitted))
+        self._last[req_id] = _Step()
 
     def end(self, req_id) -> None:
         self._state(req_id)
         del self._last[req_id]
+        if self.model_gate is not None:
+            self.model_gate.end(req_id)
         self.suffix.end(req_id)
         self.eagle.end(req_id)
 
@@ -112,10 +143,8 @@ class HybridProposer:
         seen = [(p, len(path)) for path, p in zip(paths, probs) if len(path) <= len(emitted)]
         if not seen:
             return
-        accepted = max((len(path) for path in paths if len(path) <= len(emitted)
-                        and path == emitted[: len(path)]), default=0)
         cal = self.calibration(source)
-        cal.update([p for p, _ in seen], [d for _, d in seen], accepted)
+        cal.update([p for p, _ in seen], [d for _, d in seen], _accepted(paths, emitted))
         cal.tick()
 
     # ------------------------------------------------------------------ drafting
@@ -127,23 +156,43 @@ class HybridProposer:
         budgets = normalize_budgets(req_ids, budget)
         for r in req_ids:
             self._state(r)
-        lookups = self.suffix.propose_scored(req_ids, budgets)
-        models = self.eagle.propose_scored(req_ids, budgets)
+        gate = self.model_gate
+        if gate is not None:
+            gate.step_started()
         out = []
-        for req_id, b, look, model in zip(req_ids, budgets, lookups, models):
-            parts = [(f"suffix:{look.source or 'none'}", look), ("eagle", model)]
-            record, candidates = [], {}
-            for source, draft in parts:
-                paths = _paths(draft.tree)
-                raw = draft.node_probs.tolist()
-                cal = self.calibration(source).apply(raw, [len(p) for p in paths])
-                record.append((source, paths, raw))
-                for path, c in zip(paths, cal):
-                    if c > candidates.get(path, -1.0):
-                        candidates[path] = c
-            self._last[req_id] = record
-            out.append(_merge(candidates, b, self.vocab_size))
+        for req_id, b, look in zip(req_ids, budgets, self.suffix.propose_scored(req_ids, budgets)):
+            step, candidates = _Step(), {}
+            self._add(step, candidates, f"suffix:{look.source or 'none'}", look)
+            step.lookup_paths = list(candidates)
+            bucket = None if gate is None else gate.bucket(sum(sorted(candidates.values(), reverse=True)[:b]))
+            if b > 0 and (gate is None or gate.should_draft(req_id, bucket)):
+                t0 = gate.clock() if gate is not None else 0.0
+                (model,) = self.eagle.propose_scored([req_id], [b])
+                if gate is not None:
+                    gate.observe_model_time(gate.clock() - t0)
+                self._add(step, candidates, "eagle", model)
+                step.bucket = bucket
+            draft = _merge(candidates, b, self.vocab_size)
+            step.offered = _paths(draft.tree)
+            self._last[req_id] = step
+            out.append(draft)
         return out
+
+    def _add(self, step: _Step, candidates: dict[tuple[int, ...], float], source: str, draft: ScoredDraft) -> None:
+        """Record one source's draft and merge its calibrated paths into ``candidates`` (the larger
+        estimate wins where both sources drafted a path)."""
+        paths = _paths(draft.tree)
+        raw = draft.node_probs.tolist()
+        step.sources.append((source, paths, raw))
+        for path, c in zip(paths, self.calibration(source).apply(raw, [len(p) for p in paths])):
+            if c > candidates.get(path, -1.0):
+                candidates[path] = c
+
+
+def _accepted(paths: Sequence[tuple[int, ...]], emitted: tuple[int, ...]) -> int:
+    """The longest of ``paths`` that is a prefix of the emitted tokens: what a tree holding them
+    would have accepted (the emitted tokens are the accepted draft plus the target's own)."""
+    return max((len(p) for p in paths if len(p) <= len(emitted) and p == emitted[: len(p)]), default=0)
 
 
 def _paths(tree: DraftTree) -> list[tuple[int, ...]]:

@@ -1,0 +1,116 @@
+"""Whether a hybrid's model part is worth drafting this step, learned in hindsight.
+
+A hybrid tree drafts from lookup (microseconds) and from a model (an EAGLE layer: about 10-16 ms a
+step on this CPU, a fifth of a verify step). Where lookup already drafts well (extraction,
+summaries of the prompt) the model's nodes rarely add an accepted token, and its drafting time is
+then a tax on every step. :class:`ModelGate` decides per request and step, before the model runs:
+
+* **What the model adds**, measured in hindsight at every commit where it drafted: the accepted
+  depth of the merged tree minus that of the lookup's own paths (tokens; 0 when lookup alone would
+  have done as well, negative when the model's nodes pushed accepted lookup nodes out of the tree).
+  It is kept as a running mean per *bucket* of the lookup's calibrated expected acceptance at
+  propose time (the sum of its candidates' estimates), since that is what the gate can see before
+  drafting.
+* **What the model costs**, in the same unit: its drafting seconds per request over the seconds
+  between two propose calls (one decoding step), times the request's tokens per step.
+* The model drafts unless its bucket has ``min_samples`` observations and their mean gain is below
+  the cost. A skipped bucket still drafts every ``explore_every``-th time, so a bucket that turned
+  useful is found again.
+
+Exactness does not depend on it: it only chooses which deterministic nodes are offered. Its
+decisions depend on measured time, as the decoder's sizing does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
+
+@dataclass
+class ModelGate:
+    """Per-step draft/skip decisions for a hybrid's model part (see the module docstring).
+
+    Attributes:
+        edges: bucket edges on the lookup's expected accepted tokens.
+        min_samples: observations a bucket needs before it may skip.
+        explore_every: a skipping bucket still drafts on every this-many-th decision.
+        weight: floor of the running means' step size (older evidence fades).
+        clock: seconds (``time.perf_counter``; tests pass a fake).
+    """
+
+    edges: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    min_samples: int = 4
+    explore_every: int = 8
+    weight: float = 0.05
+    clock: Callable[[], float] = time.perf_counter
+    gain: list[float] = field(default_factory=list)  # [bucket] mean hindsight gain, tokens
+    samples: list[int] = field(default_factory=list)  # [bucket]
+    skips: list[int] = field(default_factory=list)  # [bucket] decisions since the last draft
+    model_seconds: float | None = None  # mean drafting seconds per request
+    period: float | None = None  # mean seconds between propose calls
+    drafted: int = 0
+    skipped: int = 0
+    _last_call: float | None = None
+    _tokens: dict[Hashable, float] = field(default_factory=dict)  # req_id -> mean tokens per step
+
+    def __post_init__(self):
+        if list(self.edges) != sorted(self.edges):
+            raise ValueError(f"ModelGate edges must be increasing, got {self.edges}")
+        if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1:
+            raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1 and weight in (0, 1]")
+        n = len(self.edges) + 1
+        self.gain, self.samples, self.skips = [0.0] * n, [0] * n, [0] * n
+
+    def bucket(self, expected: float) -> int:
+        """The bucket of a lookup draft whose calibrated estimates sum to ``expected``."""
+        return bisect.bisect_right(self.edges, expected)
+
+    def step_started(self) -> None:
+        """A propose call began: the time since the previous one is one decoding step."""
+        now = self.clock()
+        if self._last_call is not None:
+            gap = now - self._last_call
+            # A gap spanning a prefill or an idle engine is not a step: clipped to twice the mean,
+            # so it cannot inflate the period (and hide the model's cost), while a real rise
+            # (a larger batch) still doubles it within a few steps.
+            self.period = _mean(self.period, gap if self.period is None else min(gap, 2 * self.period), self.weight)
+        self._last_call = now
+
+    def cost_tokens(self, req_id: Hashable) -> float | None:
+        """The model's drafting time for one request in emitted tokens, or None before it is known."""
+        if self.model_seconds is None or not self.period:
+            return None
+        return self.model_seconds / self.period * self._tokens.get(req_id, 1.0)
+
+    def should_draft(self, req_id: Hashable, bucket: int) -> bool:
+        """Draft the model for this request now? (Counts the decision.)"""
+        cost = self.cost_tokens(req_id)
+        worth = cost is None or self.samples[bucket] < self.min_samples or self.gain[bucket] >= cost
+        explore = not worth and self.skips[bucket] + 1 >= self.explore_every
+        if worth or explore:
+            self.skips[bucket] = 0
+            self.drafted += 1
+            return True
+        self.skips[bucket] += 1
+        self.skipped += 1
+        return False
+
+    def observe_model_time(self, seconds: float) -> None:
+        self.model_seconds = _mean(self.model_seconds, seconds, self.weight)
+
+    def observe(self, req_id: Hashable, bucket: int | None, gain: float | None, emitted: int) -> None:
+        """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
+        self._tokens[req_id] = _mean(self._tokens.get(req_id), float(emitted), self.weight)
+        if bucket is not None and gain is not None:
+            self.samples[bucket] += 1
+            self.gain[bucket] += max(self.weight, 1.0 / self.samples[bucket]) * (gain - self.gain[bucket])
+
+    def end(self, req_id: Hashable) -> None:
+        self._tokens.pop(req_id, None)
+
+
+def _mean(old: float | None, x: float, weight: float) -> float:
+    return x if old is None else old + weight * (x - old)

@@ -1,0 +1,37 @@
+"""A fixed scored proposer for the hybrid's tests (test_hybrid.py, test_model_gate.py)."""
+
+import torch
+
+from specdec import Artifact, DraftTree
+from specdec.proposers.base import ScoredDraft
+
+
+class FixedDraft:
+    """Drafts one fixed tree every step, scored ``probs``, under source name ``source``.
+
+    ``hidden`` is what it claims for ``requires_target_hidden`` (True: it stands in for EAGLE).
+    Each propose call advances ``clock.t`` (when given) by ``cost`` seconds per request, so a fake
+    clock sees what drafting cost. ``calls`` counts the requests drafted for.
+    """
+
+    target_layers = None
+
+    def __init__(self, paths, probs, *, hidden=True, clock=None, cost=0.0, source="x", vocab_size=64):
+        self.requires_target_hidden, self.vocab_size, self.source = hidden, vocab_size, source
+        self.tree = DraftTree.from_paths(paths) if paths else DraftTree.empty(vocab_size=vocab_size)
+        self.probs, self.clock, self.cost, self.calls = torch.tensor(probs), clock, cost, 0
+        self.artifact = Artifact("fixed", "target", "fp")
+
+    def begin(self, *a, **k): pass
+
+    def commit(self, *a, **k): pass
+
+    def end(self, *a): pass
+
+    def memory_bytes(self): return 0
+
+    def propose_scored(self, req_ids, budget):
+        self.calls += len(req_ids)
+        if self.clock is not None:
+            self.clock.t += self.cost * len(req_ids)
+        return [ScoredDraft(self.tree, self.probs, float(self.probs.sum()), self.source) for _ in req_ids]

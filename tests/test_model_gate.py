@@ -1,0 +1,92 @@
+"""The hybrid's model gate: EAGLE is skipped where, in hindsight, it added less than its drafting
+time is worth, and still drafts where it adds tokens (and now and then where it did not)."""
+
+import pytest
+from hybrid_fixtures import FixedDraft
+
+from specdec.proposers.hybrid import HybridProposer
+from specdec.proposers.model_gate import ModelGate
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _run(lookup_paths, lookup_probs, emitted, steps=120):
+    clock = _Clock()
+    lookup = FixedDraft(lookup_paths, lookup_probs, hidden=False, clock=clock, source="request")
+    model = FixedDraft([[1], [1, 2]], [0.6, 0.4], clock=clock, cost=0.010)
+    hyb = HybridProposer(lookup, model, model_gate=ModelGate(clock=clock))
+    hyb.begin("r", [0])
+    for _ in range(steps):
+        hyb.propose_scored(["r"], 8)
+        clock.t += 0.050  # the verify step
+        hyb.commit("r", emitted)
+    return hyb, model.calls
+
+
+def test_model_is_skipped_where_lookup_already_drafts_what_is_accepted():
+    hyb, calls = _run([[1], [1, 2]], [0.99, 0.99], [1, 2, 9])
+    gate = hyb.model_gate
+    # every bucket the lookup passes through needs min_samples draws, then 1 in explore_every
+    assert calls < 120 / 3, calls
+    assert gate.skipped > 2 * gate.drafted
+    assert 0.050 <= gate.period <= 0.060  # a step is 50 ms, plus 10 ms when the model drafted
+    assert gate.model_seconds == pytest.approx(0.010)
+    assert gate.cost_tokens("r") == pytest.approx(0.010 / gate.period * 3)  # 3 tokens a step
+
+
+def test_model_drafts_every_step_where_lookup_drafts_nothing_it_adds_tokens():
+    hyb, calls = _run([], [], [1, 2, 9])
+    assert calls == 120 and hyb.model_gate.skipped == 0
+    assert max(hyb.model_gate.gain) == pytest.approx(2.0)
+
+
+def test_no_gate_drafts_both_every_step():
+    clock = _Clock()
+    lookup = FixedDraft([[1], [1, 2]], [0.99, 0.99], hidden=False, clock=clock)
+    model = FixedDraft([[1]], [0.5], clock=clock, cost=0.01)
+    hyb = HybridProposer(lookup, model, model_gate=None)
+    hyb.begin("r", [0])
+    for _ in range(50):
+        hyb.propose_scored(["r"], 8)
+        hyb.commit("r", [1, 2, 9])
+    assert model.calls == 50
+
+
+def test_gate_explores_a_skipping_bucket_and_checks_its_settings():
+    clock = _Clock()
+    gate = ModelGate(clock=clock, min_samples=2, explore_every=4)
+    assert gate.should_draft("r", 0)  # nothing measured yet
+    gate.step_started()
+    clock.t = 1.0
+    gate.step_started()
+    gate.observe_model_time(0.5)  # half a step, at 1 token per step: costs 0.5 tokens
+    for _ in range(2):
+        gate.observe("r", 0, 0.0, 1)
+    decisions = [gate.should_draft("r", 0) for _ in range(8)]
+    assert decisions == [False, False, False, True] * 2
+    gate.observe("r", 1, 0.9, 1)
+    gate.observe("r", 1, 0.9, 1)
+    assert gate.should_draft("r", 1)  # adds more than it costs
+    with pytest.raises(ValueError, match="increasing"):
+        ModelGate(edges=(1.0, 0.5))
+    with pytest.raises(ValueError, match="min_samples"):
+        ModelGate(explore_every=0)
+    with pytest.raises(ValueError, match="model_gate"):
+        HybridProposer(FixedDraft([], [], hidden=False), FixedDraft([], []), model_gate="on")
+
+
+def test_a_long_gap_between_steps_does_not_inflate_the_period():
+    clock = _Clock()
+    gate = ModelGate(clock=clock)
+    for _ in range(20):
+        gate.step_started()
+        clock.t += 0.05
+    clock.t += 5.0  # a prefill or an idle engine
+    gate.step_started()
+    assert gate.period < 0.06
