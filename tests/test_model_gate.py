@@ -37,7 +37,8 @@ def test_model_is_skipped_where_lookup_already_drafts_what_is_accepted():
     assert gate.skipped > 2 * gate.drafted
     assert 0.050 <= gate.period <= 0.060  # a step is 50 ms, plus 10 ms when the model drafted
     assert gate.model_seconds == pytest.approx(0.010)
-    assert gate.cost_tokens("r") == pytest.approx(0.010 / gate.period * 3)  # 3 tokens a step
+    assert gate.batch_tokens(["r"]) == pytest.approx(3.0)  # 2 accepted + the target's own, every step
+    assert gate.cost_tokens(3.0) == pytest.approx(0.010 / gate.period * 3)
 
 
 def test_model_drafts_every_step_where_lookup_drafts_nothing_it_adds_tokens():
@@ -61,20 +62,25 @@ def test_no_gate_drafts_both_every_step():
 def test_gate_explores_a_skipping_bucket_and_checks_its_settings():
     clock = _Clock()
     gate = ModelGate(clock=clock, min_samples=2, explore_every=4)
-    assert gate.should_draft("r", 0)  # nothing measured yet
+    assert gate.should_draft(0, 1.0)  # nothing measured yet
     gate.step_started()
     clock.t = 1.0
     gate.step_started()
+    gate.observe_model_time(5.0)  # the first, cold draft is not counted
+    assert gate.model_seconds is None
     gate.observe_model_time(0.5)  # half a step, at 1 token per step: costs 0.5 tokens
     for _ in range(2):
         gate.observe("r", 0, 0.0, 1)
-    decisions = [gate.should_draft("r", 0) for _ in range(8)]
+    decisions = [gate.should_draft(0, 1.0) for _ in range(8)]
     assert decisions == [False, False, False, True] * 2
     gate.observe("r", 1, 0.9, 1)
     gate.observe("r", 1, 0.9, 1)
-    assert gate.should_draft("r", 1)  # adds more than it costs
+    assert gate.should_draft(1, 1.0)  # adds more than it costs
+    assert not gate.should_draft(1, 4.0)  # ... but not in a step that four such requests share
     with pytest.raises(ValueError, match="increasing"):
         ModelGate(edges=(1.0, 0.5))
+    with pytest.raises(ValueError, match="increasing"):
+        ModelGate(edges=(0.5, 0.5))
     with pytest.raises(ValueError, match="min_samples"):
         ModelGate(explore_every=0)
     with pytest.raises(ValueError, match="model_gate"):

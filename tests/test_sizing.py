@@ -172,7 +172,12 @@ def test_adaptive_ask_follows_what_the_sizer_keeps():
     assert sizer.ask_for("r") == 32  # 2 * 0.9 * 32 nodes, capped at the budget
     for _ in range(40):
         sizer.size("r", DraftTree.empty(), [], "s")
-    assert sizer.ask_for("r") == DraftSizer.ASK_FLOOR
+    asks = []
+    for _ in range(DraftSizer.ASK_EXPLORE):
+        asks.append(sizer.ask_for("r"))
+        sizer.size("r", DraftTree.empty(), [], "s")
+    # the floor, except one step in ASK_EXPLORE that asks the full budget again
+    assert sorted(asks) == [DraftSizer.ASK_FLOOR] * (DraftSizer.ASK_EXPLORE - 1) + [32]
     assert sizer.ask_for("other") == 32
     sizer.end("r")
     assert sizer.ask_for("r") == 32

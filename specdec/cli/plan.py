@@ -84,9 +84,10 @@ def register(subparsers) -> None:
                         "from an engine's own counters (benchmarks/vllm/plan_vs_measured.py writes "
                         "acceptance-<policy>.json); repeatable")
     p.add_argument("--cost-band", type=cost_band, default="fit",
-                   help="also simulate with step costs this fraction slower and faster, in [0, 1), and flag the "
-                        "loads whose goodput moves by more than 20%%; 'fit' (default) uses the cost model's "
-                        "leave-one-out error, 0 turns it off")
+                   help="also simulate with target steps this fraction slower and faster, in [0, 1), and flag "
+                        "the loads where that goodput range spans more than 20%% of the goodput; 'fit' (default) "
+                        "uses the cost model's leave-one-out error, capped at 0.5 (0 when it has none); 0 turns it "
+                        "off; a band triples the simulation time")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
     p.add_argument(
         "--tolerance", type=probability, default=0.15, help="acceptance drift that review will flag (relative)"
@@ -107,6 +108,16 @@ def cost_band(text: str):
     if not 0 <= x < 1:
         raise argparse.ArgumentTypeError(f"--cost-band must be in [0, 1), got {text!r}")
     return x
+
+
+def band_source(arg, cost) -> str:
+    """Where the plan's cost band came from, for the report."""
+    if arg != "fit":
+        return " (--cost-band)"
+    loo = cost.loo_rel_error
+    if not (math.isfinite(loo) and loo >= 0):
+        return " (none: the cost model has no leave-one-out error)"
+    return " (the cost model's leave-one-out error" + (f" {loo:.0%}, capped at 50%)" if loo > 0.5 else ")")
 
 
 def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> dict:
@@ -228,8 +239,7 @@ def run_plan(args) -> int:
         "weights": f"{mem['weights_bytes'] / 2**20:.1f} MiB",
         "max draft budget": args.max_budget,
         "simulated": f"{args.requests} requests x {args.replications} replications per load level",
-        "cost band": f"+-{settings.cost_band:.0%} step time"
-                     + (" (the cost model's leave-one-out error)" if args.cost_band == "fit" else ""),
+        "cost band": f"+-{settings.cost_band:.0%} target step time" + band_source(args.cost_band, cost),
     }
     path = write_report(
         out,

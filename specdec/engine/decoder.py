@@ -93,8 +93,8 @@ class SpeculativeDecoder:
             the drafting overhead; default True). The output law is exact either way, but what is
             drafted, hence which random draws a seeded generator feeds, depends on that state and
             on measured timings: for bit-reproducible runs give a ``cost_model`` (or an int
-            ``budget``), ``adapt=False`` and a proposer without cross-request learning
-            (``SuffixProposer(freeze_global=True)``).
+            ``budget``), ``adapt=False`` and a proposer without cross-request learning or timing
+            (``SuffixProposer(freeze_global=True)``; ``HybridProposer(..., model_gate=None)``).
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",

@@ -260,12 +260,15 @@ class DraftSizer:
     runs one draft-layer forward per level and expands until its frontier falls out of the
     ``budget`` best nodes), while the sizer on a CPU keeps a few nodes. Asking for 32 and keeping 3
     paid for levels no one verifies: measured online, EAGLE-3 drafted 24.5 ms a step at depth 6 and
-    10.2 ms at depth 2 for the same tokens per step. The ask grows back at once when the sizer keeps
-    all it was given, so a long lookup match is cut for one step at most.
+    10.2 ms at depth 2 for the same tokens per step. The ask doubles whenever the sizer keeps all it
+    was given, so a long lookup match is cut for a few steps (8, 16, 32, 64). Every
+    ``ASK_EXPLORE``-th step of a request asks the full :attr:`ask` again: the best size among
+    more nodes can be larger than twice the best among fewer (a cost curve with a step in it).
     """
 
     ASK_FLOOR = 8  # never ask for fewer (an EAGLE tree's width is min(top_k, budget))
     ASK_DECAY = 0.9  # per-step fade of the remembered most-kept size
+    ASK_EXPLORE = 16  # every this-many-th step of a request asks the full budget
 
     def __init__(
         self,
@@ -284,7 +287,7 @@ class DraftSizer:
         self.budget, self.max_budget = budget, max_budget
         self.make_calibration, self.per_request, self.adapt = calibration, per_request, bool(adapt)
         self.adaptive_ask = bool(adaptive_ask)
-        self._kept: dict[Hashable, float] = {}  # req_id -> decayed most nodes kept (adaptive ask)
+        self._kept: dict[Hashable, tuple[float, int]] = {}  # req_id -> (decayed most kept, steps sized)
         self.live_cost: VerifyCostModel | None = None
         self.estimator = AcceptanceEstimator()
         self.draft_overhead = DraftOverhead()
@@ -303,11 +306,12 @@ class DraftSizer:
 
     def ask_for(self, req_id: Hashable) -> int:
         """Nodes to ask of the proposer for one request: :attr:`ask`, or with the adaptive ask
-        ``clamp(2 * recently most kept, ASK_FLOOR, ask)``; a request's first step asks :attr:`ask`."""
-        kept = self._kept.get(req_id) if self.auto and self.adapt and self.adaptive_ask else None
-        if kept is None:
+        ``clamp(2 * recently most kept, ASK_FLOOR, ask)``; a request's first step, and every
+        ``ASK_EXPLORE``-th, asks :attr:`ask`."""
+        state = self._kept.get(req_id) if self.auto and self.adapt and self.adaptive_ask else None
+        if state is None or state[1] % self.ASK_EXPLORE == 0:
             return self.ask
-        return min(self.ask, max(self.ASK_FLOOR, math.ceil(2 * kept)))
+        return min(self.ask, max(self.ASK_FLOOR, math.ceil(2 * state[0])))
 
     def set_cost(self, cost: VerifyCostModel) -> None:
         """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
@@ -321,7 +325,8 @@ class DraftSizer:
         draft has no ticket."""
         sized, ticket = self._sized(req_id, tree, node_probs, source)
         if self.auto and self.adapt and self.adaptive_ask:
-            self._kept[req_id] = max(float(sized.num_nodes), self.ASK_DECAY * self._kept.get(req_id, 0.0))
+            most, steps = self._kept.get(req_id, (0.0, 0))
+            self._kept[req_id] = (max(float(sized.num_nodes), self.ASK_DECAY * most), steps + 1)
         return sized, ticket
 
     def _sized(self, req_id, tree, node_probs, source) -> tuple[DraftTree, Ticket | None]:

@@ -159,13 +159,14 @@ class HybridProposer:
         gate = self.model_gate
         if gate is not None:
             gate.step_started()
+            batch_tokens = gate.batch_tokens(req_ids)
         out = []
         for req_id, b, look in zip(req_ids, budgets, self.suffix.propose_scored(req_ids, budgets)):
             step, candidates = _Step(), {}
             self._add(step, candidates, f"suffix:{look.source or 'none'}", look)
             step.lookup_paths = list(candidates)
             bucket = None if gate is None else gate.bucket(sum(sorted(candidates.values(), reverse=True)[:b]))
-            if b > 0 and (gate is None or gate.should_draft(req_id, bucket)):
+            if b > 0 and (gate is None or gate.should_draft(bucket, batch_tokens)):
                 t0 = gate.clock() if gate is not None else 0.0
                 (model,) = self.eagle.propose_scored([req_id], [b])
                 if gate is not None:

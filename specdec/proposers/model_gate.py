@@ -12,13 +12,18 @@ then a tax on every step. :class:`ModelGate` decides per request and step, befor
   propose time (the sum of its candidates' estimates), since that is what the gate can see before
   drafting.
 * **What the model costs**, in the same unit: its drafting seconds per request over the seconds
-  between two propose calls (one decoding step), times the request's tokens per step.
+  between two propose calls (one decoding step), times the tokens the whole batch emits per step
+  (drafting for one request delays every request of the step).
 * The model drafts unless its bucket has ``min_samples`` observations and their mean gain is below
   the cost. A skipped bucket still drafts every ``explore_every``-th time, so a bucket that turned
   useful is found again.
 
+The gain is measured on the tree the hybrid offered, before the decoder's sizer pruned it: nodes
+that were never verified can earn it credit, on the lookup's side and the model's alike.
+
 Exactness does not depend on it: it only chooses which deterministic nodes are offered. Its
-decisions depend on measured time, as the decoder's sizing does.
+decisions depend on measured time, as the decoder's sizing does (a bit-reproducible run passes
+``HybridProposer(..., model_gate=None)``).
 """
 
 from __future__ import annotations
@@ -30,11 +35,23 @@ from typing import Callable, Hashable
 
 
 @dataclass
+class _Mean:
+    """A running mean: the plain mean of the first ``1 / weight`` values, then exponential."""
+
+    value: float | None = None
+    n: int = 0
+
+    def add(self, x: float, weight: float) -> None:
+        self.n += 1
+        self.value = x if self.value is None else self.value + max(weight, 1.0 / self.n) * (x - self.value)
+
+
+@dataclass
 class ModelGate:
     """Per-step draft/skip decisions for a hybrid's model part (see the module docstring).
 
     Attributes:
-        edges: bucket edges on the lookup's expected accepted tokens.
+        edges: bucket edges on the lookup's expected accepted tokens (strictly increasing).
         min_samples: observations a bucket needs before it may skip.
         explore_every: a skipping bucket still drafts on every this-many-th decision.
         weight: floor of the running means' step size (older evidence fades).
@@ -49,20 +66,31 @@ class ModelGate:
     gain: list[float] = field(default_factory=list)  # [bucket] mean hindsight gain, tokens
     samples: list[int] = field(default_factory=list)  # [bucket]
     skips: list[int] = field(default_factory=list)  # [bucket] decisions since the last draft
-    model_seconds: float | None = None  # mean drafting seconds per request
-    period: float | None = None  # mean seconds between propose calls
     drafted: int = 0
     skipped: int = 0
+    _model: _Mean = field(default_factory=_Mean)  # drafting seconds per request (the first one is warm-up)
+    _period: _Mean = field(default_factory=_Mean)  # seconds between propose calls
+    _warm: bool = False
     _last_call: float | None = None
-    _tokens: dict[Hashable, float] = field(default_factory=dict)  # req_id -> mean tokens per step
+    _tokens: dict[Hashable, _Mean] = field(default_factory=dict)  # req_id -> tokens emitted per step
 
     def __post_init__(self):
-        if list(self.edges) != sorted(self.edges):
-            raise ValueError(f"ModelGate edges must be increasing, got {self.edges}")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+            raise ValueError(f"ModelGate edges must be strictly increasing, got {self.edges}")
         if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1:
             raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1 and weight in (0, 1]")
         n = len(self.edges) + 1
         self.gain, self.samples, self.skips = [0.0] * n, [0] * n, [0] * n
+
+    @property
+    def model_seconds(self) -> float | None:
+        """Mean drafting seconds per request (None until measured)."""
+        return self._model.value
+
+    @property
+    def period(self) -> float | None:
+        """Mean seconds between propose calls (None until two calls)."""
+        return self._period.value
 
     def bucket(self, expected: float) -> int:
         """The bucket of a lookup draft whose calibrated estimates sum to ``expected``."""
@@ -76,18 +104,24 @@ class ModelGate:
             # A gap spanning a prefill or an idle engine is not a step: clipped to twice the mean,
             # so it cannot inflate the period (and hide the model's cost), while a real rise
             # (a larger batch) still doubles it within a few steps.
-            self.period = _mean(self.period, gap if self.period is None else min(gap, 2 * self.period), self.weight)
+            self._period.add(gap if self.period is None else min(gap, 2 * self.period), self.weight)
         self._last_call = now
 
-    def cost_tokens(self, req_id: Hashable) -> float | None:
-        """The model's drafting time for one request in emitted tokens, or None before it is known."""
+    def batch_tokens(self, req_ids) -> float:
+        """Tokens the requests of a step emit per step, by their running means (1 before any)."""
+        return sum(1.0 if self._tokens.get(r) is None else self._tokens[r].value for r in req_ids)
+
+    def cost_tokens(self, batch_tokens: float) -> float | None:
+        """One request's model drafting time in tokens of a step that emits ``batch_tokens``, or
+        None before it is known."""
         if self.model_seconds is None or not self.period:
             return None
-        return self.model_seconds / self.period * self._tokens.get(req_id, 1.0)
+        return self.model_seconds / self.period * batch_tokens
 
-    def should_draft(self, req_id: Hashable, bucket: int) -> bool:
-        """Draft the model for this request now? (Counts the decision.)"""
-        cost = self.cost_tokens(req_id)
+    def should_draft(self, bucket: int, batch_tokens: float) -> bool:
+        """Draft the model for a request in ``bucket`` now, in a step emitting ``batch_tokens``?
+        (Counts the decision.)"""
+        cost = self.cost_tokens(batch_tokens)
         worth = cost is None or self.samples[bucket] < self.min_samples or self.gain[bucket] >= cost
         explore = not worth and self.skips[bucket] + 1 >= self.explore_every
         if worth or explore:
@@ -99,18 +133,18 @@ class ModelGate:
         return False
 
     def observe_model_time(self, seconds: float) -> None:
-        self.model_seconds = _mean(self.model_seconds, seconds, self.weight)
+        """One request's drafting time. The first is dropped: a cold first forward (and a first step
+        asked for the full budget) ran long, and a skipping bucket draws too rarely to outweigh it."""
+        if self._warm:
+            self._model.add(seconds, self.weight)
+        self._warm = True
 
     def observe(self, req_id: Hashable, bucket: int | None, gain: float | None, emitted: int) -> None:
         """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
-        self._tokens[req_id] = _mean(self._tokens.get(req_id), float(emitted), self.weight)
+        self._tokens.setdefault(req_id, _Mean()).add(float(emitted), self.weight)
         if bucket is not None and gain is not None:
             self.samples[bucket] += 1
             self.gain[bucket] += max(self.weight, 1.0 / self.samples[bucket]) * (gain - self.gain[bucket])
 
     def end(self, req_id: Hashable) -> None:
         self._tokens.pop(req_id, None)
-
-
-def _mean(old: float | None, x: float, weight: float) -> float:
-    return x if old is None else old + weight * (x - old)

@@ -86,10 +86,11 @@ def pool_markdown(pp: PoolPlan, plot_name: str) -> list[str]:
         ]
         if "goodput_lo" in prop.rows[0]:
             lines.append(
-                "- goodput with step costs off by the band (slower - faster machine) is in brackets; "
-                + (f"it moves by more than {FRAGILE:.0%} at {', '.join(f'{r:.3g}' for r in fragile)} req/s: "
-                   "there the prediction rests on the cost model's accuracy, so measure before relying on it"
-                   if fragile else f"it moves by less than {FRAGILE:.0%} at every load")
+                "- in brackets: goodput with every target step slower and faster by the cost band; "
+                + (f"that range spans more than {FRAGILE:.0%} of the goodput at "
+                   f"{', '.join(f'{r:.3g}' for r in fragile)} req/s: there the prediction rests on the cost "
+                   "model's accuracy, so measure before relying on it"
+                   if fragile else f"that range spans less than {FRAGILE:.0%} of the goodput at every load")
             )
         lines += [
             "",
@@ -112,7 +113,12 @@ FRAGILE = 0.2  # a row whose goodput band spans more than this fraction of its g
 
 
 def _band(row: dict) -> str:
-    return f" ({row['goodput_lo']:.3g}-{row['goodput_hi']:.3g})" if "goodput_lo" in row else ""
+    """`` (lowest-highest)`` of a row's goodput with step costs off by the band (either order: goodput
+    need not fall monotonically with step cost), or nothing for a sweep without a band."""
+    if "goodput_lo" not in row:
+        return ""
+    lo, hi = sorted((row["goodput_lo"], row["goodput_hi"]))
+    return f" ({lo:.3g}-{hi:.3g})"
 
 
 def fragile_rows(rows: Sequence[dict]) -> list[float]:
@@ -120,7 +126,7 @@ def fragile_rows(rows: Sequence[dict]) -> list[float]:
     ``sweep(cost_band=...)``) spans more than :data:`FRAGILE` of its goodput."""
     out = set()
     for r in rows:
-        if "goodput_lo" in r and r["goodput_hi"] - r["goodput_lo"] > FRAGILE * max(r["goodput_rps"], 1e-9):
+        if "goodput_lo" in r and abs(r["goodput_hi"] - r["goodput_lo"]) > FRAGILE * max(r["goodput_rps"], 1e-9):
             out.add(r["rate"])
     return sorted(out)
 

@@ -88,7 +88,8 @@ class ServerConfig:
     cost_off: StepCostModel | None = None
 
     def scaled(self, factor: float) -> "ServerConfig":
-        """The same server with every step ``factor`` times as long (:meth:`StepCostModel.scaled`)."""
+        """The same server with every target step ``factor`` times as long (:meth:`StepCostModel.scaled`;
+        the policies' drafting time is not scaled)."""
         off = None if self.cost_off is None else self.cost_off.scaled(factor)
         return dataclasses.replace(self, cost=self.cost.scaled(factor), cost_off=off)
 

@@ -57,9 +57,10 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
     ``"off"`` policy at the same
     rate, when one is in ``policies``; NaN otherwise).
 
-    ``cost_band`` > 0 also simulates every run with step costs ``1 + cost_band`` and ``1 - cost_band``
-    times the model's (the same arrivals and draws) and adds ``goodput_lo`` / ``goodput_hi`` and
-    ``tpot_p50_lo`` / ``tpot_p50_hi``: what the row would read on a machine that slow or that fast.
+    ``cost_band`` > 0 also simulates every run with target step costs ``1 + cost_band`` and
+    ``1 - cost_band`` times the model's (the same arrivals and acceptance seed; drafting time is not
+    scaled) and adds ``goodput_lo`` / ``goodput_hi`` and ``tpot_p50_lo`` / ``tpot_p50_hi``: what the
+    row would read on a machine that slow or that fast. It triples the simulation time.
     Why: near saturation goodput moves many times more than step time does (queues build), so a
     cost model with a 10% error can be right below the knee and far off at it; the band says
     which rows to trust (``specdec plan --cost-band``).
