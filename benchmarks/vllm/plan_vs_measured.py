@@ -178,15 +178,14 @@ def predict(policy: str, cost, acceptance, prompts, rate: float, args) -> dict:
     from specdec.serving.simulator import ServerConfig, simulate
 
     drafts = policy not in ("off", "specdec-never") and acceptance is not None
-    band = min(0.5, cost.loo_rel_error) if np.isfinite(cost.loo_rel_error) else 0.0
+    band = cost.error_band()
     runs = {1.0: [], 1 + band: [], 1 - band: []}
-    for scale, rows in runs.items():
-        for rep in range(args.replications):
-            server = ServerConfig(cost.scaled(scale), acceptance if drafts else _placeholder(args.k),
-                                  max_batch=args.max_num_seqs, seed=rep, scheduler="packed",
-                                  max_batched_tokens=VLLM_TOKEN_BUDGET)
+    for rep in range(args.replications):
+        server = ServerConfig(cost, acceptance if drafts else _placeholder(args.k), max_batch=args.max_num_seqs,
+                              seed=rep, scheduler="packed", max_batched_tokens=VLLM_TOKEN_BUDGET)
+        for scale, rows in runs.items():
             res = simulate(requests_for(prompts, rate, args.max_tokens, args.seed),
-                           AlwaysOn(args.k) if drafts else Off(), server)
+                           AlwaysOn(args.k) if drafts else Off(), server.scaled(scale))
             rows.append(summarize(res.records, SLO(args.slo_ttft, args.slo_tpot)))
     rows = runs[1.0]
     out = {key: float(np.mean([r[key] for r in rows])) for key in ("goodput_rps", "ttft_p50", "tpot_p50",

@@ -110,14 +110,15 @@ def cost_band(text: str):
     return x
 
 
-def band_source(arg, cost) -> str:
-    """Where the plan's cost band came from, for the report."""
+def resolve_cost_band(arg, cost) -> tuple[float, str]:
+    """``(band, where it came from)`` for ``--cost-band`` (a fraction, or 'fit': the cost model's
+    :meth:`~specdec.serving.cost.StepCostModel.error_band`)."""
     if arg != "fit":
-        return " (--cost-band)"
-    loo = cost.loo_rel_error
+        return arg, "--cost-band"
+    band, loo = cost.error_band(), cost.loo_rel_error
     if not (math.isfinite(loo) and loo >= 0):
-        return " (none: the cost model has no leave-one-out error)"
-    return " (the cost model's leave-one-out error" + (f" {loo:.0%}, capped at 50%)" if loo > 0.5 else ")")
+        return band, "none: the cost model has no leave-one-out error"
+    return band, "the cost model's leave-one-out error" + (f" {loo:.0%}, capped at 50%" if loo > band else "")
 
 
 def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> dict:
@@ -197,11 +198,7 @@ def run_plan(args) -> int:
         )
         cost.save(out / "cost.json")
         log(f"cost model: mean error {cost.mean_rel_error:.1%}, leave-one-out {cost.loo_rel_error:.1%}")
-    if args.cost_band == "fit":  # a model saved without a leave-one-out error (NaN) gets no band
-        loo = cost.loo_rel_error
-        settings.cost_band = min(0.5, loo) if math.isfinite(loo) and loo >= 0 else 0.0
-    else:
-        settings.cost_band = args.cost_band
+    settings.cost_band, band_source = resolve_cost_band(args.cost_band, cost)
     mem = target_memory(model, args.kv_dtype)
     measured, described = {}, []
     for spec in specs:
@@ -239,7 +236,7 @@ def run_plan(args) -> int:
         "weights": f"{mem['weights_bytes'] / 2**20:.1f} MiB",
         "max draft budget": args.max_budget,
         "simulated": f"{args.requests} requests x {args.replications} replications per load level",
-        "cost band": f"+-{settings.cost_band:.0%} target step time" + band_source(args.cost_band, cost),
+        "cost band": f"+-{settings.cost_band:.0%} target step time ({band_source})",
     }
     path = write_report(
         out,

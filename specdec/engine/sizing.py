@@ -258,9 +258,10 @@ class DraftSizer:
 
     Why the adaptive ask: a model proposer's drafting cost grows with the budget (an EAGLE tree
     runs one draft-layer forward per level and expands until its frontier falls out of the
-    ``budget`` best nodes), while the sizer on a CPU keeps a few nodes. Asking for 32 and keeping 3
-    paid for levels no one verifies: measured online, EAGLE-3 drafted 24.5 ms a step at depth 6 and
-    10.2 ms at depth 2 for the same tokens per step. The ask doubles whenever the sizer keeps all it
+    ``budget`` best nodes), while the sizer on a CPU keeps a few nodes, so asking for 32 paid for
+    levels no one verifies: in one run of ``benchmarks/trained_proposers.py --fixed-ask``, EAGLE-3
+    drafted 17.6 ms a step asked for 32 and 10.8 ms with this ask, at the same tokens per step
+    (docs/performance.md, "Adaptive ask"). The ask doubles whenever the sizer keeps all it
     was given, so a long lookup match is cut for a few steps (8, 16, 32, 64). Every
     ``ASK_EXPLORE``-th step of a request asks the full :attr:`ask` again: the best size among
     more nodes can be larger than twice the best among fewer (a cost curve with a step in it).

@@ -167,17 +167,21 @@ class HybridProposer:
             step.lookup_paths = list(candidates)
             bucket = None if gate is None else gate.bucket(sum(sorted(candidates.values(), reverse=True)[:b]))
             if b > 0 and (gate is None or gate.should_draft(bucket, batch_tokens)):
-                t0 = gate.clock() if gate is not None else 0.0
-                (model,) = self.eagle.propose_scored([req_id], [b])
-                if gate is not None:
-                    gate.observe_model_time(gate.clock() - t0)
-                self._add(step, candidates, "eagle", model)
+                self._add(step, candidates, "eagle", self._model_draft(req_id, b))
                 step.bucket = bucket
-            draft = _merge(candidates, b, self.vocab_size)
-            step.offered = _paths(draft.tree)
+            draft, step.offered = _merge(candidates, b, self.vocab_size)
             self._last[req_id] = step
             out.append(draft)
         return out
+
+    def _model_draft(self, req_id: Hashable, budget: int) -> ScoredDraft:
+        """EAGLE's draft for one request, timed for the gate."""
+        if self.model_gate is None:
+            return self.eagle.propose_scored([req_id], [budget])[0]
+        t0 = self.model_gate.clock()
+        (draft,) = self.eagle.propose_scored([req_id], [budget])
+        self.model_gate.observe_model_time(self.model_gate.clock() - t0)
+        return draft
 
     def _add(self, step: _Step, candidates: dict[tuple[int, ...], float], source: str, draft: ScoredDraft) -> None:
         """Record one source's draft and merge its calibrated paths into ``candidates`` (the larger
@@ -205,8 +209,10 @@ def _paths(tree: DraftTree) -> list[tuple[int, ...]]:
     return out
 
 
-def _merge(candidates: dict[tuple[int, ...], float], budget: int, vocab_size: int) -> ScoredDraft:
-    """The ``budget`` best paths (ties: shorter, then lexicographic) as one tree, parents first."""
+def _merge(candidates: dict[tuple[int, ...], float], budget: int, vocab_size: int
+           ) -> tuple[ScoredDraft, list[tuple[int, ...]]]:
+    """The ``budget`` best paths (ties: shorter, then lexicographic) as one tree, parents first,
+    and those paths in node order."""
     best = sorted(candidates.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0]))[:budget]
     chosen = {path for path, _ in best}
     # An estimate can tie its parent; keep the kept set prefix-closed regardless.
@@ -217,4 +223,4 @@ def _merge(candidates: dict[tuple[int, ...], float], budget: int, vocab_size: in
     parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in order], dtype=torch.int32)
     probs = torch.tensor([candidates[p] for p in order], dtype=torch.float32)
     tree = DraftTree.trusted(tokens, parents, torch.ones(len(order), dtype=torch.bool), vocab_size=vocab_size)
-    return ScoredDraft(tree, probs, float(probs.sum()), "hybrid")
+    return ScoredDraft(tree, probs, float(probs.sum()), "hybrid"), order

@@ -63,8 +63,6 @@ class ModelGate:
     explore_every: int = 8
     weight: float = 0.05
     clock: Callable[[], float] = time.perf_counter
-    gain: list[float] = field(default_factory=list)  # [bucket] mean hindsight gain, tokens
-    samples: list[int] = field(default_factory=list)  # [bucket]
     skips: list[int] = field(default_factory=list)  # [bucket] decisions since the last draft
     drafted: int = 0
     skipped: int = 0
@@ -73,6 +71,7 @@ class ModelGate:
     _warm: bool = False
     _last_call: float | None = None
     _tokens: dict[Hashable, _Mean] = field(default_factory=dict)  # req_id -> tokens emitted per step
+    _gain: list[_Mean] = field(default_factory=list)  # [bucket] hindsight gain, tokens
 
     def __post_init__(self):
         if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
@@ -80,7 +79,17 @@ class ModelGate:
         if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1:
             raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1 and weight in (0, 1]")
         n = len(self.edges) + 1
-        self.gain, self.samples, self.skips = [0.0] * n, [0] * n, [0] * n
+        self._gain, self.skips = [_Mean() for _ in range(n)], [0] * n
+
+    @property
+    def gain(self) -> list[float]:
+        """Mean hindsight gain per bucket, in tokens (0 where nothing was observed)."""
+        return [0.0 if m.value is None else m.value for m in self._gain]
+
+    @property
+    def samples(self) -> list[int]:
+        """Observations per bucket."""
+        return [m.n for m in self._gain]
 
     @property
     def model_seconds(self) -> float | None:
@@ -122,7 +131,8 @@ class ModelGate:
         """Draft the model for a request in ``bucket`` now, in a step emitting ``batch_tokens``?
         (Counts the decision.)"""
         cost = self.cost_tokens(batch_tokens)
-        worth = cost is None or self.samples[bucket] < self.min_samples or self.gain[bucket] >= cost
+        mean = self._gain[bucket]
+        worth = cost is None or mean.n < self.min_samples or mean.value >= cost
         explore = not worth and self.skips[bucket] + 1 >= self.explore_every
         if worth or explore:
             self.skips[bucket] = 0
@@ -143,8 +153,7 @@ class ModelGate:
         """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
         self._tokens.setdefault(req_id, _Mean()).add(float(emitted), self.weight)
         if bucket is not None and gain is not None:
-            self.samples[bucket] += 1
-            self.gain[bucket] += max(self.weight, 1.0 / self.samples[bucket]) * (gain - self.gain[bucket])
+            self._gain[bucket].add(gain, self.weight)
 
     def end(self, req_id: Hashable) -> None:
         self._tokens.pop(req_id, None)

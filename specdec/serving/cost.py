@@ -147,6 +147,12 @@ class StepCostModel:
             return 0.0
         return float(features(batch, tokens_per_seq, context) @ self.weights)
 
+    def error_band(self, cap: float = 0.5) -> float:
+        """The fit's leave-one-out relative error capped at ``cap``, or 0 when it has none (NaN):
+        the default cost band of a plan (:func:`~specdec.serving.sweep.sweep`)."""
+        loo = self.loo_rel_error
+        return min(cap, loo) if math.isfinite(loo) and loo >= 0 else 0.0
+
     def scaled(self, factor: float) -> "StepCostModel":
         """The same model on a machine ``factor`` times as slow (every weight times ``factor``).
 

@@ -73,7 +73,7 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
         raise ValueError(f"replications must be >= 1, got {replications}")
     if not 0 <= cost_band < 1:
         raise ValueError(f"cost_band must be in [0, 1), got {cost_band}")
-    bands = {"lo": server.scaled(1 + cost_band), "hi": server.scaled(1 - cost_band)} if cost_band > 0 else {}
+    bands = {"lo": 1 + cost_band, "hi": 1 - cost_band} if cost_band > 0 else {}
     rows = []
     for i, rate in enumerate(rates):
         reps: dict[str, list[dict]] = {name: [] for name in policies}
@@ -93,8 +93,8 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
                     drafted=res.drafted,
                     accepted=res.accepted,
                 )
-                for side, banded in bands.items():
-                    res_b = simulate(reqs, policy, dataclasses.replace(banded, seed=rep_server.seed))
+                for side, factor in bands.items():
+                    res_b = simulate(reqs, policy, rep_server.scaled(factor))
                     row_b = summarize(res_b.records, slo, res_b.busy_s)
                     row[f"goodput_{side}"], row[f"tpot_p50_{side}"] = row_b["goodput_rps"], row_b["tpot_p50"]
                 reps[name].append(row)
