@@ -48,3 +48,9 @@ def test_replayed_policy_counts_every_answer_token():
 def test_bad_cost_curves_are_refused_by_name(text):
     with pytest.raises(SystemExit, match="--cost"):
         common.parse_curve(text)
+
+
+def test_an_unknown_ask_is_refused_before_any_work(capsys):
+    with pytest.raises(SystemExit):
+        replay_decoder.main(["--ask", "adaptive,sometimes", "--cost", "0:22,1:24"])
+    assert "--ask takes adaptive and/or fixed, got 'adaptive,sometimes'" in capsys.readouterr().err

@@ -237,3 +237,17 @@ def test_cost_band_brackets_goodput_and_is_widest_near_saturation(tmp_path):
     with pytest.raises(argparse.ArgumentTypeError, match="cost-band"):
         plan.cost_band("-0.1")
     assert plan.cost_band("fit") == "fit" and plan.cost_band("0.1") == 0.1
+
+
+def test_cost_band_settings_out_of_range_are_refused_by_name():
+    from specdec.serving.simulator import ServerConfig
+    from specdec.serving.sweep import sweep
+    from specdec.serving.policies import Off
+
+    server = ServerConfig(gpu_like_cost(), good_acceptance())
+    with pytest.raises(ValueError, match="cost_band must be in"):
+        sweep(items(), {"off": Off()}, server, [1.0], 10, POOL.slo, cost_band=-0.1)
+    with pytest.raises(ValueError, match="cost scale factor must be > 0"):
+        gpu_like_cost().scaled(0.0)
+    with pytest.raises(argparse.ArgumentTypeError, match="'fit' or a fraction"):
+        plan.cost_band("wide")
