@@ -67,11 +67,46 @@ def test_incremental_cache_equals_full_recomputation():
     k, v = prop.cached_kv("r")
     torch.testing.assert_close(k, k_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(v, v_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(prop._reqs["r"].root, out_ref[-1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(prop.root("r"), out_ref[-1], atol=1e-5, rtol=1e-5)
     before = prop.memory_bytes()
     prop.end("r")
     assert prop.memory_bytes() < before
     assert prop.memory_bytes() == sum(p.numel() * 4 for p in prop.layer.parameters())
+
+
+def test_lazy_feed_queues_commits_until_a_draft_and_equals_feeding_each():
+    """Commits are queued and fed in one pass when the request drafts; a request that never
+    drafts never runs the draft layer; the queued pass gives the cache and trees of one pass per commit."""
+    target = tiny_model(seed=3)
+    H = target.config.hidden_size
+    lazy, eager = _proposer(target, seed=2, top_k=3, max_depth=3), _proposer(target, seed=2, top_k=3, max_depth=3)
+    feeds = []
+    orig = lazy._feed
+    lazy._feed = lambda req, feats, toks: feeds.append(len(toks)) or orig(req, feats, toks)
+    g = torch.Generator().manual_seed(1)
+    prompt = [4, 8, 15, 16, 23, 42]
+    h = _hidden(target, prompt)
+    for p in (lazy, eager):
+        p.begin("r", prompt, target_hidden=h)
+    lazy.begin("idle", prompt, target_hidden=h)
+    commits = [(torch.randint(0, 64, (n,), generator=g).tolist(), torch.randn(n, H, generator=g)) for n in (1, 3, 2)]
+    base = lazy.memory_bytes()
+    for toks, rows in commits:
+        lazy.commit("r", toks, target_hidden=rows)
+        lazy.commit("idle", toks, target_hidden=rows)
+        eager.commit("r", toks, target_hidden=rows)
+        eager.cache_length("r")  # feeds now
+    assert feeds == [] and lazy.pending("r") == len(prompt) - 1 + 6
+    assert lazy.memory_bytes() > base  # the queue is accounted
+    assert lazy.propose(["r"], 0)[0].num_nodes == 0 and feeds == []  # an empty ask feeds nothing
+    (t_lazy,), (t_eager,) = lazy.propose(["r"], 6), eager.propose(["r"], 6)
+    assert feeds == [len(prompt) - 1 + 6] and lazy.pending("r") == 0  # one pass for the prompt and 3 commits
+    assert t_lazy.tokens.tolist() == t_eager.tokens.tolist() and t_lazy.parents.tolist() == t_eager.parents.tolist()
+    for a, b in zip(lazy.cached_kv("r"), eager.cached_kv("r")):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lazy.root("r"), eager.root("r"), atol=1e-5, rtol=1e-5)
+    lazy.end("idle")
+    assert feeds == [len(prompt) - 1 + 6] and lazy.pending("r") == 0  # the idle request never ran the layer
 
 
 def test_trees_respect_budget_prefix_closed_and_ranked():

@@ -9,6 +9,12 @@ features never enter the committed cache. The *root feature* is what depth 1 is 
 after ``begin`` it is the target's own last prompt feature (its LM head gives the target's exact
 next-token ranking); after a ``commit`` it is the draft layer's output at the last committed pair.
 
+Committed pairs are fed lazily: ``begin`` and ``commit`` check their input and queue it, and the
+queue goes through the draft layer in one causal pass when the request next drafts (or its cache
+is read). On a CPU a pass over a few rows costs what reading the layer's weights costs, so a
+request that does not draft every step (a hybrid whose model gate skips EAGLE) pays one pass per
+draft instead of one per step, and one that never drafts pays none, its prompt included.
+
 Drafting (EAGLE-2): depth 1 takes the ``top_k`` tokens of the root feature's draft distribution.
 At each further depth the ``top_k`` frontier nodes with the highest cumulative draft probability
 (product of draft softmax probabilities along the path) run through the draft layer in one batch,
@@ -23,7 +29,7 @@ not sampled: they are deterministic (point masses) and verification stays exact 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
 import torch
@@ -42,12 +48,16 @@ ARCHITECTURES = {"eagle": (EagleConfig, EagleLayer), "eagle3": (Eagle3Config, Ea
 
 @dataclass
 class _Request:
-    """One request's committed draft state: cache rows ``[0, length)`` and the root feature."""
+    """One request's committed draft state: cache rows ``[0, length)``, the root feature, and the
+    committed pairs not fed yet (``pending_*``: features ``[n_j, F]`` and their tokens)."""
 
     k: torch.Tensor  # [capacity, Hkv, D]
     v: torch.Tensor
     length: int
     root: torch.Tensor | None  # [H]; None while nothing can be drafted yet (EAGLE-3 after a 1-token prompt)
+    pending_h: list[torch.Tensor] = field(default_factory=list)
+    pending_ids: list[int] = field(default_factory=list)
+    root_from_feed: bool = True  # the next feed's last output becomes the root (False: EAGLE-1 after begin)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         n = k.shape[0]
@@ -62,7 +72,8 @@ class _Request:
     @property
     def nbytes(self) -> int:
         root = 0 if self.root is None else self.root.numel() * self.root.element_size()
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size() + root
+        pending = sum(h.numel() * h.element_size() for h in self.pending_h) + 8 * len(self.pending_ids)
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size() + root + pending
 
 
 class EagleProposer:
@@ -149,15 +160,18 @@ class EagleProposer:
         if not ids:
             raise ValueError("begin needs a non-empty prompt (its last feature drafts the first token)")
         h = self._check_hidden(target_hidden, len(ids), "begin", "prompt_ids")
+        self._check_ids(ids)
         c = self.layer.config
         empty = h.new_empty(0, c.num_kv_heads, c.head_dim)
         req = _Request(empty, empty.clone(), 0, None)
         if len(ids) > 1:
-            k, v, out = self._feed(req, h[:-1], ids[1:])
-            req.append(k, v)
-            req.root = out[-1]  # EAGLE-3: its output at the last prompt pair predicts the next token
+            # A copy: a view would keep the whole batch's prefill hidden states alive until the feed.
+            req.pending_h.append(h[:-1].clone())
+            req.pending_ids.extend(ids[1:])
         if self.layer.kind == "eagle":
-            req.root = h[-1]  # EAGLE-1 reads post-norm features: the target's own last one drafts depth 1
+            req.root = h[-1].clone()  # EAGLE-1 reads post-norm features: the target's own last one drafts depth 1
+            req.root_from_feed = False
+        # EAGLE-3: its output at the last prompt pair predicts the next token (set by the feed).
         self._reqs[req_id] = req
 
     @torch.no_grad()
@@ -167,9 +181,21 @@ class EagleProposer:
         if not ids:
             raise ValueError("commit needs at least one emitted token")
         h = self._check_hidden(target_hidden, len(ids), "commit", "accepted_ids")
-        k, v, out = self._feed(req, h, ids)
-        req.append(k, v)
-        req.root = out[-1]
+        self._check_ids(ids)
+        req.pending_h.append(h.clone())  # the caller's rows may be a view of a whole step's hidden states
+        req.pending_ids.extend(ids)
+        req.root_from_feed = True
+
+    def _flush(self, req: _Request) -> _Request:
+        """Feed the request's queued pairs through the draft layer (one pass) into its cache."""
+        if req.pending_ids:
+            feats = req.pending_h[0] if len(req.pending_h) == 1 else torch.cat(req.pending_h)
+            k, v, out = self._feed(req, feats, req.pending_ids)
+            req.append(k, v)
+            if req.root_from_feed:
+                req.root = out[-1]
+            req.pending_h, req.pending_ids = [], []
+        return req
 
     def end(self, req_id) -> None:
         self._state(req_id)
@@ -184,13 +210,25 @@ class EagleProposer:
         return own + sum(r.nbytes for r in self._reqs.values())
 
     def cache_length(self, req_id) -> int:
-        """Committed positions in the request's draft cache (committed tokens - 1)."""
-        return self._state(req_id).length
+        """Committed positions in the request's draft cache (committed tokens - 1), queued pairs fed."""
+        return self._flush(self._state(req_id)).length
 
     def cached_kv(self, req_id) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(k, v) [length, Hkv, D]``: the request's committed draft keys/values (views)."""
-        r = self._state(req_id)
+        """``(k, v) [length, Hkv, D]``: the request's committed draft keys/values (views), queued pairs fed."""
+        r = self._flush(self._state(req_id))
         return r.k[: r.length], r.v[: r.length]
+
+    def root(self, req_id) -> torch.Tensor | None:
+        """``[H]``: the feature depth 1 is drafted from (None while nothing can be drafted), queued pairs fed."""
+        return self._flush(self._state(req_id)).root
+
+    def pending(self, req_id) -> int:
+        """Committed tokens queued for the request's next feed."""
+        return len(self._state(req_id).pending_ids)
+
+    def _check_ids(self, tokens: list[int]) -> None:
+        if tokens and max(tokens) >= self.vocab_size:
+            raise ValueError(f"token id {max(tokens)} is out of the target vocabulary ({self.vocab_size})")
 
     def _state(self, req_id) -> _Request:
         if req_id not in self._reqs:
@@ -212,8 +250,6 @@ class EagleProposer:
     def _feed(self, req: _Request, feats: torch.Tensor, tokens: list[int]):
         """Run committed pairs ``(feats[j], tokens[j])`` at positions ``length + j`` (causal among
         themselves, full attention to the cache). Returns ``(k, v, out)``; the cache is not changed."""
-        if max(tokens) >= self.vocab_size:
-            raise ValueError(f"token id {max(tokens)} is out of the target vocabulary ({self.vocab_size})")
         n, S = len(tokens), req.length
         dev = feats.device
         ids = torch.tensor(tokens, dtype=torch.long, device=dev)
@@ -239,7 +275,8 @@ class EagleProposer:
         budgets = normalize_budgets(req_ids, budget)
         out = []
         for req_id, b in zip(req_ids, budgets):
-            tree, logp = self._draft(self._state(req_id), b)
+            req = self._state(req_id)
+            tree, logp = self._draft(self._flush(req) if b > 0 else req, b)
             probs = logp.exp().float().cpu()
             out.append(ScoredDraft(tree, probs, float(probs.sum())))
         return out
@@ -324,7 +361,7 @@ class EagleProposer:
         """``(tree, path_probs [n])`` for one request: each node's cumulative draft probability
         (for tests and analysis; the decoder reads the drafting pass's own estimates through
         :meth:`propose_scored`)."""
-        req = self._state(req_id)
+        req = self._flush(self._state(req_id))
         tree, _ = self._draft(req, budget)
         return tree, self._path_probs(req, tree)
 
@@ -333,6 +370,7 @@ class EagleProposer:
         """Cumulative draft probability of every node of ``tree``, recomputed node by node (one
         forward per node over the cache plus its ancestors), independently of the batched drafting
         bookkeeping so tests can check it. Returns ``float64 [n]``."""
+        self._flush(req)
         n, dev, S = tree.num_nodes, self.lm_weight.device, req.length
         par = tree.parents.tolist()
         ids = self.layer.token_ids(torch.arange(self._rows.shape[0], device=dev)).tolist()
