@@ -8,8 +8,15 @@ CPU the weights stream from DRAM, so the step should cost what a one-row step co
   DRAM as in a real forward), by row count, ``F.linear`` vs :func:`specdec.ops.skinny_linear`.
 * ``--model default``: the real target's verify step (:class:`~specdec.verify.hf.HFTarget`) by
   chain length, with ``skinny_linear=False`` vs ``True``, interleaved, fastest of ``--repeats``.
+* ``--eagle DIR``: an EAGLE artifact's drafting on the default target (one request, a dev-style
+  prompt, budget ``--eagle-budget``), the draft layer's weights read as float32 vs as the exact
+  float16 copies (``ForwardPatch(half_weights=True)``), interleaved draft by draft, with a 512 MB
+  sweep before each draft so the layer comes from DRAM as after a verify step; medians.
+
+The ``layers`` table also times the kernel on float16 copies of the same weights (half the bytes).
 
     python benchmarks/bench_skinny_linear.py [--threads 2] [--rows 1 2 4 8 16 32 64] [--model default]
+        [--eagle artifacts/eagle3-smollm2-135m]
 """
 
 from __future__ import annotations
@@ -49,12 +56,15 @@ def bench_layers(args) -> None:
     mb = sum(w.numel() for w in weights) * 4 / 2**20
     print(f"one forward's linear products: {len(weights)} weights, {mb:.0f} MB fp32, {args.threads} threads, "
           f"fastest of {args.repeats} (ms)")
-    print(f"{'rows':>5} {'F.linear':>9} {'skinny':>8} {'ratio':>6}  {'skinny GB/s':>11}")
+    halves = [w.half() for w in weights]
+    print(f"{'rows':>5} {'F.linear':>9} {'skinny':>8} {'ratio':>6}  {'skinny GB/s':>11} {'fp16 w':>7} {'vs fp32':>7}")
     for rows in args.rows:
         inputs = {k: torch.randn(rows, k, generator=gen) for k in {i for _, i in shapes}}
         a = time_products(lambda x, w: F.linear(x, w), weights, inputs, args.repeats)
         b = time_products(lambda x, w: skinny_linear(x, w, impl="op"), weights, inputs, args.repeats)
-        print(f"{rows:>5} {a:>9.2f} {b:>8.2f} {a / b:>6.2f}  {mb * 2**20 / (b / 1e3) / 1e9:>11.1f}")
+        c = time_products(lambda x, w: skinny_linear(x, w, impl="op"), halves, inputs, args.repeats)
+        print(f"{rows:>5} {a:>9.2f} {b:>8.2f} {a / b:>6.2f}  {mb * 2**20 / (b / 1e3) / 1e9:>11.1f} {c:>7.2f} "
+              f"{b / c:>7.2f}")
 
 
 def bench_verify(args) -> None:
@@ -78,6 +88,39 @@ def bench_verify(args) -> None:
         print(f"{n:>4} {a:>9.1f} {b:>8.1f} {a / b:>6.2f} {b / (best['skinny'][0] * 1e3):>14.2f}")
 
 
+def bench_eagle(args) -> None:
+    import statistics
+
+    from specdec.bench import load_prompts
+    from specdec.models import load_default
+    from specdec.serving.measure import make_proposer
+
+    model, tokenizer = load_default()
+    prompt = load_prompts(args.prompts, tokenizer, categories=["writing"], per_category=1)[0].ids
+    prop = make_proposer(f"eagle:{args.eagle}", model, tokenizer)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), output_hidden_states=True)
+    hs, layers = out.hidden_states, prop.target_layers
+    hidden = torch.cat([hs[i][0] for i in layers], -1) if layers else hs[-1][0]
+    prop.begin("r", prompt, target_hidden=hidden)
+    prop.cache_length("r")  # feed the prompt now, outside the timing
+    sweep = torch.empty(128 * 2**20)  # 512 MB: the target's forward evicts the layer between drafts
+    times = {False: [], True: []}
+    for _ in range(args.repeats * 10):
+        for half in (False, True):
+            prop._linears.half_weights = half
+            sweep.add_(1.0)
+            t0 = time.perf_counter()
+            prop.propose(["r"], args.eagle_budget)
+            times[half].append(time.perf_counter() - t0)
+    a, b = (statistics.median(times[h]) * 1e3 for h in (False, True))
+    mb = prop._linears.extra_bytes / 2**20
+    print(f"\nEAGLE drafting, {args.eagle}, budget {args.eagle_budget}, {len(times[True])} drafts each, "
+          f"median ms (fp16 copies: {mb:.1f} MB)")
+    print(f"{'fp32 weights':>12} {'fp16 copies':>11} {'ratio':>6}")
+    print(f"{a:>12.2f} {b:>11.2f} {a / b:>6.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -91,11 +134,18 @@ def main() -> None:
     ap.add_argument("--model", choices=["default"], help="also time the real target's verify step")
     ap.add_argument("--sizes", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16, 32])
     ap.add_argument("--prefix", type=int, default=256)
+    ap.add_argument("--eagle", metavar="DIR", help="also time an EAGLE artifact's drafting, fp32 vs fp16 weights")
+    ap.add_argument("--eagle-budget", type=int, default=32)
+    ap.add_argument("--prompts", default="../shared/data/prompts_dev.jsonl")
+    ap.add_argument("--skip-layers", action="store_true", help="skip the synthetic layers table")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    bench_layers(args)
+    if not args.skip_layers:
+        bench_layers(args)
     if args.model:
         bench_verify(args)
+    if args.eagle:
+        bench_eagle(args)
 
 
 if __name__ == "__main__":

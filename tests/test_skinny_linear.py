@@ -8,7 +8,13 @@ import torch
 from torch import nn
 
 from specdec import _ext
-from specdec.ops.skinny_linear import FAST_ROWS, lm_head_logits, skinny_linear, skinny_linear_reference
+from specdec.ops.skinny_linear import (
+    FAST_ROWS,
+    exact_half,
+    lm_head_logits,
+    skinny_linear,
+    skinny_linear_reference,
+)
 from specdec.verify.patch import ForwardPatch
 
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="compiled extension not built")
@@ -44,6 +50,68 @@ def test_matches_float64_oracle(M, K, N, bias):
 
 
 @needs_ext
+@pytest.mark.parametrize("M", [1, 3, 4, 8, 17])
+@pytest.mark.parametrize("K,N", [(15, 4), (17, 130), (576, 64), (100, 65)])
+def test_half_weight_is_bitwise_the_float32_weight_it_holds(M, K, N):
+    """A float16 weight goes through the float32 path's FMAs: for a weight fp16 holds exactly the
+    result is bitwise that of the float32 weight (tails past the 16-lane blocks included)."""
+    x, w, b = _case(M, K, N, True)
+    w = w.half().float()  # exactly representable
+    half = exact_half(w)
+    assert half is not None and half.dtype == torch.float16
+    assert torch.equal(skinny_linear(x, half, b, impl="op"), skinny_linear(x, w, b, impl="op"))
+    torch.testing.assert_close(skinny_linear_reference(x, half, b), skinny_linear_reference(x, w, b))
+
+
+def _runs(path):
+    try:
+        skinny_linear(torch.ones(1, 16), torch.ones(1, 16).half(), impl="op", half_path=path)
+        return True
+    except RuntimeError as e:
+        assert "does not run on this CPU" in str(e)
+        return False
+
+
+@needs_ext
+@pytest.mark.parametrize("path", ["portable", "avx2", "avx512"])
+def test_every_half_path_widens_exactly(path):
+    """Each conversion path (the portable integer one runs on CPUs without F16C) widens every fp16
+    value exactly: against identity inputs each output is one weight, so subnormals, zeros, the
+    largest values and the 16-lane tails are compared bit for bit. Inf and nan weights land
+    where the float32 path puts them. (Against the float32 path itself results are bitwise only on
+    the same ISA: the portable path runs without FMA; ``auto`` is checked bitwise above.)"""
+    if not _runs(path):
+        pytest.skip(f"this CPU cannot run the {path} path")
+    g = torch.Generator().manual_seed(7)
+    for K, N in [(16, 4), (37, 9), (64, 20)]:
+        w = (torch.randn(N, K, generator=g) / K ** 0.5).half()
+        w.view(-1)[:6] = torch.tensor([2.0 ** -24, -(2.0 ** -20), 0.0, -0.0, 65504.0, 6.1e-5]).half()
+        got = skinny_linear(torch.eye(K), w, impl="op", half_path=path)  # [K, N]: row m is w[:, m]
+        assert torch.equal(got, w.float().T), (path, K, N)
+    w = torch.randn(4, 40, generator=g).half()
+    w[0, 3], w[1, 39], w[2, 17] = float("inf"), float("-inf"), float("nan")
+    x = torch.rand(2, 40, generator=g) + 0.5
+    torch.testing.assert_close(skinny_linear(x, w, impl="op", half_path=path),
+                               skinny_linear(x, w.float(), impl="op"), equal_nan=True)
+
+
+@needs_ext
+def test_a_bad_half_path_is_named():
+    with pytest.raises(ValueError, match="half_path must be one of"):
+        skinny_linear(torch.ones(1, 4), torch.ones(2, 4).half(), half_path="sse")
+    with pytest.raises(RuntimeError, match="half_path must be"):
+        torch.ops.specdec.skinny_linear(torch.ones(1, 4), torch.ones(2, 4).half(), None, "sse")
+
+
+def test_exact_half_refuses_what_fp16_would_round():
+    w = torch.randn(8, 8).half().float()
+    assert exact_half(w) is not None
+    w[3, 5] += 1e-6  # no longer an fp16 value
+    assert exact_half(w) is None
+    assert exact_half(torch.ones(2, 2).double()) is None  # only float32 weights get a copy
+
+
+@needs_ext
 def test_strided_input_and_empty_shapes():
     x, w, b = _case(6, 40, 9, True)
     xt = x.T.contiguous().T  # same values, column-major strides
@@ -69,7 +137,9 @@ def test_result_does_not_depend_on_thread_count():
 
 @pytest.mark.parametrize("args,match", [
     ((torch.randn(2, 3).double(), torch.randn(4, 3)), "x must be float32"),
-    ((torch.randn(2, 3), torch.randn(4, 3).half()), "weight must be float32"),
+    ((torch.randn(2, 3), torch.randn(4, 3).bfloat16()), "weight must be float32 or float16"),
+    ((torch.randn(2, 3).half(), torch.randn(4, 3).half()), "x must be float32"),
+    ((torch.randn(2, 3), torch.randn(4, 3).half(), torch.randn(4).half()), "bias must be float32"),
     ((torch.randn(2, 3, 1), torch.randn(4, 3)), r"expected x \[M, K\]"),
     ((torch.randn(2, 3), torch.randn(4, 5)), "x has K=3 but weight has K=5"),
     ((torch.randn(2, 3), torch.randn(4, 3), torch.randn(5)), r"bias must be \[4\]"),
@@ -156,6 +226,33 @@ def test_target_verify_routes_linears_through_the_kernel(monkeypatch, enabled):
     n_linear = sum(1 for m in model.modules() if type(m) is nn.Linear)
     assert len(calls) == (n_linear if enabled else 0)  # every layer incl. the LM head, or none
     assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+@needs_ext
+def test_half_weight_patch_is_bitwise_and_follows_weight_changes():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 48), nn.SiLU(), nn.Linear(48, 16))
+    with torch.no_grad():
+        model[0].weight.copy_(model[0].weight.half().float())  # layer 0 as an fp16 artifact stores it
+    x = torch.randn(5, 32)
+    plain, half = ForwardPatch(model, linears=model, attention=False), ForwardPatch(model, linears=model,
+                                                                                      attention=False,
+                                                                                      half_weights=True)
+    with torch.inference_mode():
+        with plain:
+            expected = model(x)
+        with half:
+            got = model(x)
+    assert torch.equal(got, expected)
+    assert half.extra_bytes == 48 * 32 * 2  # a copy of layer 0 only: layer 1's weight is not fp16-exact
+    with torch.no_grad():
+        model[0].weight.mul_(2)  # changed in place (still fp16-exact): the copy must follow
+    with torch.inference_mode():
+        with plain:
+            expected = model(x)
+        with half:
+            got = model(x)
+    assert torch.equal(got, expected)
 
 
 def test_patch_keeps_instance_level_wrappers():

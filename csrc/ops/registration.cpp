@@ -13,7 +13,9 @@ TORCH_LIBRARY(specdec, m) {
   m.def(
       "tree_attention(Tensor q, Tensor k, Tensor v, Tensor tree_mask, Tensor prefix_lens, "
       "float? scale=None) -> Tensor");
-  // x [M, K], weight [N, K], bias [N] (float32) -> x @ weight^T + bias [M, N], for small M (a verify
-  // step's rows). Semantics: specdec/ops/skinny_linear.py (skinny_linear_reference).
-  m.def("skinny_linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor");
+  // x [M, K], weight [N, K] (float32 or float16), bias [N] (float32) -> x @ weight^T + bias [M, N]
+  // float32, for small M (a verify step's rows). half_path picks how a float16 weight is widened:
+  // "auto" (the best this CPU has), "avx512", "avx2" or "portable" (for tests of each path).
+  // Semantics: specdec/ops/skinny_linear.py (skinny_linear_reference).
+  m.def("skinny_linear(Tensor x, Tensor weight, Tensor? bias=None, str half_path=\"auto\") -> Tensor");
 }

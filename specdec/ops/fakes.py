@@ -19,8 +19,8 @@ def register() -> None:
         return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
     @torch.library.register_fake("specdec::skinny_linear")
-    def _skinny_linear(x, weight, bias=None):
-        skinny_linear.check_inputs(x, weight, bias)
+    def _skinny_linear(x, weight, bias=None, half_path="auto"):
+        skinny_linear.check_inputs(x, weight, bias, half_path)
         return x.new_empty((x.shape[0], weight.shape[0]))
 
 

@@ -1,7 +1,8 @@
 """Skinny linear: ``y = x @ weight^T + bias`` for the few rows of a verify step, on CPU.
 
-Shapes: ``x [M, K]``, ``weight [N, K]``, ``bias [N]`` or None, all float32 on the CPU; returns
-``y [M, N]``. :func:`skinny_linear_reference` (``torch.nn.functional.linear``) defines the meaning.
+Shapes: ``x [M, K]``, ``weight [N, K]``, ``bias [N]`` or None, on the CPU; ``x`` and ``bias``
+float32, ``weight`` float32 or float16; returns float32 ``y [M, N]``. :func:`skinny_linear_reference`
+(``torch.nn.functional.linear`` on the weight widened to float32) defines the meaning.
 
 Why: a verify step feeds ``1 + tree size`` rows per request through every linear layer of the
 target, and on a CPU the layer weights stream from DRAM, so that step should cost what a one-row
@@ -9,6 +10,10 @@ decode step costs. BLAS small-M GEMM paths do not get there (2-9 rows cost 1.2-1
 real forward, see ``benchmarks/bench_skinny_linear.py``); the compiled kernel
 (``csrc/ops/skinny_linear_cpu.cpp``) reads each weight row once for all rows. Results equal the
 reference up to floating-point summation order (fixed, independent of the thread count).
+
+A float16 weight is widened to float32 as the kernel loads it and then takes the float32 path's
+FMAs in the same order, so for a float32 weight that float16 holds exactly (:func:`exact_half`: a
+draft layer stored in fp16) the float16 copy gives bitwise the same result from half the bytes.
 """
 
 from __future__ import annotations
@@ -27,16 +32,37 @@ FAST_ROWS = range(1, 65)
 
 
 def skinny_linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The definition: ``torch.nn.functional.linear``."""
-    return torch.nn.functional.linear(x, weight, bias)
+    """The definition: ``torch.nn.functional.linear`` (a float16 weight widened to float32 first)."""
+    return torch.nn.functional.linear(x, weight.float() if weight.dtype == torch.float16 else weight, bias)
 
 
-def check_inputs(x, weight, bias=None) -> None:
+def exact_half(weight: torch.Tensor) -> torch.Tensor | None:
+    """A float16 copy of a float32 CPU ``weight`` when float16 holds every value exactly, else None.
+
+    The kernel reads it at half the bytes and computes bitwise what it computes from ``weight``
+    (module docstring); a weight that fp16 would round gets no copy, so nothing is approximated.
+    """
+    if weight.dtype != torch.float32 or weight.device.type != "cpu":
+        return None
+    with torch.no_grad():
+        half = weight.detach().to(torch.float16)
+        return half if torch.equal(half.float(), weight) else None
+
+
+#: How the kernel widens a float16 weight: the best path this CPU has, or one named (tests run each).
+HALF_PATHS = ("auto", "avx512", "avx2", "portable")
+
+
+def check_inputs(x, weight, bias=None, half_path: str = "auto") -> None:
     """Raise TypeError/ValueError naming the argument that breaks the contract."""
+    if half_path not in HALF_PATHS:
+        raise ValueError(f"skinny_linear: half_path must be one of {HALF_PATHS}, got {half_path!r}")
     for name, t in (("x", x), ("weight", weight)) + ((("bias", bias),) if bias is not None else ()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"skinny_linear: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
+        if name == "weight" and t.dtype not in (torch.float32, torch.float16):
+            raise TypeError(f"skinny_linear: weight must be float32 or float16, got {t.dtype}")
+        if name != "weight" and t.dtype != torch.float32:
             raise TypeError(f"skinny_linear: {name} must be float32, got {t.dtype}")
         if t.device.type != "cpu":
             raise ValueError(f"skinny_linear: {name} must be on the CPU, got {t.device}")
@@ -56,21 +82,23 @@ def op_available() -> bool:
 
 
 def skinny_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, impl: str = "auto"
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, impl: str = "auto",
+    half_path: str = "auto",
 ) -> torch.Tensor:
     """``x @ weight^T + bias`` (shapes in the module docstring).
 
     ``impl``: ``"auto"`` (compiled kernel when available, else the reference), ``"op"`` (the
-    kernel; error when missing) or ``"reference"``.
+    kernel; error when missing) or ``"reference"``. ``half_path``: how the kernel widens a float16
+    weight (:data:`HALF_PATHS`; a named path this CPU cannot run is refused).
     """
     if impl not in ("auto", "op", "reference"):
         raise ValueError(f"skinny_linear: impl must be 'auto', 'op' or 'reference', got {impl!r}")
-    check_inputs(x, weight, bias)
+    check_inputs(x, weight, bias, half_path)
     if impl == "op" and not op_available():
         raise ValueError("skinny_linear: the compiled extension is not available")
     if impl == "reference" or not op_available():
         return skinny_linear_reference(x, weight, bias)
-    return torch.ops.specdec.skinny_linear(x, weight, bias)
+    return torch.ops.specdec.skinny_linear(x, weight, bias, half_path)
 
 
 def eligible_linear(module: nn.Module) -> bool:
@@ -78,10 +106,15 @@ def eligible_linear(module: nn.Module) -> bool:
     return type(module) is nn.Linear and module.weight.dtype == torch.float32 and module.weight.device.type == "cpu"
 
 
-def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                kernel_weight: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for ``x [..., K]``, through the skinny kernel when the number of
     rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS`, ``x`` and ``weight`` are float32 on the
-    CPU and no gradient is being recorded (the op has no backward)."""
+    CPU and no gradient is being recorded (the op has no backward).
+
+    ``kernel_weight``: what the kernel reads instead of ``weight``, an :func:`exact_half` copy of
+    it (the same result from half the bytes); ``F.linear`` always takes ``weight``.
+    """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if (
         rows in FAST_ROWS
@@ -90,7 +123,8 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
         and op_available()
     ):
-        out = torch.ops.specdec.skinny_linear(x.reshape(rows, x.shape[-1]), weight, bias)
+        w = weight if kernel_weight is None else kernel_weight
+        out = torch.ops.specdec.skinny_linear(x.reshape(rows, x.shape[-1]), w, bias)
         return out.view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)
 

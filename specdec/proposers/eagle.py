@@ -111,8 +111,9 @@ class EagleProposer:
         self.embed = embed_weight.detach()
         self.lm_weight = lm_head_weight.detach()
         self._rows = self.layer.lm_rows(self.lm_weight).contiguous()  # [R, H], gathered once
-        # Drafting feeds a few rows at a time: the layer's products go through the skinny kernel on CPU.
-        self._linears = ForwardPatch(self.layer, linears=self.layer, attention=False)
+        # Drafting feeds a few rows at a time: the layer's products go through the skinny kernel on CPU,
+        # reading fp16 copies of the weights an fp16 artifact stored (the same products, half the bytes).
+        self._linears = ForwardPatch(self.layer, linears=self.layer, attention=False, half_weights=True)
         self.vocab_size = int(lm_head_weight.shape[0])
         self.top_k = min(top_k, int(self._rows.shape[0]))
         self.max_depth, self.min_logp = max_depth, (math.log(min_prob) if min_prob > 0 else -math.inf)
@@ -202,9 +203,10 @@ class EagleProposer:
         del self._reqs[req_id]
 
     def memory_bytes(self) -> int:
-        """Draft-layer weights, the gathered LM-head rows of a reduced vocabulary (the full LM head
-        and the embedding belong to the target) and every request's draft KV cache."""
-        own = sum(p.numel() * p.element_size() for p in self.layer.parameters())
+        """Draft-layer weights (and their fp16 copies), the gathered LM-head rows of a reduced
+        vocabulary (the full LM head and the embedding belong to the target) and every request's
+        draft KV cache and queued pairs."""
+        own = sum(p.numel() * p.element_size() for p in self.layer.parameters()) + self._linears.extra_bytes
         if self.layer.vocab_ids is not None:
             own += self.layer.vocab_ids.numel() * 8 + self._rows.numel() * self._rows.element_size()
         return own + sum(r.nbytes for r in self._reqs.values())

@@ -4,7 +4,9 @@ Two substitutions, each computing the same function as the model's own code, fas
 
 * **linears** -- every plain float32 CPU ``nn.Linear`` under the given root runs
   :func:`specdec.ops.skinny_linear.linear_rows` (an instance-level ``forward``, deleted on exit): a
-  verify step's few rows cost what one row costs (``benchmarks/bench_skinny_linear.py``).
+  verify step's few rows cost what one row costs (``benchmarks/bench_skinny_linear.py``). With
+  ``half_weights`` the kernel reads a float16 copy of each weight that float16 holds exactly (a
+  draft layer stored in fp16): bitwise the same products from half the bytes.
 * **attention** -- a model configured for ``"sdpa"`` (and, in tree mode, any model) runs
   :func:`specdec.ops.hf_attention.tree_attention_forward`: SDPA over grouped K/V without
   transformers' copy of every K/V head when a mask comes with several query rows, and the
@@ -27,10 +29,11 @@ from __future__ import annotations
 
 import threading
 
+import torch
 from torch import nn
 
 from ..ops.hf_attention import ATTENTION_NAME, register
-from ..ops.skinny_linear import eligible_linear, linear_rows, op_available
+from ..ops.skinny_linear import eligible_linear, exact_half, linear_rows, op_available
 
 _STATE = "_specdec_forward_patch"  # the model attribute that exists only while a patch is inside
 
@@ -76,15 +79,21 @@ class ForwardPatch:
             leaves attention alone (a drafter that only wants its linears routed).
         tree_attention: also switch models not configured for SDPA (needed when forwards pass tree
             kwargs).
+        half_weights: keep a float16 copy of every routed weight that float16 holds exactly and let
+            the kernel read it (default False: the copies cost half the weights' memory again, see
+            :attr:`extra_bytes`). A copy is remade when its weight was changed in place since.
     """
 
     def __init__(self, model: nn.Module, *, linears: nn.Module | None = None, attention: bool = True,
-                 tree_attention: bool = False):
+                 tree_attention: bool = False, half_weights: bool = False):
         self.model = model
         self.config = getattr(model, "config", None) if attention or tree_attention else None
         self.tree_attention = bool(tree_attention)
         self._linears = ([m for m in linears.modules() if eligible_linear(m)]
                          if linears is not None and op_available() else [])
+        self.half_weights = bool(half_weights)
+        # id(module) -> (the weight copied, its version then, the copy or None)
+        self._halves: dict[int, tuple[torch.Tensor, int, torch.Tensor | None]] = {}
         if self.config is not None:
             register()  # idempotent: transformers' registries are keyed by name
         self._owner: int | None = None  # thread inside this instance now
@@ -95,6 +104,23 @@ class ForwardPatch:
     def modules(self) -> list[nn.Linear]:
         """The linear layers this patch routes through the skinny kernel."""
         return list(self._linears)
+
+    @property
+    def extra_bytes(self) -> int:
+        """Memory of the float16 weight copies (0 without ``half_weights`` or before the first entry)."""
+        return sum(h.numel() * h.element_size() for _, _, h in self._halves.values() if h is not None)
+
+    def _kernel_weight(self, m: nn.Linear) -> torch.Tensor | None:
+        """The exact float16 copy of ``m.weight`` (remade when the weight was replaced or changed in
+        place since), or None."""
+        if not self.half_weights:
+            return None
+        w = m.weight
+        cached = self._halves.get(id(m))
+        if cached is None or cached[0] is not w or cached[1] != w._version:
+            cached = (w, w._version, exact_half(w))
+            self._halves[id(m)] = cached
+        return cached[2]
 
     def _own_attention(self) -> str | None:
         return getattr(self.config, "_attn_implementation", None)
@@ -143,7 +169,7 @@ class ForwardPatch:
         # another wrapper) is left alone: its wrapper may move tensors or do more than the product.
         shared.linears = [m for m in self._linears if "forward" not in m.__dict__]
         for m in shared.linears:
-            m.forward = _bound_forward(m)
+            m.forward = _bound_forward(m, self._kernel_weight(m))
 
     def _apply_attention(self, shared: _Shared) -> None:
         if self.config is None or shared.switched:
@@ -162,10 +188,10 @@ class ForwardPatch:
         self.model.__dict__.pop(_STATE, None)
 
 
-def _bound_forward(module: nn.Linear):
+def _bound_forward(module: nn.Linear, kernel_weight: torch.Tensor | None):
     weight, bias = module.weight, module.bias
 
     def forward(x):
-        return linear_rows(x, weight, bias)
+        return linear_rows(x, weight, bias, kernel_weight=kernel_weight)
 
     return forward
