@@ -12,6 +12,20 @@ from typing import Sequence
 
 
 @dataclass
+class RunningMean:
+    """A running mean: the plain mean of the first ``1 / weight`` values, then an exponential one
+    with step ``weight``, so early evidence is averaged and later evidence fades (the drafting
+    overhead of ``engine.sizing.DraftOverhead``, the model gate's gains and timings)."""
+
+    value: float | None = None  # None until the first value
+    n: int = 0
+
+    def add(self, x: float, weight: float) -> None:
+        self.n += 1
+        self.value = x if self.value is None else self.value + max(weight, 1.0 / self.n) * (x - self.value)
+
+
+@dataclass
 class ScoreCalibration:
     """Shrinks a proposer's own acceptance estimates, depth by depth, by how they have fared so far.
 

@@ -20,7 +20,7 @@ from typing import Callable, Hashable, Sequence
 
 
 from ..tree import DraftTree
-from ..calibration import RequestCalibration, ScoreCalibration
+from ..calibration import RequestCalibration, RunningMean, ScoreCalibration
 from .verify_cost import VerifyCostModel
 
 
@@ -152,16 +152,22 @@ class DraftOverhead:
 
     weight: float = 0.05
     min_samples: int = 8
-    means: list[float] = field(default_factory=lambda: [0.0, 0.0])  # [no draft, drafted]
-    counts: list[int] = field(default_factory=lambda: [0, 0])
+    _means: list[RunningMean] = field(default_factory=lambda: [RunningMean(), RunningMean()])  # [no draft, drafted]
 
     def observe(self, drafted: bool, seconds: float) -> None:
         if seconds < 0:
             raise ValueError(f"a step cannot take {seconds} s")
-        i = int(bool(drafted))
-        self.counts[i] += 1
-        w = max(self.weight, 1.0 / self.counts[i])  # a plain mean until 1 / count falls below weight
-        self.means[i] += w * (seconds - self.means[i])
+        self._means[int(bool(drafted))].add(seconds, self.weight)
+
+    @property
+    def means(self) -> list[float]:
+        """Mean accept-phase seconds ``[no draft, drafted]`` (0 before any)."""
+        return [m.value or 0.0 for m in self._means]
+
+    @property
+    def counts(self) -> list[int]:
+        """Observations ``[no draft, drafted]``."""
+        return [m.n for m in self._means]
 
     @property
     def seconds(self) -> float:

@@ -33,17 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-
-@dataclass
-class _Mean:
-    """A running mean: the plain mean of the first ``1 / weight`` values, then exponential."""
-
-    value: float | None = None
-    n: int = 0
-
-    def add(self, x: float, weight: float) -> None:
-        self.n += 1
-        self.value = x if self.value is None else self.value + max(weight, 1.0 / self.n) * (x - self.value)
+from ..calibration import RunningMean
 
 
 @dataclass
@@ -66,12 +56,12 @@ class ModelGate:
     skips: list[int] = field(default_factory=list)  # [bucket] decisions since the last draft
     drafted: int = 0
     skipped: int = 0
-    _model: _Mean = field(default_factory=_Mean)  # drafting seconds per request (the first one is warm-up)
-    _period: _Mean = field(default_factory=_Mean)  # seconds between propose calls
+    _model: RunningMean = field(default_factory=RunningMean)  # drafting seconds per request (the first one is warm-up)
+    _period: RunningMean = field(default_factory=RunningMean)  # seconds between propose calls
     _warm: bool = False
     _last_call: float | None = None
-    _tokens: dict[Hashable, _Mean] = field(default_factory=dict)  # req_id -> tokens emitted per step
-    _gain: list[_Mean] = field(default_factory=list)  # [bucket] hindsight gain, tokens
+    _tokens: dict[Hashable, RunningMean] = field(default_factory=dict)  # req_id -> tokens emitted per step
+    _gain: list[RunningMean] = field(default_factory=list)  # [bucket] hindsight gain, tokens
 
     def __post_init__(self):
         if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
@@ -79,7 +69,7 @@ class ModelGate:
         if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1:
             raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1 and weight in (0, 1]")
         n = len(self.edges) + 1
-        self._gain, self.skips = [_Mean() for _ in range(n)], [0] * n
+        self._gain, self.skips = [RunningMean() for _ in range(n)], [0] * n
 
     @property
     def gain(self) -> list[float]:
@@ -151,7 +141,7 @@ class ModelGate:
 
     def observe(self, req_id: Hashable, bucket: int | None, gain: float | None, emitted: int) -> None:
         """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
-        self._tokens.setdefault(req_id, _Mean()).add(float(emitted), self.weight)
+        self._tokens.setdefault(req_id, RunningMean()).add(float(emitted), self.weight)
         if bucket is not None and gain is not None:
             self._gain[bucket].add(gain, self.weight)
 
