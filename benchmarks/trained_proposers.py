@@ -140,6 +140,9 @@ def main(argv=None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     specs = [s if s.startswith("drafter:") else proposer_spec(s) for s in args.proposers]
+    for spec in args.no_model_gate:  # refused before the model loads
+        if not proposer_spec(spec).startswith("hybrid:"):
+            ap.error(f"--no-model-gate takes hybrid proposers, got {spec!r}")
     from specdec.models import load_default
 
     load0 = os.getloadavg()
@@ -160,8 +163,7 @@ def main(argv=None) -> int:
         for spec, variant in variants:
             prop = build(spec, model, tok)
             if variant == " [no gate]":
-                if not isinstance(prop, HybridProposer):
-                    ap.error(f"--no-model-gate takes hybrid proposers, got {spec!r}")
+                assert isinstance(prop, HybridProposer), spec  # a hybrid: checked before the model loaded
                 prop.model_gate = None
             dec = SpeculativeDecoder(plain.target, prop, cost_model=cost, max_budget=args.max_budget)
             dec.sizer.adaptive_ask = variant != " [fixed ask]"

@@ -54,3 +54,16 @@ def test_an_unknown_ask_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         replay_decoder.main(["--ask", "adaptive,sometimes", "--cost", "0:22,1:24"])
     assert "--ask takes adaptive and/or fixed, got 'adaptive,sometimes'" in capsys.readouterr().err
+
+
+def test_trained_proposers_refuses_a_non_hybrid_no_gate_before_loading(monkeypatch, capsys):
+    trained = pytest.importorskip("trained_proposers")
+    import specdec.models
+
+    def no_load(*a, **k):
+        raise AssertionError("the model must not load for a refused command")
+
+    monkeypatch.setattr(specdec.models, "load_default", no_load)
+    with pytest.raises(SystemExit):
+        trained.main(["--prompts", "x.jsonl", "--proposers", "suffix", "--no-model-gate", "suffix"])
+    assert "--no-model-gate takes hybrid proposers, got 'suffix'" in capsys.readouterr().err
