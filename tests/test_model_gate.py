@@ -47,6 +47,15 @@ def test_model_drafts_every_step_where_lookup_drafts_nothing_it_adds_tokens():
     assert max(hyb.model_gate.gain) == pytest.approx(2.0)
 
 
+def test_a_model_node_matching_only_the_targets_own_token_adds_nothing():
+    """Emitted [1] means no drafted node was accepted: the model's node [1] was not verified (the
+    sizer cut it; verified, it would have been accepted). Counting it as a gain kept EAGLE drafting
+    in categories where the decoder never verified its nodes."""
+    hyb, calls = _run([], [], [1])
+    assert max(hyb.model_gate.gain) == 0.0
+    assert calls < 120 / 3, calls
+
+
 def test_no_gate_drafts_both_every_step():
     clock = _Clock()
     lookup = FixedDraft([[1], [1, 2]], [0.99, 0.99], hidden=False, clock=clock)

@@ -25,7 +25,8 @@ and fill the tree; where it matches nothing it drafts nothing and EAGLE's nodes 
 
 * **Skipping the model.** EAGLE's drafting costs a fifth of a verify step on a CPU, lookup's almost
   nothing. A :class:`~specdec.proposers.model_gate.ModelGate` learns in hindsight how many accepted
-  tokens EAGLE's nodes added on top of lookup's, by how confident lookup was, and skips EAGLE for a
+  tokens EAGLE's nodes added on top of lookup's (verified and accepted, so nodes the decoder's sizer
+  cut count for nothing), by how confident lookup was, and skips EAGLE for a
   request and step when that gain is below EAGLE's measured drafting time in tokens
   (``model_gate=None``: always draft both).
 """
@@ -111,7 +112,11 @@ class HybridProposer:
         if self.model_gate is not None and step.sources:
             gain = None
             if step.bucket is not None:
-                gain = _accepted(step.offered, emitted) - _accepted(step.lookup_paths, emitted)
+                # Only the accepted draft counts (the emitted tokens less the target's own last one): an
+                # EAGLE node matching that last token was not verified (the decoder's sizer cut it), so
+                # it added nothing, however right it was.
+                accepted = emitted[:-1]
+                gain = _accepted(step.offered, accepted) - _accepted(step.lookup_paths, accepted)
             self.model_gate.observe(req_id, step.bucket, gain, len(emitted))
         self._last[req_id] = _Step()
 
