@@ -238,6 +238,7 @@ def test_half_weight_patch_is_bitwise_and_follows_weight_changes():
     plain, half = ForwardPatch(model, linears=model, attention=False), ForwardPatch(model, linears=model,
                                                                                       attention=False,
                                                                                       half_weights=True)
+    assert half.extra_bytes == 48 * 32 * 2 and plain.extra_bytes == 0  # made at construction
     with torch.inference_mode():
         with plain:
             expected = model(x)

@@ -94,6 +94,8 @@ class ForwardPatch:
         self.half_weights = bool(half_weights)
         # id(module) -> (the weight copied, its version then, the copy or None)
         self._halves: dict[int, tuple[torch.Tensor, int, torch.Tensor | None]] = {}
+        for m in self._linears:  # made now, so memory accounting sees them before the first forward
+            self._kernel_weight(m)
         if self.config is not None:
             register()  # idempotent: transformers' registries are keyed by name
         self._owner: int | None = None  # thread inside this instance now
@@ -107,7 +109,7 @@ class ForwardPatch:
 
     @property
     def extra_bytes(self) -> int:
-        """Memory of the float16 weight copies (0 without ``half_weights`` or before the first entry)."""
+        """Memory of the float16 weight copies (0 without ``half_weights``)."""
         return sum(h.numel() * h.element_size() for _, _, h in self._halves.values() if h is not None)
 
     def _kernel_weight(self, m: nn.Linear) -> torch.Tensor | None:
