@@ -235,24 +235,23 @@ def test_half_weight_patch_is_bitwise_and_follows_weight_changes():
     with torch.no_grad():
         model[0].weight.copy_(model[0].weight.half().float())  # layer 0 as an fp16 artifact stores it
     x = torch.randn(5, 32)
-    plain, half = ForwardPatch(model, linears=model, attention=False), ForwardPatch(model, linears=model,
-                                                                                      attention=False,
-                                                                                      half_weights=True)
-    assert half.extra_bytes == 48 * 32 * 2 and plain.extra_bytes == 0  # made at construction
-    with torch.inference_mode():
-        with plain:
-            expected = model(x)
-        with half:
-            got = model(x)
+    plain = ForwardPatch(model, linears=model, attention=False)
+    half = ForwardPatch(model, linears=model, attention=False, half_weights=True)
+    # made at construction, for layer 0 only: layer 1's weight is not fp16-exact
+    assert half.extra_bytes == 48 * 32 * 2 and plain.extra_bytes == 0
+
+    def both():
+        with torch.inference_mode():
+            with plain:
+                expected = model(x)
+            with half:
+                return model(x), expected
+
+    got, expected = both()
     assert torch.equal(got, expected)
-    assert half.extra_bytes == 48 * 32 * 2  # a copy of layer 0 only: layer 1's weight is not fp16-exact
     with torch.no_grad():
         model[0].weight.mul_(2)  # changed in place (still fp16-exact): the copy must follow
-    with torch.inference_mode():
-        with plain:
-            expected = model(x)
-        with half:
-            got = model(x)
+    got, expected = both()
     assert torch.equal(got, expected)
 
 
