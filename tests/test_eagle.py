@@ -109,6 +109,25 @@ def test_lazy_feed_queues_commits_until_a_draft_and_equals_feeding_each():
     assert feeds == [len(prompt) - 1 + 6] and lazy.pending("r") == 0  # the idle request never ran the layer
 
 
+def test_the_queue_is_capped(monkeypatch):
+    """A request that never drafts does not hold its features without bound: at MAX_QUEUED pairs
+    the queue is fed, the prompt's included."""
+    import specdec.proposers.eagle as eagle_mod
+
+    monkeypatch.setattr(eagle_mod, "MAX_QUEUED", 4)
+    target = tiny_model(seed=3)
+    prop = _proposer(target, seed=2, top_k=3, max_depth=3)
+    prompt = [4, 8, 15, 16, 23, 42]
+    prop.begin("r", prompt, target_hidden=_hidden(target, prompt))
+    assert prop.pending("r") == 0  # 5 prompt pairs >= 4: fed at once
+    H = target.config.hidden_size
+    for n in (1, 2):
+        prop.commit("r", [1] * n, target_hidden=torch.randn(n, H))
+    assert prop.pending("r") == 3
+    prop.commit("r", [2], target_hidden=torch.randn(1, H))
+    assert prop.pending("r") == 0 and prop._state("r").length == len(prompt) - 1 + 4
+
+
 def test_trees_respect_budget_prefix_closed_and_ranked():
     target = tiny_model(seed=2)
     prop = _proposer(target, seed=1, top_k=4, max_depth=4, min_prob=0.0)

@@ -11,9 +11,10 @@ next-token ranking); after a ``commit`` it is the draft layer's output at the la
 
 Committed pairs are fed lazily: ``begin`` and ``commit`` check their input and queue it, and the
 queue goes through the draft layer in one causal pass when the request next drafts (or its cache
-is read). On a CPU a pass over a few rows costs what reading the layer's weights costs, so a
-request that does not draft every step (a hybrid whose model gate skips EAGLE) pays one pass per
-draft instead of one per step, and one that never drafts pays none, its prompt included.
+is read, or :data:`MAX_QUEUED` pairs wait). On a CPU a pass over a few rows costs what reading the
+layer's weights costs, so a request that does not draft every step (a hybrid whose model gate
+skips EAGLE) pays one pass per draft instead of one per step, and one that never drafts pays none
+for a prompt shorter than the cap.
 
 Drafting (EAGLE-2): depth 1 takes the ``top_k`` tokens of the root feature's draft distribution.
 At each further depth the ``top_k`` frontier nodes with the highest cumulative draft probability
@@ -44,6 +45,11 @@ from .eagle3_layer import Eagle3Config, Eagle3Layer
 from .eagle_layer import EagleConfig, EagleLayer
 
 ARCHITECTURES = {"eagle": (EagleConfig, EagleLayer), "eagle3": (Eagle3Config, Eagle3Layer)}
+
+#: Most committed pairs a request queues before they are fed anyway. A queued pair holds its target
+#: features (EAGLE-3: 3 x 576 floats, 4.6x its draft K/V), so a long prompt that never drafts would
+#: otherwise hold several times its cache; 512 rows still make one efficient pass.
+MAX_QUEUED = 512
 
 
 @dataclass
@@ -173,6 +179,8 @@ class EagleProposer:
             req.root = h[-1].clone()  # EAGLE-1 reads post-norm features: the target's own last one drafts depth 1
             req.root_from_feed = False
         # EAGLE-3: its output at the last prompt pair predicts the next token (set by the feed).
+        if len(req.pending_ids) >= MAX_QUEUED:
+            self._flush(req)
         self._reqs[req_id] = req
 
     @torch.no_grad()
@@ -186,6 +194,8 @@ class EagleProposer:
         req.pending_h.append(h.clone())  # the caller's rows may be a view of a whole step's hidden states
         req.pending_ids.extend(ids)
         req.root_from_feed = True
+        if len(req.pending_ids) >= MAX_QUEUED:
+            self._flush(req)
 
     def _flush(self, req: _Request) -> _Request:
         """Feed the request's queued pairs through the draft layer (one pass) into its cache."""
