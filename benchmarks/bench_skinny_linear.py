@@ -94,15 +94,13 @@ def bench_eagle(args) -> None:
     from specdec.bench import load_prompts
     from specdec.models import load_default
     from specdec.serving.measure import make_proposer
+    from specdec.verify.hf import HFTarget
 
     model, tokenizer = load_default()
     prompt = load_prompts(args.prompts, tokenizer, categories=["writing"], per_category=1)[0].ids
     prop = make_proposer(f"eagle:{args.eagle}", model, tokenizer)
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([prompt]), output_hidden_states=True)
-    hs, layers = out.hidden_states, prop.target_layers
-    hidden = torch.cat([hs[i][0] for i in layers], -1) if layers else hs[-1][0]
-    prop.begin("r", prompt, target_hidden=hidden)
+    _, _, hidden = HFTarget(model, hidden_layers=prop.target_layers).prefill([prompt])  # what the decoder passes
+    prop.begin("r", prompt, target_hidden=hidden[0])
     prop.cache_length("r")  # feed the prompt now, outside the timing
     sweep = torch.empty(128 * 2**20)  # 512 MB: the target's forward evicts the layer between drafts
     times = {False: [], True: []}

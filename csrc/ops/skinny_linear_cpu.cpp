@@ -49,7 +49,6 @@ constexpr int64_t kPrefetchAhead = 16;    // ... this many rows past the tile's 
 
 typedef float vec16 __attribute__((vector_size(kLanes * sizeof(float))));
 typedef uint32_t u32x16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-typedef int32_t i32x16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
 typedef uint16_t u16x16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 
 #define SPECDEC_INLINE inline __attribute__((always_inline))
@@ -60,18 +59,23 @@ SPECDEC_INLINE vec16 load16(const float* p) {
   return v;
 }
 
-// fp16 bits -> the fp32 value, exactly, with integer and int->float ops only (no FP16 hardware, no
-// float subnormals, so it holds under flush-to-zero too): normal values rebias the exponent 15 -> 127,
-// subnormals are mantissa * 2^-24, exponent 31 is inf/nan with its payload.
-template <typename U, typename I, typename F>
+// uint32 -> float, one value or 16 (exact here: the values are below 2^15).
+SPECDEC_INLINE float to_float(uint32_t v) { return static_cast<float>(v); }
+SPECDEC_INLINE vec16 to_float(u32x16 v) { return __builtin_convertvector(v, vec16); }
+
+// fp16 bits (zero-extended in U: uint32_t or u32x16) -> the fp32 value (F: float or vec16), exactly,
+// with integer and int->float ops only (no FP16 hardware, no float subnormals, so it holds under
+// flush-to-zero too): normal values rebias the exponent 15 -> 127, subnormals are mantissa * 2^-24,
+// exponent 31 is inf/nan with its payload.
+template <typename U, typename F>
 SPECDEC_INLINE F half_bits_to_float(U h) {
   const U em = h & 0x7fffu;
   const U normal = (em << 13) + 0x38000000u;
   const U special = (em << 13) | 0x7f800000u;
-  const F sub = static_cast<F>(em) * 0x1p-24f;
-  U sub_bits, bits;
+  const F sub = to_float(em) * 0x1p-24f;
+  U sub_bits;
   std::memcpy(&sub_bits, &sub, sizeof sub);
-  bits = em >= 0x7c00u ? special : (em < 0x0400u ? sub_bits : normal);
+  U bits = em >= 0x7c00u ? special : (em < 0x0400u ? sub_bits : normal);
   bits |= (h & 0x8000u) << 16;
   F out;
   std::memcpy(&out, &bits, sizeof out);
@@ -91,20 +95,9 @@ struct F16Bits {  // portable: the integer conversion above, vectorised
   static SPECDEC_INLINE vec16 load(const uint16_t* p) {
     u16x16 h;
     std::memcpy(&h, p, sizeof h);
-    const u32x16 w = __builtin_convertvector(h, u32x16);
-    const u32x16 em = w & 0x7fffu;
-    const u32x16 normal = (em << 13) + 0x38000000u;
-    const u32x16 special = (em << 13) | 0x7f800000u;
-    const vec16 sub = __builtin_convertvector(reinterpret_cast<const i32x16&>(em), vec16) * 0x1p-24f;
-    u32x16 sub_bits;
-    std::memcpy(&sub_bits, &sub, sizeof sub);
-    u32x16 bits = em >= 0x7c00u ? special : (em < 0x0400u ? sub_bits : normal);
-    bits |= (w & 0x8000u) << 16;
-    vec16 out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
+    return half_bits_to_float<u32x16, vec16>(__builtin_convertvector(h, u32x16));
   }
-  static SPECDEC_INLINE float scalar(uint16_t w) { return half_bits_to_float<uint32_t, int32_t, float>(w); }
+  static SPECDEC_INLINE float scalar(uint16_t w) { return half_bits_to_float<uint32_t, float>(w); }
 };
 
 #if SPECDEC_X86_DISPATCH

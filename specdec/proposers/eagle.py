@@ -287,8 +287,7 @@ class EagleProposer:
         budgets = normalize_budgets(req_ids, budget)
         out = []
         for req_id, b in zip(req_ids, budgets):
-            req = self._state(req_id)
-            tree, logp = self._draft(self._flush(req) if b > 0 else req, b)
+            tree, logp = self._draft(self._state(req_id), b)
             probs = logp.exp().float().cpu()
             out.append(ScoredDraft(tree, probs, float(probs.sum())))
         return out
@@ -298,7 +297,7 @@ class EagleProposer:
         """One request's EAGLE-2 tree (see the module docstring) and each node's cumulative draft
         log-probability ``[n]``."""
         dev = self.lm_weight.device
-        if budget == 0 or req.root is None:
+        if budget == 0 or self._flush(req).root is None:  # an empty ask leaves the queue queued
             return DraftTree.empty(dev, vocab_size=self.vocab_size), torch.zeros(0, device=dev)
         k = min(self.top_k, budget)
         logp = torch.log_softmax(self._logits(req.root[None])[0], -1)
@@ -373,7 +372,7 @@ class EagleProposer:
         """``(tree, path_probs [n])`` for one request: each node's cumulative draft probability
         (for tests and analysis; the decoder reads the drafting pass's own estimates through
         :meth:`propose_scored`)."""
-        req = self._flush(self._state(req_id))
+        req = self._state(req_id)
         tree, _ = self._draft(req, budget)
         return tree, self._path_probs(req, tree)
 
