@@ -9,9 +9,10 @@ CPU the weights stream from DRAM, so the step should cost what a one-row step co
 * ``--model default``: the real target's verify step (:class:`~specdec.verify.hf.HFTarget`) by
   chain length, with ``skinny_linear=False`` vs ``True``, interleaved, fastest of ``--repeats``.
 * ``--eagle DIR``: an EAGLE artifact's drafting on the default target (one request, a dev-style
-  prompt, budget ``--eagle-budget``), the draft layer's weights read as float32 vs as the exact
-  float16 copies (``ForwardPatch(half_weights=True)``), interleaved draft by draft, with a 512 MB
-  sweep before each draft so the layer comes from DRAM as after a verify step; medians.
+  prompt, budget ``--eagle-budget``): the draft layer's weights read as float32, then as the exact
+  float16 copies (``ForwardPatch(half_weights=True)``), then also with the LM-head rows rounded to
+  float16 (``DraftHead``, the default), interleaved draft by draft, with a 512 MB sweep before each
+  draft so the layer comes from DRAM as after a verify step; medians.
 
 The ``layers`` table also times the kernel on float16 copies of the same weights (half the bytes).
 
@@ -98,25 +99,33 @@ def bench_eagle(args) -> None:
 
     model, tokenizer = load_default()
     prompt = load_prompts(args.prompts, tokenizer, categories=["writing"], per_category=1)[0].ids
-    prop = make_proposer(f"eagle:{args.eagle}", model, tokenizer)
-    _, _, hidden = HFTarget(model, hidden_layers=prop.target_layers).prefill([prompt])  # what the decoder passes
-    prop.begin("r", prompt, target_hidden=hidden[0])
-    prop.cache_length("r")  # feed the prompt now, outside the timing
+    # (label, float16 layer copies, LM-head rows): what a release drafted with before each change.
+    cases = [("fp32 weights, fp32 head", False, "float32"), ("fp16 copies, fp32 head", True, "float32"),
+             ("fp16 copies, fp16 head", True, "float16")]
+    props = {}
+    for label, half, head_dtype in cases:
+        prop = make_proposer(f"eagle:{args.eagle}", model, tokenizer, head_dtype=head_dtype)
+        prop._linears.half_weights = half
+        if not props:  # what the decoder passes
+            _, _, hidden = HFTarget(model, hidden_layers=prop.target_layers).prefill([prompt])
+        prop.begin("r", prompt, target_hidden=hidden[0])
+        prop.cache_length("r")  # feed the prompt now, outside the timing
+        props[label] = prop
     sweep = torch.empty(128 * 2**20)  # 512 MB: the target's forward evicts the layer between drafts
-    times = {False: [], True: []}
+    times = {label: [] for label in props}
     for _ in range(args.repeats * 10):
-        for half in (False, True):
-            prop._linears.half_weights = half
+        for label, prop in props.items():
             sweep.add_(1.0)
             t0 = time.perf_counter()
             prop.propose(["r"], args.eagle_budget)
-            times[half].append(time.perf_counter() - t0)
-    a, b = (statistics.median(times[h]) * 1e3 for h in (False, True))
-    mb = prop._linears.extra_bytes / 2**20
-    print(f"\nEAGLE drafting, {args.eagle}, budget {args.eagle_budget}, {len(times[True])} drafts each, "
-          f"median ms (fp16 copies: {mb:.1f} MB)")
-    print(f"{'fp32 weights':>12} {'fp16 copies':>11} {'ratio':>6}")
-    print(f"{a:>12.2f} {b:>11.2f} {a / b:>6.2f}")
+            times[label].append(time.perf_counter() - t0)
+    med = {label: statistics.median(t) * 1e3 for label, t in times.items()}
+    base = med[cases[0][0]]
+    print(f"\nEAGLE drafting, {args.eagle}, budget {args.eagle_budget}, {len(times[cases[0][0]])} drafts each, "
+          "median ms (ratio against the first row)")
+    for label, prop in props.items():
+        mb = (prop._linears.extra_bytes + prop.head.nbytes) / 2**20
+        print(f"{label:>24} {med[label]:>7.2f} ms {base / med[label]:>5.2f}x  ({mb:.1f} MB of copies and rows)")
 
 
 def main() -> None:

@@ -16,6 +16,9 @@ model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall
 step instead of the sizer's adaptive ask: the same-run A/B of what the adaptive ask saves.
 ``--no-model-gate SPEC ...`` does the same for hybrids drafting EAGLE every step, without their
 model gate. The replay always runs hybrids without the gate (it measures the drafts, not their cost).
+``--fp32-head SPEC ...`` adds trained proposers whose LM-head rows stay float32 (method '<spec> [fp32
+head]'; the default rounds them to float16, ``specdec.proposers.reduced_vocab.DraftHead``), online
+and in the replay: the same-run A/B of what the rounding saves and what it costs in acceptance.
 
 Outputs must equal plain decoding's (``mismatches`` counts any that do not). The uptime load is
 recorded before and after; quote only ratios from one run.
@@ -46,9 +49,10 @@ from specdec.proposers.hybrid import HybridProposer  # noqa: E402
 from specdec.serving.measure import make_proposer  # noqa: E402
 
 
-def build(spec: str, model, tokenizer):
+def build(spec: str, model, tokenizer, head_dtype: str | None = None):
     """A proposer from a spec; ``drafter:<artifact dir>`` is a distilled drafter (``specdec train
-    draft | draft-kd``) driven as an EAGLE-2-style dynamic tree (``--drafter-width`` wide)."""
+    draft | draft-kd``) driven as an EAGLE-2-style dynamic tree (``--drafter-width`` wide).
+    ``head_dtype``: see :func:`specdec.serving.measure.make_proposer`."""
     if spec.startswith("drafter:"):
         from specdec.proposers.draft_model import DraftModelProposer
         from specdec.training.drafter import load_drafter
@@ -56,7 +60,7 @@ def build(spec: str, model, tokenizer):
         drafter, _ = load_drafter(spec.partition(":")[2], model)
         return DraftModelProposer(drafter, target_tokenizer=tokenizer, draft_tokenizer=tokenizer, mode="tree",
                                   width=DRAFTER_WIDTH, min_path_prob=0.05, max_depth=6)
-    return make_proposer(spec, model, tokenizer)
+    return make_proposer(spec, model, tokenizer, head_dtype=head_dtype)
 
 
 DRAFTER_WIDTH = 2
@@ -90,11 +94,12 @@ def table(runs, prompts, plain_name="plain") -> dict:
     return out
 
 
-def replays(model, specs, prompts, outputs, budget: int, tokenizer) -> dict:
+def replays(model, variants, prompts, outputs, budget: int, tokenizer) -> dict:
+    """``variants``: ``(spec, label suffix, head_dtype)``; results keyed by spec + suffix."""
     feats = Features(model)
     res = {}
-    for spec in specs:
-        prop = build(spec, model, tokenizer)
+    for spec, variant, head_dtype in variants:
+        prop = build(spec, model, tokenizer, head_dtype)
         if isinstance(prop, HybridProposer):
             prop.model_gate = None  # a replay measures what the drafts give, not what drafting costs
         layers = getattr(prop, "target_layers", None)
@@ -111,7 +116,7 @@ def replays(model, specs, prompts, outputs, budget: int, tokenizer) -> dict:
                 per_cat[cat][1] += s
                 per_cat[cat][2] += t
             hist_all = [a + b for a, b in zip(hist_all, hist)]
-        res[spec] = {"tok_per_step": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
+        res[spec + variant] = {"tok_per_step": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
                      "propose_ms": round(1000 * per_cat["overall"][2] / max(per_cat["overall"][1], 1), 2),
                      "depth_acceptance": depth_acceptance(hist_all), "hist": hist_all}
     return res
@@ -134,6 +139,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-model-gate", nargs="*", default=[], metavar="SPEC",
                     help="also decode these hybrid proposers drafting EAGLE every step (method '<spec> [no gate]'), "
                          "beside the hybrid's model gate (specdec.proposers.model_gate)")
+    ap.add_argument("--fp32-head", nargs="*", default=[], metavar="SPEC",
+                    help="also run these trained proposers with float32 LM-head rows (method '<spec> [fp32 head]'), "
+                         "online and in the replay, beside the default float16-rounded rows")
     ap.add_argument("--json", default=None, help="write everything here")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
     args = ap.parse_args(argv)
@@ -143,6 +151,10 @@ def main(argv=None) -> int:
     for spec in args.no_model_gate:  # refused before the model loads
         if not proposer_spec(spec).startswith("hybrid:"):
             ap.error(f"--no-model-gate takes hybrid proposers, got {spec!r}")
+    for spec in args.fp32_head:
+        if proposer_spec(spec).partition(":")[0] not in ("medusa", "eagle", "hybrid"):
+            ap.error(f"--fp32-head takes medusa, eagle or hybrid proposers, got {spec!r}")
+    head_variants = [(proposer_spec(s), " [fp32 head]", "float32") for s in args.fp32_head]
     from specdec.models import load_default
 
     load0 = os.getloadavg()
@@ -158,10 +170,10 @@ def main(argv=None) -> int:
         plain = SpeculativeDecoder(model)
         methods = [specdec_method("plain", plain, stops)]
         cost = None
-        variants = ([(s, "") for s in specs] + [(proposer_spec(s), " [fixed ask]") for s in args.fixed_ask]
-                    + [(proposer_spec(s), " [no gate]") for s in args.no_model_gate])
-        for spec, variant in variants:
-            prop = build(spec, model, tok)
+        variants = ([(s, "", None) for s in specs] + [(proposer_spec(s), " [fixed ask]", None) for s in args.fixed_ask]
+                    + [(proposer_spec(s), " [no gate]", None) for s in args.no_model_gate] + head_variants)
+        for spec, variant, head_dtype in variants:
+            prop = build(spec, model, tok, head_dtype)
             if variant == " [no gate]":
                 assert isinstance(prop, HybridProposer), spec  # a hybrid: checked before the model loaded
                 prop.model_gate = None
@@ -178,8 +190,7 @@ def main(argv=None) -> int:
         outputs = {str(r_p.question_id): r.tokens for r, r_p in
                    zip([r for r in runs if r.method == "plain"], prompts)}
         def label(m):
-            return m.split(":")[0] + ("[fixed]" if m.endswith("[fixed ask]") else "[no gate]" if m.endswith("[no gate]")
-                                      else "")
+            return m.split(":")[0] + next((v for v in ("[fixed ask]", "[no gate]", "[fp32 head]") if m.endswith(v)), "")
 
         for cat in sorted(facts["online"]):
             print(f"{cat:15s} " + "  ".join(f"{label(m)}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "
@@ -190,7 +201,8 @@ def main(argv=None) -> int:
         cache = os.path.join("benchmarks", "data", name)
         outputs = greedy_outputs(model, prompts, args.max_new_tokens, stops, cache)
     if args.replay_budget:
-        facts["replay"] = replays(model, specs, prompts, outputs, args.replay_budget, tok)
+        facts["replay"] = replays(model, [(s, "", None) for s in specs] + head_variants, prompts, outputs,
+                                  args.replay_budget, tok)
         facts["replay_budget"] = args.replay_budget
         for spec, r in facts["replay"].items():
             print(f"replay@{args.replay_budget} {spec}: {r['tok_per_step']['overall']} tok/step, "

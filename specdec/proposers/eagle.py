@@ -37,12 +37,12 @@ import torch
 
 from ..artifacts import Manifest, check_compatible, load_artifact, target_fingerprint
 from ..verify.patch import ForwardPatch
-from ..ops.skinny_linear import linear_rows
 from ..tree import DraftTree
 from ..checks import as_token_list, normalize_budgets
 from .base import ScoredDraft
 from .eagle3_layer import Eagle3Config, Eagle3Layer
 from .eagle_layer import EagleConfig, EagleLayer
+from .reduced_vocab import DraftHead
 
 ARCHITECTURES = {"eagle": (EagleConfig, EagleLayer), "eagle3": (Eagle3Config, Eagle3Layer)}
 
@@ -93,13 +93,15 @@ class EagleProposer:
         top_k: children per expanded node and frontier width per depth.
         max_depth: deepest drafted level.
         min_prob: stop expanding when the best frontier path probability falls below this.
+        head_dtype: how the drafting vocabulary's LM-head rows are held
+            (:class:`~specdec.proposers.reduced_vocab.DraftHead`; default: float16 for a reduced vocabulary).
     """
 
     requires_target_hidden = True
 
     def __init__(self, layer: EagleLayer | Eagle3Layer, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
                  artifact, *,
-                 top_k: int = 8, max_depth: int = 6, min_prob: float = 1e-3):
+                 top_k: int = 8, max_depth: int = 6, min_prob: float = 1e-3, head_dtype: str | None = None):
         H = layer.hidden_size
         for name, w in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):
             if w.dim() != 2 or w.shape[1] != H:
@@ -116,12 +118,12 @@ class EagleProposer:
         self.layer = layer.to(lm_head_weight.device, lm_head_weight.dtype).eval()
         self.embed = embed_weight.detach()
         self.lm_weight = lm_head_weight.detach()
-        self._rows = self.layer.lm_rows(self.lm_weight).contiguous()  # [R, H], gathered once
+        self.head = DraftHead(self.lm_weight, self.layer.vocab_ids, head_dtype)  # [R, H], gathered once
         # Drafting feeds a few rows at a time: the layer's products go through the skinny kernel on CPU,
         # reading fp16 copies of the weights an fp16 artifact stored (the same products, half the bytes).
         self._linears = ForwardPatch(self.layer, linears=self.layer, attention=False, half_weights=True)
         self.vocab_size = int(lm_head_weight.shape[0])
-        self.top_k = min(top_k, int(self._rows.shape[0]))
+        self.top_k = min(top_k, int(self.head.rows.shape[0]))
         self.max_depth, self.min_logp = max_depth, (math.log(min_prob) if min_prob > 0 else -math.inf)
         self.artifact = artifact
         # Which target hidden states feed the layer: None = the final one (EAGLE-1), else the fused
@@ -133,7 +135,7 @@ class EagleProposer:
     def load(cls, directory: str, target_model, *, allow_mismatch: bool = False, **draft_options) -> "EagleProposer":
         """Load an artifact saved by ``specdec train eagle``; refuses another checkpoint unless overridden.
 
-        ``draft_options`` (``top_k``, ``max_depth``, ``min_prob``) override the manifest's defaults.
+        ``draft_options`` (``top_k``, ``max_depth``, ``min_prob``, ``head_dtype``) override the manifest's defaults.
         """
         tensors, manifest = load_artifact(directory)
         if manifest.kind != "eagle":
@@ -218,7 +220,7 @@ class EagleProposer:
         draft KV cache and queued pairs."""
         own = sum(p.numel() * p.element_size() for p in self.layer.parameters()) + self._linears.extra_bytes
         if self.layer.vocab_ids is not None:
-            own += self.layer.vocab_ids.numel() * 8 + self._rows.numel() * self._rows.element_size()
+            own += self.layer.vocab_ids.numel() * 8 + self.head.nbytes
         return own + sum(r.nbytes for r in self._reqs.values())
 
     def cache_length(self, req_id) -> int:
@@ -349,7 +351,7 @@ class EagleProposer:
 
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
         """Layer outputs ``[n, H]`` -> float32 drafting-vocabulary logits ``[n, R]``."""
-        return linear_rows(self.layer.head_input(out), self._rows, None).float()
+        return self.head.logits(self.layer.head_input(out)).float()
 
     def _select(self, tok: torch.Tensor, par: torch.Tensor, score: torch.Tensor, budget: int
                 ) -> tuple[DraftTree, torch.Tensor]:
@@ -384,14 +386,14 @@ class EagleProposer:
         self._flush(req)
         n, dev, S = tree.num_nodes, self.lm_weight.device, req.length
         par = tree.parents.tolist()
-        ids = self.layer.token_ids(torch.arange(self._rows.shape[0], device=dev)).tolist()
+        ids = self.layer.token_ids(torch.arange(self.head.rows.shape[0], device=dev)).tolist()
         reduced = {int(t): i for i, t in enumerate(ids)}
         anc = tree.dense_ancestor_mask.to(dev)
         ks, vs, outs = [], [], []
         cum = torch.zeros(n, dtype=torch.float64)
         for i in range(n):
             feat = req.root if par[i] < 0 else outs[par[i]]
-            lp = torch.log_softmax((self._rows @ self.layer.head_input(feat)).float(), -1)
+            lp = torch.log_softmax((self.head.rows @ self.layer.head_input(feat)).float(), -1)
             cum[i] = (0.0 if par[i] < 0 else cum[par[i]]) + float(lp[reduced[int(tree.tokens[i])]])
             mask = torch.cat([torch.ones(1, S, dtype=torch.bool, device=dev), anc[i : i + 1, : i + 1]], 1)
             past_k = torch.cat([req.k[:S], *[k[None] for k in ks]])

@@ -29,7 +29,7 @@ from ..artifacts import Manifest, check_compatible, load_artifact, target_finger
 from ..ops.skinny_linear import linear_rows
 from ..tree import DraftTree
 from ..checks import as_token_list, normalize_budgets
-from .reduced_vocab import check_vocab_ids, lm_rows
+from .reduced_vocab import DraftHead, check_vocab_ids, lm_rows
 
 
 class ResBlock(nn.Module):
@@ -137,12 +137,14 @@ class MedusaProposer:
         lm_head_weight: the target's LM-head weight ``[V, H]`` (shared, not copied).
         rank_acc: per level, accuracy of each candidate rank (from training); sets the tree shape.
         artifact: the manifest-derived :class:`~specdec.Artifact` (bound to the target).
+        head_dtype: how the drafting vocabulary's LM-head rows are held
+            (:class:`~specdec.proposers.reduced_vocab.DraftHead`; default: float16 for a reduced vocabulary).
     """
 
     requires_target_hidden = True
 
     def __init__(self, heads: MedusaHeads, lm_head_weight: torch.Tensor, rank_acc: Sequence[Sequence[float]],
-                 artifact):
+                 artifact, *, head_dtype: str | None = None):
         if lm_head_weight.dim() != 2 or lm_head_weight.shape[1] != heads.hidden_size:
             raise ValueError(f"lm_head_weight must be [V, {heads.hidden_size}], got {tuple(lm_head_weight.shape)}")
         if len(rank_acc) != heads.num_heads:
@@ -150,7 +152,7 @@ class MedusaProposer:
         self.heads = heads.to(lm_head_weight.device, lm_head_weight.dtype).eval()
         self.lm_weight = lm_head_weight.detach()
         # The drafting vocabulary's LM-head rows, gathered once (not per step) for a reduced vocabulary.
-        self._rows = self.heads.lm_rows(self.lm_weight).contiguous()
+        self.head = DraftHead(self.lm_weight, self.heads.vocab_ids, head_dtype)
         self.vocab_size = int(lm_head_weight.shape[0])
         self.rank_acc = [list(map(float, r)) for r in rank_acc]
         self.artifact = artifact
@@ -160,18 +162,20 @@ class MedusaProposer:
         self._trees: dict[tuple[int, bool], tuple[tuple[int, ...], ...]] = {}
 
     @classmethod
-    def load(cls, directory: str, target_model, *, allow_mismatch: bool = False) -> "MedusaProposer":
+    def load(cls, directory: str, target_model, *, allow_mismatch: bool = False,
+             head_dtype: str | None = None) -> "MedusaProposer":
         """Load heads saved by ``specdec train heads``; refuses another checkpoint unless overridden."""
         tensors, manifest = load_artifact(directory)
         if manifest.kind != "medusa":
             raise ValueError(f"{directory} holds a {manifest.kind!r} artifact, not 'medusa'")
         check_compatible(manifest, target_fingerprint(target_model), allow_mismatch=allow_mismatch)
-        return cls.from_manifest(tensors, manifest, target_model.get_output_embeddings().weight)
+        return cls.from_manifest(tensors, manifest, target_model.get_output_embeddings().weight, head_dtype=head_dtype)
 
     @classmethod
-    def from_manifest(cls, tensors, manifest: Manifest, lm_head_weight: torch.Tensor) -> "MedusaProposer":
+    def from_manifest(cls, tensors, manifest: Manifest, lm_head_weight: torch.Tensor, *,
+                      head_dtype: str | None = None) -> "MedusaProposer":
         heads = MedusaHeads.from_tensors(tensors, manifest.config)
-        return cls(heads, lm_head_weight, manifest.config["rank_acc"], manifest.to_artifact())
+        return cls(heads, lm_head_weight, manifest.config["rank_acc"], manifest.to_artifact(), head_dtype=head_dtype)
 
     def _tree(self, budget: int, lm_level: bool) -> tuple[tuple[int, ...], ...]:
         """Static tree for this budget (cached: the shape depends only on budget and rank_acc)."""
@@ -209,7 +213,7 @@ class MedusaProposer:
         drafting vocabulary, and one hidden row per request."""
         own = sum(p.numel() * p.element_size() for p in self.heads.parameters())
         if self.heads.vocab_ids is not None:
-            own += self.heads.vocab_ids.numel() * 8 + self._rows.numel() * self._rows.element_size()
+            own += self.heads.vocab_ids.numel() * 8 + self.head.nbytes
         return own + sum(h.numel() * h.element_size() for h in self._hidden.values())
 
     def _state(self, req_id) -> torch.Tensor:
@@ -235,7 +239,7 @@ class MedusaProposer:
         paths_per = [self._tree(b, not self._next_known[r]) for r, b in zip(req_ids, budgets)]
         width = max((max(p) + 1 for paths in paths_per for p in paths), default=1)
         # Few-row products against large weight matrices: the skinny-linear kernel on CPU.
-        head_logits = linear_rows(self.heads.features(hidden), self._rows, None)  # [k, B, R]
+        head_logits = self.head.logits(self.heads.features(hidden))  # [k, B, R]
         cand = self.heads.token_ids(torch.topk(head_logits, min(width, head_logits.shape[-1]), dim=-1).indices)
         cand = cand.tolist()  # [k][B][width]: one device sync, then plain indexing
         # The LM head's own top token is needed only right after begin (the next token is unknown).

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.skinny_linear import exact_half, linear_rows
+
 
 def check_vocab_ids(vocab_ids) -> torch.Tensor | None:
     """``LongTensor[R]`` of distinct ids (or None for the full vocabulary); ValueError otherwise."""
@@ -29,3 +31,61 @@ def lm_rows(lm_weight: torch.Tensor, vocab_ids: torch.Tensor | None) -> torch.Te
     if int(vocab_ids.max()) >= lm_weight.shape[0]:
         raise ValueError(f"vocab_ids reach id {int(vocab_ids.max())} but the LM head has {lm_weight.shape[0]} rows")
     return lm_weight[vocab_ids.to(lm_weight.device)]
+
+
+#: How a drafter holds its gathered LM-head rows (``None``: float16 for a reduced float32 vocabulary,
+#: else the target's head as it is).
+HEAD_DTYPES = (None, "float16", "float32")
+
+
+class DraftHead:
+    """The LM-head rows a drafter scores with, and the copy the skinny kernel reads.
+
+    ``head_dtype="float16"`` rounds the gathered rows to float16 values once. Why: a draft step reads
+    them at every depth, and on a CPU drafting is bound by the bytes it reads (a 4,096-row head of
+    SmolLM2 is 9.4 MB in float32, more than the draft layer's float16 weights). The rounded rows are
+    held in float32 for ``F.linear`` and as an exact float16 copy for the kernel, which computes
+    bitwise the same products from it, so every path scores with the same rows. It moves draft
+    probabilities by float16 rounding of the weights; which tokens are accepted is still decided by
+    the target's verification, so the output is unchanged. EAGLE and Medusa draft in float16 on GPUs.
+    ``"float32"`` keeps the rows as gathered (a kernel copy only where float16 holds them exactly).
+    A full-vocabulary head is the target's own tensor, shared, so it is never rounded.
+
+    Args:
+        lm_weight: the target's LM-head weight ``[V, H]``.
+        vocab_ids: the drafting vocabulary ``LongTensor[R]``, or None for all ``V`` ids.
+        head_dtype: one of :data:`HEAD_DTYPES`.
+
+    Raises:
+        ValueError: an unknown ``head_dtype``, or ``"float16"`` with a full vocabulary or a
+            non-float32 head.
+    """
+
+    def __init__(self, lm_weight: torch.Tensor, vocab_ids: torch.Tensor | None, head_dtype: str | None = None):
+        if head_dtype not in HEAD_DTYPES:
+            raise ValueError(f"head_dtype must be one of {HEAD_DTYPES}, got {head_dtype!r}")
+        rows = lm_rows(lm_weight, vocab_ids)
+        reducible = vocab_ids is not None and rows.dtype == torch.float32
+        if head_dtype == "float16" and not reducible:
+            what = "the full vocabulary, the target's own tensor" if vocab_ids is None else f"{rows.dtype} rows"
+            raise ValueError(f"head_dtype='float16' rounds the gathered rows of a reduced float32 drafting vocabulary, "
+                             f"but this drafter scores with {what}")
+        if head_dtype == "float16" or (head_dtype is None and reducible):
+            rows = rows.detach().to(torch.float16).float()
+            self.dtype = "float16"
+        else:
+            self.dtype = "float32" if rows.dtype == torch.float32 else str(rows.dtype).removeprefix("torch.")
+        self.rows = rows.contiguous()  # [R, H]
+        self.kernel = exact_half(self.rows) if vocab_ids is not None else None  # [R, H] float16 or None
+        self.owned = vocab_ids is not None  # gathered rows are the drafter's memory; the full head is the target's
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., H]`` -> drafting-vocabulary logits ``[..., R]`` (skinny kernel for few CPU rows)."""
+        return linear_rows(x, self.rows, None, kernel_weight=self.kernel)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the drafter holds for its rows (the gathered float32 rows and their float16 copy)."""
+        if not self.owned:
+            return 0
+        return sum(t.numel() * t.element_size() for t in (self.rows, self.kernel) if t is not None)

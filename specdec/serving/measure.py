@@ -35,11 +35,16 @@ def default_workload_path() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "prompts_dev_sample.jsonl"
 
 
-def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
+def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, head_dtype: str | None = None):
     """A fresh proposer from a spec string (see the module docstring); ``allow_mismatch`` lets
-    trained artifacts bound to another checkpoint load (with a warning)."""
+    trained artifacts bound to another checkpoint load (with a warning). ``head_dtype``: how trained
+    heads hold their LM-head rows (:class:`~specdec.proposers.reduced_vocab.DraftHead`); refused for
+    proposers without one."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     kind, _, arg = spec.partition(":")
+    if head_dtype is not None and kind not in ("medusa", "eagle", "hybrid"):
+        raise ValueError(f"head_dtype={head_dtype!r} applies to medusa, eagle and hybrid proposers, not {spec!r}")
+    head = {"head_dtype": head_dtype} if head_dtype else {}  # only a dtype asked for overrides a manifest's
     if spec == "suffix" or (kind == "suffix" and arg):
         from ..proposers.suffix import SuffixProposer, read_documents
 
@@ -65,7 +70,7 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
 
         cls = MedusaProposer if kind == "medusa" else EagleProposer
         try:
-            return cls.load(arg, model, allow_mismatch=allow_mismatch)
+            return cls.load(arg, model, allow_mismatch=allow_mismatch, **head)
         except IncompatibleArtifactError:
             raise
         except (RuntimeError, KeyError, TypeError, ValueError) as exc:  # state-dict errors, a config field missing
@@ -78,7 +83,7 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False):
         from ..proposers.hybrid import HybridProposer
         from ..proposers.suffix import SuffixProposer
 
-        eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch)
+        eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch, **head)
         return HybridProposer(SuffixProposer(vocab), eagle)
     raise ValueError(
         f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "

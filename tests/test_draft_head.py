@@ -1,0 +1,89 @@
+"""DraftHead: how a drafter holds its reduced LM-head rows (float16-rounded by default), and that
+rounding them changes drafts only by rounding the weights, never the decoded output."""
+
+import pytest
+import torch
+
+from specdec import Artifact, SpeculativeDecoder
+from specdec.artifacts import target_fingerprint
+from specdec.models import tiny_model
+from specdec.ops.skinny_linear import linear_rows, op_available
+from specdec.proposers.eagle import EagleProposer
+from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
+from specdec.proposers.reduced_vocab import DraftHead
+
+LAYERS = (1, 3, 5)
+
+
+def _weight(seed=0, v=300, h=64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(v, h, generator=g) * 0.37  # not float16-exact
+
+
+def test_default_rounds_reduced_float32_rows_once_and_the_kernel_reads_an_exact_copy():
+    w, ids = _weight(), torch.tensor([5, 0, 17, 299, 42])
+    head = DraftHead(w, ids)
+    assert head.dtype == "float16"
+    torch.testing.assert_close(head.rows, w[ids].half().float(), rtol=0, atol=0)
+    assert not torch.equal(head.rows, w[ids])  # really rounded
+    assert head.kernel is not None and torch.equal(head.kernel.float(), head.rows)
+    assert head.nbytes == 5 * 64 * (4 + 2)
+    x = torch.randn(3, 64)
+    if op_available():  # the kernel from the float16 copy == the kernel from the rounded float32 rows
+        assert torch.equal(head.logits(x), linear_rows(x, head.rows, None))
+    torch.testing.assert_close(head.logits(x), x @ head.rows.T, rtol=1e-5, atol=1e-5)
+    assert w.dtype == torch.float32 and not torch.equal(w[ids], head.rows)  # the target's head untouched
+
+
+def test_float32_keeps_the_gathered_rows_and_the_full_head_is_the_targets_own():
+    w, ids = _weight(1), torch.tensor([3, 1, 2])
+    head = DraftHead(w, ids, "float32")
+    assert head.dtype == "float32" and torch.equal(head.rows, w[ids]) and head.kernel is None
+    assert head.nbytes == 3 * 64 * 4
+    exact = torch.randint(-8, 8, (10, 64)).float() / 4
+    assert DraftHead(exact, torch.tensor([0, 4]), "float32").kernel is not None  # float16-exact rows: copied
+    full = DraftHead(w, None)
+    assert full.rows.data_ptr() == w.data_ptr() and full.kernel is None and full.nbytes == 0
+    assert full.dtype == "float32"
+
+
+def test_bad_head_dtypes_are_refused_by_name():
+    w = _weight(2)
+    with pytest.raises(ValueError, match="head_dtype must be one of"):
+        DraftHead(w, torch.tensor([1]), "bfloat16")
+    with pytest.raises(ValueError, match="full vocabulary"):
+        DraftHead(w, None, "float16")
+    with pytest.raises(ValueError, match="torch.float64 rows"):
+        DraftHead(w.double(), torch.tensor([1]), "float16")
+
+
+def _eagle(target, vocab_ids, lm_weight, **kw):
+    torch.manual_seed(4)
+    layer = Eagle3Layer(Eagle3Config.from_target(target.config, LAYERS), vocab_ids)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, 0.5)
+    return EagleProposer(layer.eval(), target.get_input_embeddings().weight, lm_weight,
+                         Artifact("eagle3", "target", target_fingerprint(target)), top_k=3, max_depth=3, **kw)
+
+
+def test_eagle_float16_head_drafts_what_a_float16_rounded_target_head_drafts_and_decodes_exactly():
+    target = tiny_model(seed=3, layers=6)
+    lm = target.get_output_embeddings().weight
+    ids = torch.arange(0, lm.shape[0], 2)  # a reduced vocabulary: every other id
+    rounded = lm.detach().clone()
+    rounded[ids] = rounded[ids].half().float()
+    prompt = [4, 8, 15, 16, 23, 42]
+    _, _, hidden = SpeculativeDecoder(target, _eagle(target, ids, lm)).target.prefill([prompt])
+    trees = []
+    for prop in (_eagle(target, ids, lm), _eagle(target, ids, rounded, head_dtype="float32")):
+        prop.begin("r", prompt, target_hidden=hidden[0])
+        tree = prop.propose(["r"], 12)[0]
+        trees.append((tree.tokens.tolist(), tree.parents.tolist()))
+    assert trees[0] == trees[1]
+    assert _eagle(target, ids, lm).head.dtype == "float16"
+    plain = SpeculativeDecoder(target).generate(prompt, 24).tokens
+    for dtype in ("float16", "float32"):
+        dec = SpeculativeDecoder(target, _eagle(target, ids, lm, head_dtype=dtype), budget=6)
+        assert dec.generate(prompt, 24).tokens == plain
