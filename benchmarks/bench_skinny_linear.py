@@ -8,11 +8,11 @@ CPU the weights stream from DRAM, so the step should cost what a one-row step co
   DRAM as in a real forward), by row count, ``F.linear`` vs :func:`specdec.ops.skinny_linear`.
 * ``--model default``: the real target's verify step (:class:`~specdec.verify.hf.HFTarget`) by
   chain length, with ``skinny_linear=False`` vs ``True``, interleaved, fastest of ``--repeats``.
-* ``--eagle DIR``: an EAGLE artifact's drafting on the default target (one request, a dev-style
-  prompt, budget ``--eagle-budget``): the draft layer's weights read as float32, then as the exact
-  float16 copies (``ForwardPatch(half_weights=True)``), then also with the LM-head rows rounded to
-  float16 (``DraftHead``, the default), interleaved draft by draft, with a 512 MB sweep before each
-  draft so the layer comes from DRAM as after a verify step; medians.
+* ``--eagle DIR``: an EAGLE artifact's drafting on the default target (one request, the first dev
+  prompt of ``--eagle-category``, budget ``--eagle-budget``): the draft layer's weights read as
+  float32, then as the exact float16 copies (``ForwardPatch(half_weights=True)``), then also with
+  the LM-head rows rounded to float16 (``DraftHead``, the default), interleaved draft by draft, with
+  a 512 MB sweep before each draft so the layer comes from DRAM as after a verify step; medians.
 
 The ``layers`` table also times the kernel on float16 copies of the same weights (half the bytes).
 
@@ -98,7 +98,7 @@ def bench_eagle(args) -> None:
     from specdec.verify.hf import HFTarget
 
     model, tokenizer = load_default()
-    prompt = load_prompts(args.prompts, tokenizer, categories=["writing"], per_category=1)[0].ids
+    prompt = load_prompts(args.prompts, tokenizer, categories=[args.eagle_category], per_category=1)[0].ids
     # (label, float16 layer copies, LM-head rows): what a release drafted with before each change.
     cases = [("fp32 weights, fp32 head", False, "float32"), ("fp16 copies, fp32 head", True, "float32"),
              ("fp16 copies, fp16 head", True, "float16")]
@@ -143,6 +143,8 @@ def main() -> None:
     ap.add_argument("--prefix", type=int, default=256)
     ap.add_argument("--eagle", metavar="DIR", help="also time an EAGLE artifact's drafting, fp32 vs fp16 weights")
     ap.add_argument("--eagle-budget", type=int, default=32)
+    ap.add_argument("--eagle-category", default="writing",
+                    help="the dev category whose first prompt is drafted from (summarization: a long context)")
     ap.add_argument("--prompts", default="../shared/data/prompts_dev.jsonl")
     ap.add_argument("--skip-layers", action="store_true", help="skip the synthetic layers table")
     args = ap.parse_args()

@@ -8,10 +8,13 @@
 #
 #   bash benchmarks/compare_builds.sh BASE_REV [NEW_REV=HEAD] [ROUNDS=2]
 #   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS bench [specdec bench options...]
+#   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS eagle [bench_skinny_linear.py --eagle options...]
 #
 # The second form alternates whole `specdec bench` runs instead (same options for both commits,
 # each round's report under /tmp/specdec-builds/<rev>-bench-<round>/) and prints each run's overall
 # table: an end-to-end before/after of a refactor, with the machine's load in every header.
+# The third form alternates EAGLE-3 drafting timings (bench_skinny_linear.py --skip-layers --eagle
+# artifacts/eagle3-smollm2-135m --threads 1, each commit's own script): Python changes to drafting.
 #
 # Uses the checkout's .venv (its torch); worktrees go to /tmp/specdec-builds/<rev>.
 set -euo pipefail
@@ -40,6 +43,9 @@ for round in $(seq "$ROUNDS"); do
       (cd "$dir" && PYTHONPATH="$dir" "$PY" -c 'import sys; from specdec.cli import main; sys.exit(main(["bench", *sys.argv[1:]]))' \
         "$@" --out "$out" >"$out.log" 2>&1) || { tail -20 "$out.log"; exit 1; }
       sed -n '1,3p;/^### overall/,$p' "$out/bench.md"
+    elif [ "$WHAT" = eagle ]; then
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --skip-layers --threads 1 \
+        --eagle "$HERE/artifacts/eagle3-smollm2-135m" --prompts "$HERE/../shared/data/prompts_dev.jsonl" "$@" 2>&1 | grep -A4 '^EAGLE drafting'; echo "load $(cut -d' ' -f1 /proc/loadavg)")
     else
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --threads 2 --rows 1 2 5 9 17 2>&1 | tail -6)
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/bench_verify_attention.py" --prefix 256 --repeats 1 --modes mask 2>&1 | tail -10)
