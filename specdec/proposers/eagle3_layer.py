@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .eagle_layer import EagleConfig, EagleLayer, RMSNorm, rope
+from .eagle_layer import EagleConfig, EagleLayer, RMSNorm, apply_rope, rope_tables
 from .reduced_vocab import check_vocab_ids
 
 
@@ -115,4 +115,5 @@ class Eagle3Layer(EagleLayer):
         q = self.q_proj(h).view(*shape, c.num_heads, c.head_dim)
         k = self.k_proj(h).view(*shape, c.num_kv_heads, c.head_dim)
         v = self.v_proj(h).view(*shape, c.num_kv_heads, c.head_dim)
-        return feats, rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta, q.dtype)
+        return feats, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v

@@ -77,17 +77,23 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused op: a draft step of a few rows is bound by op count
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         var = x.float().pow(2).mean(-1, keepdim=True)
         return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate ``x [..., T, heads, D]`` by ``positions [T]`` (Llama's half-split rotary embedding)."""
-    D = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, D, 2, device=x.device, dtype=torch.float32) / D))
+def rope_tables(positions: torch.Tensor, dim: int, theta: float, dtype: torch.dtype):
+    """``(cos, sin)``, each ``[T, 1, dim]``, for ``positions [T]`` (computed once per step, shared by q and k)."""
+    inv = 1.0 / (theta ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32) / dim))
     ang = positions.to(torch.float32)[:, None] * inv[None]  # [T, D/2]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None].to(x.dtype)  # [T, 1, D]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None].to(x.dtype)
+    ang = torch.cat([ang, ang], -1)[:, None]  # [T, 1, D]
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x [..., T, heads, D]`` by :func:`rope_tables` (Llama's half-split rotary embedding)."""
+    D = x.shape[-1]
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -154,7 +160,8 @@ class EagleLayer(nn.Module):
         q = self.q_proj(h).view(*shape, c.num_heads, c.head_dim)
         k = self.k_proj(h).view(*shape, c.num_kv_heads, c.head_dim)
         v = self.v_proj(h).view(*shape, c.num_kv_heads, c.head_dim)
-        return x, rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta, q.dtype)
+        return x, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual stream ``x [..., H]`` + attention output ``[..., Hq * D]`` -> predicted feature."""
@@ -198,10 +205,10 @@ class EagleLayer(nn.Module):
         """
         N = feats.shape[0]
         x, q, k, v = self.qkv(feats, embeds, positions)
-        g = self._groups()
-        keys = torch.cat([past_k, k], 0).repeat_interleave(g, 1).transpose(0, 1)  # [Hq, S+N, D]
-        vals = torch.cat([past_v, v], 0).repeat_interleave(g, 1).transpose(0, 1)
-        attn = F.scaled_dot_product_attention(q.transpose(0, 1), keys, vals, attn_mask=mask[None])
+        # Grouped heads read their K/V head in place (enable_gqa), not a num_heads-wide copy of the cache.
+        keys = torch.cat([past_k, k], 0).transpose(0, 1)  # [Hkv, S+N, D]
+        vals = torch.cat([past_v, v], 0).transpose(0, 1)
+        attn = F.scaled_dot_product_attention(q.transpose(0, 1), keys, vals, attn_mask=mask[None], enable_gqa=True)
         return self.finish(x, attn.transpose(0, 1).reshape(N, -1)), k, v
 
     # ------------------------------------------------------------------ vocabulary, persistence
