@@ -11,7 +11,7 @@ class FixedDraft:
 
     ``hidden`` is what it claims for ``requires_target_hidden`` (True: it stands in for EAGLE).
     Each propose call advances ``clock.t`` (when given) by ``cost`` seconds per request, so a fake
-    clock sees what drafting cost. ``calls`` counts the requests drafted for.
+    clock sees what drafting cost. ``calls`` counts the requests drafted for, ``by_request`` per request.
     """
 
     target_layers = None
@@ -20,6 +20,7 @@ class FixedDraft:
         self.requires_target_hidden, self.vocab_size, self.source = hidden, vocab_size, source
         self.tree = DraftTree.from_paths(paths) if paths else DraftTree.empty(vocab_size=vocab_size)
         self.probs, self.clock, self.cost, self.calls = torch.tensor(probs), clock, cost, 0
+        self.by_request = {}
         self.artifact = Artifact("fixed", "target", "fp")
 
     def begin(self, *a, **k): pass
@@ -32,6 +33,8 @@ class FixedDraft:
 
     def propose_scored(self, req_ids, budget):
         self.calls += len(req_ids)
+        for r in req_ids:
+            self.by_request[r] = self.by_request.get(r, 0) + 1
         if self.clock is not None:
             self.clock.t += self.cost * len(req_ids)
         return [ScoredDraft(self.tree, self.probs, float(self.probs.sum()), self.source) for _ in req_ids]

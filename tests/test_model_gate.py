@@ -105,3 +105,40 @@ def test_a_long_gap_between_steps_does_not_inflate_the_period():
     clock.t += 5.0  # a prefill or an idle engine
     gate.step_started()
     assert gate.period < 0.06
+
+
+def test_a_request_the_model_predicts_keeps_drafting_where_one_it_cannot_is_skipped():
+    """Same lookup bucket for both: only the requests' own evidence tells prose (the model adds two
+    tokens a step) from code (it adds none). With the bucket's mean alone both drafted every step."""
+    clock = _Clock()
+    lookup = FixedDraft([], [], hidden=False, clock=clock, source="request")
+    model = FixedDraft([[1], [1, 2]], [0.6, 0.4], clock=clock, cost=0.020)
+    hyb = HybridProposer(lookup, model, model_gate=ModelGate(clock=clock))
+    emitted = {"prose": [1, 2, 9], "code": [5]}
+    for r in emitted:
+        hyb.begin(r, [0])
+    for _ in range(160):
+        hyb.propose_scored(list(emitted), 8)
+        clock.t += 0.050
+        for r, toks in emitted.items():
+            hyb.commit(r, toks)
+    gate = hyb.model_gate
+    assert model.by_request["prose"] == 160
+    assert model.by_request["code"] < 160 / 3, model.by_request
+    assert gate.expected_gain(0, "code") < gate.cost_tokens(gate.batch_tokens(list(emitted))) < gate.expected_gain(
+        0, "prose")
+    hyb.end("code")
+    assert gate.expected_gain(0, "code") == gate.gain[0]  # an ended request's evidence is dropped
+    with pytest.raises(ValueError, match="request_prior"):
+        ModelGate(request_prior=-1.0)
+
+
+def test_without_request_evidence_the_bucket_mean_decides():
+    gate = ModelGate(min_samples=2, request_prior=1.0)
+    assert gate.expected_gain(0, "a") is None  # too few observations
+    for _ in range(4):
+        gate.observe("a", 0, 0.0, 1)
+    gate.observe("b", 0, 1.0, 1)
+    assert gate.expected_gain(0) == pytest.approx(0.2)
+    assert gate.expected_gain(0, "a") == pytest.approx(0.2)  # its residuals are 0
+    assert gate.expected_gain(0, "b") == pytest.approx(0.2 + 0.5 * 1.0)  # one residual of 1.0, shrunk by half

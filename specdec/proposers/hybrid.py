@@ -171,7 +171,7 @@ class HybridProposer:
             self._add(step, candidates, f"suffix:{look.source or 'none'}", look)
             step.lookup_paths = list(candidates)
             bucket = None if gate is None else gate.bucket(sum(sorted(candidates.values(), reverse=True)[:b]))
-            if b > 0 and (gate is None or gate.should_draft(bucket, batch_tokens)):
+            if b > 0 and (gate is None or gate.should_draft(bucket, batch_tokens, req_id)):
                 self._add(step, candidates, "eagle", self._model_draft(req_id, b))
                 step.bucket = bucket
             draft, step.offered = _merge(candidates, b, self.vocab_size)

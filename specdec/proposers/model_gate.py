@@ -14,9 +14,13 @@ then a tax on every step. :class:`ModelGate` decides per request and step, befor
 * **What the model costs**, in the same unit: its drafting seconds per request over the seconds
   between two propose calls (one decoding step), times the tokens the whole batch emits per step
   (drafting for one request delays every request of the step).
-* The model drafts unless its bucket has ``min_samples`` observations and their mean gain is below
-  the cost. A skipped bucket still drafts every ``explore_every``-th time, so a bucket that turned
-  useful is found again.
+* **What this request adds beyond its bucket**: a running mean, per request, of its gain less its
+  bucket's mean at the time, shrunk towards 0 by ``request_prior`` pseudo-observations. The bucket
+  sees only the lookup side; whether the model predicts this text (prose it has learned, or code
+  it has not) is a property of the request, and its own drafts measure it.
+* The model drafts unless its bucket has ``min_samples`` observations and the bucket's mean plus the
+  request's shrunk residual is below the cost. A skipped bucket still drafts every
+  ``explore_every``-th time, so a bucket that turned useful is found again.
 
 The gain counts only the accepted draft (the emitted tokens less the target's own last one), for
 the merged tree and the lookup's paths alike: a node the decoder's sizer cut earns no credit.
@@ -50,6 +54,7 @@ class ModelGate:
         min_samples: observations a bucket needs before it may skip.
         explore_every: a skipping bucket still drafts on every this-many-th decision.
         weight: floor of the running means' step size (older evidence fades).
+        request_prior: pseudo-observations a request's own residual is shrunk by (0 trusts one draft fully).
         clock: seconds (``time.perf_counter``; tests pass a fake).
     """
 
@@ -57,6 +62,7 @@ class ModelGate:
     min_samples: int = 4
     explore_every: int = 8
     weight: float = 0.05
+    request_prior: float = 4.0
     clock: Callable[[], float] = time.perf_counter
     skips: list[int] = field(default_factory=list)  # [bucket] decisions since the last draft
     drafted: int = 0
@@ -67,12 +73,14 @@ class ModelGate:
     _last_call: float | None = None
     _tokens: dict[Hashable, RunningMean] = field(default_factory=dict)  # req_id -> tokens emitted per step
     _gain: list[RunningMean] = field(default_factory=list)  # [bucket] hindsight gain, tokens
+    _residual: dict[Hashable, RunningMean] = field(default_factory=dict)  # req_id -> gain less its bucket's mean
 
     def __post_init__(self):
         if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
             raise ValueError(f"ModelGate edges must be strictly increasing, got {self.edges}")
-        if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1:
-            raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1 and weight in (0, 1]")
+        if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1 or not self.request_prior >= 0:
+            raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1, weight in (0, 1] "
+                             "and request_prior >= 0")
         n = len(self.edges) + 1
         self._gain, self.skips = [RunningMean() for _ in range(n)], [0] * n
 
@@ -122,12 +130,23 @@ class ModelGate:
             return None
         return self.model_seconds / self.period * batch_tokens
 
-    def should_draft(self, bucket: int, batch_tokens: float) -> bool:
-        """Draft the model for a request in ``bucket`` now, in a step emitting ``batch_tokens``?
+    def expected_gain(self, bucket: int, req_id: Hashable = None) -> float | None:
+        """Tokens the model is expected to add for ``req_id`` in ``bucket``: the bucket's mean plus the
+        request's residual, shrunk by ``request_prior``; None before the bucket has ``min_samples``."""
+        mean = self._gain[bucket]
+        if mean.n < self.min_samples:
+            return None
+        own = self._residual.get(req_id)
+        if own is None:
+            return mean.value
+        return mean.value + own.n / (own.n + self.request_prior) * own.value
+
+    def should_draft(self, bucket: int, batch_tokens: float, req_id: Hashable = None) -> bool:
+        """Draft the model for ``req_id`` in ``bucket`` now, in a step emitting ``batch_tokens``?
         (Counts the decision.)"""
         cost = self.cost_tokens(batch_tokens)
-        mean = self._gain[bucket]
-        worth = cost is None or mean.n < self.min_samples or mean.value >= cost
+        expected = self.expected_gain(bucket, req_id)
+        worth = cost is None or expected is None or expected >= cost
         explore = not worth and self.skips[bucket] + 1 >= self.explore_every
         if worth or explore:
             self.skips[bucket] = 0
@@ -148,7 +167,11 @@ class ModelGate:
         """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
         self._tokens.setdefault(req_id, RunningMean()).add(float(emitted), self.weight)
         if bucket is not None and gain is not None:
-            self._gain[bucket].add(gain, self.weight)
+            mean = self._gain[bucket]
+            if mean.value is not None:
+                self._residual.setdefault(req_id, RunningMean()).add(gain - mean.value, self.weight)
+            mean.add(gain, self.weight)
 
     def end(self, req_id: Hashable) -> None:
         self._tokens.pop(req_id, None)
+        self._residual.pop(req_id, None)
