@@ -16,6 +16,8 @@ model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall
 step instead of the sizer's adaptive ask: the same-run A/B of what the adaptive ask saves.
 ``--no-model-gate SPEC ...`` does the same for hybrids drafting EAGLE every step, without their
 model gate. The replay always runs hybrids without the gate (it measures the drafts, not their cost).
+``--bucket-gate SPEC ...`` adds hybrids whose model gate ignores each request's own evidence
+(``ModelGate(request_prior=inf)``: the lookup bucket's mean alone, the gate before 2026-12-02 21:50).
 ``--fp32-head SPEC ...`` adds trained proposers whose LM-head rows stay float32 (method '<spec> [fp32
 head]'; the default rounds them to float16, ``specdec.proposers.reduced_vocab.DraftHead``), online
 and in the replay: the same-run A/B of what the rounding saves and what it costs in acceptance.
@@ -31,6 +33,7 @@ recorded before and after; quote only ratios from one run.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -46,6 +49,7 @@ from specdec.artifacts import target_fingerprint  # noqa: E402
 from specdec.bench import load_prompts, run_benchmark, specdec_method  # noqa: E402
 from specdec.cli.args import proposer_spec  # noqa: E402
 from specdec.proposers.hybrid import HybridProposer  # noqa: E402
+from specdec.proposers.model_gate import ModelGate  # noqa: E402
 from specdec.serving.measure import make_proposer  # noqa: E402
 
 
@@ -139,6 +143,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-model-gate", nargs="*", default=[], metavar="SPEC",
                     help="also decode these hybrid proposers drafting EAGLE every step (method '<spec> [no gate]'), "
                          "beside the hybrid's model gate (specdec.proposers.model_gate)")
+    ap.add_argument("--bucket-gate", nargs="*", default=[], metavar="SPEC",
+                    help="also decode these hybrids with a model gate that ignores per-request evidence "
+                         "(method '<spec> [bucket gate]')")
     ap.add_argument("--fp32-head", nargs="*", default=[], metavar="SPEC",
                     help="also run these trained proposers with float32 LM-head rows (method '<spec> [fp32 head]'), "
                          "online and in the replay, beside the default float16-rounded rows")
@@ -148,9 +155,9 @@ def main(argv=None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     specs = [s if s.startswith("drafter:") else proposer_spec(s) for s in args.proposers]
-    for spec in args.no_model_gate:  # refused before the model loads
+    for spec in args.no_model_gate + args.bucket_gate:  # refused before the model loads
         if not proposer_spec(spec).startswith("hybrid:"):
-            ap.error(f"--no-model-gate takes hybrid proposers, got {spec!r}")
+            ap.error(f"--no-model-gate and --bucket-gate take hybrid proposers, got {spec!r}")
     for spec in args.fp32_head:
         if proposer_spec(spec).partition(":")[0] not in ("medusa", "eagle", "hybrid"):
             ap.error(f"--fp32-head takes medusa, eagle or hybrid proposers, got {spec!r}")
@@ -171,12 +178,13 @@ def main(argv=None) -> int:
         methods = [specdec_method("plain", plain, stops)]
         cost = None
         variants = ([(s, "", None) for s in specs] + [(proposer_spec(s), " [fixed ask]", None) for s in args.fixed_ask]
-                    + [(proposer_spec(s), " [no gate]", None) for s in args.no_model_gate] + head_variants)
+                    + [(proposer_spec(s), " [no gate]", None) for s in args.no_model_gate]
+                    + [(proposer_spec(s), " [bucket gate]", None) for s in args.bucket_gate] + head_variants)
         for spec, variant, head_dtype in variants:
             prop = build(spec, model, tok, head_dtype)
-            if variant == " [no gate]":
+            if variant in (" [no gate]", " [bucket gate]"):
                 assert isinstance(prop, HybridProposer), spec  # a hybrid: checked before the model loaded
-                prop.model_gate = None
+                prop.model_gate = None if variant == " [no gate]" else ModelGate(request_prior=math.inf)
             dec = SpeculativeDecoder(plain.target, prop, cost_model=cost, max_budget=args.max_budget)
             dec.sizer.adaptive_ask = variant != " [fixed ask]"
             cost = dec.ensure_cost_model()
@@ -190,7 +198,8 @@ def main(argv=None) -> int:
         outputs = {str(r_p.question_id): r.tokens for r, r_p in
                    zip([r for r in runs if r.method == "plain"], prompts)}
         def label(m):
-            return m.split(":")[0] + next((v for v in ("[fixed ask]", "[no gate]", "[fp32 head]") if m.endswith(v)), "")
+            return m.split(":")[0] + next((v for v in ("[fixed ask]", "[no gate]", "[bucket gate]", "[fp32 head]")
+                                              if m.endswith(v)), "")
 
         for cat in sorted(facts["online"]):
             print(f"{cat:15s} " + "  ".join(f"{label(m)}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "

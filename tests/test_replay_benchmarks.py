@@ -56,7 +56,14 @@ def test_an_unknown_ask_is_refused_before_any_work(capsys):
     assert "--ask takes adaptive and/or fixed, got 'adaptive,sometimes'" in capsys.readouterr().err
 
 
-def test_trained_proposers_refuses_a_non_hybrid_no_gate_before_loading(monkeypatch, capsys):
+@pytest.mark.parametrize("flag, spec, message", [
+    ("--no-model-gate", "suffix", "--no-model-gate and --bucket-gate take hybrid proposers, got 'suffix'"),
+    ("--bucket-gate", "eagle:{dir}", "--no-model-gate and --bucket-gate take hybrid proposers, got 'eagle:{dir}'"),
+    ("--fp32-head", "suffix", "--fp32-head takes medusa, eagle or hybrid proposers, got 'suffix'"),
+])
+def test_trained_proposers_refuses_a_variant_its_proposer_lacks_before_loading(monkeypatch, capsys, tmp_path, flag,
+                                                                                 spec, message):
+    spec, message = spec.format(dir=tmp_path), message.format(dir=tmp_path)  # an EAGLE spec needs a directory
     trained = pytest.importorskip("trained_proposers")
     import specdec.models
 
@@ -65,5 +72,5 @@ def test_trained_proposers_refuses_a_non_hybrid_no_gate_before_loading(monkeypat
 
     monkeypatch.setattr(specdec.models, "load_default", no_load)
     with pytest.raises(SystemExit):
-        trained.main(["--prompts", "x.jsonl", "--proposers", "suffix", "--no-model-gate", "suffix"])
-    assert "--no-model-gate takes hybrid proposers, got 'suffix'" in capsys.readouterr().err
+        trained.main(["--prompts", "x.jsonl", "--proposers", "suffix", flag, spec])
+    assert message in capsys.readouterr().err
