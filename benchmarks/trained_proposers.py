@@ -69,6 +69,16 @@ def build(spec: str, model, tokenizer, head_dtype: str | None = None):
 
 DRAFTER_WIDTH = 2
 
+#: Same-run variants, by flag: (method suffix, the proposer kinds it takes (empty: any), what it decodes).
+VARIANTS = {
+    "--fixed-ask": (" [fixed ask]", (), "proposers asking --max-budget nodes every step, beside the sizer's "
+                    "adaptive ask (DraftSizer.ask_for)"),
+    "--no-model-gate": (" [no gate]", ("hybrid",), "hybrids drafting EAGLE every step, beside the hybrid's model gate"),
+    "--bucket-gate": (" [bucket gate]", ("hybrid",), "hybrids with a model gate that ignores per-request evidence"),
+    "--fp32-head": (" [fp32 head]", ("medusa", "eagle", "hybrid"), "trained proposers with float32 LM-head rows, "
+                    "online and in the replay, beside the default float16-rounded rows"),
+}
+
 
 def table(runs, prompts, plain_name="plain") -> dict:
     rows = defaultdict(lambda: defaultdict(lambda: {"seconds": 0.0, "tokens": 0, "steps": 0, "propose_s": 0.0,
@@ -137,31 +147,23 @@ def main(argv=None) -> int:
     ap.add_argument("--max-budget", type=int, default=32, help="most nodes the cost model may verify per step")
     ap.add_argument("--replay-budget", type=int, default=32, help="fixed budget of the greedy replay (0 = skip)")
     ap.add_argument("--no-online", action="store_true", help="replay only (no timed decoding)")
-    ap.add_argument("--fixed-ask", nargs="*", default=[], metavar="SPEC",
-                    help="also decode these proposers asking --max-budget nodes every step (method '<spec> "
-                         "[fixed ask]'), beside the sizer's adaptive ask (DraftSizer.ask_for)")
-    ap.add_argument("--no-model-gate", nargs="*", default=[], metavar="SPEC",
-                    help="also decode these hybrid proposers drafting EAGLE every step (method '<spec> [no gate]'), "
-                         "beside the hybrid's model gate (specdec.proposers.model_gate)")
-    ap.add_argument("--bucket-gate", nargs="*", default=[], metavar="SPEC",
-                    help="also decode these hybrids with a model gate that ignores per-request evidence "
-                         "(method '<spec> [bucket gate]')")
-    ap.add_argument("--fp32-head", nargs="*", default=[], metavar="SPEC",
-                    help="also run these trained proposers with float32 LM-head rows (method '<spec> [fp32 head]'), "
-                         "online and in the replay, beside the default float16-rounded rows")
+    for flag, (label, kinds, text) in VARIANTS.items():
+        ap.add_argument(flag, nargs="*", default=[], metavar="SPEC", help=f"also decode these {text} (method "
+                        f"'<spec>{label}'; {'/'.join(kinds) if kinds else 'any'} proposers)")
     ap.add_argument("--json", default=None, help="write everything here")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadier on a shared machine)")
     args = ap.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     specs = [s if s.startswith("drafter:") else proposer_spec(s) for s in args.proposers]
-    for spec in args.no_model_gate + args.bucket_gate:  # refused before the model loads
-        if not proposer_spec(spec).startswith("hybrid:"):
-            ap.error(f"--no-model-gate and --bucket-gate take hybrid proposers, got {spec!r}")
-    for spec in args.fp32_head:
-        if proposer_spec(spec).partition(":")[0] not in ("medusa", "eagle", "hybrid"):
-            ap.error(f"--fp32-head takes medusa, eagle or hybrid proposers, got {spec!r}")
-    head_variants = [(proposer_spec(s), " [fp32 head]", "float32") for s in args.fp32_head]
+    extra = []  # (spec, method suffix, flag): the same-run variants
+    for flag, (label, kinds, _) in VARIANTS.items():
+        for spec in getattr(args, flag[2:].replace("-", "_")):  # refused before the model loads
+            spec = proposer_spec(spec)
+            if kinds and spec.partition(":")[0] not in kinds:
+                names = ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
+                ap.error(f"{flag} takes {names} proposers, got {spec!r}")
+            extra.append((spec, label, flag))
     from specdec.models import load_default
 
     load0 = os.getloadavg()
@@ -177,16 +179,13 @@ def main(argv=None) -> int:
         plain = SpeculativeDecoder(model)
         methods = [specdec_method("plain", plain, stops)]
         cost = None
-        variants = ([(s, "", None) for s in specs] + [(proposer_spec(s), " [fixed ask]", None) for s in args.fixed_ask]
-                    + [(proposer_spec(s), " [no gate]", None) for s in args.no_model_gate]
-                    + [(proposer_spec(s), " [bucket gate]", None) for s in args.bucket_gate] + head_variants)
-        for spec, variant, head_dtype in variants:
-            prop = build(spec, model, tok, head_dtype)
-            if variant in (" [no gate]", " [bucket gate]"):
+        for spec, variant, flag in [(s, "", None) for s in specs] + extra:
+            prop = build(spec, model, tok, "float32" if flag == "--fp32-head" else None)
+            if flag in ("--no-model-gate", "--bucket-gate"):
                 assert isinstance(prop, HybridProposer), spec  # a hybrid: checked before the model loaded
-                prop.model_gate = None if variant == " [no gate]" else ModelGate(request_prior=math.inf)
+                prop.model_gate = None if flag == "--no-model-gate" else ModelGate(request_prior=math.inf)
             dec = SpeculativeDecoder(plain.target, prop, cost_model=cost, max_budget=args.max_budget)
-            dec.sizer.adaptive_ask = variant != " [fixed ask]"
+            dec.sizer.adaptive_ask = flag != "--fixed-ask"
             cost = dec.ensure_cost_model()
             methods.append(specdec_method(spec + variant, dec, stops))
         from tqdm import tqdm
@@ -197,9 +196,9 @@ def main(argv=None) -> int:
         facts["online_load"] = {"before": round(load0[0], 2), "after": round(os.getloadavg()[0], 2)}
         outputs = {str(r_p.question_id): r.tokens for r, r_p in
                    zip([r for r in runs if r.method == "plain"], prompts)}
-        def label(m):
-            return m.split(":")[0] + next((v for v in ("[fixed ask]", "[no gate]", "[bucket gate]", "[fp32 head]")
-                                              if m.endswith(v)), "")
+        def label(m):  # the proposer kind and its variant: "hybrid[bucket gate]"
+            variant = next((v for v, _, _ in VARIANTS.values() if m.endswith(v)), "")
+            return m[: len(m) - len(variant)].split(":")[0] + variant.strip()
 
         for cat in sorted(facts["online"]):
             print(f"{cat:15s} " + "  ".join(f"{label(m)}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "
@@ -210,8 +209,9 @@ def main(argv=None) -> int:
         cache = os.path.join("benchmarks", "data", name)
         outputs = greedy_outputs(model, prompts, args.max_new_tokens, stops, cache)
     if args.replay_budget:
-        facts["replay"] = replays(model, [(s, "", None) for s in specs] + head_variants, prompts, outputs,
-                                  args.replay_budget, tok)
+        head = [(s, v, "float32") for s, v, flag in extra if flag == "--fp32-head"]
+        facts["replay"] = replays(model, [(s, "", None) for s in specs] + head, prompts, outputs, args.replay_budget,
+                                  tok)
         facts["replay_budget"] = args.replay_budget
         for spec, r in facts["replay"].items():
             print(f"replay@{args.replay_budget} {spec}: {r['tok_per_step']['overall']} tok/step, "
