@@ -26,11 +26,13 @@ def test_default_rounds_reduced_float32_rows_once_and_the_kernel_reads_an_exact_
     assert head.dtype == "float16"
     torch.testing.assert_close(head.rows, w[ids].half().float(), rtol=0, atol=0)
     assert not torch.equal(head.rows, w[ids])  # really rounded
-    assert head.kernel is not None and torch.equal(head.kernel.float(), head.rows)
-    assert head.nbytes == 5 * 64 * (4 + 2)
     x = torch.randn(3, 64)
     if op_available():  # the kernel from the float16 copy == the kernel from the rounded float32 rows
+        assert head.kernel is not None and torch.equal(head.kernel.float(), head.rows)
+        assert head.nbytes == 5 * 64 * (4 + 2)
         assert torch.equal(head.logits(x), linear_rows(x, head.rows, None))
+    else:  # nothing could read a copy
+        assert head.kernel is None and head.nbytes == 5 * 64 * 4
     torch.testing.assert_close(head.logits(x), x @ head.rows.T, rtol=1e-5, atol=1e-5)
     assert w.dtype == torch.float32 and not torch.equal(w[ids], head.rows)  # the target's head untouched
 
@@ -41,7 +43,7 @@ def test_float32_keeps_the_gathered_rows_and_the_full_head_is_the_targets_own():
     assert head.dtype == "float32" and torch.equal(head.rows, w[ids]) and head.kernel is None
     assert head.nbytes == 3 * 64 * 4
     exact = torch.randint(-8, 8, (10, 64)).float() / 4
-    assert DraftHead(exact, torch.tensor([0, 4]), "float32").kernel is not None  # float16-exact rows: copied
+    assert (DraftHead(exact, torch.tensor([0, 4]), "float32").kernel is not None) == op_available()  # exact: copied
     full = DraftHead(w, None)
     assert full.rows.data_ptr() == w.data_ptr() and full.kernel is None and full.nbytes == 0
     assert full.dtype == "float32"

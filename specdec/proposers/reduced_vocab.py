@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.skinny_linear import exact_half, linear_rows
+from ..ops.skinny_linear import exact_half, linear_rows, op_available
 
 
 def check_vocab_ids(vocab_ids) -> torch.Tensor | None:
@@ -76,7 +76,8 @@ class DraftHead:
         else:
             self.dtype = "float32" if rows.dtype == torch.float32 else str(rows.dtype).removeprefix("torch.")
         self.rows = rows.contiguous()  # [R, H]
-        self.kernel = exact_half(self.rows) if vocab_ids is not None else None  # [R, H] float16 or None
+        # [R, H] float16, or None (a full head; no compiled kernel to read it; rows float16 would round)
+        self.kernel = exact_half(self.rows) if vocab_ids is not None and op_available() else None
         self.owned = vocab_ids is not None  # gathered rows are the drafter's memory; the full head is the target's
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
