@@ -44,8 +44,12 @@ for round in $(seq "$ROUNDS"); do
         "$@" --out "$out" >"$out.log" 2>&1) || { tail -20 "$out.log"; exit 1; }
       sed -n '1,3p;/^### overall/,$p' "$out/bench.md"
     elif [ "$WHAT" = eagle ]; then
+      log="$dir-eagle-$round.log"
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --skip-layers --threads 1 \
-        --eagle "$HERE/artifacts/eagle3-smollm2-135m" --prompts "$HERE/../shared/data/prompts_dev.jsonl" "$@" 2>&1 | grep -A4 '^EAGLE drafting'; echo "load $(cut -d' ' -f1 /proc/loadavg)")
+        --eagle "$HERE/artifacts/eagle3-smollm2-135m" --prompts "$HERE/../shared/data/prompts_dev.jsonl" \
+        "$@" >"$log" 2>&1) || { tail -20 "$log"; exit 1; }
+      grep -A4 '^EAGLE drafting' "$log"
+      echo "load $(cut -d' ' -f1 /proc/loadavg)"
     else
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --threads 2 --rows 1 2 5 9 17 2>&1 | tail -6)
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/bench_verify_attention.py" --prefix 256 --repeats 1 --modes mask 2>&1 | tail -10)

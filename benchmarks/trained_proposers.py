@@ -130,9 +130,10 @@ def replays(model, variants, prompts, outputs, budget: int, tokenizer) -> dict:
                 per_cat[cat][1] += s
                 per_cat[cat][2] += t
             hist_all = [a + b for a, b in zip(hist_all, hist)]
-        res[spec + variant] = {"tok_per_step": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
-                     "propose_ms": round(1000 * per_cat["overall"][2] / max(per_cat["overall"][1], 1), 2),
-                     "depth_acceptance": depth_acceptance(hist_all), "hist": hist_all}
+        res[spec + variant] = {
+            "tok_per_step": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
+            "propose_ms": round(1000 * per_cat["overall"][2] / max(per_cat["overall"][1], 1), 2),
+            "depth_acceptance": depth_acceptance(hist_all), "hist": hist_all}
     return res
 
 

@@ -10,7 +10,8 @@ from specdec.models import tiny_model
 from specdec.ops.skinny_linear import linear_rows, op_available
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
-from specdec.proposers.reduced_vocab import DraftHead
+from specdec.proposers.reduced_vocab import DraftHead, HeadDtypeError
+from specdec.serving.measure import make_proposer
 
 LAYERS = (1, 3, 5)
 
@@ -20,9 +21,9 @@ def _weight(seed=0, v=300, h=64):
     return torch.randn(v, h, generator=g) * 0.37  # not float16-exact
 
 
-def test_default_rounds_reduced_float32_rows_once_and_the_kernel_reads_an_exact_copy():
+def test_float16_rounds_reduced_float32_rows_once_and_the_kernel_reads_an_exact_copy():
     w, ids = _weight(), torch.tensor([5, 0, 17, 299, 42])
-    head = DraftHead(w, ids)
+    head = DraftHead(w, ids, "float16")
     assert head.dtype == "float16"
     torch.testing.assert_close(head.rows, w[ids].half().float(), rtol=0, atol=0)
     assert not torch.equal(head.rows, w[ids])  # really rounded
@@ -34,6 +35,8 @@ def test_default_rounds_reduced_float32_rows_once_and_the_kernel_reads_an_exact_
     else:  # nothing could read a copy
         assert head.kernel is None and head.nbytes == 5 * 64 * 4
     torch.testing.assert_close(head.logits(x), x @ head.rows.T, rtol=1e-5, atol=1e-5)
+    # The default rounds exactly where the compiled kernel reads the copy, and keeps the rows elsewhere.
+    assert DraftHead(w, ids).dtype == ("float16" if op_available() else "float32")
     assert w.dtype == torch.float32 and not torch.equal(w[ids], head.rows)  # the target's head untouched
 
 
@@ -51,11 +54,11 @@ def test_float32_keeps_the_gathered_rows_and_the_full_head_is_the_targets_own():
 
 def test_bad_head_dtypes_are_refused_by_name():
     w = _weight(2)
-    with pytest.raises(ValueError, match="head_dtype must be one of"):
+    with pytest.raises(HeadDtypeError, match="head_dtype must be one of"):
         DraftHead(w, torch.tensor([1]), "bfloat16")
-    with pytest.raises(ValueError, match="full vocabulary"):
+    with pytest.raises(HeadDtypeError, match="full vocabulary"):
         DraftHead(w, None, "float16")
-    with pytest.raises(ValueError, match="torch.float64 rows"):
+    with pytest.raises(HeadDtypeError, match="torch.float64 rows"):
         DraftHead(w.double(), torch.tensor([1]), "float16")
 
 
@@ -79,13 +82,22 @@ def test_eagle_float16_head_drafts_what_a_float16_rounded_target_head_drafts_and
     prompt = [4, 8, 15, 16, 23, 42]
     _, _, hidden = SpeculativeDecoder(target, _eagle(target, ids, lm)).target.prefill([prompt])
     trees = []
-    for prop in (_eagle(target, ids, lm), _eagle(target, ids, rounded, head_dtype="float32")):
+    for prop in (_eagle(target, ids, lm, head_dtype="float16"), _eagle(target, ids, rounded, head_dtype="float32")):
         prop.begin("r", prompt, target_hidden=hidden[0])
         tree = prop.propose(["r"], 12)[0]
         trees.append((tree.tokens.tolist(), tree.parents.tolist()))
     assert trees[0] == trees[1]
-    assert _eagle(target, ids, lm).head.dtype == "float16"
+    assert _eagle(target, ids, lm).head.dtype == ("float16" if op_available() else "float32")
     plain = SpeculativeDecoder(target).generate(prompt, 24).tokens
     for dtype in ("float16", "float32"):
         dec = SpeculativeDecoder(target, _eagle(target, ids, lm, head_dtype=dtype), budget=6)
         assert dec.generate(prompt, 24).tokens == plain
+
+
+def test_make_proposer_refuses_a_head_dtype_before_reading_any_artifact(tmp_path):
+    target = tiny_model(seed=1)
+    missing = str(tmp_path / "no-such-artifact")
+    with pytest.raises(HeadDtypeError, match="head_dtype must be one of"):
+        make_proposer(f"medusa:{missing}", target, None, head_dtype="fp16")
+    with pytest.raises(ValueError, match="applies to medusa, eagle and hybrid proposers, not 'suffix'"):
+        make_proposer("suffix", target, None, head_dtype="float32")

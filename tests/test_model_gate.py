@@ -142,3 +142,25 @@ def test_without_request_evidence_the_bucket_mean_decides():
     assert gate.expected_gain(0) == pytest.approx(0.2)
     assert gate.expected_gain(0, "a") == pytest.approx(0.2)  # its residuals are 0
     assert gate.expected_gain(0, "b") == pytest.approx(0.2 + 0.5 * 1.0)  # one residual of 1.0, shrunk by half
+
+
+def test_a_skipped_request_still_explores_while_another_in_its_bucket_drafts():
+    """Exploration is counted per request and bucket: a request that keeps drafting must not reset
+    the count of one the gate skips (with one counter per bucket, B never drafted again)."""
+    clock = _Clock()
+    gate = ModelGate(clock=clock, min_samples=1, explore_every=4, request_prior=0.0)
+    gate.step_started()
+    clock.t = 1.0
+    gate.step_started()
+    gate.observe_model_time(1.0)  # warm-up, dropped
+    gate.observe_model_time(0.5)  # costs 0.5 tokens at 1 token per step
+    gate.observe("a", 0, 2.0, 1)  # the bucket's first value
+    gate.observe("a", 0, 2.0, 1)  # a's residual: 0
+    gate.observe("b", 0, -1.0, 1)  # b's residual: -3, trusted fully; the bucket's mean: 1.0
+    decisions = []
+    for _ in range(8):
+        assert gate.should_draft(0, 1.0, "a")
+        decisions.append(gate.should_draft(0, 1.0, "b"))
+    assert decisions == [False, False, False, True] * 2
+    gate.end("b")
+    assert not any(k[0] == "b" for k in gate._skips)

@@ -158,7 +158,9 @@ class EagleProposer:
         if cfg.hidden_size != lm_head_weight.shape[1]:
             raise ValueError(f"artifact hidden size {cfg.hidden_size} != target hidden size {lm_head_weight.shape[1]}")
         layer = layer_cls.from_tensors(tensors, cfg, lm_head_weight.dtype)
-        opts = {**manifest.config.get("drafting", {}), **draft_options}
+        # head_dtype=None means "not asked": a manifest's own drafting option stands.
+        given = {k: v for k, v in draft_options.items() if not (k == "head_dtype" and v is None)}
+        opts = {**manifest.config.get("drafting", {}), **given}
         return cls(layer, embed_weight, lm_head_weight, manifest.to_artifact(), **opts)
 
     # ------------------------------------------------------------------ lifecycle

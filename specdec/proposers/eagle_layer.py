@@ -77,7 +77,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:  # one fused op: a draft step of a few rows is bound by op count
+        # One fused op: a draft step of a few rows is bound by op count.
+        if x.dtype == self.weight.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         var = x.float().pow(2).mean(-1, keepdim=True)
         return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight

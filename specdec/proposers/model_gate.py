@@ -19,8 +19,10 @@ then a tax on every step. :class:`ModelGate` decides per request and step, befor
   sees only the lookup side; whether the model predicts this text (prose it has learned, or code
   it has not) is a property of the request, and its own drafts measure it.
 * The model drafts unless its bucket has ``min_samples`` observations and the bucket's mean plus the
-  request's shrunk residual is below the cost. A skipped bucket still drafts every
-  ``explore_every``-th time, so a bucket that turned useful is found again.
+  request's shrunk residual is below the cost. A request skipped in a bucket still drafts on every
+  ``explore_every``-th of its decisions there (counted per request and bucket, so one request
+  drafting does not starve another's exploration), and a bucket or request that turned useful is
+  found again.
 
 The gain counts only the accepted draft (the emitted tokens less the target's own last one), for
 the merged tree and the lookup's paths alike: a node the decoder's sizer cut earns no credit.
@@ -54,7 +56,8 @@ class ModelGate:
         min_samples: observations a bucket needs before it may skip.
         explore_every: a skipping bucket still drafts on every this-many-th decision.
         weight: floor of the running means' step size (older evidence fades).
-        request_prior: pseudo-observations a request's own residual is shrunk by (0 trusts one draft fully).
+        request_prior: pseudo-observations a request's own residual is shrunk by (0 trusts one draft
+            fully; ``math.inf``: the bucket's mean alone).
         clock: seconds (``time.perf_counter``; tests pass a fake).
     """
 
@@ -64,7 +67,6 @@ class ModelGate:
     weight: float = 0.05
     request_prior: float = 4.0
     clock: Callable[[], float] = time.perf_counter
-    skips: list[int] = field(default_factory=list)  # [bucket] decisions since the last draft
     drafted: int = 0
     skipped: int = 0
     _model: RunningMean = field(default_factory=RunningMean)  # drafting seconds per request (the first one is warm-up)
@@ -74,6 +76,7 @@ class ModelGate:
     _tokens: dict[Hashable, RunningMean] = field(default_factory=dict)  # req_id -> tokens emitted per step
     _gain: list[RunningMean] = field(default_factory=list)  # [bucket] hindsight gain, tokens
     _residual: dict[Hashable, RunningMean] = field(default_factory=dict)  # req_id -> gain less its bucket's mean
+    _skips: dict[tuple[Hashable, int], int] = field(default_factory=dict)  # (req_id, bucket) -> skips since a draft
 
     def __post_init__(self):
         if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
@@ -81,8 +84,7 @@ class ModelGate:
         if self.min_samples < 1 or self.explore_every < 1 or not 0 < self.weight <= 1 or not self.request_prior >= 0:
             raise ValueError("ModelGate needs min_samples >= 1, explore_every >= 1, weight in (0, 1] "
                              "and request_prior >= 0")
-        n = len(self.edges) + 1
-        self._gain, self.skips = [RunningMean() for _ in range(n)], [0] * n
+        self._gain = [RunningMean() for _ in range(len(self.edges) + 1)]
 
     @property
     def gain(self) -> list[float]:
@@ -147,12 +149,13 @@ class ModelGate:
         cost = self.cost_tokens(batch_tokens)
         expected = self.expected_gain(bucket, req_id)
         worth = cost is None or expected is None or expected >= cost
-        explore = not worth and self.skips[bucket] + 1 >= self.explore_every
+        key = (req_id, bucket)
+        explore = not worth and self._skips.get(key, 0) + 1 >= self.explore_every
         if worth or explore:
-            self.skips[bucket] = 0
+            self._skips.pop(key, None)
             self.drafted += 1
             return True
-        self.skips[bucket] += 1
+        self._skips[key] = self._skips.get(key, 0) + 1
         self.skipped += 1
         return False
 
@@ -175,3 +178,5 @@ class ModelGate:
     def end(self, req_id: Hashable) -> None:
         self._tokens.pop(req_id, None)
         self._residual.pop(req_id, None)
+        for key in [k for k in self._skips if k[0] == req_id]:
+            del self._skips[key]

@@ -33,9 +33,14 @@ def lm_rows(lm_weight: torch.Tensor, vocab_ids: torch.Tensor | None) -> torch.Te
     return lm_weight[vocab_ids.to(lm_weight.device)]
 
 
-#: How a drafter holds its gathered LM-head rows (``None``: float16 for a reduced float32 vocabulary,
-#: else the target's head as it is).
+#: How a drafter holds its gathered LM-head rows: ``"float16"`` rounds them, ``"float32"`` keeps them
+#: as gathered (whatever the target's dtype), ``None`` rounds where the compiled CPU kernel reads the
+#: float16 copy (reduced float32 rows on the CPU) and keeps them elsewhere.
 HEAD_DTYPES = (None, "float16", "float32")
+
+
+class HeadDtypeError(ValueError):
+    """A ``head_dtype`` the drafter cannot apply (raised before any weight is read)."""
 
 
 class DraftHead:
@@ -49,7 +54,9 @@ class DraftHead:
     probabilities by float16 rounding of the weights; which tokens are accepted is still decided by
     the target's verification, so the output is unchanged. EAGLE and Medusa draft in float16 on GPUs.
     ``"float32"`` keeps the rows as gathered (a kernel copy only where float16 holds them exactly).
-    A full-vocabulary head is the target's own tensor, shared, so it is never rounded.
+    The default rounds only where the kernel reads the copy (on a GPU, or without the compiled op,
+    rounding would change the drafts and save nothing). A full-vocabulary head is the target's own
+    tensor, shared, so it is never rounded.
 
     Args:
         lm_weight: the target's LM-head weight ``[V, H]``.
@@ -57,20 +64,20 @@ class DraftHead:
         head_dtype: one of :data:`HEAD_DTYPES`.
 
     Raises:
-        ValueError: an unknown ``head_dtype``, or ``"float16"`` with a full vocabulary or a
+        HeadDtypeError: an unknown ``head_dtype``, or ``"float16"`` with a full vocabulary or a
             non-float32 head.
     """
 
     def __init__(self, lm_weight: torch.Tensor, vocab_ids: torch.Tensor | None, head_dtype: str | None = None):
-        if head_dtype not in HEAD_DTYPES:
-            raise ValueError(f"head_dtype must be one of {HEAD_DTYPES}, got {head_dtype!r}")
+        check_head_dtype(head_dtype)
         rows = lm_rows(lm_weight, vocab_ids)
         reducible = vocab_ids is not None and rows.dtype == torch.float32
         if head_dtype == "float16" and not reducible:
             what = "the full vocabulary, the target's own tensor" if vocab_ids is None else f"{rows.dtype} rows"
-            raise ValueError(f"head_dtype='float16' rounds the gathered rows of a reduced float32 drafting vocabulary, "
-                             f"but this drafter scores with {what}")
-        if head_dtype == "float16" or (head_dtype is None and reducible):
+            raise HeadDtypeError("head_dtype='float16' rounds the gathered rows of a reduced float32 drafting "
+                                 f"vocabulary, but this drafter scores with {what}")
+        if head_dtype == "float16" or (head_dtype is None and reducible and rows.device.type == "cpu"
+                                       and op_available()):
             rows = rows.detach().to(torch.float16).float()
             self.dtype = "float16"
         else:
@@ -86,7 +93,13 @@ class DraftHead:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the drafter holds for its rows (the gathered float32 rows and their float16 copy)."""
+        """Bytes the drafter holds for its gathered rows and their float16 copy, if any (0 for the full head)."""
         if not self.owned:
             return 0
         return sum(t.numel() * t.element_size() for t in (self.rows, self.kernel) if t is not None)
+
+
+def check_head_dtype(head_dtype) -> None:
+    """Raise :class:`HeadDtypeError` unless ``head_dtype`` is one of :data:`HEAD_DTYPES`."""
+    if head_dtype not in HEAD_DTYPES:
+        raise HeadDtypeError(f"head_dtype must be one of {HEAD_DTYPES}, got {head_dtype!r}")

@@ -42,9 +42,12 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, 
     proposers without one."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     kind, _, arg = spec.partition(":")
-    if head_dtype is not None and kind not in ("medusa", "eagle", "hybrid"):
-        raise ValueError(f"head_dtype={head_dtype!r} applies to medusa, eagle and hybrid proposers, not {spec!r}")
-    head = {"head_dtype": head_dtype} if head_dtype else {}  # only a dtype asked for overrides a manifest's
+    if head_dtype is not None:  # refused before any artifact is read
+        from ..proposers.reduced_vocab import check_head_dtype
+
+        check_head_dtype(head_dtype)
+        if kind not in ("medusa", "eagle", "hybrid"):
+            raise ValueError(f"head_dtype={head_dtype!r} applies to medusa, eagle and hybrid proposers, not {spec!r}")
     if spec == "suffix" or (kind == "suffix" and arg):
         from ..proposers.suffix import SuffixProposer, read_documents
 
@@ -67,11 +70,12 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, 
         from ..proposers.heads import MedusaProposer
 
         from ..artifacts import IncompatibleArtifactError
+        from ..proposers.reduced_vocab import HeadDtypeError
 
         cls = MedusaProposer if kind == "medusa" else EagleProposer
         try:
-            return cls.load(arg, model, allow_mismatch=allow_mismatch, **head)
-        except IncompatibleArtifactError:
+            return cls.load(arg, model, allow_mismatch=allow_mismatch, head_dtype=head_dtype)
+        except (IncompatibleArtifactError, HeadDtypeError):
             raise
         except (RuntimeError, KeyError, TypeError, ValueError) as exc:  # state-dict errors, a config field missing
             if str(arg) in str(exc):  # already names its file
@@ -83,7 +87,8 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, 
         from ..proposers.hybrid import HybridProposer
         from ..proposers.suffix import SuffixProposer
 
-        eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch, **head)
+        eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch,
+                                   head_dtype=head_dtype)
         return HybridProposer(SuffixProposer(vocab), eagle)
     raise ValueError(
         f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
