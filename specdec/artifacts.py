@@ -24,7 +24,7 @@ import json
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -247,6 +247,26 @@ class Manifest:
         if self.measured:
             details["last_measured"] = self.measured[-1]
         return Artifact(self.name, self.bound_to, self.fingerprint, self.weights_fingerprint, details)
+
+    def drafting_options(self, allowed: Sequence[str], given: Mapping[str, Any]) -> dict[str, Any]:
+        """The proposer options to build with: ``config["drafting"]`` (the options the artifact was
+        measured with), overridden by ``given``, where ``None`` means "not asked" (the manifest's value
+        stands). Why: an option a checkpoint carries must never be dropped silently, so an option this
+        proposer does not know is an error naming it, not a key left unread.
+
+        Raises:
+            ValueError: ``config["drafting"]`` is not a mapping, or it or ``given`` names an option outside
+                ``allowed``.
+        """
+        stored = self.config.get("drafting", {})
+        if not isinstance(stored, Mapping):
+            raise ValueError(f"manifest {self.name!r}: config['drafting'] must be a mapping, got {stored!r}")
+        for what, options in (("the manifest carries", stored), ("were given", given)):
+            unknown = sorted(set(options) - set(allowed))
+            if unknown:
+                raise ValueError(f"{self.kind} artifact {self.name!r}: drafting options {unknown} {what} are not "
+                                 f"options of this proposer (it takes {sorted(allowed)})")
+        return {**stored, **{k: v for k, v in given.items() if v is not None}}
 
     def last_measured(self) -> dict[str, Any] | None:
         return self.measured[-1] if self.measured else None

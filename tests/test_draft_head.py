@@ -60,6 +60,10 @@ def test_bad_head_dtypes_are_refused_by_name():
         DraftHead(w, None, "float16")
     with pytest.raises(HeadDtypeError, match="torch.float64 rows"):
         DraftHead(w.double(), torch.tensor([1]), "float16")
+    for ids in (torch.tensor([1]), None):  # "float32" on a bfloat16 target would be a false name
+        with pytest.raises(HeadDtypeError, match="LM head is torch.bfloat16; pass head_dtype=None"):
+            DraftHead(w.bfloat16(), ids, "float32")
+    assert DraftHead(w.bfloat16(), torch.tensor([1])).dtype == "bfloat16"
 
 
 def _eagle(target, vocab_ids, lm_weight, **kw):
@@ -101,3 +105,44 @@ def test_make_proposer_refuses_a_head_dtype_before_reading_any_artifact(tmp_path
         make_proposer(f"medusa:{missing}", target, None, head_dtype="fp16")
     with pytest.raises(ValueError, match="applies to medusa, eagle and hybrid proposers, not 'suffix'"):
         make_proposer("suffix", target, None, head_dtype="float32")
+
+
+def test_drafting_options_a_manifest_carries_are_applied_or_refused_by_name(tmp_path):
+    """Nothing a checkpoint carries is dropped: Medusa applies a manifest's head_dtype as EAGLE does,
+    an explicit option overrides it, None leaves it, and an option neither proposer takes is an error."""
+    from specdec.artifacts import Manifest, save_artifact
+    from specdec.proposers.heads import MedusaHeads, MedusaProposer
+
+    target = tiny_model(seed=2)
+    lm = target.get_output_embeddings().weight
+    heads = MedusaHeads(lm.shape[1], 2, 1, vocab_ids=torch.arange(0, lm.shape[0], 2))
+    config = {"hidden_size": lm.shape[1], "num_heads": 2, "num_layers": 1, "rank_acc": [[0.5, 0.2], [0.3, 0.1]]}
+
+    def medusa(drafting, **kw):
+        d = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        m = Manifest(kind="medusa", name="m", bound_to="target", fingerprint=target_fingerprint(target),
+                     config={**config, **({} if drafting is None else {"drafting": drafting})})
+        save_artifact(str(d), heads.state_tensors(), m)
+        return MedusaProposer.load(str(d), target, **kw)
+
+    assert medusa({"head_dtype": "float32"}).head.dtype == "float32"
+    assert medusa({"head_dtype": "float32"}, head_dtype=None).head.dtype == "float32"
+    if op_available():
+        assert medusa(None).head.dtype == "float16"
+        assert medusa({"head_dtype": "float32"}, head_dtype="float16").head.dtype == "float16"
+    with pytest.raises(ValueError, match=r"drafting options \['top_k'\] the manifest carries are not options"):
+        medusa({"top_k": 4})
+    with pytest.raises(ValueError, match="must be a mapping"):
+        medusa(["head_dtype"])
+    layer = Eagle3Layer(Eagle3Config.from_target(target.config, LAYERS), torch.arange(0, lm.shape[0], 2))
+    e = Manifest(kind="eagle", name="e", bound_to="target", fingerprint=target_fingerprint(target),
+                 config={"layer": layer.config.to_dict(), "architecture": "eagle3",
+                         "drafting": {"top_k": 3, "beam": 2}})
+    save_artifact(str(tmp_path / "e"), layer.state_tensors(torch.float16), e)
+    with pytest.raises(ValueError, match=r"drafting options \['beam'\] the manifest carries"):
+        EagleProposer.load(str(tmp_path / "e"), target)
+    e.config["drafting"] = {"top_k": 3}
+    save_artifact(str(tmp_path / "e"), layer.state_tensors(torch.float16), e)
+    with pytest.raises(ValueError, match=r"drafting options \['topk'\] were given"):
+        EagleProposer.load(str(tmp_path / "e"), target, topk=2)
+    assert EagleProposer.load(str(tmp_path / "e"), target, top_k=None).top_k == 3

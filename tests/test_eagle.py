@@ -228,7 +228,7 @@ def test_bad_inputs_raise_clear_errors():
         prop.begin("a", [1, 2], target_hidden=torch.randn(2, H))
     with pytest.raises(ValueError, match="at least one"):
         prop.commit("a", [], target_hidden=torch.randn(0, H))
-    with pytest.raises(ValueError, match="out of the target vocabulary"):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
         prop.commit("a", [64], target_hidden=torch.randn(1, H))
     with pytest.raises(ValueError, match="negative"):
         prop.commit("a", [-1], target_hidden=torch.randn(1, H))

@@ -142,6 +142,12 @@ def test_without_request_evidence_the_bucket_mean_decides():
     assert gate.expected_gain(0) == pytest.approx(0.2)
     assert gate.expected_gain(0, "a") == pytest.approx(0.2)  # its residuals are 0
     assert gate.expected_gain(0, "b") == pytest.approx(0.2 + 0.5 * 1.0)  # one residual of 1.0, shrunk by half
+    early = ModelGate(min_samples=3)
+    for _ in range(3):
+        early.observe("x", 0, 5.0, 1)
+    assert "x" not in early._residual  # no residual against a mean of fewer than min_samples gains
+    early.observe("x", 0, 0.0, 1)
+    assert early._residual["x"].n == 1
 
 
 def test_a_skipped_request_still_explores_while_another_in_its_bucket_drafts():

@@ -82,6 +82,10 @@ class _Request:
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size() + root + pending
 
 
+#: The options an EAGLE artifact's ``config["drafting"]`` may set (any other is refused by name).
+DRAFT_OPTIONS = ("top_k", "max_depth", "min_prob", "head_dtype")
+
+
 class EagleProposer:
     """Drafts EAGLE-2 dynamic trees from a trained :class:`EagleLayer`.
 
@@ -135,7 +139,8 @@ class EagleProposer:
     def load(cls, directory: str, target_model, *, allow_mismatch: bool = False, **draft_options) -> "EagleProposer":
         """Load an artifact saved by ``specdec train eagle``; refuses another checkpoint unless overridden.
 
-        ``draft_options`` (``top_k``, ``max_depth``, ``min_prob``, ``head_dtype``) override the manifest's defaults.
+        ``draft_options`` (:data:`DRAFT_OPTIONS`) override the manifest's ``config["drafting"]``; None
+        leaves the manifest's value (or the default) in place.
         """
         tensors, manifest = load_artifact(directory)
         if manifest.kind != "eagle":
@@ -158,20 +163,17 @@ class EagleProposer:
         if cfg.hidden_size != lm_head_weight.shape[1]:
             raise ValueError(f"artifact hidden size {cfg.hidden_size} != target hidden size {lm_head_weight.shape[1]}")
         layer = layer_cls.from_tensors(tensors, cfg, lm_head_weight.dtype)
-        # head_dtype=None means "not asked": a manifest's own drafting option stands.
-        given = {k: v for k, v in draft_options.items() if not (k == "head_dtype" and v is None)}
-        opts = {**manifest.config.get("drafting", {}), **given}
+        opts = manifest.drafting_options(DRAFT_OPTIONS, draft_options)
         return cls(layer, embed_weight, lm_head_weight, manifest.to_artifact(), **opts)
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None) -> None:
         if req_id in self._reqs:
             raise ValueError(f"request {req_id!r} already begun")
-        ids = as_token_list(prompt_ids, "prompt_ids")
+        ids = as_token_list(prompt_ids, "prompt_ids", self.vocab_size)
         if not ids:
             raise ValueError("begin needs a non-empty prompt (its last feature drafts the first token)")
         h = self._check_hidden(target_hidden, len(ids), "begin", "prompt_ids")
-        self._check_ids(ids)
         c = self.layer.config
         empty = h.new_empty(0, c.num_kv_heads, c.head_dim)
         req = _Request(empty, empty.clone(), 0, None)
@@ -190,11 +192,10 @@ class EagleProposer:
     @torch.no_grad()
     def commit(self, req_id, accepted_ids, *, target_hidden=None) -> None:
         req = self._state(req_id)
-        ids = as_token_list(accepted_ids, "accepted_ids")
+        ids = as_token_list(accepted_ids, "accepted_ids", self.vocab_size)
         if not ids:
             raise ValueError("commit needs at least one emitted token")
         h = self._check_hidden(target_hidden, len(ids), "commit", "accepted_ids")
-        self._check_ids(ids)
         req.pending_h.append(h.clone())  # the caller's rows may be a view of a whole step's hidden states
         req.pending_ids.extend(ids)
         req.root_from_feed = True
@@ -241,10 +242,6 @@ class EagleProposer:
     def pending(self, req_id) -> int:
         """Committed tokens queued for the request's next feed."""
         return len(self._state(req_id).pending_ids)
-
-    def _check_ids(self, tokens: list[int]) -> None:
-        if tokens and max(tokens) >= self.vocab_size:
-            raise ValueError(f"token id {max(tokens)} is out of the target vocabulary ({self.vocab_size})")
 
     def _state(self, req_id) -> _Request:
         if req_id not in self._reqs:

@@ -175,7 +175,8 @@ class MedusaProposer:
     def from_manifest(cls, tensors, manifest: Manifest, lm_head_weight: torch.Tensor, *,
                       head_dtype: str | None = None) -> "MedusaProposer":
         heads = MedusaHeads.from_tensors(tensors, manifest.config)
-        return cls(heads, lm_head_weight, manifest.config["rank_acc"], manifest.to_artifact(), head_dtype=head_dtype)
+        opts = manifest.drafting_options(("head_dtype",), {"head_dtype": head_dtype})
+        return cls(heads, lm_head_weight, manifest.config["rank_acc"], manifest.to_artifact(), **opts)
 
     def _tree(self, budget: int, lm_level: bool) -> tuple[tuple[int, ...], ...]:
         """Static tree for this budget (cached: the shape depends only on budget and rank_acc)."""

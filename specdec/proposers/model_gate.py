@@ -15,7 +15,8 @@ then a tax on every step. :class:`ModelGate` decides per request and step, befor
   between two propose calls (one decoding step), times the tokens the whole batch emits per step
   (drafting for one request delays every request of the step).
 * **What this request adds beyond its bucket**: a running mean, per request, of its gain less its
-  bucket's mean at the time, shrunk towards 0 by ``request_prior`` pseudo-observations. The bucket
+  bucket's mean at the time (once that mean rests on ``min_samples`` gains), shrunk towards 0 by
+  ``request_prior`` pseudo-observations. The bucket
   sees only the lookup side; whether the model predicts this text (prose it has learned, or code
   it has not) is a property of the request, and its own drafts measure it.
 * The model drafts unless its bucket has ``min_samples`` observations and the bucket's mean plus the
@@ -171,7 +172,9 @@ class ModelGate:
         self._tokens.setdefault(req_id, RunningMean()).add(float(emitted), self.weight)
         if bucket is not None and gain is not None:
             mean = self._gain[bucket]
-            if mean.value is not None:
+            # A residual against a mean of fewer than min_samples gains would be mostly that mean's own
+            # noise, and it would stay in the request's residual long after the bucket settled.
+            if mean.n >= self.min_samples:
                 self._residual.setdefault(req_id, RunningMean()).add(gain - mean.value, self.weight)
             mean.add(gain, self.weight)
 

@@ -53,7 +53,8 @@ class DraftHead:
     bitwise the same products from it, so every path scores with the same rows. It moves draft
     probabilities by float16 rounding of the weights; which tokens are accepted is still decided by
     the target's verification, so the output is unchanged. EAGLE and Medusa draft in float16 on GPUs.
-    ``"float32"`` keeps the rows as gathered (a kernel copy only where float16 holds them exactly).
+    ``"float32"`` keeps float32 rows as gathered (a kernel copy only where float16 holds them exactly)
+    and is refused for a target whose head is another dtype.
     The default rounds only where the kernel reads the copy (on a GPU, or without the compiled op,
     rounding would change the drafts and save nothing). A full-vocabulary head is the target's own
     tensor, shared, so it is never rounded.
@@ -64,8 +65,8 @@ class DraftHead:
         head_dtype: one of :data:`HEAD_DTYPES`.
 
     Raises:
-        HeadDtypeError: an unknown ``head_dtype``, or ``"float16"`` with a full vocabulary or a
-            non-float32 head.
+        HeadDtypeError: an unknown ``head_dtype``, ``"float16"`` with a full vocabulary or a
+            non-float32 head, or ``"float32"`` with a non-float32 head.
     """
 
     def __init__(self, lm_weight: torch.Tensor, vocab_ids: torch.Tensor | None, head_dtype: str | None = None):
@@ -76,6 +77,11 @@ class DraftHead:
             what = "the full vocabulary, the target's own tensor" if vocab_ids is None else f"{rows.dtype} rows"
             raise HeadDtypeError("head_dtype='float16' rounds the gathered rows of a reduced float32 drafting "
                                  f"vocabulary, but this drafter scores with {what}")
+        if head_dtype == "float32" and rows.dtype != torch.float32:
+            # Upcast rows could not score the target's own-dtype features; keeping them would make the
+            # name a lie. None keeps the target's dtype.
+            raise HeadDtypeError(f"head_dtype='float32' holds float32 rows, but this target's LM head is "
+                                 f"{rows.dtype}; pass head_dtype=None to score in the target's own dtype")
         if head_dtype == "float16" or (head_dtype is None and reducible and rows.device.type == "cpu"
                                        and op_available()):
             rows = rows.detach().to(torch.float16).float()
