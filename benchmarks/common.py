@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+from typing import Sequence
+
+import numpy as np
 
 from specdec.prompts import read_jsonl
 from specdec.proposers.suffix import row_response_ids
@@ -20,6 +23,26 @@ VOCAB = 49152  # SmolLM2's vocabulary: the ids in DEFAULT_DATA
 def read_rows(path: str) -> list[dict]:
     """JSONL rows with ``prompt_ids``, ``category`` and ``output_ids`` (``response_ids`` renamed)."""
     return [{**row, "output_ids": row_response_ids(row, f"{path}:{n}")} for n, row in read_jsonl(path)]
+
+
+def ratio_ci(num: Sequence[float], den: Sequence[float], *, level: float = 0.95, reps: int = 4000,
+             seed: int = 0) -> tuple[float, float]:
+    """Paired bootstrap interval of ``sum(num) / sum(den)`` over items (prompts).
+
+    ``num[i]`` and ``den[i]`` were measured on the same item, so an item is resampled with both of
+    its values: a hard prompt slows both methods and must not widen the interval of their ratio.
+    Why: per-category speedups rest on 2-3 prompts, and a difference smaller than this interval is
+    not a result. Returns ``(lo, hi)``; a single item gives its own ratio twice.
+    """
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError(f"ratio_ci needs two equal-length, non-empty sequences, got {a.shape} and {b.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(reps, a.size))
+    ratios = a[idx].sum(axis=1) / b[idx].sum(axis=1)
+    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
 
 
 def accepted_path(tokens: list[int], parents: list[int], truth: list[int]) -> list[int]:

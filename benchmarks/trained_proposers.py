@@ -7,7 +7,10 @@ model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall
 
 * ``tok/step``: tokens emitted per verify step (accepted drafts + the bonus token), online;
 * ``propose ms``: proposer time per step, online;
-* ``speedup``: plain decoding's seconds / the method's seconds on the same prompts;
+* ``speedup``: plain decoding's seconds / the method's seconds on the same prompts, with a 95%
+  paired bootstrap interval over prompts (``speedup_ci``), and beside the suffix proposer
+  (``vs_suffix``, > 1: faster than suffix, with ``vs_suffix_ci``): with 2-3 prompts a category, a
+  difference inside the interval is noise, not a ranking;
 * ``replay@B``: tokens per step of an exact greedy replay at a *fixed* budget ``B``
   (``--replay-budget``, default 32; ``greedy_replay.py``), and acceptance by depth from it
   (``P(accepted >= d)``): what the drafts could give without the cost model's pruning.
@@ -42,6 +45,7 @@ from collections import defaultdict
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from common import ratio_ci  # noqa: E402
 from greedy_replay import Features, depth_acceptance, greedy_outputs, replay, save_json  # noqa: E402
 
 from specdec import SpeculativeDecoder  # noqa: E402
@@ -80,9 +84,12 @@ VARIANTS = {
 }
 
 
-def table(runs, prompts, plain_name="plain") -> dict:
+def table(runs, prompts, plain_name="plain", pair_with="suffix") -> dict:
+    """Per category and overall, per method: tokens per step, propose ms, speedup over plain with its
+    95% paired bootstrap interval over prompts (``speedup_ci``), and, beside ``pair_with`` when it
+    ran, the method's time ratio to it (``vs_<pair_with>``: > 1 is faster) with its interval."""
     rows = defaultdict(lambda: defaultdict(lambda: {"seconds": 0.0, "tokens": 0, "steps": 0, "propose_s": 0.0,
-                                                    "mismatches": 0}))
+                                                    "mismatches": 0, "per_prompt": []}))
     ref = {}
     for r in runs:
         if r.method == plain_name:
@@ -94,17 +101,26 @@ def table(runs, prompts, plain_name="plain") -> dict:
         for cat in (r.category, "overall"):
             row = rows[cat][r.method]
             row["seconds"] += r.seconds
+            row["per_prompt"].append(r.seconds)
             row["tokens"] += len(r.tokens)
             row["steps"] += r.metrics.steps
             row["propose_s"] += r.metrics.propose_s
             row["mismatches"] += int(ref.get((r.category, i)) != r.tokens)
     out = {}
     for cat, methods in rows.items():
-        base = methods[plain_name]["seconds"]
-        out[cat] = {m: {"tok_per_step": round((v["tokens"] - 1) / max(v["steps"], 1), 3) if m != plain_name else 1.0,
-                        "propose_ms": round(1000 * v["propose_s"] / max(v["steps"], 1), 2),
-                        "speedup": round(base / v["seconds"], 3), "seconds": round(v["seconds"], 1),
-                        "mismatches": v["mismatches"]} for m, v in methods.items()}
+        base = methods[plain_name]
+        pair = methods.get(pair_with)
+        out[cat] = {}
+        for m, v in methods.items():
+            row = out[cat][m] = {
+                "tok_per_step": round((v["tokens"] - 1) / max(v["steps"], 1), 3) if m != plain_name else 1.0,
+                "propose_ms": round(1000 * v["propose_s"] / max(v["steps"], 1), 2),
+                "speedup": round(base["seconds"] / v["seconds"], 3),
+                "speedup_ci": [round(x, 3) for x in ratio_ci(base["per_prompt"], v["per_prompt"])],
+                "seconds": round(v["seconds"], 1), "mismatches": v["mismatches"]}
+            if pair is not None and m not in (plain_name, pair_with):
+                row[f"vs_{pair_with}"] = round(pair["seconds"] / v["seconds"], 3)
+                row[f"vs_{pair_with}_ci"] = [round(x, 3) for x in ratio_ci(pair["per_prompt"], v["per_prompt"])]
     return out
 
 
@@ -202,9 +218,11 @@ def main(argv=None) -> int:
             return m[: len(m) - len(variant)].split(":")[0] + variant.strip()
 
         for cat in sorted(facts["online"]):
-            print(f"{cat:15s} " + "  ".join(f"{label(m)}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms "
-                                             f"{v['speedup']:.2f}x{'!' * v['mismatches']}"
-                                             for m, v in facts["online"][cat].items()))
+            print(f"{cat:15s} " + "  ".join(
+                f"{label(m)}={v['tok_per_step']:.2f}t/s {v['propose_ms']:.1f}ms {v['speedup']:.2f}x"
+                f"[{v['speedup_ci'][0]:.2f}-{v['speedup_ci'][1]:.2f}]{'!' * v['mismatches']}"
+                + (f" ({v['vs_suffix']:.2f}x suffix [{v['vs_suffix_ci'][0]:.2f}-{v['vs_suffix_ci'][1]:.2f}])"
+                   if "vs_suffix" in v else "") for m, v in facts["online"][cat].items()))
     else:
         name = f"greedy-{facts['target']}-{len(prompts)}x{args.max_new_tokens}.json"
         cache = os.path.join("benchmarks", "data", name)

@@ -74,3 +74,43 @@ def test_trained_proposers_refuses_a_variant_its_proposer_lacks_before_loading(m
     with pytest.raises(SystemExit):
         trained.main(["--prompts", "x.jsonl", "--proposers", "suffix", flag, spec])
     assert message in capsys.readouterr().err
+
+
+def test_ratio_ci_is_paired_and_covers_the_point_ratio():
+    from common import ratio_ci
+
+    # Prompts of very different length, the same 1.5x on each: pairing gives a zero-width interval;
+    # resampling the two columns independently would have spread it over 0.3x-7x.
+    slow = [10.0, 100.0, 1.0, 40.0]
+    fast = [s / 1.5 for s in slow]
+    lo, hi = ratio_ci(slow, fast)
+    assert lo == pytest.approx(1.5) and hi == pytest.approx(1.5)
+    mixed = [1.0, 2.0, 1.0, 2.0]
+    lo, hi = ratio_ci([2.0, 2.0, 2.0, 2.0], mixed)  # per-prompt ratios 2 and 1
+    assert 1.0 <= lo < 2.0 * 4 / 6 < hi <= 2.0
+    assert ratio_ci([3.0], [2.0]) == (1.5, 1.5)
+    with pytest.raises(ValueError, match="equal-length"):
+        ratio_ci([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="level"):
+        ratio_ci([1.0], [1.0], level=1.0)
+
+
+def test_trained_proposers_table_gives_intervals_and_the_ratio_to_suffix():
+    trained = pytest.importorskip("trained_proposers")
+    from specdec.bench import Run
+    from specdec.engine.metrics import RequestMetrics
+
+    def run(method, cat, seconds, tokens):
+        return Run(method, cat, seconds, tokens, RequestMetrics(steps=4, tokens=len(tokens)))
+
+    runs = []
+    for cat, plain_s in (("a", 4.0), ("a", 8.0), ("b", 6.0)):
+        out = [1, 2, 3]
+        runs += [run("plain", cat, plain_s, out), run("suffix", cat, plain_s / 2, out),
+                 run("hybrid", cat, plain_s / 2.5, out if cat == "a" else [9])]
+    t = trained.table(runs, None)
+    assert t["overall"]["hybrid"]["speedup"] == pytest.approx(2.5, abs=1e-3)
+    assert t["overall"]["hybrid"]["speedup_ci"] == pytest.approx([2.5, 2.5], abs=1e-3)
+    assert t["a"]["hybrid"]["vs_suffix"] == pytest.approx(1.25, abs=1e-3)
+    assert "vs_suffix" not in t["a"]["suffix"] and "vs_suffix" not in t["a"]["plain"]
+    assert t["b"]["hybrid"]["mismatches"] == 1 and t["a"]["hybrid"]["mismatches"] == 0
