@@ -391,3 +391,28 @@ def test_bad_request_calibration_strength_is_refused():
 
     with pytest.raises(ValueError, match="strength must be > 0"):
         RequestCalibration(strength=0.0)
+
+
+def test_a_scored_proposer_is_shown_each_sized_tree_and_the_cost_curve(model, reference):
+    """``observe_sized``: the tree the decoder verifies (after its sizing) and its live cost curve,
+    once per drafted request and step, before the commit of that step."""
+    seen, order = [], []
+
+    class Watching(SuffixProposer):
+        def observe_sized(self, req_id, tree, cost):
+            seen.append((req_id, tree.num_nodes, cost))
+            order.append("sized")
+
+        def commit(self, req_id, accepted_ids, **kw):
+            order.append("commit")
+            super().commit(req_id, accepted_ids, **kw)
+
+    dec = SpeculativeDecoder(model, Watching(64, min_match_len=1, min_prob=0.0), max_budget=16,
+                             cost_model=cheap_cost())
+    res = dec.generate(PROMPTS[0], NEW, stop_tokens=())
+    assert res.tokens == reference[0]
+    assert seen and all(cost is dec.sizer.live_cost for _, _, cost in seen)
+    assert sum(n for _, n, _ in seen) == res.metrics.drafted  # exactly the verified nodes
+    # the prefill's token is committed first; then each sizing precedes its step's commit (the last
+    # step's tokens finish the request: it ends without a commit)
+    assert order[0] == "commit" and "sized sized" not in " ".join(order)

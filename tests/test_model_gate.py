@@ -170,3 +170,48 @@ def test_a_skipped_request_still_explores_while_another_in_its_bucket_drafts():
     assert decisions == [False, False, False, True] * 2
     gate.end("b")
     assert not any(k[0] == "b" for k in gate._skips)
+
+
+def test_the_model_is_charged_the_verify_time_of_its_kept_nodes():
+    """The decoder verifies some of the model's nodes: their verify time is part of its price, so a
+    gain that repays the drafting alone no longer keeps the model drafting."""
+    from specdec.engine.verify_cost import VerifyCostModel
+    from specdec.tree import DraftTree
+
+    cost = VerifyCostModel([0, 1, 4], [0.040, 0.044, 0.056])  # 4 ms a node
+    clock = _Clock()
+    lookup = FixedDraft([[1]], [0.3], hidden=False, clock=clock, source="request")
+    model = FixedDraft([[5], [5, 6], [7]], [0.5, 0.3, 0.2], clock=clock, cost=0.010)
+    hyb = HybridProposer(lookup, model, model_gate=ModelGate(clock=clock))
+    hyb.begin("r", [0])
+    (draft,) = hyb.propose_scored(["r"], 8)
+    assert draft.tree.num_nodes == 4  # lookup's [1] and the model's [5], [5, 6], [7]
+    kept = DraftTree.trusted(*_tree([(1,), (5,), (5, 6)]), vocab_size=64)  # the sizer cut [7]
+    hyb.observe_sized("r", kept, cost)
+    assert hyb._last["r"].verify_extra == pytest.approx(cost.cost(3) - cost.cost(1))  # [5], [5, 6]
+    hyb.commit("r", [5, 6, 9])
+    assert hyb.model_gate.verify_seconds == pytest.approx(0.008)
+    gate = hyb.model_gate
+    gate._period.add(0.1, 1.0)
+    gate._model.add(0.010, 1.0)
+    assert gate.cost_tokens(2.0) == pytest.approx((0.010 + 0.008) / 0.1 * 2.0)
+    # A step where the model did not draft charges nothing, and bad times are refused.
+    hyb.model_gate = ModelGate(clock=clock, min_samples=1)
+    hyb._last["r"].bucket = None
+    hyb.observe_sized("r", kept, cost)
+    assert hyb._last["r"].verify_extra is None
+    with pytest.raises(ValueError, match="verify time"):
+        ModelGate().observe_verify_time(-1.0)
+    old = ModelGate(charge_verify=False)  # the same-run baseline: drafting time alone
+    old.observe_verify_time(0.008)
+    assert old.verify_seconds == 0.0
+
+
+def _tree(paths):
+    """(tokens, parents, deterministic) of prefix-closed ``paths`` in order."""
+    import torch
+
+    index = {p: i for i, p in enumerate(paths)}
+    tokens = torch.tensor([p[-1] for p in paths])
+    parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in paths], dtype=torch.int32)
+    return tokens, parents, torch.ones(len(paths), dtype=torch.bool)

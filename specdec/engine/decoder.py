@@ -265,7 +265,8 @@ class SpeculativeDecoder:
         """Draft for every active request, then keep what the sizer finds worth verifying.
 
         A proposer offering ``propose_scored`` (:class:`~specdec.proposers.base.ScoredProposer`)
-        gives each node's acceptance estimate, which the sizer calibrates per source and request;
+        gives each node's acceptance estimate, which the sizer calibrates per source and request
+        (and is shown the sized tree and the cost curve when it defines ``observe_sized``);
         otherwise the sizer uses its per-depth acceptance rates for the proposer. Nodes deeper than
         the tokens a request has left (minus the target's own token) could never be emitted: they
         are not verified, and a request with one token left is not drafted for.
@@ -281,11 +282,14 @@ class SpeculativeDecoder:
         if len(drafts) != len(ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(ids)} requests")
         sized = []
+        observe = getattr(self.proposer, "observe_sized", None)
         for req_id, b, d, (tree, probs, source) in zip(ids, budgets, depth, drafts):
             check_draft(tree, probs, b)
             tree, keep = cap_depth(tree, d)
             probs = probs if keep is None or probs is None else [probs[i] for i in keep]
             sized.append(self.sizer.size(req_id, tree, probs, source))
+            if observe is not None and probs is not None and self.sizer.live_cost is not None:
+                observe(req_id, sized[-1][0], self.sizer.live_cost)
         return [t for t, _ in sized], [ticket for _, ticket in sized]
 
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:

@@ -123,6 +123,13 @@ class ScoredProposer(Proposer, Protocol):
     ``propose_scored`` returns one :class:`ScoredDraft` per request (same budget rules as
     ``propose``). The decoder prefers it: calibrated per-node estimates let its cost model keep
     exactly the nodes that pay for their verify time (:mod:`specdec.engine.sizing`).
+
+    Optionally it also defines ``observe_sized(req_id, tree, cost)``, which the decoder calls after
+    sizing each request's draft, before the verify: ``tree`` is the part of the draft it will verify
+    (a :class:`DraftTree`, parents first), ``cost`` its verify-cost curve
+    (:class:`~specdec.engine.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
+    whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
+    verify of that part costs, which only the decoder's sizing knows.
     """
 
     def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]: ...

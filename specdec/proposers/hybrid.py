@@ -27,7 +27,8 @@ and fill the tree; where it matches nothing it drafts nothing and EAGLE's nodes 
   nothing. A :class:`~specdec.proposers.model_gate.ModelGate` learns in hindsight how many accepted
   tokens EAGLE's nodes added on top of lookup's (verified and accepted, so nodes the decoder's sizer
   cut count for nothing), by how confident lookup was, and skips EAGLE for a
-  request and step when that gain is below EAGLE's measured drafting time in tokens
+  request and step when that gain is below EAGLE's price in tokens: its measured drafting time plus
+  the verify time of those of its nodes the decoder kept (``observe_sized``, the decoder's cost curve)
   (``model_gate=None``: always draft both).
 """
 
@@ -48,12 +49,14 @@ from .model_gate import ModelGate
 @dataclass
 class _Step:
     """What one request's last draft needs at its commit: each source's paths and raw estimates
-    (calibration), the paths offered, and the gate's bucket when the model drafted (else None)."""
+    (calibration), the paths offered, the gate's bucket when the model drafted (else None), and what
+    verifying the model's nodes the decoder kept costs (when the decoder said, else None)."""
 
     sources: list[tuple[str, list[tuple[int, ...]], list[float]]] = field(default_factory=list)
     lookup_paths: list[tuple[int, ...]] = field(default_factory=list)
     offered: list[tuple[int, ...]] = field(default_factory=list)
     bucket: int | None = None
+    verify_extra: float | None = None  # seconds the verify spends on the model's kept nodes (observe_sized)
 
 
 class HybridProposer:
@@ -118,6 +121,8 @@ class HybridProposer:
                 accepted = emitted[:-1]
                 gain = _accepted(step.offered, accepted) - _accepted(step.lookup_paths, accepted)
             self.model_gate.observe(req_id, step.bucket, gain, len(emitted))
+            if step.verify_extra is not None:
+                self.model_gate.observe_verify_time(step.verify_extra)
         self._last[req_id] = _Step()
 
     def end(self, req_id) -> None:
@@ -135,6 +140,19 @@ class HybridProposer:
         if req_id not in self._last:
             raise KeyError(f"unknown request {req_id!r}: call begin() first")
         return self._last[req_id]
+
+    def observe_sized(self, req_id, tree: DraftTree, cost) -> None:
+        """The decoder kept ``tree`` of this request's draft (``cost``: its verify-cost curve). When the
+        model drafted, the gate is charged the verify time of the kept nodes lookup did not draft:
+        ``cost(kept) - cost(kept lookup nodes)``. Drafting time alone undercounts the model's price,
+        since the sizer verifies some of its nodes (on this CPU about a third more)."""
+        step = self._state(req_id)
+        if step.bucket is None or self.model_gate is None:
+            return
+        lookup = set(step.lookup_paths)
+        kept = _paths(tree)
+        own = sum(p in lookup for p in kept)
+        step.verify_extra = max(0.0, cost.cost(len(kept)) - cost.cost(own))
 
     # ------------------------------------------------------------------ calibration
     def calibration(self, source: str) -> ScoreCalibration:

@@ -11,9 +11,11 @@ then a tax on every step. :class:`ModelGate` decides per request and step, befor
   It is kept as a running mean per *bucket* of the lookup's calibrated expected acceptance at
   propose time (the sum of its candidates' estimates), since that is what the gate can see before
   drafting.
-* **What the model costs**, in the same unit: its drafting seconds per request over the seconds
-  between two propose calls (one decoding step), times the tokens the whole batch emits per step
-  (drafting for one request delays every request of the step).
+* **What the model costs**, in the same unit: its drafting seconds per request, plus the verify
+  seconds of its nodes the decoder kept (when the hybrid is told them; the kept nodes lookup did not
+  draft, priced by the decoder's cost curve), over the seconds between two propose calls (one
+  decoding step), times the tokens the whole batch emits per step (drafting for one request delays
+  every request of the step). On this CPU the verify part was about a third of the drafting part.
 * **What this request adds beyond its bucket**: a running mean, per request, of its gain less its
   bucket's mean at the time (once that mean rests on ``min_samples`` gains), shrunk towards 0 by
   ``request_prior`` pseudo-observations. The bucket
@@ -59,6 +61,8 @@ class ModelGate:
         weight: floor of the running means' step size (older evidence fades).
         request_prior: pseudo-observations a request's own residual is shrunk by (0 trusts one draft
             fully; ``math.inf``: the bucket's mean alone).
+        charge_verify: count the verify time of the model's kept nodes in its price (False: drafting
+            time alone, the gate before 2026-12-03, kept for same-run comparisons).
         clock: seconds (``time.perf_counter``; tests pass a fake).
     """
 
@@ -67,10 +71,12 @@ class ModelGate:
     explore_every: int = 8
     weight: float = 0.05
     request_prior: float = 4.0
+    charge_verify: bool = True
     clock: Callable[[], float] = time.perf_counter
     drafted: int = 0
     skipped: int = 0
     _model: RunningMean = field(default_factory=RunningMean)  # drafting seconds per request (the first one is warm-up)
+    _verify: RunningMean = field(default_factory=RunningMean)  # verify seconds of the model's kept nodes
     _period: RunningMean = field(default_factory=RunningMean)  # seconds between propose calls
     _warm: bool = False
     _last_call: float | None = None
@@ -103,6 +109,11 @@ class ModelGate:
         return self._model.value
 
     @property
+    def verify_seconds(self) -> float:
+        """Mean verify seconds of the model's kept nodes per drafted request (0 until observed)."""
+        return self._verify.value or 0.0
+
+    @property
     def period(self) -> float | None:
         """Mean seconds between propose calls (None until two calls)."""
         return self._period.value
@@ -127,11 +138,11 @@ class ModelGate:
         return sum(1.0 if self._tokens.get(r) is None else self._tokens[r].value for r in req_ids)
 
     def cost_tokens(self, batch_tokens: float) -> float | None:
-        """One request's model drafting time in tokens of a step that emits ``batch_tokens``, or
-        None before it is known."""
+        """One request's model price (drafting plus the verify of its kept nodes) in tokens of a step
+        that emits ``batch_tokens``, or None before the drafting time is known."""
         if self.model_seconds is None or not self.period:
             return None
-        return self.model_seconds / self.period * batch_tokens
+        return (self.model_seconds + self.verify_seconds) / self.period * batch_tokens
 
     def expected_gain(self, bucket: int, req_id: Hashable = None) -> float | None:
         """Tokens the model is expected to add for ``req_id`` in ``bucket``: the bucket's mean plus the
@@ -166,6 +177,14 @@ class ModelGate:
         if self._warm:
             self._model.add(seconds, self.weight)
         self._warm = True
+
+    def observe_verify_time(self, seconds: float) -> None:
+        """Verify seconds the decoder spent on the model's kept nodes in one drafted request's step
+        (ignored with ``charge_verify=False``)."""
+        if not seconds >= 0:
+            raise ValueError(f"verify time must be >= 0 s, got {seconds}")
+        if self.charge_verify:
+            self._verify.add(seconds, self.weight)
 
     def observe(self, req_id: Hashable, bucket: int | None, gain: float | None, emitted: int) -> None:
         """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
