@@ -145,7 +145,7 @@ class HybridProposer:
         """The decoder kept ``tree`` of this request's draft (``cost``: its verify-cost curve). When the
         model drafted, the gate is charged the verify time of the kept nodes lookup did not draft:
         ``cost(kept) - cost(kept lookup nodes)``. Drafting time alone undercounts the model's price,
-        since the sizer verifies some of its nodes (on this CPU about a third more)."""
+        since the sizer verifies some of its nodes (on this CPU a fifth more: 2.5 ms on 11.3 ms)."""
         step = self._state(req_id)
         if step.bucket is None or self.model_gate is None:
             return
