@@ -12,6 +12,13 @@ that keeps only the last ``W - 1`` rows of the *tensor*; in a right-padded batch
 request's last rows, and compaction moves rows by index. ``RaggedCache`` (:func:`new_cache`) keeps every
 row in every layer (plain ``DynamicLayer``); sliding windows are applied by the mask. The price is
 memory: a sliding layer holds the whole context instead of ``W - 1`` rows.
+
+Each layer's rows live in a buffer with spare rows (``_GrowingLayer``): a step's new rows are written
+in place, O(new rows). transformers' ``DynamicLayer`` appends with ``torch.cat``, copying all ``S``
+rows of every layer every step into a fresh allocation: SmolLM2 decoding steps were 5-10% slower
+at 1-2k tokens of context for it, more as the context grows (``benchmarks/bench_kv_append.py``). The
+spare rows are a quarter of the rows held (at least ``MIN_SPARE``), so regrowing copies each row a
+bounded number of times and costs at most a quarter more memory than the rows themselves.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from __future__ import annotations
 import functools
 
 import torch
+
+#: Fewest spare rows a layer's buffer is grown by (a quarter of its rows when that is more).
+MIN_SPARE = 64
 
 
 def new_cache():
@@ -32,13 +42,63 @@ def _ragged_cache_class():
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
+    class _GrowingLayer(DynamicLayer):
+        """A ``DynamicLayer`` whose ``keys`` / ``values`` (``[B, Hkv, S, D]``) are views of the first ``S``
+        rows of buffers with spare rows: :meth:`update` writes the new rows in place. Whatever replaces
+        ``keys`` / ``values`` from outside (a cut: a shorter view of the same buffers; a batch selection:
+        new tensors) is taken as it is, and the next update that does not fit copies it into new buffers."""
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            super().lazy_initialization(key_states, value_states)
+            self._buffers = None  # (keys, values) [B, Hkv, capacity, D]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            S, T = self.get_seq_length(), key_states.shape[-2]
+            if not self._fits(S, T, key_states, value_states):
+                self._regrow(S, S + T, key_states, value_states)
+            kb, vb = self._buffers
+            kb[:, :, S: S + T] = key_states
+            vb[:, :, S: S + T] = value_states
+            self.keys, self.values = kb[:, :, : S + T], vb[:, :, : S + T]
+            return self.keys, self.values
+
+        def _fits(self, S: int, T: int, key_states, value_states) -> bool:
+            """The buffers exist, hold ``keys`` / ``values`` as their first ``S`` rows, match the new
+            states' batch, heads, head size, dtype and device, and have room for ``T`` more rows."""
+            if self._buffers is None:
+                return False
+            for buf, cur, new in zip(self._buffers, (self.keys, self.values), (key_states, value_states)):
+                if (S + T > buf.shape[-2] or buf.dtype != new.dtype or buf.device != new.device
+                        or buf.shape[:2] != new.shape[:2] or buf.shape[-1] != new.shape[-1]):
+                    return False
+                if S and (cur.data_ptr() != buf.data_ptr() or cur.shape[:2] != buf.shape[:2]
+                          or cur.stride() != buf.stride()):
+                    return False
+            return True
+
+        def _regrow(self, S: int, need: int, key_states, value_states) -> None:
+            capacity = need + max(MIN_SPARE, need // 4)
+            bufs = []
+            for cur, new in ((self.keys, key_states), (self.values, value_states)):
+                buf = new.new_empty(*new.shape[:2], capacity, new.shape[-1])
+                if S:
+                    buf[:, :, :S] = cur
+                bufs.append(buf)
+            self._buffers = tuple(bufs)
+
+        def reset(self) -> None:
+            self._buffers = None
+            super().reset()
+
     class RaggedCache(DynamicCache):
-        """A ``DynamicCache`` (every layer a ``DynamicLayer``) whose next forward can write each request's
-        new rows at its own start row (:meth:`write_at`)."""
+        """A ``DynamicCache`` (every layer a ``_GrowingLayer``: all rows kept, appended in place) whose next
+        forward can write each request's new rows at its own start row (:meth:`write_at`)."""
 
         def __init__(self):
             super().__init__()  # no config: every layer, sliding ones included, keeps all its rows
-            self.layer_class_to_replicate = DynamicLayer
+            self.layer_class_to_replicate = _GrowingLayer
             self._moves: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
         @property
