@@ -19,7 +19,6 @@ both caches emit the same tokens.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -27,6 +26,7 @@ import torch
 
 from specdec import SpeculativeDecoder, SuffixProposer
 from specdec.models import load_default
+from specdec.prompts import read_prompt_records
 from specdec.verify import cache as kv
 from specdec.verify.hf import HFTarget
 
@@ -46,8 +46,7 @@ class CatAppendTarget(HFTarget):
 
 def long_prompt(tokenizer, path: str, length: int) -> list[int]:
     """The first ``length`` tokens of the prompts' first turns, joined by blank lines."""
-    with open(path) as f:
-        text = "\n\n".join(json.loads(line)["turns"][0] for line in f if line.strip())
+    text = "\n\n".join(r["turns"][0] for r in read_prompt_records(path))
     ids = tokenizer(text)["input_ids"]
     if len(ids) < length:
         raise SystemExit(f"the prompts hold {len(ids)} tokens, fewer than --lengths {length}")
@@ -72,8 +71,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if min(args.lengths) < 1 or args.new_tokens < 1 or args.repeats < 1 or args.threads < 1:
         ap.error("--lengths, --new-tokens, --repeats and --threads must be >= 1")
-    if not os.path.exists(args.prompts):
-        ap.error(f"--prompts {args.prompts} does not exist")
+    try:  # a missing or malformed file fails before the model loads
+        read_prompt_records(args.prompts, limit=1)
+    except ValueError as exc:
+        ap.error(f"--prompts: {exc}")
     torch.set_num_threads(args.threads)
     model, tok = load_default()
     prompts = {n: long_prompt(tok, args.prompts, n) for n in args.lengths}
@@ -98,6 +99,7 @@ def main(argv=None):
             a, b = best["in place"], best["torch.cat"]
             same = tokens["in place"] == tokens["torch.cat"]
             print(f"| {n} | {method} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {'yes' if same else 'NO'} |")
+
 
 if __name__ == "__main__":
     main()

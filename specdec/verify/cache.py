@@ -10,8 +10,9 @@ and the compaction the same for every request.
 transformers' ``DynamicCache(config=...)`` gives sliding-window layers a ``DynamicSlidingWindowLayer``
 that keeps only the last ``W - 1`` rows of the *tensor*; in a right-padded batch those are not each
 request's last rows, and compaction moves rows by index. ``RaggedCache`` (:func:`new_cache`) keeps every
-row in every layer (plain ``DynamicLayer``); sliding windows are applied by the mask. The price is
-memory: a sliding layer holds the whole context instead of ``W - 1`` rows.
+row in every layer (a full-attention ``_GrowingLayer``, sliding layers included); sliding windows are
+applied by the mask. The price is memory: a sliding layer holds the whole context instead of ``W - 1``
+rows.
 
 Each layer's rows live in a buffer with spare rows (``_GrowingLayer``): a step's new rows are written
 in place, O(new rows). transformers' ``DynamicLayer`` appends with ``torch.cat``, copying all ``S``
