@@ -9,12 +9,15 @@
 #   bash benchmarks/compare_builds.sh BASE_REV [NEW_REV=HEAD] [ROUNDS=2]
 #   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS bench [specdec bench options...]
 #   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS eagle [bench_skinny_linear.py --eagle options...]
+#   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS propose [bench_propose.py options...]
 #
 # The second form alternates whole `specdec bench` runs instead (same options for both commits,
 # each round's report under /tmp/specdec-builds/<rev>-bench-<round>/) and prints each run's overall
 # table: an end-to-end before/after of a refactor, with the machine's load in every header.
 # The third form alternates EAGLE-3 drafting timings (bench_skinny_linear.py --skip-layers --eagle
 # artifacts/eagle3-smollm2-135m --threads 1, each commit's own script): Python changes to drafting.
+# The fourth alternates the vLLM drafter's propose-cost benchmark (benchmarks/vllm/bench_propose.py,
+# this checkout's script against each commit's extension): C++ changes to the suffix automaton.
 #
 # Uses the checkout's .venv (its torch); worktrees go to /tmp/specdec-builds/<rev>.
 set -euo pipefail
@@ -43,6 +46,8 @@ for round in $(seq "$ROUNDS"); do
       (cd "$dir" && PYTHONPATH="$dir" "$PY" -c 'import sys; from specdec.cli import main; sys.exit(main(["bench", *sys.argv[1:]]))' \
         "$@" --out "$out" >"$out.log" 2>&1) || { tail -20 "$out.log"; exit 1; }
       sed -n '1,3p;/^### overall/,$p' "$out/bench.md"
+    elif [ "$WHAT" = propose ]; then
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/vllm/bench_propose.py" "$@" 2>&1 | grep -E '^(batch|\| specdec|\| arctic|speedup)')
     elif [ "$WHAT" = eagle ]; then
       log="$dir-eagle-$round.log"
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --skip-layers --threads 1 \

@@ -69,7 +69,8 @@ def test_single_stream_matches_reference(vocab, alphabet, data):
     base = data.draw(st.lists(st.integers(0, alphabet - 1), max_size=80))
     spread = data.draw(st.sampled_from([1, vocab // max(alphabet, 1)]))
     text = [t * spread for t in base]
-    sam = SuffixAutomaton(vocab)
+    # counts in the plain array, in the link-cut forest from the start, or moved there mid-text
+    sam = SuffixAutomaton(vocab, walk_limit=data.draw(st.sampled_from([0, 2, 4, 64])))
     chunk = data.draw(st.integers(1, 9))
     for i in range(0, len(text), chunk):
         sam.extend(i32(text[i : i + chunk]))
@@ -130,6 +131,7 @@ def test_real_smollm2_token_streams():
     for d in docs:
         sam.add_document(i32(d))
     sam.check_integrity()
+    assert not sam.counts_linked, "natural text walks short suffix-link paths: counts stay a plain array"
     rng = np.random.default_rng(0)
     for _ in range(40):
         d = docs[rng.integers(len(docs))]
@@ -152,8 +154,11 @@ def test_real_smollm2_token_streams():
 def test_repetitive_text_counts_and_speed():
     """'a a a ...' makes suffix-link paths as long as the text; counts must stay exact and fast."""
     n = 50_000
-    sam = SuffixAutomaton(2)
-    sam.extend(np.zeros(n, dtype=np.int32))
+    sam = SuffixAutomaton(2, walk_limit=64)
+    sam.extend(np.zeros(63, dtype=np.int32))  # the 63rd token walks 64 states: root, 'a', ..., 'a' * 63
+    assert not sam.counts_linked
+    sam.extend(np.zeros(n - 63, dtype=np.int32))
+    assert sam.counts_linked, "a path longer than walk_limit moves the counts to the link-cut forest"
     sam.check_integrity()
     for k in (1, 7, 1000, n):
         length, state = sam.longest_match(np.zeros(k, dtype=np.int32))
@@ -209,6 +214,12 @@ def test_bad_token_arrays_are_refused(bad, exc, msg):
         sam.longest_match(bad)
     assert len(sam) == 3  # a refused array changes nothing
     sam.check_integrity()
+
+
+def test_bad_walk_limit_is_refused():
+    with pytest.raises(ValueError, match="walk_limit must be >= 0"):
+        SuffixAutomaton(10, walk_limit=-1)
+    assert SuffixAutomaton(10, walk_limit=0).counts_linked
 
 
 def test_bad_states_and_sizes_are_refused():

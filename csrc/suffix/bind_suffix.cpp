@@ -171,7 +171,9 @@ void bind_suffix(py::module_& m) {
                               "Online suffix automaton over int32 token ids with exact occurrence counts.\n\n"
                               "Token arrays: 1-D contiguous int32 numpy arrays or CPU torch tensors (read in place).\n"
                               "States are ints (0 = root). A match is (length, state).")
-      .def(py::init<int64_t>(), py::arg("vocab_size"), "ids must lie in [0, vocab_size)")
+      .def(py::init<int64_t, int32_t>(), py::arg("vocab_size"), py::arg("walk_limit") = SuffixAutomaton::kWalkLimit,
+           "ids must lie in [0, vocab_size); counts move to a link-cut forest after the first suffix-link path "
+           "longer than walk_limit states (0: from the start)")
       .def(
           "extend", [](SuffixAutomaton& s, py::object tokens) {
             Int32View v = as_int32(tokens, "tokens");
@@ -214,6 +216,8 @@ void bind_suffix(py::module_& m) {
       .def("memory_bytes", &SuffixAutomaton::memory_bytes, "Bytes held (capacities included).")
       .def("check_integrity", &SuffixAutomaton::check_integrity, "Verify invariants and counts; raises RuntimeError.")
       .def_property_readonly("vocab_size", &SuffixAutomaton::vocab_size)
+      .def_property_readonly("counts_linked", &SuffixAutomaton::counts_linked,
+                             "Whether the counts moved to the link-cut forest (repetitive text met).")
       .def_property_readonly("num_states", &SuffixAutomaton::num_states)
       .def_property_readonly("num_transitions", &SuffixAutomaton::num_transitions)
       .def_property_readonly("num_tokens", &SuffixAutomaton::num_tokens, "Tokens indexed, separators included.")

@@ -8,11 +8,15 @@
 
 namespace specdec::suffix {
 
-SuffixAutomaton::SuffixAutomaton(int64_t vocab_size) : vocab_(vocab_size) {
+SuffixAutomaton::SuffixAutomaton(int64_t vocab_size, int32_t walk_limit) : vocab_(vocab_size), walk_limit_(walk_limit) {
   if (vocab_size < 1 || vocab_size > INT32_MAX) {
     throw std::invalid_argument("SuffixAutomaton: vocab_size must be in [1, 2^31-1], got " +
                                 std::to_string(vocab_size));
   }
+  if (walk_limit < 0) {
+    throw std::invalid_argument("SuffixAutomaton: walk_limit must be >= 0, got " + std::to_string(walk_limit));
+  }
+  linked_ = walk_limit == 0;
   add_state(0, -1, EdgeList{}, false, 0);
 }
 
@@ -23,8 +27,21 @@ int32_t SuffixAutomaton::add_state(int32_t len, int32_t link, const EdgeList& ed
   }
   push_compact(states_, State{len, link, edges});
   is_clone_.push_back(clone);
-  counts_.add_node(count);
+  if (linked_) {
+    forest_.add_node(count);
+  } else {
+    push_compact(counts_, count);
+  }
   return static_cast<int32_t>(states_.size() - 1);
+}
+
+void SuffixAutomaton::move_counts_to_forest() {
+  // Every state becomes a node holding its count, hung under its suffix link: the forest's root
+  // paths are then the suffix-link paths, and its values the counts.
+  for (size_t v = 0; v < states_.size(); ++v) forest_.add_node(counts_[v]);
+  for (size_t v = 1; v < states_.size(); ++v) forest_.link(static_cast<int32_t>(v), states_[v].link);
+  std::vector<int32_t>().swap(counts_);
+  linked_ = true;
 }
 
 void SuffixAutomaton::validate(const int32_t* tokens, size_t n, const char* what) const {
@@ -67,12 +84,13 @@ void SuffixAutomaton::extend_one(int32_t c) {
       states_[cur].link = q;
     } else {
       const EdgeList copied = edges_.copy(states_[q].edges);
-      const int32_t clone =
-          add_state(states_[p].len + 1, states_[q].link, copied, true, counts_.value(q));
+      const int32_t clone = add_state(states_[p].len + 1, states_[q].link, copied, true, count_of(q));
       num_edges_ += copied.n;
-      counts_.link(clone, states_[q].link);
-      counts_.cut(q);
-      counts_.link(q, clone);
+      if (linked_) {
+        forest_.link(clone, states_[q].link);
+        forest_.cut(q);
+        forest_.link(q, clone);
+      }
       while (p >= 0 && edges_.get(states_[p].edges, c) == q) {
         edges_.set(states_[p].edges, c, clone);
         p = states_[p].link;
@@ -81,8 +99,14 @@ void SuffixAutomaton::extend_one(int32_t c) {
       states_[cur].link = clone;
     }
   }
-  counts_.link(cur, states_[cur].link);
-  counts_.add_to_root_path(cur, 1);
+  if (linked_) {
+    forest_.link(cur, states_[cur].link);
+    forest_.add_to_root_path(cur, 1);
+  } else {
+    int32_t walked = 0;
+    for (int32_t v = cur; v >= 0; v = states_[v].link, ++walked) ++counts_[v];
+    if (walked > walk_limit_) move_counts_to_forest();
+  }
   last_ = cur;
   ++num_tokens_;
 }
@@ -135,7 +159,7 @@ void SuffixAutomaton::check_state(int32_t s) const {
 
 int32_t SuffixAutomaton::count(int32_t state) const {
   check_state(state);
-  return counts_.value(state);
+  return count_of(state);
 }
 
 int32_t SuffixAutomaton::transition(int32_t state, int32_t tok) const {
@@ -145,7 +169,7 @@ int32_t SuffixAutomaton::transition(int32_t state, int32_t tok) const {
 
 size_t SuffixAutomaton::memory_bytes() const {
   return sizeof(*this) + states_.capacity() * sizeof(State) + is_clone_.capacity() / 8 +
-         edges_.memory_bytes() + counts_.memory_bytes();
+         edges_.memory_bytes() + counts_.capacity() * sizeof(int32_t) + forest_.memory_bytes();
 }
 
 void SuffixAutomaton::check_integrity() const {
@@ -155,7 +179,10 @@ void SuffixAutomaton::check_integrity() const {
   if (states_[last_].len != static_cast<int32_t>(num_tokens_)) fail("last state length != tokens indexed");
   if (num_tokens_ >= 2 && static_cast<size_t>(n) > 2 * num_tokens_ - 1) fail("more than 2n-1 states");
   std::string why;
-  if (!counts_.check_structure(&why)) fail(why);
+  if (linked_ ? forest_.size() != states_.size() || !counts_.empty() : counts_.size() != states_.size()) {
+    fail("count storage does not hold one count per state");
+  }
+  if (linked_ && !forest_.check_structure(&why)) fail(why);
   std::vector<int32_t> solid_in(n, 0);
   size_t edges = 0;
   for (int32_t v = 0; v < n; ++v) {
@@ -186,8 +213,8 @@ void SuffixAutomaton::check_integrity() const {
     if (v > 0) expect[states_[v].link] += expect[v];
   }
   for (int32_t v = 1; v < n; ++v) {
-    if (counts_.value(v) != expect[v]) {
-      fail("state " + std::to_string(v) + " count " + std::to_string(counts_.value(v)) + " != recount " +
+    if (count_of(v) != expect[v]) {
+      fail("state " + std::to_string(v) + " count " + std::to_string(count_of(v)) + " != recount " +
            std::to_string(expect[v]));
     }
   }

@@ -3,14 +3,17 @@
 The automaton lives in the compiled extension (``csrc/suffix/``) because the proposer's hot path
 (extend per committed token, draft per step) must not make per-token Python calls.
 
-``SuffixAutomaton(vocab_size)``
+``SuffixAutomaton(vocab_size, walk_limit=64)``
     ``extend(tokens)``, ``add_document(tokens)`` (appends a separator so no match spans two
     documents), ``longest_match(context) -> (length, state)``, ``advance(length, state, tokens)``,
     ``repeat_match() -> (length, state)`` (longest suffix of the text that occurs earlier),
     ``count(state)`` (exact occurrences), ``transitions(state) -> (tokens, targets, counts)``,
     ``state_len``, ``state_link``, ``memory_bytes()``, ``check_integrity()``, ``num_states``,
     ``num_transitions``, ``num_tokens``. Token arrays are 1-D contiguous int32 numpy arrays or CPU
-    torch tensors, read in place; other dtypes/layouts raise TypeError/ValueError.
+    torch tensors, read in place; other dtypes/layouts raise TypeError/ValueError. Counts are a
+    plain array updated along each new state's suffix-link path (3-4 states on natural text) until
+    a path longer than ``walk_limit`` states (repetitive text) moves them, once, into a link-cut
+    forest with O(log n) amortised updates; ``counts_linked`` says which holds them.
 
 ``build_suffix_draft(sources, budget, min_match_len=1, min_prob=0.05, max_depth=32, depth_factor=4.0,
 count_prior=0.0, calibration=None, cache="request", features=False)``

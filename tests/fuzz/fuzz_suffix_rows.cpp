@@ -5,7 +5,8 @@
 // Every check is against a brute force on the plain token lists:
 //  * the automaton: longest_match(ctx) is the longest suffix of ctx occurring in the indexed text
 //    (documents never joined), repeat_match is the longest suffix of the text occurring earlier,
-//    count(state) is that string's number of occurrences;
+//    count(state) is that string's number of occurrences, before and after the counts move from
+//    the plain array to the link-cut forest (walk limits 0-9);
 //  * the rows: after every step, the tokens the tracker holds for each row's request are exactly
 //    the row's committed tokens, a chain has at most k tokens, all in the vocabulary.
 // Input bytes are read as a little program: opcode, then operands (all values taken modulo a range).
@@ -60,7 +61,7 @@ int64_t occurrences(const std::vector<std::vector<int32_t>>& docs, const std::ve
 }
 
 void check_automaton(Reader& in) {
-  SuffixAutomaton sam(kVocab);
+  SuffixAutomaton sam(kVocab, in.next(10));  // walk limits 0-9: counts move to the forest at any point
   std::vector<std::vector<int32_t>> docs(1);  // docs.back() is the open text extend() appends to
   for (int op = 0; op < 24 && in.more(); ++op) {
     const int kind = in.next(4);
@@ -119,7 +120,7 @@ void check_rows(Reader& in) {
   params.calibrate = in.next(2);
   params.learn = in.next(2);
   SuffixRowBatch batch(kVocab, params);
-  SuffixAutomaton global(kVocab);
+  SuffixAutomaton global(kVocab, in.next(10));
   for (int d = in.next(3); d > 0; --d) {
     std::vector<int32_t> doc(1 + in.next(8));
     for (auto& t : doc) t = in.next(kVocab);
