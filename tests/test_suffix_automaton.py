@@ -92,10 +92,10 @@ def test_single_stream_matches_reference(vocab, alphabet, data):
 @SETTINGS
 @given(docs=st.lists(st.lists(st.integers(0, 3), max_size=30), min_size=1, max_size=5), data=st.data())
 def test_documents_never_match_across_boundaries(docs, data):
-    sam = SuffixAutomaton(4)
+    sam = SuffixAutomaton(4, walk_limit=data.draw(st.sampled_from([0, 3, 64])))
     for d in docs:
         sam.add_document(i32(d))
-    sam.check_integrity()
+        sam.check_integrity()
     for _ in range(5):
         ctx = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=12))
         check_against_reference(sam, docs, ctx)
@@ -214,6 +214,24 @@ def test_bad_token_arrays_are_refused(bad, exc, msg):
         sam.longest_match(bad)
     assert len(sam) == 3  # a refused array changes nothing
     sam.check_integrity()
+
+
+def test_counts_stay_exact_across_the_move_to_the_forest():
+    """Clones, documents and a mid-text move: every count against brute force before and after."""
+    rng = np.random.default_rng(5)
+    docs = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(5, 40)))] for _ in range(6)]
+    docs.append([1] * 20 + [0, 2] * 10)  # a run and a period: long suffix-link paths
+    sam = SuffixAutomaton(3, walk_limit=8)
+    linked_at = None
+    for i, d in enumerate(docs):
+        sam.add_document(i32(d))
+        sam.check_integrity()
+        if sam.counts_linked and linked_at is None:
+            linked_at = i
+        for _ in range(10):
+            j = int(rng.integers(len(d)))
+            check_against_reference(sam, docs[: i + 1], d[j : j + int(rng.integers(1, 8))])
+    assert linked_at is not None and linked_at > 0, "the move happened after some documents, not at the start"
 
 
 def test_bad_walk_limit_is_refused():

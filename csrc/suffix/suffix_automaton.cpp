@@ -38,8 +38,11 @@ int32_t SuffixAutomaton::add_state(int32_t len, int32_t link, const EdgeList& ed
 void SuffixAutomaton::move_counts_to_forest() {
   // Every state becomes a node holding its count, hung under its suffix link: the forest's root
   // paths are then the suffix-link paths, and its values the counts.
-  for (size_t v = 0; v < states_.size(); ++v) forest_.add_node(counts_[v]);
-  for (size_t v = 1; v < states_.size(); ++v) forest_.link(static_cast<int32_t>(v), states_[v].link);
+  // Built aside, then moved in: running out of memory midway leaves the plain counts in use.
+  LinkCutForest forest;
+  for (size_t v = 0; v < states_.size(); ++v) forest.add_node(counts_[v]);
+  for (size_t v = 1; v < states_.size(); ++v) forest.link(static_cast<int32_t>(v), states_[v].link);
+  forest_ = std::move(forest);
   std::vector<int32_t>().swap(counts_);
   linked_ = true;
 }
@@ -179,7 +182,8 @@ void SuffixAutomaton::check_integrity() const {
   if (states_[last_].len != static_cast<int32_t>(num_tokens_)) fail("last state length != tokens indexed");
   if (num_tokens_ >= 2 && static_cast<size_t>(n) > 2 * num_tokens_ - 1) fail("more than 2n-1 states");
   std::string why;
-  if (linked_ ? forest_.size() != states_.size() || !counts_.empty() : counts_.size() != states_.size()) {
+  if (linked_ ? forest_.size() != states_.size() || !counts_.empty()
+              : counts_.size() != states_.size() || forest_.size() != 0) {
     fail("count storage does not hold one count per state");
   }
   if (linked_ && !forest_.check_structure(&why)) fail(why);
