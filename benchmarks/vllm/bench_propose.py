@@ -10,6 +10,8 @@ interleaved per step so load hits all alike:
   global-match upkeep, best-first tree (``--tree-budget`` nodes, default k as in the drafter) and its
   best chain, for all rows in one C++ call;
   plus the Python around it in ``SuffixDrafter.propose`` (lengths, list conversion);
+* ``SuffixDrafter.propose``: what vLLM calls, all of it: the batched call above plus the load
+  gate's decision and bookkeeping (``use_global`` on, the same warmed cache; ``--paths drafter``);
 * ``specdec batched, k=0``: the same call drafting nothing (identity + commits + match upkeep only),
   to split the batched cost into bookkeeping and drafting;
 * ``specdec per-request``: the same proposer through ``RowSession`` (begin/commit/propose_scored per
@@ -28,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -36,6 +39,7 @@ from bench_suffix import VOCAB, Traffic  # noqa: E402
 
 from specdec import SuffixProposer  # noqa: E402
 from specdec.integrations.rows import RowSession  # noqa: E402
+from specdec.integrations.vllm.drafter import SuffixDrafter  # noqa: E402
 
 K = 4
 TREE = K  # the drafter's default tree budget (DrafterOptions.tree_budget: num_speculative_tokens)
@@ -63,6 +67,12 @@ class Rows:
             self.sampled[r] = doc[n : n + m].tolist()
 
 
+class _Drafter(SuffixDrafter):
+    """The vLLM drafter with the benchmark's global cache (1 GB cap, fed by warm); no log lines."""
+
+    OPTIONS = {"use_global": True, "global_cache_bytes": 1 << 30, "log_every": 0}
+
+
 def make_proposer(traffic: Traffic, global_tokens: int) -> SuffixProposer:
     prop = SuffixProposer(VOCAB, max_depth=K, use_global=True, global_cache_bytes=1 << 30)
     prop.warm(make_docs(traffic, global_tokens))
@@ -83,8 +93,8 @@ def arctic_cache():
     return SuffixDecodingCache, ""
 
 
-PATHS = {"batched": "specdec batched", "k0": "specdec batched, k=0", "per-request": "specdec per-request",
-         "arctic": "arctic speculate"}
+PATHS = {"batched": "specdec batched", "drafter": "SuffixDrafter.propose", "k0": "specdec batched, k=0",
+         "per-request": "specdec per-request", "arctic": "arctic speculate"}
 
 
 def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0, tree: int = TREE,
@@ -108,6 +118,11 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0,
             flat, b = flat.tolist(), offsets.tolist()
             return [flat[b[i]:b[i + 1]] for i in range(batch)]
         cases.append((PATHS["batched"], fast_step, rows()))
+    if "drafter" in paths:
+        drafter = _Drafter(SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=K),
+                                           model_config=SimpleNamespace(get_vocab_size=lambda: VOCAB)))
+        drafter.proposer.warm(make_docs(Traffic(seed), global_tokens))
+        cases.append((PATHS["drafter"], lambda r: drafter.propose(r.sampled, r.n, r.tokens), rows()))
     if "k0" in paths:
         keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=tree)
 
