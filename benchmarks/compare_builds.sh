@@ -47,7 +47,7 @@ for round in $(seq "$ROUNDS"); do
         "$@" --out "$out" >"$out.log" 2>&1) || { tail -20 "$out.log"; exit 1; }
       sed -n '1,3p;/^### overall/,$p' "$out/bench.md"
     elif [ "$WHAT" = propose ]; then
-      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/vllm/bench_propose.py" "$@" 2>&1 | grep -E '^(batch|\| specdec|\| arctic|speedup)')
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/vllm/bench_propose.py" "$@" 2>&1 | grep -E '^(batch|\| specdec|\| SuffixDrafter|\| arctic|speedup)')
     elif [ "$WHAT" = eagle ]; then
       log="$dir-eagle-$round.log"
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --skip-layers --threads 1 \

@@ -9,7 +9,7 @@ interleaved per step so load hits all alike:
 * ``specdec batched``: ``SuffixRowBatch.step`` -- row matching (full memcmp of every row), commits,
   global-match upkeep, best-first tree (``--tree-budget`` nodes, default k as in the drafter) and its
   best chain, for all rows in one C++ call;
-  plus the Python around it in ``SuffixDrafter.propose`` (lengths, list conversion);
+  plus the list conversion ``SuffixDrafter.propose`` does around it;
 * ``SuffixDrafter.propose``: what vLLM calls, all of it: the batched call above plus the load
   gate's decision and bookkeeping (``use_global`` on, the same warmed cache; ``--paths drafter``);
 * ``specdec batched, k=0``: the same call drafting nothing (identity + commits + match upkeep only),

@@ -114,7 +114,7 @@ class SuffixDrafter:
         rows = len(sampled_token_ids)
         sampled = np.fromiter((len(s) for s in sampled_token_ids), dtype=np.int32, count=rows)
         n = num_tokens_no_spec[:rows]
-        decision = self.gating.decide(rows, int(n.sum()) / rows if rows else 0.0)  # sum: 3x cheaper than mean
+        decision = self.gating.decide(rows, int(n.sum()) / rows if rows else 0.0)  # sum: cheaper than n.mean()
         k = min(self.k, decision.budget) if decision.speculate else 0
         floor = self.gating.floor  # chains stop where a token's estimated acceptance no longer pays
         if self._fast is not None:
