@@ -16,8 +16,8 @@ For each policy (serve_bench's names; fixed-budget ones only) this script:
    vLLM's speculative counters around the runs give the drafted tokens per row and the chain
    acceptance histogram (``acceptance_from_counters``). The samples are fitted by
    ``StepCostModel.fit`` (the model ``specdec plan`` uses), one model per policy: every policy
-   runs its own engine configuration (vLLM turns async scheduling off for ``custom_class``), and
-   the fit sees it.
+   runs its own engine configuration (a speculative method adds vLLM's speculative path to every
+   step; on GPUs ``custom_class`` also loses async scheduling), and the fit sees it.
 2. **Predicts** with specdec's simulator in its packed (vLLM V1) scheduler: the measured run's
    prompts, lengths and Poisson arrival times exactly (the load generator's seeded draws),
    ``max_num_seqs`` and vLLM's token budget; goodput, TTFT and TPOT per rate, averaged over

@@ -1,4 +1,4 @@
-"""Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, seven speculation policies.
+"""Goodput under load in vLLM: SmolLM2-135M behind vLLM's OpenAI server on loopback, up to nine policies.
 
 For each policy and each rate a fresh ``vllm serve``-equivalent server
 (``vllm.entrypoints.openai.api_server``) starts on 127.0.0.1 from specdec's converted SmolLM2
@@ -10,6 +10,8 @@ load generator sends the dev prompts as streamed greedy completions with Poisson
 rate, requests and arrival times identical across policies (seeded). Policies:
 
 * ``off``: no speculation;
+* ``off-sync``: no speculation and async scheduling off (``--no-async-scheduling``): the engine
+  every ``custom_class`` drafter gets, without a drafter;
 * ``ngram``: vLLM's ``method="ngram"`` (prompt_lookup 1..4, k tokens);
 * ``suffix``: vLLM's ``method="suffix"`` (ArcticInference), when ``.arctic/site`` holds its
   module (scripts/build_arctic_suffix.sh) -- skipped with the reason otherwise;
@@ -18,8 +20,11 @@ rate, requests and arrival times identical across policies (seeded). Policies:
 * ``specdec-cost``: the same with the cost gate (``cost_gate``: the budget from this engine's own
   step times, fitted while serving; specdec/serving/cost_gate.py);
 * ``specdec-never``: the drafter loaded but never drafting (gate off above 0 requests): what
-  ``custom_class`` itself costs the engine (vLLM turns async scheduling off for it), the floor of
-  any gate inside the drafter.
+  ``custom_class`` itself costs the engine, the floor of any gate inside the drafter (on GPUs vLLM
+  turns async scheduling off for it; on the CPU build it is off for every policy, and the cost is
+  vLLM's speculative path: step_tax.py);
+* ``null-class``: a ``custom_class`` drafter that returns at once (benchmarks/vllm/null_drafter.py):
+  vLLM's side of the interface without specdec's bookkeeping.
 
 Per policy and rate: goodput (requests meeting both the TTFT and the TPOT target, per second of
 the run), throughput (output tokens/s), p50/p99 TTFT and TPOT, acceptance (vLLM's own
@@ -50,15 +55,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_load import drive, percentile, scrape_spec_metrics  # noqa: E402  (beside this file)
 
-POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated", "specdec-cost", "specdec-never")
+POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated", "specdec-cost", "specdec-never", "off-sync",
+            "null-class")
+DEFAULT_POLICIES = POLICIES[:7]  # the last two only take the custom_class tax apart (step_tax.py)
 # the drafter's options per specdec policy (SPECDEC_VLLM_OPTIONS); gate_off_above comes from the command line
 DRAFTER_OPTIONS = {"specdec": {}, "specdec-gated": {"gate_off_above": None}, "specdec-cost": {"cost_gate": True},
                    "specdec-never": {"gate_off_above": 0}}
 
 
 def speculative_config(policy: str, k: int) -> dict | None:
-    if policy == "off":
+    if policy in ("off", "off-sync"):
         return None
+    if policy == "null-class":
+        return {"method": "custom_class", "model": "null_drafter.NullDrafter", "num_speculative_tokens": k}
     if policy == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
     if policy == "suffix":
@@ -91,10 +100,14 @@ def start_server(model: Path, policy: str, args, port: int, log: Path) -> subpro
     env["VLLM_LOGGING_CONFIG_PATH"] = str(write_logging_config(log.parent))
     if policy == "suffix":
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / ".arctic" / "site"), env.get("PYTHONPATH", "")])
+    if policy == "null-class":
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs",
            str(args.max_num_seqs), "--kv-cache-memory-bytes", str(1 << 30), "--gpu-memory-utilization", "0.3",
            "--enforce-eager", "--disable-uvicorn-access-log", "--seed", "0"]
+    if policy == "off-sync":
+        cmd.append("--no-async-scheduling")
     spec = speculative_config(policy, args.k)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec)]
@@ -225,7 +238,7 @@ def add_run_args(ap: argparse.ArgumentParser, *, port: int, out: Path) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--table-from", default=None, help="re-render the markdown table of a serve_bench.json and exit")
     ap.add_argument("--rates", default="0.25,0.5,1,2", help="comma-separated request rates (req/s)")
     ap.add_argument("--requests", type=int, default=24, help="requests per rate (bounded run)")
