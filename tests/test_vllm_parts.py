@@ -95,7 +95,7 @@ def test_metrics_collector_exports_vllm_prefixed_families():
     from prometheus_client import REGISTRY
 
     stats = GateStats(steps_drafting=5, steps_gated=2, drafted=40, accepted=12, accept_rate=0.3, budget=3,
-                      floor=0.25)
+                      floor=0.25, propose_seconds=0.004)
     unregister = metrics.register(stats, "t1")
     try:
         values = {(m.name, s.labels.get("decision")): s.value for m in REGISTRY.collect()
@@ -107,6 +107,7 @@ def test_metrics_collector_exports_vllm_prefixed_families():
     assert values[("vllm:specdec_accept_rate", None)] == pytest.approx(0.3)
     assert values[("vllm:specdec_budget", None)] == 3
     assert values[("vllm:specdec_floor", None)] == pytest.approx(0.25)
+    assert values[("vllm:specdec_propose_seconds", None)] == pytest.approx(0.004)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])

@@ -146,6 +146,8 @@ def test_drafts_are_accepted_and_counted():
     assert engine.accepted > 0.3 * engine.drafted > 0
     # the drafter's own count matches what the fake engine verified, up to drafts of rows it skipped
     assert 0.8 * engine.accepted <= d.stats.accepted <= engine.accepted
+    # its own time is counted for every call, on the wall clock (the fake engine's clock does not advance it)
+    assert 0 < d.stats.propose_seconds < 200 * 0.05
 
 
 def test_the_default_tree_is_num_speculative_tokens_nodes_and_an_option_overrides_it():

@@ -44,6 +44,7 @@ class GateStats:
     switches: int = 0
     budget: int = 0
     floor: float = 0.0
+    propose_seconds: float = 0.0  # wall time inside the drafter's propose, all calls (its own cost per step)
 
 
 class GatedDrafting:
@@ -118,7 +119,9 @@ class GatedDrafting:
             rate = "n/a" if s.accept_rate is None else f"{s.accept_rate:.3f}"
             fit = self.cost.coefficients() if self.cost is not None else None
             fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s, floor %.3f" % (*fit, s.floor)
+            calls = s.steps_drafting + s.steps_gated - 1  # propose_seconds holds the calls before this one
             logger.info("specdec drafter: %d steps drafting, %d gated off, %d drafted, %d accepted (%.3f), "
-                        "gate acceptance %s, last: %s%s", s.steps_drafting, s.steps_gated, s.drafted, s.accepted,
-                        s.accepted / s.drafted if s.drafted else 0.0, rate, d.reason, fit)
+                        "gate acceptance %s, propose %.1f us/step, last: %s%s", s.steps_drafting, s.steps_gated,
+                        s.drafted, s.accepted, s.accepted / s.drafted if s.drafted else 0.0, rate,
+                        s.propose_seconds / calls * 1e6 if calls else 0.0, d.reason, fit)
         return d
