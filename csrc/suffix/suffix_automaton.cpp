@@ -102,6 +102,10 @@ void SuffixAutomaton::extend_one(int32_t c) {
       states_[cur].link = clone;
     }
   }
+  // The token is indexed from here on: a failed move to the forest below (out of memory) leaves a
+  // whole automaton on its plain counts, and the next long walk tries the move again.
+  last_ = cur;
+  ++num_tokens_;
   if (linked_) {
     forest_.link(cur, states_[cur].link);
     forest_.add_to_root_path(cur, 1);
@@ -110,8 +114,6 @@ void SuffixAutomaton::extend_one(int32_t c) {
     for (int32_t v = cur; v >= 0; v = states_[v].link, ++walked) ++counts_[v];
     if (walked > walk_limit_) move_counts_to_forest();
   }
-  last_ = cur;
-  ++num_tokens_;
 }
 
 Match SuffixAutomaton::longest_match(const int32_t* ctx, size_t n) const {
