@@ -68,3 +68,23 @@ def test_a_step_within_the_spare_rows_writes_in_place():
     cut = layer.keys.data_ptr()
     grow.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), 0)
     assert layer.keys.data_ptr() == cut and layer.keys.shape[-2] == 13  # a cut keeps the buffer
+
+
+def test_a_batch_selection_frees_the_old_buffers_at_once():
+    """After ``select`` the whole batch's buffers (with their spare rows) must not wait for the next
+    update to be freed: until then they would sit beside the selected rows and the regrown buffer."""
+    import gc
+    import weakref
+
+    grow, cat = _both()
+    k, v = torch.randn(4, 2, 100, 4), torch.randn(4, 2, 100, 4)
+    grow.update(k, v, 0)
+    cat.update(k.clone(), v.clone(), 0)
+    old = weakref.ref(grow.layers[0].keys._base)
+    kv.select(grow, torch.tensor([2]))
+    kv.select(cat, torch.tensor([2]))
+    gc.collect()
+    assert old() is None
+    _same(grow, cat)
+    k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    assert torch.equal(grow.update(k, v, 0)[0], cat.update(k.clone(), v.clone(), 0)[0])

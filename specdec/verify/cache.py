@@ -18,8 +18,13 @@ Each layer's rows live in a buffer with spare rows (``_GrowingLayer``): a step's
 in place, O(new rows). transformers' ``DynamicLayer`` appends with ``torch.cat``, copying all ``S``
 rows of every layer every step into a fresh allocation: SmolLM2 decoding steps were 5-10% slower
 at 1-2k tokens of context for it, more as the context grows (``benchmarks/bench_kv_append.py``). The
-spare rows are a quarter of the rows held (at least ``MIN_SPARE``), so regrowing copies each row a
-bounded number of times and costs at most a quarter more memory than the rows themselves.
+spare rows are a quarter of the rows held or ``MIN_SPARE`` rows, whichever is more, so regrowing
+copies each row a bounded number of times; past ``4 * MIN_SPARE`` rows the spare is at most a quarter
+of the rows themselves. A batch selection (:func:`select`) drops the old buffers at once.
+
+The tensors a layer's ``update`` returns are views of its buffers: after a cut, a later step writes
+over rows that an earlier step's returned tensors still cover. Nothing may keep them across steps
+(nothing in specdec does: each forward reads them and lets go).
 """
 
 from __future__ import annotations
@@ -162,3 +167,5 @@ def select(cache, index: torch.Tensor) -> None:
         if layer.is_initialized:
             layer.keys = layer.keys.index_select(0, index)
             layer.values = layer.values.index_select(0, index)
+            if getattr(layer, "_buffers", None) is not None:
+                layer._buffers = None  # the whole batch's buffers: freed now, not at the layer's next update
