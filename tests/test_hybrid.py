@@ -94,3 +94,23 @@ def test_hybrid_spec_is_accepted_and_loads_an_eagle_artifact(tmp_path):
         check_spec("hybrid:eagle")
     with pytest.raises(ValueError, match="model part"):
         HybridProposer(SuffixProposer(64), SuffixProposer(64))
+
+
+def test_end_frees_the_model_part_even_when_the_lookup_part_raises():
+    """A lookup part whose end raises must not leave the model part's request behind (a retry of
+    end would then fail on the hybrid's own bookkeeping, and the model's state would never be freed)."""
+    ended = []
+
+    class Failing(FixedDraft):
+        def end(self, req_id):
+            raise RuntimeError("lookup end failed")
+
+    class Tracking(FixedDraft):
+        def end(self, req_id):
+            ended.append(req_id)
+
+    hyb = HybridProposer(Failing([[1]], [0.5], hidden=False), Tracking([[2]], [0.5]), model_gate=None)
+    hyb.begin("r", [0])
+    with pytest.raises(RuntimeError, match="lookup end failed"):
+        hyb.end("r")
+    assert ended == ["r"]

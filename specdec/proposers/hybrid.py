@@ -128,10 +128,12 @@ class HybridProposer:
     def end(self, req_id) -> None:
         self._state(req_id)
         del self._last[req_id]
-        if self.model_gate is not None:
-            self.model_gate.end(req_id)
-        self.suffix.end(req_id)
-        self.eagle.end(req_id)
+        try:
+            if self.model_gate is not None:
+                self.model_gate.end(req_id)
+            self.suffix.end(req_id)
+        finally:  # the model part's state is freed even when the lookup part's end raises
+            self.eagle.end(req_id)
 
     def memory_bytes(self) -> int:
         return self.suffix.memory_bytes() + self.eagle.memory_bytes()
