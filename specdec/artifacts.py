@@ -51,6 +51,11 @@ class IncompatibleArtifactError(ValueError):
     """An artifact was loaded against a target or tokenizer other than the one it was built for."""
 
 
+class DraftingOptionError(ValueError):
+    """A drafting option an artifact carries or a caller gave is not one the proposer takes: a bad
+    option, never a sign that the artifact's weights are broken."""
+
+
 def _digest(kind: str, h: "hashlib._Hash") -> str:
     return f"{kind}-{h.hexdigest()[:_DIGEST_CHARS]}"
 
@@ -255,17 +260,17 @@ class Manifest:
         proposer does not know is an error naming it, not a key left unread.
 
         Raises:
-            ValueError: ``config["drafting"]`` is not a mapping, or it or ``given`` names an option outside
-                ``allowed``.
+            DraftingOptionError: ``config["drafting"]`` is not a mapping, or it or ``given`` names an option
+                outside ``allowed``.
         """
         stored = self.config.get("drafting", {})
         if not isinstance(stored, Mapping):
-            raise ValueError(f"manifest {self.name!r}: config['drafting'] must be a mapping, got {stored!r}")
+            raise DraftingOptionError(f"manifest {self.name!r}: config['drafting'] must be a mapping, got {stored!r}")
         for what, options in (("the manifest carries", stored), ("were given", given)):
             unknown = sorted(set(options) - set(allowed))
             if unknown:
-                raise ValueError(f"{self.kind} artifact {self.name!r}: drafting options {unknown} {what} are not "
-                                 f"options of this proposer (it takes {sorted(allowed)})")
+                raise DraftingOptionError(f"{self.kind} artifact {self.name!r}: drafting options {unknown} {what} "
+                                          f"are not options of this proposer (it takes {sorted(allowed)})")
         return {**stored, **{k: v for k, v in given.items() if v is not None}}
 
     def last_measured(self) -> dict[str, Any] | None:

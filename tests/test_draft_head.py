@@ -146,3 +146,11 @@ def test_drafting_options_a_manifest_carries_are_applied_or_refused_by_name(tmp_
     with pytest.raises(ValueError, match=r"drafting options \['topk'\] were given"):
         EagleProposer.load(str(tmp_path / "e"), target, topk=2)
     assert EagleProposer.load(str(tmp_path / "e"), target, top_k=None).top_k == 3
+    # through a proposer spec the refusal keeps its reason (it is no sign of weights that do not load)
+    from specdec.artifacts import DraftingOptionError
+
+    e.config["drafting"] = {"top_k": 3, "beam": 2}
+    save_artifact(str(tmp_path / "e"), layer.state_tensors(torch.float16), e)
+    with pytest.raises(DraftingOptionError, match=r"drafting options \['beam'\] the manifest carries") as err:
+        make_proposer(f"eagle:{tmp_path / 'e'}", target, None)
+    assert "does not load" not in str(err.value)

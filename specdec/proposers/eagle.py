@@ -162,8 +162,8 @@ class EagleProposer:
         cfg = config_cls.from_dict(manifest.config["layer"])
         if cfg.hidden_size != lm_head_weight.shape[1]:
             raise ValueError(f"artifact hidden size {cfg.hidden_size} != target hidden size {lm_head_weight.shape[1]}")
+        opts = manifest.drafting_options(DRAFT_OPTIONS, draft_options)  # refused before the layer is built
         layer = layer_cls.from_tensors(tensors, cfg, lm_head_weight.dtype)
-        opts = manifest.drafting_options(DRAFT_OPTIONS, draft_options)
         return cls(layer, embed_weight, lm_head_weight, manifest.to_artifact(), **opts)
 
     # ------------------------------------------------------------------ lifecycle

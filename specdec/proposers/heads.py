@@ -174,8 +174,8 @@ class MedusaProposer:
     @classmethod
     def from_manifest(cls, tensors, manifest: Manifest, lm_head_weight: torch.Tensor, *,
                       head_dtype: str | None = None) -> "MedusaProposer":
+        opts = manifest.drafting_options(("head_dtype",), {"head_dtype": head_dtype})  # before the heads are built
         heads = MedusaHeads.from_tensors(tensors, manifest.config)
-        opts = manifest.drafting_options(("head_dtype",), {"head_dtype": head_dtype})
         return cls(heads, lm_head_weight, manifest.config["rank_acc"], manifest.to_artifact(), **opts)
 
     def _tree(self, budget: int, lm_level: bool) -> tuple[tuple[int, ...], ...]:

@@ -69,13 +69,13 @@ def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, 
         from ..proposers.eagle import EagleProposer
         from ..proposers.heads import MedusaProposer
 
-        from ..artifacts import IncompatibleArtifactError
+        from ..artifacts import DraftingOptionError, IncompatibleArtifactError
         from ..proposers.reduced_vocab import HeadDtypeError
 
         cls = MedusaProposer if kind == "medusa" else EagleProposer
         try:
             return cls.load(arg, model, allow_mismatch=allow_mismatch, head_dtype=head_dtype)
-        except (IncompatibleArtifactError, HeadDtypeError):
+        except (IncompatibleArtifactError, HeadDtypeError, DraftingOptionError):
             raise
         except (RuntimeError, KeyError, TypeError, ValueError) as exc:  # state-dict errors, a config field missing
             if str(arg) in str(exc):  # already names its file
