@@ -396,15 +396,23 @@ def test_bad_request_calibration_strength_is_refused():
 def test_a_scored_proposer_is_shown_each_sized_tree_and_the_cost_curve(model, reference):
     """``observe_sized``: the tree the decoder verifies (after its sizing) and its live cost curve,
     once per drafted request and step, before the commit of that step."""
-    seen, order = [], []
+    seen, order, same_step = [], [], []
 
     class Watching(SuffixProposer):
+        commits = drafted_at = 0
+
+        def propose_scored(self, req_ids, budget):
+            self.drafted_at = self.commits
+            return super().propose_scored(req_ids, budget)
+
         def observe_sized(self, req_id, tree, cost):
             seen.append((req_id, tree.num_nodes, cost))
             order.append("sized")
+            same_step.append(self.commits == self.drafted_at)  # no commit between drafting and sizing
 
         def commit(self, req_id, accepted_ids, **kw):
             order.append("commit")
+            self.commits += 1
             super().commit(req_id, accepted_ids, **kw)
 
     dec = SpeculativeDecoder(model, Watching(64, min_match_len=1, min_prob=0.0), max_budget=16,
@@ -416,3 +424,4 @@ def test_a_scored_proposer_is_shown_each_sized_tree_and_the_cost_curve(model, re
     # the prefill's token is committed first; then each sizing precedes its step's commit (the last
     # step's tokens finish the request: it ends without a commit)
     assert order[0] == "commit" and "sized sized" not in " ".join(order)
+    assert all(same_step), same_step
