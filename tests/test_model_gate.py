@@ -56,6 +56,53 @@ def test_a_model_node_matching_only_the_targets_own_token_adds_nothing():
     assert calls < 120 / 3, calls
 
 
+def test_model_nodes_that_push_an_accepted_lookup_node_out_of_the_tree_count_against_it():
+    """Budget 2: the model's [1], [1, 3] outrank lookup's [1, 2]; the target accepts 1 and emits 2 as
+    its own token. Lookup alone would have had [1, 2] accepted, the merged tree had [1]: a gain of -1,
+    not 0. (Scoring both sides against the accepted draft alone cannot see this: the merged tree
+    always accepts all of it.)"""
+    clock = _Clock()
+    lookup = FixedDraft([[1], [1, 2]], [0.5, 0.45], hidden=False, clock=clock, source="request")
+    model = FixedDraft([[1], [1, 3]], [0.9, 0.8], clock=clock, cost=0.010)
+    hyb = HybridProposer(lookup, model, model_gate=ModelGate(clock=clock))
+    hyb.begin("r", [0])
+    (draft,) = hyb.propose_scored(["r"], 2)
+    assert sorted(draft.tree.tokens.tolist()) == [1, 3]
+    hyb.commit("r", [1, 2])
+    assert min(hyb.model_gate.gain) == pytest.approx(-1.0)
+
+
+def test_a_lookup_node_counts_against_the_target_token_only_when_the_merge_pushed_it_out():
+    """Emitted (1, 2): [1] accepted, 2 the target's own token. A lookup node [1, 2] the merge offered
+    and the sizer cut counts for 1 token (a lookup-only tree's sizer would have cut it too); one the
+    model's nodes pushed out counts for 2 (offered, it would have been accepted)."""
+    from specdec.proposers.hybrid import _gain, _Step
+
+    lookup = [(1,), (1, 2)]
+    assert _gain(_Step(lookup_paths=lookup, offered=[(1,), (1, 2), (1, 3)]), (1, 2)) == 0
+    assert _gain(_Step(lookup_paths=lookup, offered=[(1,), (1, 3)]), (1, 2)) == -1
+    assert _gain(_Step(lookup_paths=[(1,)], offered=[(1,), (1, 3)]), (1, 3, 9)) == 1  # the model's node added one
+
+
+def test_the_models_price_has_the_feed_of_its_steps_but_not_of_a_prompt():
+    """EAGLE feeds what was queued before it drafts. The feed of the steps since its last draft is part
+    of a draft's price (one pass, which each skip saves); a request's prompt feed is a cost of the
+    request, paid once, and must not enter the per-step price (it made each new request's first
+    draft look 100 times dearer here)."""
+    clock = _Clock()
+    lookup = FixedDraft([], [], hidden=False, clock=clock, source="request")
+    model = FixedDraft([[1], [1, 2]], [0.6, 0.4], clock=clock, cost=0.010, feed_cost=0.200, prompt_feed_cost=1.0)
+    hyb = HybridProposer(lookup, model, model_gate=ModelGate(clock=clock))
+    for r in ("a", "b"):  # the first draft of all is dropped as warm-up; b's first is not
+        hyb.begin(r, [0])
+        for _ in range(5):
+            hyb.propose_scored([r], 8)
+            hyb.commit(r, [1, 2, 9])
+        hyb.end(r)
+    steps = [0.210] * 4 + [0.010] + [0.210] * 4  # a's second to fifth, b's first (prompt fed apart), b's rest
+    assert hyb.model_gate.model_seconds == pytest.approx(sum(steps) / len(steps))
+
+
 def test_no_gate_drafts_both_every_step():
     clock = _Clock()
     lookup = FixedDraft([[1], [1, 2]], [0.99, 0.99], hidden=False, clock=clock)

@@ -235,6 +235,11 @@ class EagleProposer:
         r = self._flush(self._state(req_id))
         return r.k[: r.length], r.v[: r.length]
 
+    def feed_queued(self, req_id) -> None:
+        """Feed the request's queued pairs through the draft layer now (drafting would do it first): the
+        hybrid's model gate feeds a request's prompt this way before it times the first draft."""
+        self._flush(self._state(req_id))
+
     def root(self, req_id) -> torch.Tensor | None:
         """``[H]``: the feature depth 1 is drafted from (None while nothing can be drafted), queued pairs fed."""
         return self._flush(self._state(req_id)).root

@@ -89,6 +89,7 @@ class HybridProposer:
             raise ValueError(f"model_gate must be 'auto', None or a ModelGate, got {model_gate!r}")
         self.model_gate = ModelGate() if model_gate == "auto" else model_gate
         self._last: dict[Hashable, _Step] = {}
+        self._model_drafted: set[Hashable] = set()  # requests the gated model has drafted for
         a = eagle.artifact
         self.artifact = Artifact(name=f"hybrid:suffix+{a.name}", bound_to=a.bound_to, fingerprint=a.fingerprint,
                                  version=a.version, details={"parts": {"suffix": suffix.artifact.name,
@@ -115,11 +116,7 @@ class HybridProposer:
         if self.model_gate is not None and step.sources:
             gain = None
             if step.bucket is not None:
-                # Only the accepted draft counts (the emitted tokens less the target's own last one): an
-                # EAGLE node matching that last token was not verified (the decoder's sizer cut it), so
-                # it added nothing, however right it was.
-                accepted = emitted[:-1]
-                gain = _accepted(step.offered, accepted) - _accepted(step.lookup_paths, accepted)
+                gain = _gain(step, emitted)
             self.model_gate.observe(req_id, step.bucket, gain, len(emitted))
             if step.verify_extra is not None:
                 self.model_gate.observe_verify_time(step.verify_extra)
@@ -128,6 +125,7 @@ class HybridProposer:
     def end(self, req_id) -> None:
         self._state(req_id)
         del self._last[req_id]
+        self._model_drafted.discard(req_id)
         try:
             if self.model_gate is not None:
                 self.model_gate.end(req_id)
@@ -203,6 +201,13 @@ class HybridProposer:
         """EAGLE's draft for one request, timed for the gate."""
         if self.model_gate is None:
             return self.eagle.propose_scored([req_id], [budget])[0]
+        if req_id not in self._model_drafted:
+            # A request's first draft would feed its whole prompt (up to MAX_QUEUED pairs) through the
+            # layer: a cost of the request, not of this step, so it is paid before the clock starts.
+            # Later drafts keep their feed of the steps since in the price: one pass over a few rows,
+            # which every draft adds and every skip saves.
+            self.eagle.feed_queued(req_id)
+            self._model_drafted.add(req_id)
         t0 = self.model_gate.clock()
         (draft,) = self.eagle.propose_scored([req_id], [budget])
         self.model_gate.observe_model_time(self.model_gate.clock() - t0)
@@ -217,6 +222,28 @@ class HybridProposer:
         for path, c in zip(paths, self.calibration(source).apply(raw, [len(p) for p in paths])):
             if c > candidates.get(path, -1.0):
                 candidates[path] = c
+
+
+def _gain(step: _Step, emitted: tuple[int, ...]) -> int:
+    """Accepted tokens the model's nodes added on top of lookup's in one step (negative when they cost some).
+
+    The merged tree accepted the accepted draft (``emitted`` less the target's own last token). What
+    lookup alone would have accepted depends on where its paths went:
+
+    * a lookup path the merge offered counts against the accepted draft only: one matching the last
+      emitted token too was offered and not verified (the decoder's sizer cut it), so a lookup-only
+      tree's sizer would have cut it as well;
+    * a lookup path the model's nodes pushed out of the tree counts against every emitted token: had
+      it been offered, its match of the target's own token would have been accepted. Without this
+      side, the gain could never fall below 0, and a bucket where the model's nodes displace good
+      lookup nodes would read as one where they merely add nothing.
+    """
+    accepted = emitted[:-1]
+    offered = set(step.offered)
+    kept = [p for p in step.lookup_paths if p in offered]
+    pushed_out = [p for p in step.lookup_paths if p not in offered]
+    lookup = max(_accepted(kept, accepted), _accepted(pushed_out, emitted))
+    return _accepted(step.offered, accepted) - lookup
 
 
 def _accepted(paths: Sequence[tuple[int, ...]], emitted: tuple[int, ...]) -> int:
