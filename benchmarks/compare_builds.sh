@@ -10,6 +10,7 @@
 #   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS bench [specdec bench options...]
 #   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS eagle [bench_skinny_linear.py --eagle options...]
 #   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS propose [bench_propose.py options...]
+#   bash benchmarks/compare_builds.sh BASE_REV NEW_REV ROUNDS trained [trained_proposers.py options...]
 #
 # The second form alternates whole `specdec bench` runs instead (same options for both commits,
 # each round's report under /tmp/specdec-builds/<rev>-bench-<round>/) and prints each run's overall
@@ -18,6 +19,11 @@
 # artifacts/eagle3-smollm2-135m --threads 1, each commit's own script): Python changes to drafting.
 # The fourth alternates the vLLM drafter's propose-cost benchmark (benchmarks/vllm/bench_propose.py,
 # this checkout's script against each commit's extension): C++ changes to the suffix automaton.
+# The fifth alternates whole benchmarks/trained_proposers.py runs (each commit's own script and
+# committed artifacts, run from its worktree: give --prompts as an absolute path): Python changes to
+# proposers and gates, end to end. Each run has its own plain and suffix
+# baselines, so its speedups and vs-suffix ratios are same-run; the JSON goes to
+# /tmp/specdec-builds/<rev>-trained-<round>.json and the per-category lines are printed.
 #
 # Uses the checkout's .venv (its torch); worktrees go to /tmp/specdec-builds/<rev>.
 set -euo pipefail
@@ -48,6 +54,12 @@ for round in $(seq "$ROUNDS"); do
       sed -n '1,3p;/^### overall/,$p' "$out/bench.md"
     elif [ "$WHAT" = propose ]; then
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$HERE/benchmarks/vllm/bench_propose.py" "$@" 2>&1 | grep -E '^(batch|\| specdec|\| SuffixDrafter|\| arctic|speedup)')
+    elif [ "$WHAT" = trained ]; then
+      log="$dir-trained-$round.log"
+      (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/trained_proposers.py" "$@" \
+        --json "$dir-trained-$round.json" >"$log" 2>&1) || { tail -20 "$log"; exit 1; }
+      grep -E '^(coding|extraction|summarization|writing|overall|[a-z]+ )' "$log" | grep -v '^replay' || true
+      echo "load $(cut -d' ' -f1 /proc/loadavg)"
     elif [ "$WHAT" = eagle ]; then
       log="$dir-eagle-$round.log"
       (cd "$dir" && PYTHONPATH="$dir" "$PY" "$dir/benchmarks/bench_skinny_linear.py" --skip-layers --threads 1 \

@@ -27,8 +27,10 @@ then a tax on every step. :class:`ModelGate` decides per request and step, befor
   drafting does not starve another's exploration), and a bucket or request that turned useful is
   found again.
 
-The gain counts only the accepted draft (the emitted tokens less the target's own last one), for
-the merged tree and the lookup's paths alike: a node the decoder's sizer cut earns no credit.
+The merged tree is credited with its accepted draft (the emitted tokens less the target's own last
+one): a node the decoder's sizer cut earns no credit. Lookup's paths the merge offered are judged
+the same way; those the model's nodes pushed out of the tree are judged against every emitted token,
+since offered they would have been verified (``hybrid._gain``).
 
 Exploration stays at a fixed one in ``explore_every``: a back-off (interval doubled after each
 exploration that did not pay, up to 64) was measured on 2026-12-02 and taken out. The gain means
