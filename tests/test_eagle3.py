@@ -114,3 +114,29 @@ def test_eagle3_trains_on_cached_features_and_beats_its_initialisation(tmp_path)
     assert all(a < b for a, b in zip(after["ce"], before["ce"])), (before, after)
     assert after["top1"][0] > before["top1"][0]
     assert report["train_tokens"] == sum(len(s.ids) for i, s in enumerate(seqs) if i % 5 != 4)
+
+
+def test_extraction_is_refused_before_any_forward_when_its_shards_cannot_fit_on_disk(tmp_path, monkeypatch):
+    """The byte count per token is what the shards take (checked against the files), and an extraction
+    the disk cannot hold is refused up front with the --max-tokens that would fit."""
+    import os
+    import shutil
+    from collections import namedtuple
+
+    target = _target(5)
+    seqs = [TeacherSequence(list(range(2, 2 + n)), [False] + [True] * (n - 1)) for n in (30, 40, 50)]
+    spec = FeatureSpec(LAYERS, top_k=4, max_len=64)
+    per = spec.bytes_per_token(target.config.hidden_size)
+    extract(target, seqs, str(tmp_path / "ok"), spec, shard_tokens=10_000, progress=False)
+    shard = [f for f in os.listdir(tmp_path / "ok") if f.startswith("shard-")]
+    size = sum(os.path.getsize(tmp_path / "ok" / f) for f in shard)
+    assert 120 * per <= size <= 120 * per + 4096  # the tensors, plus one safetensors header per shard
+
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 100 * per, 100 * per))
+    assert extract(target, seqs, str(tmp_path / "fits"), spec, progress=False, max_tokens=70)["tokens"] == 70
+    calls = []
+    monkeypatch.setattr(target.model, "forward", lambda *a, **k: calls.append(1))
+    with pytest.raises(ValueError, match=r"extracting 120 more tokens .* pass max_tokens \(--max-tokens\) <= 100,"):
+        extract(target, seqs, str(tmp_path / "full"), spec, progress=False)
+    assert not calls

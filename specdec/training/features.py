@@ -53,6 +53,11 @@ class FeatureSpec:
     def tag(self) -> str:
         return f"L{'-'.join(map(str, self.layers))}-k{self.top_k}-len{self.max_len}"
 
+    def bytes_per_token(self, hidden_size: int) -> int:
+        """Disk (and, once loaded for training, memory) per cached token: fp16 ``fused`` and ``final``,
+        int32 ids and fp16 probabilities of the top-k, the int32 token and its bool loss flag."""
+        return 2 * (len(self.layers) + 1) * hidden_size + 6 * self.top_k + 4 + 1
+
     @staticmethod
     def default_layers(num_layers: int) -> tuple[int, ...]:
         """Low, middle and high (:func:`~specdec.proposers.eagle3_layer.default_feature_layers`)."""
@@ -123,6 +128,7 @@ def extract(model, sequences: Sequence[TeacherSequence], out_dir: str, spec: Fea
     start, done_tokens = prog["sequences"], prog["tokens"]
     goal = sum(len(s.ids) for s in sequences) if max_tokens is None else min(
         max_tokens, sum(len(s.ids) for s in sequences))
+    _check_disk(out_dir, goal - min(done_tokens, goal), spec.bytes_per_token(int(model.config.hidden_size)))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -158,6 +164,19 @@ def extract(model, sequences: Sequence[TeacherSequence], out_dir: str, spec: Fea
     prog["complete"] = prog["sequences"] >= len(sequences) and not prog["budget_reached"]
     _write_json(prog_path, prog)
     return prog
+
+
+def _check_disk(out_dir: str, tokens: int, per_token: int) -> None:
+    """Refuse, before the first forward, an extraction whose shards cannot fit on ``out_dir``'s disk:
+    it would run for hours and fail at the shard that does not fit. (For SmolLM2 the whole ShareGPT
+    file is ~39 GB at ``max_len`` 512 and ~108 GB with whole conversations.)"""
+    import shutil
+
+    need, free = tokens * per_token, shutil.disk_usage(out_dir).free
+    if need > free:
+        raise ValueError(f"extracting {tokens:,} more tokens takes ~{need / 1e9:.1f} GB ({per_token:,} bytes a "
+                         f"token), but {out_dir} has {free / 1e9:.1f} GB free: pass max_tokens (--max-tokens) "
+                         f"<= {free // per_token:,}, or another --cache-dir")
 
 
 def _flush(out_dir: str, prog: dict, rows: list[dict], tokens: int, seconds: float, prog_path: str) -> dict:
