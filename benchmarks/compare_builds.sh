@@ -21,9 +21,9 @@
 # this checkout's script against each commit's extension): C++ changes to the suffix automaton.
 # The fifth alternates whole benchmarks/trained_proposers.py runs (each commit's own script and
 # committed artifacts, run from its worktree: give --prompts as an absolute path): Python changes to
-# proposers and gates, end to end. Each run has its own plain and suffix
-# baselines, so its speedups and vs-suffix ratios are same-run; the JSON goes to
-# /tmp/specdec-builds/<rev>-trained-<round>.json and the per-category lines are printed.
+# proposers and gates, end to end. Each run has its own plain and suffix baselines, so its speedups
+# and vs-suffix ratios are same-run; the JSON goes to /tmp/specdec-builds/<rev>-trained-<round>.json
+# and the per-category lines are printed.
 #
 # Uses the checkout's .venv (its torch); worktrees go to /tmp/specdec-builds/<rev>.
 set -euo pipefail
