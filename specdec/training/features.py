@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Sequence
@@ -170,8 +171,6 @@ def _check_disk(out_dir: str, tokens: int, per_token: int) -> None:
     """Refuse, before the first forward, an extraction whose shards cannot fit on ``out_dir``'s disk:
     it would run for hours and fail at the shard that does not fit. (For SmolLM2 the whole ShareGPT
     file is ~39 GB at ``max_len`` 512 and ~108 GB with whole conversations.)"""
-    import shutil
-
     need, free = tokens * per_token, shutil.disk_usage(out_dir).free
     if need > free:
         raise ValueError(f"extracting {tokens:,} more tokens takes ~{need / 1e9:.1f} GB ({per_token:,} bytes a "
