@@ -94,7 +94,7 @@ def bench_eagle(args) -> None:
 
     from specdec.bench import load_prompts
     from specdec.models import load_default
-    from specdec.serving.measure import make_proposer
+    from specdec.proposers.registry import make_proposer
     from specdec.verify.hf import HFTarget
 
     model, tokenizer = load_default()

@@ -57,13 +57,13 @@ from specdec.bench import load_prompts, run_benchmark, specdec_method  # noqa: E
 from specdec.cli.args import proposer_spec  # noqa: E402
 from specdec.proposers.hybrid import HybridProposer  # noqa: E402
 from specdec.proposers.model_gate import ModelGate  # noqa: E402
-from specdec.serving.measure import make_proposer  # noqa: E402
+from specdec.proposers.registry import make_proposer  # noqa: E402
 
 
 def build(spec: str, model, tokenizer, head_dtype: str | None = None):
     """A proposer from a spec; ``drafter:<artifact dir>`` is a distilled drafter (``specdec train
     draft | draft-kd``) driven as an EAGLE-2-style dynamic tree (``--drafter-width`` wide).
-    ``head_dtype``: see :func:`specdec.serving.measure.make_proposer`."""
+    ``head_dtype``: see :func:`specdec.proposers.registry.make_proposer`."""
     if spec.startswith("drafter:"):
         from specdec.proposers.draft_model import DraftModelProposer
         from specdec.training.drafter import load_drafter

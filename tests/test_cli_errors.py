@@ -115,7 +115,7 @@ def _medusa_artifact(tmp_path, model):
 
 def test_corrupted_artifacts_name_the_file_and_the_problem(tmp_path):
     from specdec.models import tiny_model
-    from specdec.serving.measure import make_proposer
+    from specdec.proposers.registry import make_proposer
 
     model = tiny_model("llama")
     art = _medusa_artifact(tmp_path / "a", model)

@@ -11,7 +11,7 @@ from specdec.ops.skinny_linear import linear_rows, op_available
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
 from specdec.proposers.reduced_vocab import DraftHead, HeadDtypeError
-from specdec.serving.measure import make_proposer
+from specdec.proposers.registry import make_proposer
 
 LAYERS = (1, 3, 5)
 

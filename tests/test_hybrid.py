@@ -13,7 +13,7 @@ from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
 from specdec.proposers.hybrid import HybridProposer
 from specdec.proposers.suffix import SuffixProposer
-from specdec.serving.measure import make_proposer
+from specdec.proposers.registry import make_proposer
 
 LAYERS = (1, 3, 5)
 

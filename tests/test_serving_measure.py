@@ -4,7 +4,8 @@ import pytest
 
 from specdec.models import tiny_model
 from specdec.serving.acceptance import AcceptanceDist
-from specdec.serving.measure import Workload, make_proposer, measure_proposer, target_memory
+from specdec.proposers.registry import make_proposer
+from specdec.serving.measure import Workload, measure_proposer, target_memory
 
 
 def test_suffix_measurement_per_category_and_overall():

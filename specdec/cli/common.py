@@ -56,7 +56,7 @@ def make_proposer(spec: str, model, tokenizer=None, *, allow_mismatch: bool = Fa
     """
     if spec == "none":
         return None
-    from ..serving.measure import make_proposer as from_spec
+    from ..proposers.registry import make_proposer as from_spec
 
     if allow_mismatch:
         print(f"specdec: WARNING: --allow-mismatch: {spec} is used even if it was built for another checkpoint",

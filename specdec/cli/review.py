@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..models import load_target
-from ..serving.measure import artifact_dict, build_workload, fingerprints, make_proposer, measure_proposer
+from ..proposers.registry import make_proposer
+from ..serving.measure import artifact_dict, build_workload, fingerprints, measure_proposer
 from ..serving.review import compare, load_trigger, review_markdown
 from .args import model_spec, probability
 from .common import log

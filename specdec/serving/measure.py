@@ -3,17 +3,7 @@
 Why a separate step: ``plan`` and ``review`` must measure the same things the same way -- review
 re-runs exactly this on the current target and artifacts and compares the numbers.
 
-Proposer specs (command-line strings):
-
-* ``suffix`` -- :class:`~specdec.proposers.suffix.SuffixProposer` (bound to nothing);
-  ``suffix:<responses .jsonl>`` -- the same with its global cache warmed from earlier responses
-  (:meth:`~specdec.proposers.suffix.SuffixProposer.warm`; the ids must come from this tokenizer);
-* ``draft:<model path>`` -- :class:`~specdec.proposers.draft_model.DraftModelProposer` over a
-  Hugging Face checkpoint sharing the target's tokenizer (bound to the tokenizer);
-* ``medusa:<artifact dir>`` -- trained heads (bound to the target checkpoint); measured through
-  the :class:`~specdec.SpeculativeDecoder` because they need the target's hidden states;
-* ``eagle:<artifact dir>`` -- the EAGLE-style draft layer (bound to the target checkpoint, needs its
-  hidden states too), measured the same way.
+Proposers come from spec strings (:mod:`specdec.proposers.registry`).
 """
 
 from __future__ import annotations
@@ -24,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from ..proposers.registry import make_proposer
 from .acceptance import AcceptanceDist, from_histogram, measure_by_replay
 from ..prompts import encode_first_turn, read_prompt_records
 from .memory import ProposerMemory, kv_bytes_per_token, measure_proposer_memory, model_weight_bytes
@@ -33,67 +24,6 @@ from .workload import WorkloadItem, greedy_outputs, items_from
 def default_workload_path() -> Path:
     """The dev-prompt sample shipped with the package (Spec-Bench format, 4 prompts per category)."""
     return Path(__file__).resolve().parent.parent / "data" / "prompts_dev_sample.jsonl"
-
-
-def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, head_dtype: str | None = None):
-    """A fresh proposer from a spec string (see the module docstring); ``allow_mismatch`` lets
-    trained artifacts bound to another checkpoint load (with a warning). ``head_dtype``: how trained
-    heads hold their LM-head rows (:class:`~specdec.proposers.reduced_vocab.DraftHead`); refused for
-    proposers without one."""
-    vocab = int(model.get_output_embeddings().weight.shape[0])
-    kind, _, arg = spec.partition(":")
-    if head_dtype is not None:  # refused before any artifact is read
-        from ..proposers.reduced_vocab import check_head_dtype
-
-        check_head_dtype(head_dtype)
-        if kind not in ("medusa", "eagle", "hybrid"):
-            raise ValueError(f"head_dtype={head_dtype!r} applies to medusa, eagle and hybrid proposers, not {spec!r}")
-    if spec == "suffix" or (kind == "suffix" and arg):
-        from ..proposers.suffix import SuffixProposer, read_documents
-
-        prop = SuffixProposer(vocab)
-        if arg:
-            prop.warm(read_documents(arg))
-        return prop
-    if kind == "draft" and arg:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from ..proposers.draft_model import DraftModelProposer
-
-        if not Path(arg).exists():
-            raise ValueError(f"draft model directory {arg!r} does not exist")
-        draft = AutoModelForCausalLM.from_pretrained(arg, local_files_only=True).eval()
-        return DraftModelProposer(draft, target_tokenizer=tokenizer, draft_tokenizer=AutoTokenizer.from_pretrained(arg),
-                                  target_vocab_size=vocab)
-    if kind in ("medusa", "eagle") and arg:
-        from ..proposers.eagle import EagleProposer
-        from ..proposers.heads import MedusaProposer
-
-        from ..artifacts import DraftingOptionError, IncompatibleArtifactError
-        from ..proposers.reduced_vocab import HeadDtypeError
-
-        cls = MedusaProposer if kind == "medusa" else EagleProposer
-        try:
-            return cls.load(arg, model, allow_mismatch=allow_mismatch, head_dtype=head_dtype)
-        except (IncompatibleArtifactError, HeadDtypeError, DraftingOptionError):
-            raise
-        except (RuntimeError, KeyError, TypeError, ValueError) as exc:  # state-dict errors, a config field missing
-            if str(arg) in str(exc):  # already names its file
-                raise
-            raise ValueError(f"{arg}: the artifact does not load: the weights do not fit the config in its "
-                             f"manifest.json ({type(exc).__name__}: {exc})") from exc
-    if kind == "hybrid" and arg.startswith("suffix+eagle:") and arg[len("suffix+eagle:"):]:
-        from ..proposers.eagle import EagleProposer
-        from ..proposers.hybrid import HybridProposer
-        from ..proposers.suffix import SuffixProposer
-
-        eagle = EagleProposer.load(arg[len("suffix+eagle:"):], model, allow_mismatch=allow_mismatch,
-                                   head_dtype=head_dtype)
-        return HybridProposer(SuffixProposer(vocab), eagle)
-    raise ValueError(
-        f"unknown proposer spec {spec!r}; expected 'suffix', 'suffix:<responses .jsonl>', 'draft:<model dir>', "
-        "'medusa:<artifact dir>', 'eagle:<artifact dir>' or 'hybrid:suffix+eagle:<artifact dir>'"
-    )
 
 
 def fingerprints(model, tokenizer) -> dict:
