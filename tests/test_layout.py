@@ -84,6 +84,7 @@ LOW = {"checks", "tree", "calibration", "_ext", "_compat", "_lazy", "_requires"}
 ALLOWED = {
     "checks": set(),
     "calibration": set(),
+    "estimate": set(),
     "tree": {"checks"},
     "ops": {"checks", "tree", "_ext"},
     "verify": {"checks", "tree", "ops", "_ext", "_requires"},
@@ -98,7 +99,7 @@ ALLOWED = {
     "bench": LOW | {"engine", "models", "prompts"},
     "integrations": LOW | {"verify", "sampling", "proposers", "serving", "engine"},
     "serving": LOW
-    | {"verify", "sampling", "proposers", "engine", "training", "artifacts", "models", "prompts", "bench"},
+    | {"verify", "sampling", "proposers", "engine", "training", "artifacts", "models", "prompts", "bench", "estimate"},
 }
 # one-release shims of moved modules (each only re-exports through _compat.moved)
 SHIMS = {"serving/commands.py", "training/commands.py"}

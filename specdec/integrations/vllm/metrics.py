@@ -13,7 +13,9 @@ starts with ``vllm:`` (vllm/v1/metrics/reader.py), so the drafter registers a co
 * ``vllm:specdec_floor``: the acceptance probability a drafted token needed at the last step (the
   cost gate's ``c * rate``; 0 without a cost gate or before its fit);
 * ``vllm:specdec_propose_seconds_total``: wall time spent inside the drafter's ``propose``, all
-  steps: its own cost, to set beside the engine's step time (divide by the steps).
+  steps: its own cost, to set beside the engine's step time (divide by the steps);
+* ``vllm:specdec_rows_refused_total``: rows given no draft because their lengths or token ids were
+  out of range (each one also logged).
 
 It lives in the process that runs the drafter: with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` that is the
 ``LLM`` process; otherwise the engine-core process, whose registry ``get_metrics()`` does not see
@@ -49,6 +51,7 @@ class DrafterCollector:
             ("vllm:specdec_draft_tokens", "Tokens drafted by specdec", stats.drafted),
             ("vllm:specdec_accepted_tokens", "Drafted tokens confirmed by the committed tokens", stats.accepted),
             ("vllm:specdec_propose_seconds", "Seconds spent inside the drafter's propose", stats.propose_seconds),
+            ("vllm:specdec_rows_refused", "Rows given no draft: lengths or token ids out of range", stats.rows_refused),
         ):
             fam = CounterMetricFamily(name, doc, labels=["drafter"])
             fam.add_metric([self.label], value)
