@@ -81,7 +81,7 @@ def _cmdclass():
 
 setup(
     name="specdec",
-    version="0.1.0",
+    version="0.3.0",
     description="Speculative decoding as drop-in parts: proposers, tree-attention verify, exact rejection sampling",
     packages=find_packages(include=["specdec", "specdec.*"]),
     package_data={"specdec": ["data/*.jsonl"]},

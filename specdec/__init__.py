@@ -21,7 +21,7 @@ from .tree import TreeBatch, pack_trees
 
 from ._lazy import lazy_names
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 # Parts that need the compiled extension or transformers load on first use, so that importing
 # specdec for the sampler or DraftTree stays cheap and works before the extension is built.

@@ -210,7 +210,7 @@ class SpeculativeDecoder:
                         if speculate:
                             self.sizer.observe(tickets[row], path)
                         self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
-                    self.target.accept(state, paths, [e[-1] for e in emitted], validate=False)
+                    self.target.commit(state, paths, [e[-1] for e in emitted], validate=False)
                     t3 = time.perf_counter()
                     self._account(active, trees, speculate, t0, t1, t2, t3)
                     yield from events

@@ -43,7 +43,6 @@ from typing import Any, Hashable, Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from .._compat import moved
 from ..tree import DraftTree
 
 BoundTo = Literal["nothing", "tokenizer", "target"]
@@ -133,7 +132,3 @@ class ScoredProposer(Proposer, Protocol):
     """
 
     def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]: ...
-
-
-# Moved in 0.2: the token-id and budget checks to specdec.checks, ReplayProposer to its own module.
-__getattr__ = moved(__name__, "specdec.checks", "specdec.proposers.replay")[0]

@@ -422,7 +422,7 @@ def calibrate_engine(
 
                 def step():
                     target.verify(state, trees)
-                    target.accept(state, [[]] * B, [0] * B)
+                    target.commit(state, [[]] * B, [0] * B)
 
                 samples.append(Sample(B, n, C, timed(step)))
                 done += 1
