@@ -53,26 +53,26 @@ def test_importing_the_light_parts_loads_neither_the_extension_nor_transformers(
 # top-level module or package of specdec; "" is the package's own __init__ (it re-exports).
 # Lower layers never reach up: nothing below the engine imports it, and no library layer imports
 # the command line.
-LOW = {"checks", "tree", "calibration", "_ext", "_compat", "_lazy", "_requires"}
+LOW = {"checks", "tree", "_ext", "_imports"}
 ALLOWED = {
     "checks": set(),
-    "calibration": set(),
-    "estimate": set(),
     "tree": {"checks"},
+    "estimate": {"checks", "tree"},
+    "control": {"checks", "tree", "estimate"},
     "ops": {"checks", "tree", "_ext"},
-    "verify": {"checks", "tree", "ops", "_ext", "_requires"},
+    "verify": {"checks", "tree", "ops", "_ext", "_imports"},
     "sampling": {"checks", "tree"},
-    "artifacts": {"proposers"},  # the Artifact protocol lives beside the proposers that implement it
+    "artifacts": set(),
     "prompts": set(),
-    "proposers": LOW | {"ops", "verify", "sampling", "artifacts", "prompts"},
-    "engine": LOW | {"ops", "verify", "sampling", "proposers"},
+    "proposers": LOW | {"ops", "verify", "sampling", "artifacts", "prompts", "control", "estimate"},
+    "engine": LOW | {"ops", "verify", "sampling", "proposers", "control", "estimate"},
     "conformance": LOW | {"verify", "sampling", "engine", "proposers"},
     "models": LOW | {"verify", "prompts"},
     "training": LOW | {"verify", "proposers", "artifacts", "models", "prompts"},
-    "bench": LOW | {"engine", "models", "prompts"},
-    "integrations": LOW | {"verify", "sampling", "proposers", "serving", "engine"},
-    "serving": LOW
-    | {"verify", "sampling", "proposers", "engine", "training", "artifacts", "models", "prompts", "bench", "estimate"},
+    "plan": LOW | {"estimate", "control"},
+    "measure": LOW | {"verify", "sampling", "proposers", "engine", "estimate", "control", "artifacts", "models",
+                      "prompts", "training", "plan"},
+    "integrations": LOW | {"verify", "sampling", "proposers", "engine", "control", "estimate"},
 }
 
 
@@ -124,3 +124,67 @@ def test_the_layering_check_sees_a_violation(tmp_path):
     f = pkg / "sampling" / "x.py"
     f.write_text("from ..engine.sizing import DraftSizer\nimport specdec.cli\n")
     assert set(_specdec_imports(f, pkg)) == {"engine", "cli"}
+
+
+def _module_graph(root):
+    """Module -> the specdec modules it imports at module level (function-local imports load lazily)."""
+    import ast
+
+    graph = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = list(rel.parts)
+        pkg = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        edges = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom):
+                base = pkg[: len(pkg) - (node.level - 1)] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                for a in node.names:
+                    full = f"{mod}.{a.name}"
+                    target = full if (root.parent / full.replace(".", "/")).with_suffix(".py").exists() else mod
+                    if target.startswith("specdec"):
+                        edges.add(target)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name.startswith("specdec")}
+        graph[name] = edges - {name}
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    """A cycle makes import order matter and hides which module owns a concept (the train CLI's
+    recipes once imported each other over a private helper)."""
+    from pathlib import Path
+
+    graph = _module_graph(Path(specdec.__file__).parent)
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"

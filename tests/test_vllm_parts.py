@@ -10,7 +10,8 @@ import torch
 
 from specdec import DraftTree
 from specdec.integrations.rows import best_chain
-from specdec.integrations.vllm import cpu_sampling, metrics, plugin, version
+from specdec.integrations.vllm import cpu_sampling, plugin, version
+from specdec.integrations.vllm import prometheus as metrics
 from specdec.integrations.vllm.gate import GateStats
 from specdec.integrations.vllm.options import ENV, DrafterOptions
 

@@ -37,7 +37,7 @@ def register(subparsers) -> None:
 
 
 def build_methods(args, model, stops, tokenizer=None, cost_model=None):
-    from ..bench import hf_method, specdec_method
+    from ..measure.speedup import hf_method, specdec_method
     from ..engine.decoder import SpeculativeDecoder
 
     plain = SpeculativeDecoder(model)
@@ -78,8 +78,8 @@ def execute(args):
     """Run the benchmark, write the report files, return ``summarize(runs)``'s table."""
     from tqdm import tqdm
 
-    from ..bench import SAMPLE_PROMPTS, load_note, load_prompts, markdown, plot, run_benchmark, summarize
-    from ..engine.verify_cost import VerifyCostModel
+    from ..measure.speedup import SAMPLE_PROMPTS, load_note, load_prompts, markdown, plot, run_benchmark, summarize
+    from ..estimate.verify_cost import VerifyCostModel
     from ..prompts import read_prompt_records
 
     started, load_start = time.time(), os.getloadavg()[0]

@@ -3,7 +3,7 @@
 The whole loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py`` is the same loop for
 one request, without the batching). One step:
 
-1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.engine.sizing.DraftSizer`
+1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.control.sizer.DraftSizer`
    keeps the nodes worth their verify time.
 2. **verify**: one target forward over every request's pending token + tree (:class:`HFTarget`).
 3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection.accept_step`)
@@ -37,8 +37,8 @@ from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
-from .sizing import DraftSizer, Ticket, cap_depth, check_draft
-from .verify_cost import VerifyCostModel
+from ..control.sizer import DraftSizer, Ticket, cap_depth, check_draft
+from ..estimate.verify_cost import VerifyCostModel
 
 
 @dataclass

@@ -24,7 +24,7 @@ it (no holes and every tree a chain of one common length) no mask is passed and 
 own causal path: plain decoding then runs the same kernels as ``model.generate``. In tree-op mode
 the op reads each request's prefix length directly, so ragged steps with a draft need no mask.
 
-What a model must offer is checked by feature, not by name (:mod:`specdec.verify.features`).
+What a model must offer is checked by feature, not by name (:mod:`specdec.verify.capabilities`).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from typing import Sequence
 
 import torch
 
-from .._requires import require_transformers
+from .._imports import require_transformers
 from ..checks import as_token_list
 from ..ops.skinny_linear import lm_head_logits
 from ..tree import DraftTree, pack_trees
 from . import cache as kv
-from .features import inspect_model, tree_op_refusal
+from .capabilities import inspect_model, tree_op_refusal
 from .masks import (key_positions, model_masks, prefill_visibility, step_positions, step_visibility,
                     window_binds)
 from .patch import ForwardPatch
@@ -96,7 +96,7 @@ class HFTarget:
     Args:
         model: a decoder-only causal LM in eval mode whose attention takes a prepared 4-D mask and
             explicit ``position_ids`` over a ``DynamicCache`` (checked by feature:
-            :func:`specdec.verify.features.inspect_model`; the architecture matrix is in
+            :func:`specdec.verify.capabilities.inspect_model`; the architecture matrix is in
             ``docs/engine.md``).
         attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
             SDPA model runs grouped SDPA during specdec's forwards, which skips transformers' copy
@@ -113,7 +113,7 @@ class HFTarget:
             (``[..., len * H]``), what an EAGLE-3 proposer (``target_layers``) reads.
 
     Raises:
-        ValueError: naming the missing feature (see :mod:`specdec.verify.features`), a
+        ValueError: naming the missing feature (see :mod:`specdec.verify.capabilities`), a
             ``torch.compile``'d model, ``attention="tree_op"`` for a model the op cannot run exactly
             (no attention-registry support, attention soft-capping), or an LM head whose logits the
             adapter does not reproduce.

@@ -31,11 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from specdec import SuffixProposer
-from specdec.integrations.rows import CONTINUED, REFUSED, RowSession
-from specdec.proposers.suffix_rows import RowTracking
+from ...proposers.suffix import SuffixProposer
+from ..rows import CONTINUED, REFUSED, RowSession
+from ...proposers.suffix_rows import RowTracking
 
-from . import cpu_sampling, metrics, version
+from . import cpu_sampling, version
+from . import prometheus as metrics
 from .gate import GatedDrafting
 from .options import DrafterOptions
 

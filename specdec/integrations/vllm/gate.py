@@ -3,13 +3,13 @@
 vLLM V1 removed batch-size-based disabling of speculation (``speculative_disable_by_batch_size``)
 and its replacement schedule (``num_speculative_tokens_per_batch_size``) is not applied to
 ``custom_class`` drafters, so near saturation every verified draft token displaces a real one.
-:class:`GatedDrafting` puts specdec's :class:`~specdec.serving.gate.LoadGate` there: the batch size is
+:class:`GatedDrafting` puts specdec's :class:`~specdec.control.load_gate.LoadGate` there: the batch size is
 the number of rows vLLM passes (its running batch this step), acceptance is what the drafter saw
 confirmed, and a "gate off" step returns no drafts (vLLM then verifies nothing extra).
 Decisions and acceptance are counted in :class:`GateStats` (exported as ``vllm:specdec_*``
 metrics, :mod:`.metrics`) and logged every ``log_every`` steps on logger ``specdec.vllm``.
 
-With ``cost_gate`` a :class:`~specdec.serving.cost_gate.CostGate` then chooses the budget (0..k)
+With ``cost_gate`` a :class:`~specdec.control.cost_gate.CostGate` then chooses the budget (0..k)
 from this engine's own step times, timed between the drafter's calls: the load threshold needs a
 number measured on the engine, the cost gate measures it while serving. It also sets ``floor``, the
 per-token acceptance probability a drafted token needs to pay for its verify time
@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from specdec.serving.cost_gate import CostGate
-from specdec.serving.gate import GateDecision, LoadGate
+from ...control.cost_gate import CostGate
+from ...control.load_gate import GateDecision, LoadGate
 
 logger = logging.getLogger("specdec.vllm")
 

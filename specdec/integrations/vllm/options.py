@@ -39,7 +39,7 @@ class DrafterOptions:
             resume at or below ``gate_on_below`` (default: the same); ``inf``: never gate on load.
         min_accept_rate: stop drafting while recent per-token acceptance is below this (probing).
         cost_gate: choose each step's budget (0..num_speculative_tokens) from this engine's own step
-            times and acceptance, fitted while serving (:class:`~specdec.serving.cost_gate.CostGate`);
+            times and acceptance, fitted while serving (:class:`~specdec.control.cost_gate.CostGate`);
             applied below the load gate when both are set.
         park_steps / park_seconds / max_parked / max_parked_tokens: a request out of the batch is
             ended after this many steps or seconds, or (oldest first) while more than this many

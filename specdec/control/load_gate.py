@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .acceptance import AcceptanceDist
-from .cost import StepCostModel
+from ..estimate.acceptance import AcceptanceDist
+from ..estimate.step_cost import StepCostModel
 
 
 @dataclasses.dataclass(frozen=True)

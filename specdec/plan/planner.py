@@ -18,9 +18,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .acceptance import AcceptanceDist
-from .cost import StepCostModel
-from .gate import BudgetOptimizer
+from ..estimate.acceptance import AcceptanceDist
+from ..estimate.step_cost import StepCostModel
+from ..control.load_gate import BudgetOptimizer
 from .memory import ProposerMemory, admitted_concurrency
 from .policies import AlwaysOn, Off, adaptive, gated, hysteresis_band
 from .pools import GateSpec, Pool

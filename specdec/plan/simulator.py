@@ -39,9 +39,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .acceptance import AcceptanceDist
-from .cost import StepCostModel
-from .metrics import RequestRecord
+from ..estimate.acceptance import AcceptanceDist
+from ..estimate.step_cost import StepCostModel
+from .goodput import RequestRecord
 from .policies import Policy
 from .workload import SimRequest
 
@@ -55,7 +55,7 @@ class ServerConfig:
         acceptance: one distribution for all requests, or one per category (a category missing
             from the mapping falls back to key ``"all"``, else is an error).
         kv_capacity_tokens: target KV tokens that fit in memory with the proposer loaded
-            (None: unlimited). See :mod:`specdec.serving.memory`.
+            (None: unlimited). See :mod:`specdec.plan.memory`.
         kv_capacity_tokens_off: the same without the proposer (used by policies that never
             draft, which do not load it); defaults to ``kv_capacity_tokens``.
         proposer_token_overhead: proposer bytes per cached token / target KV bytes per token

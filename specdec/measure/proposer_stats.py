@@ -12,13 +12,14 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Hashable, Sequence
 
-from ..proposers.registry import make_proposer
-from .acceptance import AcceptanceDist, from_histogram, measure_by_replay
+from ..estimate.acceptance import AcceptanceDist, from_histogram
+from ..plan.memory import ProposerMemory, kv_bytes_per_token
+from ..plan.workload import WorkloadItem, items_from
 from ..prompts import encode_first_turn, read_prompt_records
-from .memory import ProposerMemory, kv_bytes_per_token, measure_proposer_memory, model_weight_bytes
-from .workload import WorkloadItem, greedy_outputs, items_from
+from ..proposers.registry import make_proposer
+from .replay import measure_by_replay
 
 
 def default_workload_path() -> Path:
@@ -187,3 +188,55 @@ def target_memory(model, dtype: str | None = None) -> dict:
         "kv_bytes_per_token": kv_bytes_per_token(model.config, dt),
         "kv_dtype": dt,
     }
+
+
+def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:
+    """The target's greedy continuation of each prompt (:func:`specdec.models.clean_generate`).
+
+    These are what a lookup/draft proposer is replayed against; with greedy verification the
+    speculative decoder emits exactly these tokens whatever the proposer.
+    """
+    import torch
+
+    from ..models import clean_generate
+
+    out = {}
+    device = next(model.parameters()).device
+    for i, (rid, ids) in enumerate(prompts.items()):
+        x = torch.tensor([ids], device=device)
+        y = clean_generate(model, x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                           eos_token_id=eos_token_id, pad_token_id=eos_token_id)
+        out[rid] = y[0, x.shape[1]:].tolist()
+        if progress:
+            progress(i + 1, len(prompts))
+    return out
+
+
+def measure_proposer_memory(
+    proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__", target_hidden=None
+) -> ProposerMemory:
+    """Measure a proposer's fixed and per-token memory with ``memory_bytes()`` around one request.
+
+    ``memory_bytes()`` before ``begin`` is the fixed part (weights, shared state); the growth
+    after ``begin(prompt)`` divided by the prompt length is the per-token part (its own KV cache).
+    Shared structures that keep data after ``end`` (a global suffix tree) show up as growth too,
+    which is what the budget should charge for them. ``target_hidden`` (``[len(prompt), H]``) is
+    passed to ``begin`` for proposers that need the target's hidden states (trained heads).
+    """
+    if len(prompt_ids) == 0:
+        raise ValueError("measure_proposer_memory needs a non-empty prompt")
+    before = int(proposer.memory_bytes())
+    extra = {} if target_hidden is None else {"target_hidden": target_hidden}
+    proposer.begin(req_id, list(prompt_ids), **extra)
+    try:
+        during = int(proposer.memory_bytes())
+    finally:
+        proposer.end(req_id)
+    return ProposerMemory(before, max(0, during - before) / len(prompt_ids))
+
+
+def model_weight_bytes(model) -> int:
+    """Bytes of a torch module's parameters and buffers (what the target's weights take)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    total += sum(b.numel() * b.element_size() for b in model.buffers())
+    return int(total)

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .metrics import SLO, summarize
+from .goodput import SLO, summarize
 from .policies import Off, Policy
 from .simulator import ServerConfig, simulate
 from .workload import SimRequest, WorkloadItem, make_requests, poisson_arrivals
@@ -51,7 +51,7 @@ def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server:
     draws (near saturation a single finite run is noisy: a few requests more or less meet the
     objectives depending on the transient queue).
 
-    Rows carry everything :func:`~specdec.serving.metrics.summarize` returns plus ``policy``,
+    Rows carry everything :func:`~specdec.plan.goodput.summarize` returns plus ``policy``,
     ``rate``, ``mean_batch``, ``max_batch``, ``switches``, ``drafted`` and ``accepted`` (draft
     tokens, summed over the run) and ``cost_rel_off`` (compute seconds per token relative to the
     ``"off"`` policy at the same

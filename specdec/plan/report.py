@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from .plan import POLICY_ORDER, PoolPlan, gated_goal
+from .planner import POLICY_ORDER, PoolPlan, gated_goal
 from .pools import dump_pools
 
 _LIFECYCLE = {

@@ -1,11 +1,11 @@
 """The verify-cost curve ``c(n)``: seconds one target forward takes to verify ``n`` draft nodes.
 
 A verify step over ``n`` draft nodes costs ``c(n)`` seconds and emits ``1 + E[accepted]`` tokens;
-:mod:`specdec.engine.sizing` weighs the two to choose how many nodes to verify. ``c`` is measured
+:mod:`specdec.control.sizer` weighs the two to choose how many nodes to verify. ``c`` is measured
 once per target with a short calibration (:meth:`VerifyCostModel.calibrate`) because its shape
 depends entirely on the hardware: on a 2-core CPU a 64-node verify costs ~3.4x a single-token step,
 on a GPU it costs about the same as one token. (The fleet-level step-time model, batch by batch, is
-:mod:`specdec.serving.cost`.)
+:mod:`specdec.estimate.step_cost`.)
 """
 
 from __future__ import annotations

@@ -62,28 +62,6 @@ def make_requests(items: Sequence[WorkloadItem], arrivals: Sequence[float], rng:
     return [SimRequest(i, float(t), items[int(j)], bool(o)) for i, (t, j, o) in enumerate(zip(arrivals, idx, opt))]
 
 
-def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:
-    """The target's greedy continuation of each prompt (:func:`specdec.models.clean_generate`).
-
-    These are what a lookup/draft proposer is replayed against; with greedy verification the
-    speculative decoder emits exactly these tokens whatever the proposer.
-    """
-    import torch
-
-    from ..models import clean_generate
-
-    out = {}
-    device = next(model.parameters()).device
-    for i, (rid, ids) in enumerate(prompts.items()):
-        x = torch.tensor([ids], device=device)
-        y = clean_generate(model, x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                           eos_token_id=eos_token_id, pad_token_id=eos_token_id)
-        out[rid] = y[0, x.shape[1]:].tolist()
-        if progress:
-            progress(i + 1, len(prompts))
-    return out
-
-
 def items_from(prompts: dict, outputs: dict, categories: dict) -> list[WorkloadItem]:
     """Workload items from tokenised prompts, their outputs and each request's category."""
     return [WorkloadItem(len(prompts[r]), max(1, len(outputs[r])), categories[r]) for r in prompts]

@@ -31,8 +31,8 @@ import math
 import tomllib
 from pathlib import Path
 
-from .gate import BudgetOptimizer
-from .metrics import SLO
+from ..control.load_gate import BudgetOptimizer
+from .goodput import SLO
 from .policies import AlwaysOn, Off, Policy, adaptive, gated
 
 POLICIES = ("off", "always", "gated", "adaptive")

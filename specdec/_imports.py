@@ -1,15 +1,37 @@
-"""Version floors of optional dependencies, checked where the code that needs them starts.
+"""Imports that must stay cheap or optional: lazily re-exported names, and version floors.
 
-Why: transformers is an extra (``specdec[hf]``), not a dependency, so that specdec installs into
-an engine's environment (vLLM pins an older transformers) for the parts that need no Hugging Face
-model: the suffix proposer, the vLLM drafter, the sampler and the serving tools. The Hugging Face
-verify path needs a newer transformers than such an environment may hold; it says so on entry
-instead of failing deep inside a forward.
+Why lazy: ``import specdec`` (and ``specdec.engine``, ``specdec.proposers``) must stay cheap and
+work before the compiled extension is built; the classes that need the extension or transformers
+load when they are first looked up.
+
+Why floors: transformers is an extra (``specdec[hf]``), not a dependency, so that specdec installs
+into an engine's environment (vLLM pins an older transformers) for the parts that need no Hugging
+Face model: the suffix proposer, the vLLM drafter, the sampler and the planning tools. The Hugging
+Face verify path needs a newer transformers than such an environment may hold; it says so on
+entry instead of failing deep inside a forward.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+from typing import Mapping
+
+
+def lazy_names(package: str, table: Mapping[str, str], eager: tuple[str, ...] = ()):
+    """``(__getattr__, __dir__)`` for ``package``: ``table`` maps each lazy name to the module that
+    defines it; ``eager`` lists the names the package already imports (for ``__dir__``)."""
+
+    def __getattr__(name: str):
+        if name in table:
+            return getattr(importlib.import_module(table[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted({*eager, *table})
+
+    return __getattr__, __dir__
+
 
 TRANSFORMERS_MIN = (5, 24)
 TRANSFORMERS_WHY = "the verify path passes cache= to the model's forward and builds DynamicCache(config=...)"

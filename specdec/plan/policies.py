@@ -7,7 +7,7 @@ an opted-out request gets budget 0 whatever the policy says.
 * ``off`` -- plain decoding; the proposer is not even loaded (its memory is free for KV).
 * ``always`` -- fixed budget every step, whatever the load (what a single-stream benchmark tunes).
 * ``gated`` -- fixed budget while the batch is at or below a threshold, with hysteresis.
-* ``adaptive`` -- budget chosen per step by :class:`~specdec.serving.gate.BudgetOptimizer`
+* ``adaptive`` -- budget chosen per step by :class:`~specdec.control.load_gate.BudgetOptimizer`
   (SmartSpec-style: maximise expected tokens per second of the batch), optionally load-gated too.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .gate import BudgetOptimizer, LoadGate
+from ..control.load_gate import BudgetOptimizer, LoadGate
 
 
 class Policy:

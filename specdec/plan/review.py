@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from .acceptance import AcceptanceDist
+from ..estimate.acceptance import AcceptanceDist
 
 TRIGGER_KIND = "specdec.review-trigger"
 

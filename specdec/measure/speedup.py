@@ -16,12 +16,12 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .engine.decoder import SpeculativeDecoder
-from .models import clean_generate
-from .engine.metrics import RequestMetrics
-from .prompts import encode_first_turn, read_prompt_records
+from ..engine.decoder import SpeculativeDecoder
+from ..models import clean_generate
+from ..engine.metrics import RequestMetrics
+from ..prompts import encode_first_turn, read_prompt_records
 
-SAMPLE_PROMPTS = Path(__file__).parent / "data" / "prompts_dev_sample.jsonl"
+SAMPLE_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts_dev_sample.jsonl"
 
 
 @dataclass

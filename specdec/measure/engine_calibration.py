@@ -6,8 +6,8 @@ request per step, so while ``B`` requests decode together the gaps between a req
 are the engine's step times at batch ``B``, async scheduling and all. The engine's own
 speculative-decoding counters (drafts, drafted tokens, accepted tokens per position) give the
 acceptance histogram. Both are turned here into the simulator's inputs: cost
-:class:`~specdec.serving.cost.Sample` rows and an
-:class:`~specdec.serving.acceptance.AcceptanceDist`. The I/O (HTTP, /metrics) lives in the
+:class:`~specdec.estimate.step_cost.Sample` rows and an
+:class:`~specdec.estimate.acceptance.AcceptanceDist`. The I/O (HTTP, /metrics) lives in the
 benchmark that drives the server (benchmarks/vllm/plan_vs_measured.py).
 
 Two ways to calibrate:
@@ -29,8 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .acceptance import AcceptanceDist
-from .cost import Sample, StepSample, packed_features
+from ..estimate.acceptance import AcceptanceDist
+from ..estimate.step_cost import Sample, StepSample, packed_features
 
 
 def together_gaps(chunk_times: Sequence[Sequence[float]]) -> list[float]:

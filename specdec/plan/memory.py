@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Hashable, Sequence
 
 _DTYPE_BYTES = {
     "float32": 4,
@@ -76,29 +75,6 @@ class ProposerMemory:
             raise ValueError(f"ProposerMemory values must be >= 0, got {self}")
 
 
-def measure_proposer_memory(
-    proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__", target_hidden=None
-) -> ProposerMemory:
-    """Measure a proposer's fixed and per-token memory with ``memory_bytes()`` around one request.
-
-    ``memory_bytes()`` before ``begin`` is the fixed part (weights, shared state); the growth
-    after ``begin(prompt)`` divided by the prompt length is the per-token part (its own KV cache).
-    Shared structures that keep data after ``end`` (a global suffix tree) show up as growth too,
-    which is what the budget should charge for them. ``target_hidden`` (``[len(prompt), H]``) is
-    passed to ``begin`` for proposers that need the target's hidden states (trained heads).
-    """
-    if len(prompt_ids) == 0:
-        raise ValueError("measure_proposer_memory needs a non-empty prompt")
-    before = int(proposer.memory_bytes())
-    extra = {} if target_hidden is None else {"target_hidden": target_hidden}
-    proposer.begin(req_id, list(prompt_ids), **extra)
-    try:
-        during = int(proposer.memory_bytes())
-    finally:
-        proposer.end(req_id)
-    return ProposerMemory(before, max(0, during - before) / len(prompt_ids))
-
-
 @dataclasses.dataclass(frozen=True)
 class Admission:
     """Result of :func:`admitted_concurrency`: sequences that fit and where the memory went."""
@@ -145,10 +121,3 @@ def admitted_concurrency(
     return Admission(
         seqs, int(max(0, free) // kv_bytes_token), int(budget_bytes), int(weights_bytes), pm.fixed_bytes, per_seq
     )
-
-
-def model_weight_bytes(model) -> int:
-    """Bytes of a torch module's parameters and buffers (what the target's weights take)."""
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    total += sum(b.numel() * b.element_size() for b in model.buffers())
-    return int(total)

@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-from ..calibration import RunningMean
+from ..estimate.calibration import RunningMean
 
 
 @dataclass

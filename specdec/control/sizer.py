@@ -8,7 +8,7 @@ most likely nodes (a prefix-closed set, since path probabilities never grow alon
     rate(k) = (1 + sum of the k largest path probabilities) / c(k)
 
 tokens per second; the decoder verifies the ``k`` that maximises it (``k = 0`` = do not speculate).
-``c`` is the measured :class:`~specdec.engine.verify_cost.VerifyCostModel`.
+``c`` is the measured :class:`~specdec.estimate.verify_cost.VerifyCostModel`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Callable, Hashable, Sequence
 
 
 from ..tree import DraftTree
-from ..calibration import RequestCalibration, RunningMean, ScoreCalibration
-from .verify_cost import VerifyCostModel
+from ..estimate.calibration import RequestCalibration, RunningMean, ScoreCalibration
+from ..estimate.verify_cost import VerifyCostModel
 
 
 @dataclass
