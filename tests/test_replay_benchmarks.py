@@ -1,17 +1,14 @@
-"""The replay benchmarks' own logic (benchmarks/lookup_ceiling.py, benchmarks/replay_decoder.py):
-the bound and the replayed policy must compute what their docs claim, on hand-checked cases."""
-
-import pathlib
-import sys
+"""The replay benchmarks' own logic (benchmarks.replay.lookup_ceiling, benchmarks.replay.draft_sizing,
+benchmarks.engine.trained_proposers): the bound and the replayed policy must compute what their docs
+claim, on hand-checked cases."""
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "benchmarks"))
-lookup_ceiling = pytest.importorskip("lookup_ceiling")
-common = pytest.importorskip("common")
-replay_decoder = pytest.importorskip("replay_decoder")
-
-from specdec.estimate.verify_cost import VerifyCostModel  # noqa: E402
+from benchmarks.common.cost_curve import parse_curve
+from benchmarks.common.report import accepted_histogram, depth_acceptance, ratio_ci
+from benchmarks.engine import trained_proposers as trained
+from benchmarks.replay import draft_sizing, lookup_ceiling
+from specdec.estimate.verify_cost import VerifyCostModel
 
 
 def test_copy_lengths_follow_the_anchor():
@@ -37,22 +34,22 @@ def test_replayed_policy_counts_every_answer_token():
     rows = [{"category": "a", "prompt_ids": [1, 2, 3, 1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 7]},
             {"category": "b", "prompt_ids": [5, 6], "output_ids": [8, 9, 10]}]
     cost = VerifyCostModel([0, 1, 4], [1.0, 1.02, 1.08])
-    for variant in replay_decoder.VARIANTS.values():
-        totals = replay_decoder.replay(rows, variant, cost, budget=4)
+    for variant in draft_sizing.VARIANTS.values():
+        totals = draft_sizing.replay(rows, variant, cost, budget=4)
         assert totals[None]["tokens"] == 10 and totals["a"]["tokens"] == 7 and totals["b"]["tokens"] == 3
         assert totals[None]["steps"] <= 10 and totals[None]["cost"] >= totals[None]["steps"]
-    assert replay_decoder.replay(rows, replay_decoder.VARIANTS["per-depth"], cost, 4)["a"]["accepted"] > 0
+    assert draft_sizing.replay(rows, draft_sizing.VARIANTS["per-depth"], cost, 4)["a"]["accepted"] > 0
 
 
 @pytest.mark.parametrize("text", ["abc", "0:1,x:2", "1:20,2:30"])
 def test_bad_cost_curves_are_refused_by_name(text):
     with pytest.raises(SystemExit, match="--cost"):
-        common.parse_curve(text)
+        parse_curve(text)
 
 
 def test_an_unknown_ask_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
-        replay_decoder.main(["--ask", "adaptive,sometimes", "--cost", "0:22,1:24"])
+        draft_sizing.main(["--ask", "adaptive,sometimes", "--cost", "0:22,1:24"])
     assert "--ask takes adaptive and/or fixed, got 'adaptive,sometimes'" in capsys.readouterr().err
 
 
@@ -65,7 +62,6 @@ def test_an_unknown_ask_is_refused_before_any_work(capsys):
 def test_trained_proposers_refuses_a_variant_its_proposer_lacks_before_loading(monkeypatch, capsys, tmp_path, flag,
                                                                                  spec, message):
     spec, message = spec.format(dir=tmp_path), message.format(dir=tmp_path)  # an EAGLE spec needs a directory
-    trained = pytest.importorskip("trained_proposers")
     import specdec.models
 
     def no_load(*a, **k):
@@ -78,8 +74,6 @@ def test_trained_proposers_refuses_a_variant_its_proposer_lacks_before_loading(m
 
 
 def test_ratio_ci_is_paired_and_covers_the_point_ratio():
-    from common import ratio_ci
-
     # Prompts of very different length, the same 1.5x on each: pairing gives a zero-width interval;
     # resampling the two columns independently would have spread it over 0.3x-7x.
     slow = [10.0, 100.0, 1.0, 40.0]
@@ -97,7 +91,6 @@ def test_ratio_ci_is_paired_and_covers_the_point_ratio():
 
 
 def test_trained_proposers_table_gives_intervals_and_the_ratio_to_suffix():
-    trained = pytest.importorskip("trained_proposers")
     from specdec.measure.speedup import Run
     from specdec.engine.metrics import RequestMetrics
 
@@ -115,3 +108,11 @@ def test_trained_proposers_table_gives_intervals_and_the_ratio_to_suffix():
     assert t["a"]["hybrid"]["vs_suffix"] == pytest.approx(1.25, abs=1e-3)
     assert "vs_suffix" not in t["a"]["suffix"] and "vs_suffix" not in t["a"]["plain"]
     assert t["b"]["hybrid"]["mismatches"] == 1 and t["a"]["hybrid"]["mismatches"] == 0
+
+
+def test_acceptance_by_depth_reads_the_histogram_of_accepted_lengths():
+    hist = accepted_histogram([0, 2, 2, 3, 1], budget=4)
+    assert hist == [1, 1, 2, 1, 0]
+    assert depth_acceptance(hist) == [0.8, 0.6, 0.2]  # P(accepted >= 1), >= 2, >= 3; none reached 4
+    with pytest.raises(ValueError, match="outside \\[0, 4\\]"):
+        accepted_histogram([5], budget=4)

@@ -1,7 +1,7 @@
 """Per-request cost of one vLLM drafter step: specdec's batched C++ path against per-request calls.
 
 State of the issue's measurement: every request has an 8k-token context, the global cache holds
-1M tokens of past responses (synthetic traffic of benchmarks/bench_suffix.py: shared Zipf
+1M tokens of past responses (synthetic traffic of benchmarks/kernels/suffix.py: shared Zipf
 phrases, vocabulary 49,152), and each step every row commits 1-4 tokens (what vLLM's rejection
 sampler emits) before the drafter is called with the whole batch. Measured, in one process and
 interleaved per step so load hits all alike:
@@ -19,13 +19,15 @@ interleaved per step so load hits all alike:
 * ``arctic speculate``: ArcticInference's ``SuffixDecodingCache`` (vLLM's ``method="suffix"``), one
   ``add_active_response`` + ``speculate`` per request, when ``arctic_inference`` imports.
 
-Script: python benchmarks/vllm/bench_propose.py [--batch 32] [--context 8192] [--global-tokens 1000000]
+Script: python -m benchmarks.vllm.bench_propose [--batch 32] [--context 8192] [--global-tokens 1000000]
 pytest: pytest benchmarks/vllm/bench_propose.py --benchmark-enable (smaller state, pytest-benchmark table)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -34,12 +36,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from bench_suffix import VOCAB, Traffic  # noqa: E402
-
-from specdec import SuffixProposer  # noqa: E402
-from specdec.integrations.rows import RowSession  # noqa: E402
-from specdec.integrations.vllm.drafter import SuffixDrafter  # noqa: E402
+from benchmarks.common.paths import ROOT
+from benchmarks.kernels.suffix import VOCAB, Traffic
+from specdec import SuffixProposer
+from specdec.integrations.rows import RowSession
+from specdec.integrations.vllm.drafter import SuffixDrafter
 
 K = 4
 TREE = K  # the drafter's default tree budget (DrafterOptions.tree_budget: num_speculative_tokens)
@@ -79,18 +80,25 @@ def make_proposer(traffic: Traffic, global_tokens: int) -> SuffixProposer:
     return prop
 
 
-ARCTIC_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".arctic", "site")
+ARCTIC_PACKAGE = ROOT / ".arctic" / "site" / "arctic_inference"  # what scripts/build_arctic_suffix.sh builds
 
 
 def arctic_cache():
-    """ArcticInference's SuffixDecodingCache from .arctic/site (scripts/build_arctic_suffix.sh) or the environment."""
-    if os.path.isdir(ARCTIC_SITE) and ARCTIC_SITE not in sys.path:
-        sys.path.insert(0, ARCTIC_SITE)
+    """``(SuffixDecodingCache, "")`` of ArcticInference, from the environment or else from .arctic/site
+    (scripts/build_arctic_suffix.sh: the package is loaded from its folder by name, the path left as it
+    is); ``(None, why)`` when neither has it."""
     try:
-        from arctic_inference.suffix_decoding import SuffixDecodingCache
+        if importlib.util.find_spec("arctic_inference") is None and (ARCTIC_PACKAGE / "__init__.py").is_file():
+            spec = importlib.util.spec_from_file_location("arctic_inference", ARCTIC_PACKAGE / "__init__.py",
+                                                          submodule_search_locations=[str(ARCTIC_PACKAGE)])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["arctic_inference"] = module  # what an import does; its submodules resolve from the folder
+            spec.loader.exec_module(module)
+        suffix = importlib.import_module("arctic_inference.suffix_decoding")
     except ImportError as exc:
+        sys.modules.pop("arctic_inference", None)
         return None, f"arctic_inference not importable ({exc})"
-    return SuffixDecodingCache, ""
+    return suffix.SuffixDecodingCache, ""
 
 
 PATHS = {"batched": "specdec batched", "drafter": "SuffixDrafter.propose", "k0": "specdec batched, k=0",

@@ -13,30 +13,30 @@ Each step every method drafts a chain of at most ``--k`` tokens from prompt + co
   (``scripts/build_arctic_suffix.sh`` builds it into ``.arctic/site``).
 
 Greedy verification accepts the longest prefix of the chain that equals the answer; the accepted
-tokens and the target's own next token are committed. Every method keeps a global cache of the
-answers replayed before it (file order), as a serving engine does. Reported per method: tokens per
+tokens and the target's own next token are committed (:class:`specdec.measure.replay.AnswerReplay`).
+Every method keeps a global cache of the answers replayed before it (file order), as a serving
+engine does. Reported per method: tokens per
 step, drafted tokens per step, accepted per drafted token, and a model-time speedup estimate
 ``tokens / sum(cost(drafted) / cost(0))`` under the verify-cost curve ``--cost`` (a yardstick
 shared by all methods, not a vLLM measurement).
 
-    python benchmarks/vllm/chain_replay.py --data benchmarks/data/greedy_smollm2.jsonl [--k 4] [--split odd]
+    python -m benchmarks.vllm.chain_replay --data benchmarks/data/greedy_smollm2.jsonl [--k 4] [--split odd]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from bench_propose import arctic_cache  # noqa: E402
-from common import DEFAULT_DATA, VOCAB, accepted_length, parse_curve, read_rows  # noqa: E402
-
-from specdec.estimate.verify_cost import VerifyCostModel  # noqa: E402
-from specdec.integrations.rows import best_chain  # noqa: E402
-from specdec.proposers.suffix import SuffixProposer  # noqa: E402
-from specdec.proposers.suffix_automaton import MatchCalibration  # noqa: E402
+from benchmarks.common.answers import DEFAULT_DATA, VOCAB, read_rows
+from benchmarks.common.cost_curve import parse_curve
+from benchmarks.vllm.bench_propose import arctic_cache
+from specdec import DraftTree
+from specdec.estimate.verify_cost import VerifyCostModel
+from specdec.integrations.rows import best_chain
+from specdec.measure.replay import AnswerReplay
+from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_automaton import MatchCalibration
 
 DEFAULT_COST = "0:23.2,1:25.4,2:25.4,4:27.0,8:29.5,16:42.4,32:52.3"  # docs/engine.md, SmolLM2 on this CPU (ms)
 
@@ -85,15 +85,16 @@ def replay(rows: list[dict], method, cost: VerifyCostModel) -> dict:
         rid, t = f"q{i}", collections.Counter()
         context, answer = list(row["prompt_ids"]), row["output_ids"]
         method.begin(rid, context)
-        pos = 0
-        while pos < len(answer):
-            chain = method.draft(rid, context)
-            a = min(accepted_length(chain, list(range(-1, len(chain) - 1)), answer[pos:]), len(answer) - pos - 1)
-            ids = answer[pos : pos + a + 1]
-            t.update(steps=1, tokens=a + 1, accepted=a, drafted=len(chain), cost=cost.cost(len(chain)) / cost.cost(0))
+
+        def commit(pos, ids, rid=rid, context=context):
             method.commit(rid, ids)
             context.extend(ids)
-            pos += a + 1
+
+        steps = AnswerReplay(answer, commit)
+        while not steps.done:
+            chain = method.draft(rid, context)
+            a = steps.step(DraftTree.chain(chain)).accepted
+            t.update(steps=1, tokens=a + 1, accepted=a, drafted=len(chain), cost=cost.cost(len(chain)) / cost.cost(0))
         method.end(rid)
         totals[None].update(t)
         totals[row.get("category", "-")].update(t)

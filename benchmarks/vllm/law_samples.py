@@ -8,15 +8,14 @@ marginal and joint of the first three tokens against the exact law, so the two c
 
 Arms: ``control`` (no speculation) and ``fixed`` (the suffix drafter, specdec's CPU expand fix).
 
-Run in .venv-vllm:
+Run in .venv-vllm, from the checkout's root (the engine test's builders come from ``tests.vllm``):
 
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 .venv-vllm/bin/python benchmarks/vllm/law_samples.py 36000 fixed,control
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 .venv-vllm/bin/python -m benchmarks.vllm.law_samples 36000 fixed,control
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,11 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "vllm"))
-import test_vllm_sampling_law as law_test  # noqa: E402  (the engine test's law and request builders)
-from engines import engine, spec_config, tiny_llama  # noqa: E402
-
-from specdec.conformance import g_test  # noqa: E402
+from specdec.conformance import g_test
+from tests.vllm.engines import engine, spec_config, tiny_llama
+from tests.vllm.sampling_law import FULL, TEMPERATURE, VOCAB, emitted, exact_law
 
 
 def p_values(seqs: np.ndarray, law: torch.Tensor) -> dict[str, float]:
@@ -58,16 +55,15 @@ def main(argv=None) -> None:
     arms = args.arms.split(",")
     if args.trials < 1 or not set(arms) <= {"control", "fixed"}:
         ap.error("trials must be >= 1 and arms a comma-separated subset of control,fixed")
-    law_test.TRIALS = args.trials
-    settings = law_test.TEMPERATURE if args.law == "temperature" else law_test.FULL
+    settings = TEMPERATURE if args.law == "temperature" else FULL
     with tempfile.TemporaryDirectory() as tmp:
-        model = tiny_llama(Path(tmp) / "llama", vocab=law_test.VOCAB, scale=4.0, seed=7)
-        law = law_test.exact_law(model, settings)
+        model = tiny_llama(Path(tmp) / "llama", vocab=VOCAB, scale=4.0, seed=7)
+        law = exact_law(model, settings)
         for arm in arms:
             t0 = time.time()
             with engine(model, speculative=None if arm == "control" else spec_config(3), max_num_seqs=64,
                         max_model_len=64) as llm:
-                seqs = law_test.emitted(llm, settings)
+                seqs = emitted(llm, settings, args.trials)
             pv = p_values(seqs, law)
             print(f"{arm:8s} {args.law} {args.trials} requests, {time.time() - t0:.0f} s: "
                   + ", ".join(f"{k} p={v:.2e}" for k, v in pv.items()), flush=True)

@@ -4,7 +4,7 @@ It is the baseline that separates specdec's drafter from the engine's side of th
 ``step_tax.py``: with this class loaded vLLM still runs its speculative path (lookahead slots,
 ``propose`` after every step, the engine core's ``take_draft_token_ids`` call to the worker; on
 GPUs no async scheduling), but the call returns at once. Loaded by dotted path
-(``null_drafter.NullDrafter``) with this folder on ``PYTHONPATH``.
+(``benchmarks.vllm.null_drafter.NullDrafter``) with the checkout's root on the server's ``PYTHONPATH``.
 """
 
 from __future__ import annotations

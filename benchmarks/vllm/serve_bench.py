@@ -22,7 +22,7 @@ rate, requests and arrival times identical across policies (seeded). Policies:
 * ``specdec-never``: the drafter loaded but never drafting (gate off above 0 requests): what
   ``custom_class`` itself costs the engine, the floor of any gate inside the drafter (on GPUs vLLM
   turns async scheduling off for it; on the CPU build it is off for every policy, and the cost is
-  vLLM's speculative path: step_tax.py);
+  vLLM's speculative path: benchmarks.vllm.step_tax);
 * ``null-class``: a ``custom_class`` drafter that returns at once (benchmarks/vllm/null_drafter.py):
   vLLM's side of the interface without specdec's bookkeeping.
 
@@ -36,7 +36,7 @@ a PNG of goodput against rate in ``--out``.
 Every loop is bounded: ``--requests`` per rate, a per-request timeout, a server start timeout; the
 server is stopped (its process group) after each policy, also on error.
 
-Run in .venv-vllm:  .venv-vllm/bin/python benchmarks/vllm/serve_bench.py --out benchmarks/results/vllm
+Run in .venv-vllm:  .venv-vllm/bin/python -m benchmarks.vllm.serve_bench --out benchmarks/results/vllm
 """
 
 from __future__ import annotations
@@ -51,13 +51,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_load import drive, percentile, scrape_spec_metrics  # noqa: E402  (beside this file)
+from benchmarks.common.paths import ROOT
+from benchmarks.vllm.serve_load import drive, percentile, scrape_spec_metrics
 
 POLICIES = ("off", "ngram", "suffix", "specdec", "specdec-gated", "specdec-cost", "specdec-never", "off-sync",
             "null-class")
-DEFAULT_POLICIES = POLICIES[:7]  # the last two only take the custom_class tax apart (step_tax.py)
+DEFAULT_POLICIES = POLICIES[:7]  # the last two only take the custom_class tax apart (benchmarks.vllm.step_tax)
 # the drafter's options per specdec policy (SPECDEC_VLLM_OPTIONS); gate_off_above comes from the command line
 DRAFTER_OPTIONS = {"specdec": {}, "specdec-gated": {"gate_off_above": None}, "specdec-cost": {"cost_gate": True},
                    "specdec-never": {"gate_off_above": 0}}
@@ -67,7 +66,8 @@ def speculative_config(policy: str, k: int) -> dict | None:
     if policy in ("off", "off-sync"):
         return None
     if policy == "null-class":
-        return {"method": "custom_class", "model": "null_drafter.NullDrafter", "num_speculative_tokens": k}
+        return {"method": "custom_class", "model": "benchmarks.vllm.null_drafter.NullDrafter",
+                "num_speculative_tokens": k}
     if policy == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
     if policy == "suffix":
@@ -101,7 +101,7 @@ def start_server(model: Path, policy: str, args, port: int, log: Path) -> subpro
     if policy == "suffix":
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / ".arctic" / "site"), env.get("PYTHONPATH", "")])
     if policy == "null-class":
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])  # the server imports the class
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs",
            str(args.max_num_seqs), "--kv-cache-memory-bytes", str(1 << 30), "--gpu-memory-utilization", "0.3",

@@ -24,7 +24,7 @@ configuration runs with async scheduling is read from vLLM's resolved config
 
 Output: step_tax.md/.json in ``--out``.
 
-Run in .venv-vllm:  .venv-vllm/bin/python benchmarks/vllm/step_tax.py --rounds 3
+Run in .venv-vllm:  .venv-vllm/bin/python -m benchmarks.vllm.step_tax --rounds 3
 """
 
 from __future__ import annotations
@@ -33,14 +33,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import serve_bench  # noqa: E402  (beside this file)
-from serve_load import drive  # noqa: E402
+from benchmarks.common.paths import ROOT
+from benchmarks.vllm import serve_bench
+from benchmarks.vllm.serve_load import drive
 
 POLICIES = ("off", "off-sync", "null-class", "specdec-never")
 # (name, numerator, denominator): each step of the decomposition, in the order the tax builds up

@@ -19,46 +19,15 @@ import pytest
 import torch
 
 from engines import engine, spec_config, tiny_llama
+from sampling_law import FULL, TEMPERATURE, VOCAB, emitted, exact_law
 
-VOCAB = 16
-PROMPT = list(range(2, VOCAB)) * 2  # every token has a continuation in the prompt: the drafter always drafts
 TRIALS = 3000
-FULL = dict(temperature=0.8, top_k=10, top_p=0.95)
-TEMPERATURE = dict(temperature=0.8)
 ALPHA = 1e-4
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return tiny_llama(tmp_path_factory.mktemp("law") / "llama", vocab=VOCAB, scale=4.0, seed=7)
-
-
-def exact_law(path, law: dict) -> torch.Tensor:
-    """P(t1, t2, t3) [V, V, V] of sampling the processed target token by token."""
-    from transformers import LlamaForCausalLM
-
-    from specdec import SamplingParams
-
-    m = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    sp = SamplingParams(**law)
-
-    def dist(ctx_batch):
-        with torch.no_grad():
-            logits = m(torch.tensor(ctx_batch)).logits[:, -1].double()
-        return sp.process(logits)  # probabilities [rows, V]
-
-    p1 = dist([PROMPT])[0]
-    p2 = dist([PROMPT + [a] for a in range(VOCAB)])
-    p3 = dist([PROMPT + [a, b] for a in range(VOCAB) for b in range(VOCAB)]).view(VOCAB, VOCAB, VOCAB)
-    return p1[:, None, None] * p2[:, :, None] * p3
-
-
-def emitted(llm, law: dict) -> np.ndarray:
-    from vllm import SamplingParams
-
-    params = [SamplingParams(max_tokens=3, ignore_eos=True, detokenize=False, seed=i, **law) for i in range(TRIALS)]
-    outs = llm.generate([{"prompt_token_ids": PROMPT}] * TRIALS, params, use_tqdm=False)
-    return np.array([list(o.outputs[0].token_ids) for o in outs])
 
 
 def law_p_values(seqs: np.ndarray, law: torch.Tensor) -> list[float]:
@@ -90,15 +59,15 @@ def test_sampled_law_control_and_with_fix_pass_without_fix_fails(model):
 
     full, temp = exact_law(model, FULL), exact_law(model, TEMPERATURE)
     with engine(model, speculative=None, max_num_seqs=64, max_model_len=64) as llm:
-        control = law_p_values(emitted(llm, FULL), full)
+        control = law_p_values(emitted(llm, FULL, TRIALS), full)
     with engine(model, speculative=spec_config(3), max_num_seqs=64, max_model_len=64) as llm:
         assert cpu_sampling.affected() is None, "the fix was not installed on an affected vLLM"
-        fixed_full = law_p_values(emitted(llm, FULL), full)
-        fixed_temp = law_p_values(emitted(llm, TEMPERATURE), temp)
+        fixed_full = law_p_values(emitted(llm, FULL, TRIALS), full)
+        fixed_temp = law_p_values(emitted(llm, TEMPERATURE, TRIALS), temp)
         accepted = sum(m.value for m in llm.get_metrics() if m.name == "vllm:spec_decode_num_accepted_tokens")
         _break_cpu_expand()
         assert cpu_sampling.affected() is not None, "this vLLM does not carry issue 55005: the pair cannot run"
-        broken = law_p_values(emitted(llm, TEMPERATURE), temp)
+        broken = law_p_values(emitted(llm, TEMPERATURE, TRIALS), temp)
     print(f"law test p-values (first 2, first 3 tokens): control {control}, fixed {fixed_full} / {fixed_temp}, "
           f"vLLM's CPU kernel {broken}; accepted drafts {accepted:.0f}")
     assert min(control) > ALPHA, f"control (no speculation) failed the law test: p = {control}"

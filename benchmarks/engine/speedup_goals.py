@@ -1,6 +1,6 @@
 """Engine benchmark against the issue's goals, all measured in one run (SmolLM2-135M, CPU, greedy).
 
-    nice python benchmarks/bench_engine.py --per-category 2 --max-new-tokens 64 --threads 2
+    nice python -m benchmarks.engine.speedup_goals --per-category 2 --max-new-tokens 64 --threads 2
 
 Every ``specdec bench`` option passes through (``--proposers``, ``--no-hf-generate``, ...), so
 any ``specdec bench`` figure in docs/ can be rerun with this script plus the goal checks.

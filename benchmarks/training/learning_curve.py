@@ -5,15 +5,16 @@ For each ``--sizes`` entry (training tokens; the held-out split is the same ever
 
 * held-out teacher-forced metrics on the cache (top-1 agreement per training-time-test step,
   greedy-chain acceptance);
-* exact greedy replay (``greedy_replay.py``) of the target's own answers to a dev-prompt subset at
-  a fixed budget: tokens per step, the issue's metric.
+* exact greedy replay (:func:`specdec.measure.replay.replay_sequence`) of the target's own answers
+  to a dev-prompt subset at a fixed budget: tokens per step, the issue's metric.
 
 A least-squares fit ``tokens/step = a + b * ln(training tokens)`` over the sizes gives the
 extrapolated training tokens a goal would need (``--goal``, default 3.0): an extrapolation of a
 fitted trend, reported as such. Writes ``--json``.
 
-    python benchmarks/learning_curve.py --features benchmarks/data/features-<fp>-sharegpt-L2-15-27-k16-len512 \\
-        --sizes 60000 120000 240000 --prompts ../shared/data/prompts_dev.jsonl --per-category 1
+    python -m benchmarks.training.learning_curve \\
+        --features benchmarks/data/features-<fp>-sharegpt-L2-15-27-k16-len512 --sizes 60000 120000 240000 \\
+        --prompts ../shared/data/prompts_dev.jsonl --per-category 1
 
 ``--merge earlier.json`` adds the points of an earlier run with the same training settings and
 replay (refused otherwise), so a grown cache adds a point without retraining the small sizes.
@@ -25,21 +26,20 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from greedy_replay import Features, depth_acceptance, greedy_outputs, replay, save_json  # noqa: E402
-
-from specdec.artifacts import target_fingerprint  # noqa: E402
-from specdec.measure.speedup import load_prompts  # noqa: E402
-from specdec.proposers.base import Artifact  # noqa: E402
-from specdec.proposers.eagle import EagleProposer  # noqa: E402
-from specdec.proposers.eagle3_layer import Eagle3Config  # noqa: E402
-from specdec.training.eagle3 import Eagle3TrainConfig, train_eagle3  # noqa: E402
-from specdec.training.features import load_many, read_meta  # noqa: E402
+from benchmarks.common.answers import Features, greedy_outputs
+from benchmarks.common.paths import DATA
+from benchmarks.common.report import accepted_histogram, depth_acceptance, save_json
+from specdec.artifacts import Artifact, target_fingerprint
+from specdec.measure.replay import replay_sequence
+from specdec.measure.speedup import load_prompts
+from specdec.proposers.eagle import EagleProposer
+from specdec.proposers.eagle3_layer import Eagle3Config
+from specdec.training.eagle3 import Eagle3TrainConfig, train_eagle3
+from specdec.training.features import load_many, read_meta
 
 
 def fit_log(xs, ys):
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     prompts = load_prompts(args.prompts, tok, per_category=args.per_category)
     if any(p.get("replay_prompts", len(prompts)) != len(prompts) for p in earlier):
         raise SystemExit(f"--merge {args.merge}: its replay used another number of prompts than {len(prompts)}")
-    cache = os.path.join("benchmarks", "data", f"greedy-{fp}-{len(prompts)}x{args.max_new_tokens}.json")
+    cache = str(DATA / f"greedy-{fp}-{len(prompts)}x{args.max_new_tokens}.json")
     outputs = greedy_outputs(model, prompts, args.max_new_tokens, [tok.eos_token_id], cache)
     layers = tuple(spec["layers"])
     feats = Features(model)
@@ -139,8 +139,10 @@ def main(argv=None) -> int:
         t0 = time.time()
         for p in prompts:
             ids = p.ids + outputs[str(p.question_id)]
-            a, b, _, h = replay(prop, ids, len(p.ids), args.replay_budget, feats.get(layers, str(p.question_id), ids))
-            e, s, hist = e + a, s + b, [x + y for x, y in zip(hist, h)]
+            r = replay_sequence(prop, ids, len(p.ids), args.replay_budget,
+                                hidden=feats.get(layers, str(p.question_id), ids))
+            h = accepted_histogram(r.accepted, args.replay_budget)
+            e, s, hist = e + r.emitted, s + r.steps, [x + y for x, y in zip(hist, h)]
         point = {"source": how, "train_tokens": rep["train_tokens"], "train_seconds": rep["train_seconds"],
                  "load": round(load0, 2), "heldout": rep["heldout"], "replay_tok_per_step": round(e / max(s, 1), 3),
                  "depth_acceptance": depth_acceptance(hist), "replay_seconds": round(time.time() - t0, 1)}

@@ -21,7 +21,7 @@ gives one. Reported per category: mean ``K`` over positions, accepted tokens per
 oracle's schedule, and the speedup bound; also the bound if verifying drafts were free (``c``
 flat), which depends on the data alone.
 
-    python benchmarks/lookup_ceiling.py [--data benchmarks/data/greedy_smollm2.jsonl] [--global]
+    python -m benchmarks.replay.lookup_ceiling [--data benchmarks/data/greedy_smollm2.jsonl] [--global]
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from __future__ import annotations
 import argparse
 import collections
 
-from common import DEFAULT_DATA, add_cost_args, cost_model, read_rows, relative_costs
+from benchmarks.common.answers import DEFAULT_DATA, read_rows
+from benchmarks.common.cost_curve import add_cost_args, cost_model, relative_costs
 
 
 def _text(ids: list[int]) -> str:

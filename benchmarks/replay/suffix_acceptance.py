@@ -1,11 +1,11 @@
 """Acceptance of the suffix proposer on the target's own greedy outputs, beside HF's prompt lookup.
 
-Replays ``benchmarks/data/greedy_smollm2.jsonl`` (made by ``gen_greedy_outputs.py``): at each step
+Replays ``benchmarks/data/greedy_smollm2.jsonl`` (made by ``benchmarks.datagen.greedy_outputs``): at each step
 the drafter proposes from prompt + committed tokens, the greedy target accepts the longest tree
 path that equals its own next tokens, and the accepted tokens plus the target's one token are
-committed. Under greedy verification this is exactly what the decode loop would accept, without
-running the model. Reported per category: mean accepted draft tokens per step and the share of
-steps that drafted anything, for
+committed (:class:`specdec.measure.replay.AnswerReplay`). Under greedy verification this is
+exactly what the decode loop would accept, without running the model. Reported per category:
+mean accepted draft tokens per step and the share of steps that drafted anything, for
 
 * ``suffix-req``: SuffixProposer with the request cache only,
 * ``suffix+global``: plus the global cache, filled with earlier replayed responses (file order),
@@ -15,7 +15,7 @@ steps that drafted anything, for
 Last, the estimates of ``suffix+global`` against what was accepted, per drafting cache
 (``ScoredDraft.source``) and per tree depth: the calibration the decoder's cost model depends on.
 
-    python benchmarks/replay_suffix_acceptance.py [--data ...] [--budget 16] [--warm responses.jsonl]
+    python -m benchmarks.replay.suffix_acceptance [--data ...] [--budget 16] [--warm responses.jsonl]
 
 ``--data`` / ``--warm`` rows hold ``prompt_ids`` and ``output_ids`` or ``response_ids`` (the
 self-distillation files of ``specdec train`` work as they are).
@@ -28,8 +28,9 @@ import collections
 
 import torch
 
-from common import DEFAULT_DATA, VOCAB, accepted_path, read_rows
-
+from benchmarks.common.answers import DEFAULT_DATA, VOCAB, read_rows
+from specdec import DraftTree
+from specdec.measure.replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
 
 
@@ -39,12 +40,12 @@ def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int
     given, accumulates ``{source: [drafting steps, predicted accepted, accepted]}`` per cache, and
     ``depths`` ``{tree depth: [nodes, summed estimates, accepted nodes]}``."""
     prop.begin(rid, prompt)
-    pos = steps = accepted = drafted = 0
-    while pos < len(output):
+    answer = AnswerReplay(output, lambda pos, ids: prop.commit(rid, ids))
+    steps = accepted = drafted = 0
+    while not answer.done:
         (scored,) = prop.propose_scored([rid], budget)
         tree = scored.tree
-        path = accepted_path(tree.tokens.tolist(), tree.parents.tolist(), output[pos:])
-        path = path[: len(output) - pos - 1]  # the last output token is always the target's own
+        path = answer.step(tree).path
         a = len(path)
         if depths is not None:
             for node, (d, p) in enumerate(zip(tree.depth_list, scored.node_probs.tolist())):
@@ -56,8 +57,6 @@ def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int
         if calibration is not None and tree.num_nodes:
             cell = calibration.setdefault(scored.source, [0, 0.0, 0])
             cell[0], cell[1], cell[2] = cell[0] + 1, cell[1] + scored.expected_accepted, cell[2] + a
-        prop.commit(rid, output[pos : pos + a + 1])
-        pos += a + 1
     prop.end(rid)
     return steps, accepted, drafted
 
@@ -68,17 +67,14 @@ def replay_hf(prompt: list[int], output: list[int]) -> tuple[int, int, int]:
     seq = torch.tensor([prompt + output], dtype=torch.long)
     hf = PromptLookupCandidateGenerator(num_output_tokens=10, max_matching_ngram_size=2,
                                         max_length=seq.shape[1] + 16, vocab_size=VOCAB)
-    pos = steps = accepted = drafted = 0
-    while pos < len(output):
-        cand, _ = hf.get_candidates(seq[:, : len(prompt) + pos])
-        draft = cand[0, len(prompt) + pos :].tolist()
-        a = 0
-        while a < len(draft) and pos + a < len(output) - 1 and draft[a] == output[pos + a]:
-            a += 1
+    answer = AnswerReplay(output, lambda pos, ids: None)  # HF drafts from the sequence so far: no state
+    steps = accepted = drafted = 0
+    while not answer.done:
+        cand, _ = hf.get_candidates(seq[:, : len(prompt) + answer.pos])
+        draft = cand[0, len(prompt) + answer.pos :]
         steps += 1
-        accepted += a
-        drafted += len(draft) > 0
-        pos += a + 1
+        accepted += answer.step(DraftTree.chain(draft)).accepted
+        drafted += draft.numel() > 0
     return steps, accepted, drafted
 
 

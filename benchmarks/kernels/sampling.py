@@ -2,10 +2,10 @@
 
 Run (numbers and date go to docs/exactness.md, "Performance")::
 
-    SPECDEC_BENCH_THREADS=1 pytest benchmarks/bench_sampling.py --benchmark-only \
+    SPECDEC_BENCH_THREADS=1 pytest benchmarks/kernels/sampling.py --benchmark-only \
         --benchmark-group-by=group --benchmark-columns=min,median,mean,rounds
 
-or ``python benchmarks/bench_sampling.py`` for a plain ratio table (best of repeated calls: on a
+or ``python -m benchmarks.kernels.sampling`` for a plain ratio table (best of repeated calls: on a
 shared machine the minimum is the least noisy estimate of the cost itself).
 
 Workloads (V = 49,152, the SmolLM2 vocabulary; float32 probabilities):

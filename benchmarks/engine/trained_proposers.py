@@ -12,7 +12,7 @@ model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall
   (``vs_suffix``, > 1: faster than suffix, with ``vs_suffix_ci``): with 2-3 prompts a category, a
   difference inside the interval is noise, not a ranking;
 * ``replay@B``: tokens per step of an exact greedy replay at a *fixed* budget ``B``
-  (``--replay-budget``, default 32; ``greedy_replay.py``), and acceptance by depth from it
+  (``--replay-budget``, default 32; :func:`specdec.measure.replay.replay_sequence`), and acceptance by depth from it
   (``P(accepted >= d)``): what the drafts could give without the cost model's pruning.
 
 ``--fixed-ask SPEC ...`` adds those proposers once more, asking for ``--max-budget`` nodes every
@@ -31,7 +31,7 @@ and in the replay: the same-run A/B of what the rounding saves and what it costs
 Outputs must equal plain decoding's (``mismatches`` counts any that do not). The uptime load is
 recorded before and after; quote only ratios from one run.
 
-    python benchmarks/trained_proposers.py --prompts ../shared/data/prompts_dev.jsonl --per-category 2 \\
+    python -m benchmarks.engine.trained_proposers --prompts ../shared/data/prompts_dev.jsonl --per-category 2 \\
         --proposers suffix eagle:artifacts/eagle3-smollm2-135m hybrid:suffix+eagle:artifacts/eagle3-smollm2-135m \\
         --json benchmarks/data/trained_proposers.json
 """
@@ -41,23 +41,22 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 from collections import defaultdict
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import ratio_ci  # noqa: E402
-from greedy_replay import Features, depth_acceptance, greedy_outputs, replay, save_json  # noqa: E402
-
-from specdec import SpeculativeDecoder  # noqa: E402
-from specdec.artifacts import target_fingerprint  # noqa: E402
-from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method  # noqa: E402
-from specdec.cli.args import proposer_spec  # noqa: E402
-from specdec.proposers.hybrid import HybridProposer  # noqa: E402
-from specdec.control.model_gate import ModelGate  # noqa: E402
-from specdec.proposers.registry import make_proposer  # noqa: E402
+from benchmarks.common.answers import Features, greedy_outputs
+from benchmarks.common.paths import DATA
+from benchmarks.common.report import accepted_histogram, depth_acceptance, ratio_ci, save_json
+from specdec import SpeculativeDecoder
+from specdec.artifacts import target_fingerprint
+from specdec.cli.args import proposer_spec
+from specdec.control.model_gate import ModelGate
+from specdec.measure.replay import replay_sequence
+from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method
+from specdec.proposers.hybrid import HybridProposer
+from specdec.proposers.registry import make_proposer
 
 
 def build(spec: str, model, tokenizer, head_dtype: str | None = None):
@@ -150,12 +149,12 @@ def replays(model, variants, prompts, outputs, budget: int, tokenizer) -> dict:
                 continue
             ids = p.ids + out
             hidden = feats.get(layers, str(p.question_id), ids) if prop.requires_target_hidden else None
-            e, s, t, hist = replay(prop, ids, len(p.ids), budget, hidden)
+            r = replay_sequence(prop, ids, len(p.ids), budget, hidden=hidden)
             for cat in (p.category, "overall"):
-                per_cat[cat][0] += e
-                per_cat[cat][1] += s
-                per_cat[cat][2] += t
-            hist_all = [a + b for a, b in zip(hist_all, hist)]
+                per_cat[cat][0] += r.emitted
+                per_cat[cat][1] += r.steps
+                per_cat[cat][2] += r.propose_s
+            hist_all = [a + b for a, b in zip(hist_all, accepted_histogram(r.accepted, budget))]
         res[spec + variant] = {
             "tok_per_step": {c: round(v[0] / max(v[1], 1), 3) for c, v in sorted(per_cat.items())},
             "propose_ms": round(1000 * per_cat["overall"][2] / max(per_cat["overall"][1], 1), 2),
@@ -235,7 +234,7 @@ def main(argv=None) -> int:
                    if "vs_suffix" in v else "") for m, v in facts["online"][cat].items()))
     else:
         name = f"greedy-{facts['target']}-{len(prompts)}x{args.max_new_tokens}.json"
-        cache = os.path.join("benchmarks", "data", name)
+        cache = str(DATA / name)
         outputs = greedy_outputs(model, prompts, args.max_new_tokens, stops, cache)
     if args.replay_budget:
         head = [(s, v, "float32") for s, v, flag in extra if flag == "--fp32-head"]

@@ -9,7 +9,7 @@ Times, on the same ShareGPT sequences in one process (alternating, ``--repeats``
 and reports bytes per token of a cache on disk (``--cache``: a ``specdec train features`` folder)
 against a full fp16 distribution, plus the mean top-k probability mass there.
 
-    python benchmarks/bench_feature_cache.py --cache benchmarks/data/features-<fp>-sharegpt-L2-15-27-k16-len512
+    python -m benchmarks.training.feature_cache --cache benchmarks/data/features-<fp>-sharegpt-L2-15-27-k16-len512
 """
 
 from __future__ import annotations

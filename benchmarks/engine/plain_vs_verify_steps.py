@@ -1,36 +1,30 @@
 """Seconds per step of plain decoding against a scored proposer's verify steps, same run, same prompts.
 
-Why: ``trained_proposers.py`` reported Medusa-KD faster than its tokens per step allow, which
+Why: ``benchmarks.engine.trained_proposers`` reported Medusa-KD faster than its tokens per step allow, which
 needs a verify step cheaper than a plain one. This runs, per prompt in turn, plain decoding, the
 proposer, and a second plain decoder after it (an order effect would show as plain != plain2),
 all through ``SpeculativeDecoder`` on one shared target, and prints seconds, steps and ms per step.
 
-    python benchmarks/plain_vs_verify_steps.py [--proposer medusa:artifacts/medusa-kd-smollm2-135m]
+    python -m benchmarks.engine.plain_vs_verify_steps [--proposer medusa:artifacts/medusa-kd-smollm2-135m]
         [--categories writing,coding] [--max-new-tokens 128] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trained_proposers import build  # noqa: E402
-
-from specdec import SpeculativeDecoder  # noqa: E402
-from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method  # noqa: E402
-
-DEFAULT_PROMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data",
-                               "prompts_dev.jsonl")
+from benchmarks.common.paths import DEV_PROMPTS
+from benchmarks.engine.trained_proposers import build
+from specdec import SpeculativeDecoder
+from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--proposer", default="medusa:artifacts/medusa-kd-smollm2-135m")
-    ap.add_argument("--prompts", default=DEFAULT_PROMPTS)
+    ap.add_argument("--prompts", default=str(DEV_PROMPTS))
     ap.add_argument("--categories", default="writing,coding")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-budget", type=int, default=32)

@@ -16,8 +16,8 @@ streams are synthetic, vocabulary 49,152 (SmolLM2's): documents mix phrases from
 distributed phrase library (templated / agentic traffic repeats phrases across requests) with
 Zipf-distributed free tokens, so both caches find matches of realistic lengths.
 
-Script:  python benchmarks/bench_suffix.py [--global-tokens N] [--contexts 1024 8192 65536] [--json out.json]
-pytest:  pytest benchmarks/bench_suffix.py --benchmark-enable   (smaller sizes, pytest-benchmark tables)
+Script:  python -m benchmarks.kernels.suffix [--global-tokens N] [--contexts 1024 8192 65536] [--json out.json]
+pytest:  pytest benchmarks/kernels/suffix.py --benchmark-enable   (smaller sizes, pytest-benchmark tables)
 """
 
 from __future__ import annotations

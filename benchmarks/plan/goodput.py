@@ -1,6 +1,6 @@
 """Real load vs the simulator: the batched SpeculativeDecoder at several concurrency levels.
 
-What it checks: that ``specdec.serving``'s simulator, fed only with measurements taken *before*
+What it checks: that the fleet simulator (``specdec.plan.simulator``), fed only with measurements taken *before*
 the speculative runs (a step-time calibration of the target on this machine and acceptance
 histograms replayed on the target's own greedy outputs), predicts the goodput and median time
 per output token of real runs within 15%.
@@ -14,13 +14,13 @@ Protocol, all in one process on the embedded SmolLM2-135M (fp32, CPU):
    they finish). Its outputs are the target's greedy outputs;
 3. replay the suffix proposer on those outputs -> acceptance + drafted-node histograms per category;
 4. **always**: the suffix proposer at a fixed draft budget; **gated**: the same, with a
-   :class:`~specdec.serving.LoadGate` switching the decoder's budget per step from the live batch
+   :class:`~specdec.control.load_gate.LoadGate` switching the decoder's budget per step from the live batch
    size (threshold from the cost model: the batch above which drafting stops paying);
 5. simulate the same batches (same prompts and output lengths, all arriving at t=0, max batch c)
    under each policy and compare.
 
-    nice python benchmarks/bench_goodput.py                       # a few minutes on 2 idle cores
-    nice python benchmarks/bench_goodput.py --concurrency 1,4 --requests 4 --max-new-tokens 24   # quick
+    nice python -m benchmarks.plan.goodput                       # a few minutes on 2 idle cores
+    nice python -m benchmarks.plan.goodput --concurrency 1,4 --requests 4 --max-new-tokens 24   # quick
 
 torch runs single-threaded by default (``--threads``): on a machine shared with other jobs,
 one thread per process gives far steadier timings than oversubscribed thread pools, and the
@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.common.paths import RESULTS, SAMPLE_PROMPTS
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default
 from specdec.proposers.suffix import SuffixProposer
@@ -139,7 +140,7 @@ def main(argv=None):
     ap.add_argument("--ttft", type=float, default=3.0)
     ap.add_argument("--tpot", type=float, default=0.15)
     ap.add_argument("--repeats", type=int, default=2, help="calibration repeats per point")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "goodput"))
+    ap.add_argument("--out", default=str(RESULTS / "goodput"))
     args = ap.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",")]
     out = Path(args.out)
@@ -151,10 +152,7 @@ def main(argv=None):
 
     model, tok = load_default()
     torch.manual_seed(0)
-    recs = read_prompt_records(
-        Path(__file__).resolve().parent.parent / "specdec" / "data" / "prompts_dev_sample.jsonl",
-        categories=args.categories.split(","),
-    )
+    recs = read_prompt_records(SAMPLE_PROMPTS, categories=args.categories.split(","))
     pool = [(encode_first_turn(tok, r), r["category"]) for r in recs]
     # interleave categories so every batch mixes good and bad cases for lookup drafting
     by_cat = {}

@@ -7,29 +7,28 @@ script measures them, per appended token, on
 
 * the dev prompts (both turns of each, SmolLM2-tokenised, one automaton per prompt);
 * the same prompts run together as one 20k-token text;
-* the synthetic traffic of ``bench_suffix.py`` (two 8k-token documents),
+* the synthetic traffic of ``benchmarks.kernels.suffix`` (two 8k-token documents),
 
 and then times the one-time move: a 1M-token global cache of that traffic, then one document with a
 run of 100 equal tokens (a path longer than 64 states), then a second such document (already moved).
 
-    python benchmarks/suffix_link_paths.py [--prompts ../shared/data/prompts_dev.jsonl] [--global-tokens 1000000]
+    python -m benchmarks.kernels.suffix_link_paths [--prompts ../shared/data/prompts_dev.jsonl]
+        [--global-tokens 1000000]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
 import time
 
 import numpy as np
-from bench_suffix import VOCAB, Traffic
 
+from benchmarks.common.paths import DEV_PROMPTS
+from benchmarks.kernels.suffix import VOCAB, Traffic
 from specdec.models import load_default
 from specdec.prompts import read_prompt_records
 from specdec.proposers.suffix_automaton import SuffixAutomaton
-
-PROMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "prompts_dev.jsonl")
 
 
 def walk_lengths(docs, vocab: int) -> collections.Counter:
@@ -62,7 +61,7 @@ def summary(name: str, hist: collections.Counter) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", default=PROMPTS)
+    ap.add_argument("--prompts", default=str(DEV_PROMPTS))
     ap.add_argument("--global-tokens", type=int, default=1_000_000)
     args = ap.parse_args(argv)
     if args.global_tokens < 1:

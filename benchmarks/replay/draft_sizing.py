@@ -3,7 +3,8 @@
 Each step the suffix proposer drafts from prompt + committed tokens (``propose_scored``, budget
 ``--budget``), the decoder's own policy object (:class:`~specdec.control.sizer.DraftSizer`: the
 calibration of the drafting cache, then the verify-cost curve's best size) keeps part of the tree,
-the greedy target accepts the longest kept path that matches its recorded answer, and the sizer
+the greedy target accepts the longest kept path that matches its recorded answer
+(:class:`specdec.measure.replay.AnswerReplay`), and the sizer
 learns from it, as in :class:`~specdec.SpeculativeDecoder` (one ``tick`` per step). Under greedy
 verification this is what the decode loop accepts, without
 running the model; the step costs ``c(kept nodes) / c(0)``, from a verify-cost curve measured in
@@ -27,7 +28,7 @@ The global cache fills from the answers replayed before (file order), as in serv
 ``--ask adaptive,fixed`` compares the sizer's adaptive ask (``DraftSizer.ask_for``) with asking for
 ``--budget`` nodes every step.
 
-    python benchmarks/replay_decoder.py [--data benchmarks/data/greedy_smollm2.jsonl] [--cost "0:22,1:24.3,..."]
+    python -m benchmarks.replay.draft_sizing [--data benchmarks/data/greedy_smollm2.jsonl] [--cost "0:22,1:24.3,..."]
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ import argparse
 import collections
 from dataclasses import dataclass
 
-from common import DEFAULT_DATA, VOCAB, accepted_path, add_cost_args, cost_model, read_rows
-
+from benchmarks.common.answers import DEFAULT_DATA, VOCAB, read_rows
+from benchmarks.common.cost_curve import add_cost_args, cost_model
 from specdec.control.sizer import DraftSizer, ScoreCalibration
 from specdec.estimate.verify_cost import VerifyCostModel
+from specdec.measure.replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
 
 
@@ -74,14 +76,12 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibr
     totals = collections.defaultdict(collections.Counter)
     for i, row in enumerate(rows):
         t = collections.Counter()
-        answer = row["output_ids"]
         prop.begin(i, row["prompt_ids"])
-        pos = 0
-        while pos < len(answer):
+        answer = AnswerReplay(row["output_ids"], lambda pos, ids, i=i: prop.commit(i, ids))
+        while not answer.done:
             (scored,) = prop.propose_scored([i], sizer.ask_for(i))
             tree, ticket = sizer.size(i, scored.tree, scored.node_probs.tolist(), scored.source)
-            path = accepted_path(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else []
-            path = path[: len(answer) - pos - 1]  # the last answer token is always the target's own
+            path = answer.step(tree).path
             a = len(path)
             sizer.observe(ticket, path)
             sizer.tick()
@@ -90,8 +90,6 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibr
             t["accepted"] += a
             t["drafted"] += tree.num_nodes
             t["cost"] += cost.cost(tree.num_nodes) / cost.cost(0)
-            prop.commit(i, answer[pos : pos + a + 1])
-            pos += a + 1
         prop.end(i)
         sizer.end(i)
         totals[None].update(t)

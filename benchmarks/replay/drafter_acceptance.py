@@ -3,10 +3,11 @@
 Under greedy verification the target emits its recorded greedy continuation whatever the draft, so
 the accepted length per step is the longest drafted path matching it; the real
 :class:`~specdec.proposers.draft_model.DraftModelProposer` is driven through begin/propose/commit
-(its KV-cache rollback included). Tokens per step counts the bonus token.
+(its KV-cache rollback included) by :func:`specdec.measure.replay.replay_sequence`. Tokens per step
+counts the bonus token; a record's first response token comes from the prefill, as in the decoder.
 
-    python benchmarks/drafter_acceptance.py --artifact DIR --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl \\
-        --max-tokens 12000 --budget 4 --mode greedy
+    python -m benchmarks.replay.drafter_acceptance --artifact DIR \\
+        --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl --max-tokens 12000 --budget 4 --mode greedy
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 
+from specdec.measure.replay import replay_sequence
 from specdec.models import load_default
 from specdec.proposers.draft_model import DraftModelProposer
 from specdec.training import data as sd
@@ -39,25 +41,12 @@ def main(argv=None) -> int:
     for i, rec in enumerate(records):
         if i % args.heldout_every != args.heldout_every - 1:
             continue
-        resp = rec["response_ids"]
-        prop.begin(i, rec["prompt_ids"])
-        prop.commit(i, resp[:1])
-        done = 1
-        while done < len(resp):
-            tree = prop.propose([i], args.budget)[0]
-            node, out = -1, []
-            while done + len(out) < len(resp):
-                want = resp[done + len(out)]
-                out.append(want)
-                nxt = [k for k in tree.children_of(node) if int(tree.tokens[k]) == want]
-                if not nxt:
-                    break
-                node = nxt[0]
-            prop.commit(i, out)
-            done += len(out)
-            per_cat[rec["category"]][0] += len(out)
-            per_cat[rec["category"]][1] += 1
-        prop.end(i)
+        prompt, resp = rec["prompt_ids"], rec["response_ids"]
+        if not resp:
+            continue
+        r = replay_sequence(prop, prompt + resp, len(prompt), args.budget, req=i)
+        per_cat[rec["category"]][0] += r.emitted
+        per_cat[rec["category"]][1] += r.steps
     tot = [sum(v[0] for v in per_cat.values()), sum(v[1] for v in per_cat.values())]
     print(f"{args.mode} budget {args.budget}: {tot[0] / tot[1]:.3f} tokens/step over {tot[1]} steps "
           f"{ {c: round(v[0] / v[1], 3) for c, v in sorted(per_cat.items())} }")

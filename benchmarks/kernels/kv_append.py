@@ -13,7 +13,7 @@ tokens of the dev prompts' texts run together, so every length is real text. Eac
 ``--new-tokens`` greedy tokens with plain decoding and with the suffix proposer, and checks that
 both caches emit the same tokens.
 
-    python benchmarks/bench_kv_append.py [--lengths 128 512 1024 2048] [--new-tokens 64] [--threads 2]
+    python -m benchmarks.kernels.kv_append [--lengths 128 512 1024 2048] [--new-tokens 64] [--threads 2]
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ import time
 
 import torch
 
+from benchmarks.common.paths import DEV_PROMPTS
 from specdec import SpeculativeDecoder, SuffixProposer
 from specdec.models import load_default
 from specdec.prompts import read_prompt_records
 from specdec.verify import cache as kv
 from specdec.verify.hf import HFTarget
-
-PROMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "prompts_dev.jsonl")
 
 
 class CatAppendTarget(HFTarget):
@@ -67,7 +66,7 @@ def main(argv=None):
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompts", default=PROMPTS)
+    ap.add_argument("--prompts", default=str(DEV_PROMPTS))
     args = ap.parse_args(argv)
     if min(args.lengths) < 1 or args.new_tokens < 1 or args.repeats < 1 or args.threads < 1:
         ap.error("--lengths, --new-tokens, --repeats and --threads must be >= 1")

@@ -10,7 +10,8 @@ gives the best time per size and the ratio mask / tree_op (> 1: the op is faster
 holes in the shared cache, each verifying a chain of n nodes (the mask path needs its dense 4-D
 mask there; the op reads each request's prefix length).
 
-    python benchmarks/bench_verify_attention.py [--prefix 512] [--repeats 2] [--modes mask,tree_op] [--ragged L1,L2,..]
+    python -m benchmarks.kernels.verify_attention [--prefix 512] [--repeats 2] [--modes mask,tree_op]
+        [--ragged L1,L2,..]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     lengths = [int(x) for x in args.ragged.split(",")] if args.ragged else None
     modes = [m for m in args.modes.split(",") if m]
 
-    from specdec.control.sizer import VerifyCostModel
+    from specdec.estimate.verify_cost import VerifyCostModel
     from specdec.models import load_default
     from specdec.verify.hf import HFTarget
 

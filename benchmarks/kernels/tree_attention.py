@@ -6,7 +6,7 @@ The reference builds the dense [B, N, S] mask, expands GQA heads and runs float3
 not timed, which favours it). Times are medians of ``--reps`` calls after one warm-up. Shapes:
 SmolLM2-135M's attention (9 query / 3 KV heads, d=64) and an 8B-class layer (32 / 8, d=128).
 
-Usage: python benchmarks/bench_tree_attention.py [--reps 7] [--dtype float32|bfloat16|both] [--json PATH]
+Usage: python -m benchmarks.kernels.tree_attention [--reps 7] [--dtype float32|bfloat16|both] [--json PATH]
 """
 
 from __future__ import annotations
@@ -15,18 +15,15 @@ import argparse
 import importlib
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-_ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(_ROOT), str(_ROOT / "tests")]  # run from a checkout
-from tree_attention_cases import make_case  # noqa: E402
+from tests.tree_attention_cases import make_case  # the tests' random trees, packed in the op's layout
 
-ta = importlib.import_module("specdec.ops.tree_attention")
+ta = importlib.import_module("specdec.ops.tree_attention")  # the module: specdec.ops.tree_attention is the function
 
 CONFIGS = [  # (label, batch, prefix, nodes, q_heads, kv_heads, head_dim)
     ("smollm2", 1, 512, 16, 9, 3, 64),

@@ -1,0 +1,1 @@
+"""Micro-benchmarks of one operation against its baselines, same run: attention, linear, sampling, cache, suffix."""

@@ -1,0 +1,1 @@
+"""Checks of the fleet model: the simulator's predictions against real decoding runs."""

@@ -1,0 +1,1 @@
+"""Acceptance replays: proposers drafting along the target's recorded greedy answers (no verify forwards)."""

@@ -1,0 +1,1 @@
+"""Benchmarks on vLLM (run in .venv-vllm): the drafter's step cost, served load, chain replays, the sampled law."""
