@@ -249,7 +249,7 @@ class DraftSizer:
     estimator a scored proposer names (``ScoredDraft.source``), one :class:`RequestCalibration` per
     running request and source, the live verify-cost curve (a copy of the calibrated one, refined by
     single-request steps) and the drafting overhead (:class:`DraftOverhead`). The decoder and
-    ``benchmarks/replay_decoder.py`` run the same object.
+    ``benchmarks/replay/draft_sizing.py`` run the same object.
 
     Args:
         budget: ``"auto"`` (keep the cost-optimal nodes: needs :meth:`set_cost`) or an int (ask the
@@ -265,7 +265,7 @@ class DraftSizer:
     Why the adaptive ask: a model proposer's drafting cost grows with the budget (an EAGLE tree
     runs one draft-layer forward per level and expands until its frontier falls out of the
     ``budget`` best nodes), while the sizer on a CPU keeps a few nodes, so asking for 32 paid for
-    levels no one verifies: in one run of ``benchmarks/trained_proposers.py --fixed-ask``, EAGLE-3
+    levels no one verifies: in one run of ``benchmarks/engine/trained_proposers.py --fixed-ask``, EAGLE-3
     drafted 17.6 ms a step asked for 32 and 10.8 ms with this ask, at the same tokens per step
     (docs/performance.md, "Adaptive ask"). The ask doubles whenever the sizer keeps all it
     was given, so a long lookup match is cut for a few steps (8, 16, 32, 64). Every

@@ -42,12 +42,12 @@ class ScoreCalibration:
 
     Why per depth: most drafted mass sits deep in the tree, where estimates are least reliable (the
     suffix proposer's depth-1 nodes were accepted at half their estimate, depth 3-8 at a quarter to a
-    fifth: ``benchmarks/replay_suffix_acceptance.py``, its table by depth). One scale for all nodes let
+    fifth: ``benchmarks/replay/suffix_acceptance.py``, its table by depth). One scale for all nodes let
     the deep misses drag the good shallow estimates under the
     price of a node. Why ``decay`` (applied by :meth:`tick` once per decoding step, drafted or not):
     an estimator that stopped drafting after a bad start would otherwise never be tried again; in
     replay one wrong first answer ended all drafting for the decoder's lifetime. Both measured by
-    ``benchmarks/replay_decoder.py``.
+    ``benchmarks/replay/draft_sizing.py``.
     """
 
     prior_predicted: float = 4.0

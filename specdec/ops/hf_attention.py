@@ -13,7 +13,7 @@ Without tree kwargs (prefill, plain decoding, verify steps that pass their own 4
 grouped-query heads no longer copies every K/V head ``num_key_value_groups`` times (``repeat_kv``:
 the whole cache of the layer, every layer, every verify step that holds a draft). torch's SDPA
 computes the same attention from the grouped K/V with ``enable_gqa=True``, mask included (SmolLM2:
-9 query / 3 KV heads, so the copy moved 3x each layer's cache; ``benchmarks/bench_verify_attention.py``).
+9 query / 3 KV heads, so the copy moved 3x each layer's cache; ``benchmarks/kernels/verify_attention.py``).
 
 With tree kwargs (:func:`tree_kwargs`), for a verify step whose new K/V rows directly follow each
 request's committed prefix (request ``b``'s ``T`` new rows at ``[prefix_lens[b], prefix_lens[b] + T)``

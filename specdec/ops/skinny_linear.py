@@ -7,7 +7,7 @@ float32, ``weight`` float32 or float16; returns float32 ``y [M, N]``. :func:`ski
 Why: a verify step feeds ``1 + tree size`` rows per request through every linear layer of the
 target, and on a CPU the layer weights stream from DRAM, so that step should cost what a one-row
 decode step costs. BLAS small-M GEMM paths do not get there (2-9 rows cost 1.2-1.5x one row in a
-real forward, see ``benchmarks/bench_skinny_linear.py``); the compiled kernel
+real forward, see ``benchmarks/kernels/skinny_linear.py``); the compiled kernel
 (``csrc/ops/skinny_linear_cpu.cpp``) reads each weight row once for all rows. Results equal the
 reference up to floating-point summation order (fixed, independent of the thread count).
 
@@ -27,7 +27,7 @@ from .. import _ext
 
 #: Row counts for which the compiled kernel is used by the target adapter: up to 64 it beat the BLAS
 #: path at every count measured on the development machine (AMD EPYC, MKL; 1.3-1.9x with one
-#: thread, benchmarks/bench_skinny_linear.py); prefill's hundreds of rows stay with BLAS.
+#: thread, benchmarks/kernels/skinny_linear.py); prefill's hundreds of rows stay with BLAS.
 FAST_ROWS = range(1, 65)
 
 

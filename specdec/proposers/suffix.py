@@ -17,7 +17,7 @@ alone (``combine="longest"``; ties go to the request cache): pooling the counts 
 (``combine="pool"``) lets the global cache's many occurrences of a short context outvote the
 request's longer, more specific match, and on SmolLM2's greedy answers to the 384 dev prompts
 it accepted 0.88 draft tokens per step at budget 4 where the longest match accepts 1.23 (1.44
-vs 1.70 at budget 16; ``benchmarks/replay_suffix_acceptance.py``). Nodes below ``min_prob`` are not
+vs 1.70 at budget 16; ``benchmarks/replay/suffix_acceptance.py``). Nodes below ``min_prob`` are not
 drafted, caches matching fewer than ``min_match_len`` tokens contribute nothing, and the depth is
 capped at ``ceil(depth_factor * match length)``, so short matches draft little or nothing. Every
 node is deterministic (a point-mass draft), so exact verification applies at any temperature.
@@ -81,7 +81,7 @@ def read_documents(path: str) -> list[list[int]]:
     """Response token lists from a JSONL file, for :meth:`SuffixProposer.warm`.
 
     Each non-empty line is an object with ``response_ids`` (the self-distillation files of
-    ``specdec train``) or ``output_ids`` (``benchmarks/gen_greedy_outputs.py``).
+    ``specdec train``) or ``output_ids`` (``benchmarks/datagen/greedy_outputs.py``).
 
     Raises:
         ValueError: a missing file, a line that is not JSON, or a row without either field.
@@ -91,7 +91,7 @@ def read_documents(path: str) -> list[list[int]]:
 
 def row_response_ids(row, where: str) -> list:
     """The response of one JSONL row: its ``response_ids`` (``specdec train`` caches) or
-    ``output_ids`` (``benchmarks/gen_greedy_outputs.py``) list.
+    ``output_ids`` (``benchmarks/datagen/greedy_outputs.py``) list.
 
     Raises:
         ValueError: naming ``where`` when the row is not an object with either list.
@@ -204,7 +204,7 @@ class SuffixProposer:
     """Lookup proposer over suffix automata of the request and of past responses (per tenant).
 
     The drafting defaults were chosen by replaying SmolLM2 greedy outputs on the dev prompts
-    (``benchmarks/replay_suffix_acceptance.py``; see docs/proposers/suffix.md).
+    (``benchmarks/replay/suffix_acceptance.py``; see docs/proposers/suffix.md).
 
     Args:
         vocab_size: token ids must lie in ``[0, vocab_size)``.

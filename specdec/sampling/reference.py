@@ -1,7 +1,7 @@
 """Readable reference sampler: one tree, one node at a time, in plain Python + torch.
 
 This is the straightforward implementation the vectorised kernels in
-:mod:`specdec.sampling.kernels` are measured against (benchmarks/bench_sampling.py) and cross-checked
+:mod:`specdec.sampling.kernels` are measured against (benchmarks/kernels/sampling.py) and cross-checked
 with (tests/test_conformance.py runs it through the conformance suite). It is deliberately simple:
 every acceptance test is one Python step and one ``.item()`` sync.
 """

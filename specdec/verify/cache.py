@@ -17,7 +17,7 @@ rows.
 Each layer's rows live in a buffer with spare rows (``_GrowingLayer``): a step's new rows are written
 in place, O(new rows). transformers' ``DynamicLayer`` appends with ``torch.cat``, copying all ``S``
 rows of every layer every step into a fresh allocation: SmolLM2 decoding steps were 5-10% slower
-at 1-2k tokens of context for it, more as the context grows (``benchmarks/bench_kv_append.py``). The
+at 1-2k tokens of context for it, more as the context grows (``benchmarks/kernels/kv_append.py``). The
 spare rows are a quarter of the rows held or ``MIN_SPARE`` rows, whichever is more, so regrowing
 copies each row a bounded number of times; past ``4 * MIN_SPARE`` rows the spare is at most a quarter
 of the rows themselves. A batch selection (:func:`select`) drops the old buffers at once.

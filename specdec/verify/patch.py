@@ -4,13 +4,13 @@ Two substitutions, each computing the same function as the model's own code, fas
 
 * **linears** -- every plain float32 CPU ``nn.Linear`` under the given root runs
   :func:`specdec.ops.skinny_linear.linear_rows` (an instance-level ``forward``, deleted on exit): a
-  verify step's few rows cost what one row costs (``benchmarks/bench_skinny_linear.py``). With
+  verify step's few rows cost what one row costs (``benchmarks/kernels/skinny_linear.py``). With
   ``half_weights`` the kernel reads a float16 copy of each weight that float16 holds exactly (a
   draft layer stored in fp16): bitwise the same products from half the bytes.
 * **attention** -- a model configured for ``"sdpa"`` (and, in tree mode, any model) runs
   :func:`specdec.ops.hf_attention.tree_attention_forward`: SDPA over grouped K/V without
   transformers' copy of every K/V head when a mask comes with several query rows, and the
-  tree-attention op when the forward passes tree kwargs (``benchmarks/bench_verify_attention.py``).
+  tree-attention op when the forward passes tree kwargs (``benchmarks/kernels/verify_attention.py``).
 
 On exit, exceptions included, the model is exactly as the caller gave it: no attribute, forward or
 attention setting of specdec survives the ``with`` block.
