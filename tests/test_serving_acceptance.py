@@ -5,7 +5,7 @@ import pytest
 
 from specdec import DraftTree, ReplayProposer
 from specdec.estimate.acceptance import AcceptanceDist, from_histogram
-from specdec.measure.replay import greedy_accepted, measure_by_replay
+from specdec.measure.replay import accepted_path, measure_by_replay
 
 
 def test_truncation_to_smaller_budget_moves_tail_mass_to_the_cap():
@@ -36,12 +36,12 @@ def test_replay_with_a_wrong_script_accepts_nothing():
     assert d.counts.tolist() == [10, 0, 0, 0]
 
 
-def testgreedy_accepted_walks_tree_branches():
+def test_accepted_path_walks_tree_branches():
     tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9]])
-    assert greedy_accepted(tree, [5, 8, 1]) == 2
-    assert greedy_accepted(tree, [9, 9]) == 1
-    assert greedy_accepted(tree, [1]) == 0
-    assert greedy_accepted(DraftTree.empty(), [1]) == 0
+    assert [int(tree.tokens[n]) for n in accepted_path(tree, [5, 8, 1])] == [5, 8]
+    assert [int(tree.tokens[n]) for n in accepted_path(tree, [9, 9])] == [9]
+    assert accepted_path(tree, [1]) == []
+    assert accepted_path(DraftTree.empty(), [1]) == []
 
 
 def test_histogram_roundtrip_merge_and_errors():

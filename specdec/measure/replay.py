@@ -21,10 +21,10 @@ from ..estimate.acceptance import AcceptanceDist, from_histogram
 from ..sampling.kernels import greedy_replay
 
 
-def greedy_accepted(tree, truth: Sequence[int]) -> int:
-    """Drafted tokens greedy verification accepts: the longest root path matching ``truth``
-    (:func:`specdec.sampling.kernels.greedy_replay`)."""
-    return len(greedy_replay(tree.tokens.tolist(), tree.parent_list, truth)) if tree.num_nodes else 0
+def accepted_path(tree, truth: Sequence[int]) -> list[int]:
+    """The node ids greedy verification accepts, root first: the longest root path of ``tree`` whose
+    tokens are a prefix of ``truth`` (:func:`specdec.sampling.kernels.greedy_replay`)."""
+    return greedy_replay(tree.tokens.tolist(), tree.parent_list, truth) if tree.num_nodes else []
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,7 @@ class AnswerReplay:
         if self.done:
             raise ValueError(f"the answer's {len(self.answer)} tokens are all replayed; no step is left")
         rest = self.answer[self.pos :]
-        path = greedy_replay(tree.tokens.tolist(), tree.parent_list, rest) if tree.num_nodes else []
-        path = path[: len(rest) - 1]
+        path = accepted_path(tree, rest)[: len(rest) - 1]
         step = ReplayStep(self.pos, path, rest[: len(path) + 1])
         self._commit(self.pos, step.tokens)
         self.pos += len(step.tokens)
