@@ -127,10 +127,12 @@ def run(batch: int, context: int, global_tokens: int, steps: int, seed: int = 0,
             return [flat[b[i]:b[i + 1]] for i in range(batch)]
         cases.append((PATHS["batched"], fast_step, rows()))
     if "drafter" in paths:
+        drafter_rows = rows()  # vLLM's token_ids_cpu is max_model_len wide
+        model_config = SimpleNamespace(get_vocab_size=lambda: VOCAB, max_model_len=drafter_rows.tokens.shape[1])
         drafter = _Drafter(SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=K),
-                                           model_config=SimpleNamespace(get_vocab_size=lambda: VOCAB)))
+                                           model_config=model_config))
         drafter.proposer.warm(make_docs(Traffic(seed), global_tokens))
-        cases.append((PATHS["drafter"], lambda r: drafter.propose(r.sampled, r.n, r.tokens), rows()))
+        cases.append((PATHS["drafter"], lambda r: drafter.propose(r.sampled, r.n, r.tokens), drafter_rows))
     if "k0" in paths:
         keep = make_proposer(Traffic(seed), global_tokens).row_batch(tree_budget=tree)
 
