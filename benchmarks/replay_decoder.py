@@ -83,7 +83,7 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibr
             path = accepted_path(tree.tokens.tolist(), tree.parents.tolist(), answer[pos:]) if tree.num_nodes else []
             path = path[: len(answer) - pos - 1]  # the last answer token is always the target's own
             a = len(path)
-            sizer.observe(ticket, path)
+            sizer.learn(ticket, path)
             sizer.tick()
             t["steps"] += 1
             t["tokens"] += a + 1

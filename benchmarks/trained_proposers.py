@@ -21,9 +21,6 @@ step instead of the sizer's adaptive ask: the same-run A/B of what the adaptive 
 model gate. The replay always runs hybrids without the gate (it measures the drafts, not their cost).
 ``--bucket-gate SPEC ...`` adds hybrids whose model gate ignores each request's own evidence
 (``ModelGate(request_prior=inf)``: the lookup bucket's mean alone, the gate before 2026-12-02 21:50).
-``--drafting-only-gate SPEC ...`` adds hybrids whose gate prices EAGLE by its drafting time alone
-(``ModelGate(charge_verify=False)``, the gate before 2026-12-03), not also the verify time of its
-nodes the decoder kept.
 ``--fp32-head SPEC ...`` adds trained proposers whose LM-head rows stay float32 (method '<spec> [fp32
 head]'; the default rounds them to float16, ``specdec.proposers.reduced_vocab.DraftHead``), online
 and in the replay: the same-run A/B of what the rounding saves and what it costs in acceptance.
@@ -82,16 +79,13 @@ VARIANTS = {
                     "adaptive ask (DraftSizer.ask_for)"),
     "--no-model-gate": (" [no gate]", ("hybrid",), "hybrids drafting EAGLE every step, beside the hybrid's model gate"),
     "--bucket-gate": (" [bucket gate]", ("hybrid",), "hybrids with a model gate that ignores per-request evidence"),
-    "--drafting-only-gate": (" [drafting-only gate]", ("hybrid",), "hybrids whose model gate prices EAGLE by its "
-                             "drafting time alone, not the verify of its kept nodes"),
     "--fp32-head": (" [fp32 head]", ("medusa", "eagle", "hybrid"), "trained proposers with float32 LM-head rows, "
                     "online and in the replay, beside the default float16-rounded rows"),
 }
 
 
 #: The hybrid's model gate in each gate variant (None: no gate).
-GATE_VARIANTS = {"--no-model-gate": lambda: None, "--bucket-gate": lambda: ModelGate(request_prior=math.inf),
-                 "--drafting-only-gate": lambda: ModelGate(charge_verify=False)}
+GATE_VARIANTS = {"--no-model-gate": lambda: None, "--bucket-gate": lambda: ModelGate(request_prior=math.inf)}
 
 
 def table(runs, prompts, plain_name="plain", pair_with="suffix") -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specdec.control.base import BatchView, Outcome
 from specdec.control.cost_gate import CostGate
 
 K = 4
@@ -29,7 +30,7 @@ class Engine:
         emitted = seconds = 0.0
         for t in range(steps):
             rows = rows_at(t)
-            j = choose.budget(rows) if hasattr(choose, "budget") else choose
+            j = choose.decide(BatchView(rows)).budget if hasattr(choose, "decide") else choose
             u = self.rng.random((rows, K))
             drafted = (u < self.reach[None, :]).cumprod(1)[:, :j].sum(1)          # [rows]
             ok = (self.rng.random((rows, K)) < self.q[None, :]).cumprod(1)[:, :j]
@@ -37,8 +38,8 @@ class Engine:
             total = drafted.sum()
             sec = (self.a + self.b * rows + (total > 0) * (self.d + self.c * total))
             sec *= 1 + self.noise * self.rng.standard_normal()
-            if hasattr(choose, "step"):
-                choose.step(sec, rows, j, drafted, accepted, fit=t % 17 != 0)  # some steps carry a prefill
+            if hasattr(choose, "observe"):  # some steps are not fitted (a skipped call)
+                choose.observe(Outcome.of(drafted, accepted, budget=j, seconds=sec, fit=t % 17 != 0))
             emitted += rows + accepted.sum()
             seconds += sec
         return emitted / seconds
@@ -63,7 +64,7 @@ def test_gate_is_within_two_percent_of_the_best_fixed_budget(costs, rows, best):
     gate = CostGate(K)
     got = Engine(**costs, seed=1).run(gate, rows_at)
     assert got >= 0.98 * max(rates), (got, rates)
-    j = gate.budget(rows)
+    j = gate.decide(BatchView(rows)).budget
     assert j == best or "exploring" in gate.last_reason, gate.last_reason
 
 
@@ -93,9 +94,10 @@ def test_fit_recovers_the_engine_costs():
 def test_warm_up_is_always_on_and_bad_input_is_refused():
     gate = CostGate(K)
     assert gate.coefficients() is None and gate.rates(4) is None
-    assert [gate.budget(4) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 2] and "warming up" in gate.last_reason
+    assert [gate.decide(BatchView(4)).budget for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 2]
+    assert "warming up" in gate.last_reason
     with pytest.raises(ValueError, match="accepted <= drafted"):
-        gate.step(0.1, 2, K, [1, 2], [2, 2], fit=True)
+        gate.observe(Outcome.of([1, 2], [2, 2], budget=K, seconds=0.1))
     with pytest.raises(ValueError, match="k must be"):
         CostGate(0)
     with pytest.raises(ValueError, match="decay"):
@@ -123,8 +125,9 @@ class MixedEngine:
         q = np.where(np.arange(rows) % 2 == 0, self.q_long, self.q_short)          # [rows]
         path = q[:, None] ** np.arange(1, K + 1)[None, :]                            # [rows, K]
         for _ in range(steps):
-            j = gate.budget(rows) if budget is None else budget
-            floor = gate.floor(rows, j) if (budget is None and use_floor) else 0.0
+            d = gate.decide(BatchView(rows)) if budget is None else None
+            j = budget if d is None else d.budget
+            floor = d.floor if (d is not None and use_floor) else 0.0
             drafted = ((path >= floor).cumprod(1)[:, :j]).sum(1)                     # [rows]
             ok = (self.rng.random((rows, K)) < q[:, None]).cumprod(1)
             accepted = np.minimum(ok.sum(1), drafted)
@@ -132,7 +135,7 @@ class MixedEngine:
             sec = self.a + self.b * rows + (total > 0) * (self.d + self.c * total)
             sec *= 1 + self.noise * self.rng.standard_normal()
             if budget is None:
-                gate.step(sec, rows, j, drafted, accepted, fit=True)
+                gate.observe(Outcome.of(drafted, accepted, budget=j, seconds=sec))
             emitted += rows + accepted.sum()
             seconds += sec
         return emitted / seconds
@@ -148,11 +151,11 @@ def test_floor_drops_the_tokens_that_do_not_pay():
     assert got > 1.2 * max(fixed), (got, fixed)
     assert got > 1.2 * no_floor, (got, no_floor)
     a, b, d, c = gate.coefficients()
-    j = gate.budget(8)
-    floor = gate.floor(8, j)
+    d = gate.decide(BatchView(8))
+    j, floor = d.budget, d.floor
     assert floor == pytest.approx(c * gate.rates(8)[j])
     assert 0.15 < floor < 0.81  # between the short rows' first token and the long rows' fourth
-    assert gate.floor(8, 0) == 0.0 and CostGate(K).floor(8, 2) == 0.0  # plain, and before the fit
+    assert gate._floor(8, 0) == 0.0 and CostGate(K)._floor(8, 2) == 0.0  # plain, and before the fit
 
 
 def test_fit_keeps_d_and_c_non_negative_by_refitting_not_clamping():
@@ -166,7 +169,7 @@ def test_fit_keeps_d_and_c_non_negative_by_refitting_not_clamping():
         rows = int(rng.integers(5, 8))
         drafted = np.zeros(rows, np.int64) if i % 25 == 0 else rng.integers(1, 5, rows)
         seconds = 0.02 + 0.002 * rows + 0.0001 * drafted.sum() + rng.normal(0, 0.004)
-        gate.step(seconds, rows, 4, drafted, np.zeros(rows, np.int64), fit=True)
+        gate.observe(Outcome.of(drafted, np.zeros(rows, np.int64), budget=4, seconds=seconds))
         xs.append([1.0, rows, float(drafted.sum() > 0), float(drafted.sum())])
         ys.append(seconds)
     x, y = np.array(xs), np.array(ys)

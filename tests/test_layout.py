@@ -188,3 +188,19 @@ def test_no_import_cycles_between_modules():
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_draft_controller_implements_the_one_interface():
+    """docs/architecture.md: how much to draft is answered by one interface (specdec.control.base)."""
+    from specdec.control.base import Capped, DraftController, FixedBudget
+    from specdec.control.cost_gate import CostGate
+    from specdec.control.load_gate import LoadGate
+    from specdec.control.model_gate import ModelGate
+    from specdec.control.sizer import DraftSizer
+    from specdec.plan.policies import AlwaysOn, Off, gated
+
+    controllers = [FixedBudget(2), LoadGate(), CostGate(4), ModelGate(), DraftSizer(), Off(), AlwaysOn(3),
+                   gated(8, 4), Capped(LoadGate(), CostGate(4))]
+    for c in controllers:
+        assert isinstance(c, DraftController), type(c).__name__
+        assert c.unit in ("tokens", "nodes")

@@ -4,8 +4,17 @@ time is worth, and still drafts where it adds tokens (and now and then where it 
 import pytest
 from hybrid_fixtures import FixedDraft
 
-from specdec.proposers.hybrid import HybridProposer
+from specdec.control.base import BatchView, Outcome
 from specdec.control.model_gate import ModelGate
+from specdec.proposers.hybrid import HybridProposer
+
+
+def _commit(gate, req_id, bucket, gain, emitted):
+    gate.observe(Outcome.of([0], [0], details={req_id: (bucket, gain, emitted)}))
+
+
+def _timed(gate, **timings):
+    gate.observe(Outcome.of([0], [0], timings=timings))
 
 
 class _Clock:
@@ -118,21 +127,21 @@ def test_no_gate_drafts_both_every_step():
 def test_gate_explores_a_skipping_bucket_and_checks_its_settings():
     clock = _Clock()
     gate = ModelGate(clock=clock, min_samples=2, explore_every=4)
-    assert gate.should_draft(0, 1.0)  # nothing measured yet
-    gate.step_started()
+    assert gate._should_draft(0, 1.0)  # nothing measured yet
+    gate._step_started()
     clock.t = 1.0
-    gate.step_started()
-    gate.observe_model_time(5.0)  # the first, cold draft is not counted
+    gate._step_started()
+    _timed(gate, model=5.0)  # the first, cold draft is not counted
     assert gate.model_seconds is None
-    gate.observe_model_time(0.5)  # half a step, at 1 token per step: costs 0.5 tokens
+    _timed(gate, model=0.5)  # half a step, at 1 token per step: costs 0.5 tokens
     for _ in range(2):
-        gate.observe("r", 0, 0.0, 1)
-    decisions = [gate.should_draft(0, 1.0) for _ in range(8)]
+        _commit(gate, "r", 0, 0.0, 1)
+    decisions = [gate._should_draft(0, 1.0) for _ in range(8)]
     assert decisions == [False, False, False, True] * 2
-    gate.observe("r", 1, 0.9, 1)
-    gate.observe("r", 1, 0.9, 1)
-    assert gate.should_draft(1, 1.0)  # adds more than it costs
-    assert not gate.should_draft(1, 4.0)  # ... but not in a step that four such requests share
+    _commit(gate, "r", 1, 0.9, 1)
+    _commit(gate, "r", 1, 0.9, 1)
+    assert gate._should_draft(1, 1.0)  # adds more than it costs
+    assert not gate._should_draft(1, 4.0)  # ... but not in a step that four such requests share
     with pytest.raises(ValueError, match="increasing"):
         ModelGate(edges=(1.0, 0.5))
     with pytest.raises(ValueError, match="increasing"):
@@ -147,10 +156,10 @@ def test_a_long_gap_between_steps_does_not_inflate_the_period():
     clock = _Clock()
     gate = ModelGate(clock=clock)
     for _ in range(20):
-        gate.step_started()
+        gate._step_started()
         clock.t += 0.05
     clock.t += 5.0  # a prefill or an idle engine
-    gate.step_started()
+    gate._step_started()
     assert gate.period < 0.06
 
 
@@ -184,16 +193,16 @@ def test_without_request_evidence_the_bucket_mean_decides():
     gate = ModelGate(min_samples=2, request_prior=1.0)
     assert gate.expected_gain(0, "a") is None  # too few observations
     for _ in range(4):
-        gate.observe("a", 0, 0.0, 1)
-    gate.observe("b", 0, 1.0, 1)
+        _commit(gate, "a", 0, 0.0, 1)
+    _commit(gate, "b", 0, 1.0, 1)
     assert gate.expected_gain(0) == pytest.approx(0.2)
     assert gate.expected_gain(0, "a") == pytest.approx(0.2)  # its residuals are 0
     assert gate.expected_gain(0, "b") == pytest.approx(0.2 + 0.5 * 1.0)  # one residual of 1.0, shrunk by half
     early = ModelGate(min_samples=3)
     for _ in range(3):
-        early.observe("x", 0, 5.0, 1)
+        _commit(early, "x", 0, 5.0, 1)
     assert "x" not in early._residual  # no residual against a mean of fewer than min_samples gains
-    early.observe("x", 0, 0.0, 1)
+    _commit(early, "x", 0, 0.0, 1)
     assert early._residual["x"].n == 1
 
 
@@ -202,18 +211,18 @@ def test_a_skipped_request_still_explores_while_another_in_its_bucket_drafts():
     the count of one the gate skips (with one counter per bucket, B never drafted again)."""
     clock = _Clock()
     gate = ModelGate(clock=clock, min_samples=1, explore_every=4, request_prior=0.0)
-    gate.step_started()
+    gate._step_started()
     clock.t = 1.0
-    gate.step_started()
-    gate.observe_model_time(1.0)  # warm-up, dropped
-    gate.observe_model_time(0.5)  # costs 0.5 tokens at 1 token per step
-    gate.observe("a", 0, 2.0, 1)  # the bucket's first value
-    gate.observe("a", 0, 2.0, 1)  # a's residual: 0
-    gate.observe("b", 0, -1.0, 1)  # b's residual: -3, trusted fully; the bucket's mean: 1.0
+    gate._step_started()
+    _timed(gate, model=1.0)  # warm-up, dropped
+    _timed(gate, model=0.5)  # costs 0.5 tokens at 1 token per step
+    _commit(gate, "a", 0, 2.0, 1)  # the bucket's first value
+    _commit(gate, "a", 0, 2.0, 1)  # a's residual: 0
+    _commit(gate, "b", 0, -1.0, 1)  # b's residual: -3, trusted fully; the bucket's mean: 1.0
     decisions = []
     for _ in range(8):
-        assert gate.should_draft(0, 1.0, "a")
-        decisions.append(gate.should_draft(0, 1.0, "b"))
+        assert gate._should_draft(0, 1.0, "a")
+        decisions.append(gate._should_draft(0, 1.0, "b"))
     assert decisions == [False, False, False, True] * 2
     gate.end("b")
     assert not any(k[0] == "b" for k in gate._skips)
@@ -248,10 +257,7 @@ def test_the_model_is_charged_the_verify_time_of_its_kept_nodes():
     hyb.observe_sized("r", kept, cost)
     assert hyb._last["r"].verify_extra is None
     with pytest.raises(ValueError, match="verify time"):
-        ModelGate().observe_verify_time(-1.0)
-    old = ModelGate(charge_verify=False)  # the same-run baseline: drafting time alone
-    old.observe_verify_time(0.008)
-    assert old.verify_seconds == 0.0
+        _timed(ModelGate(), verify=-1.0)
 
 
 def _tree(paths):
@@ -262,3 +268,24 @@ def _tree(paths):
     tokens = torch.tensor([p[-1] for p in paths])
     parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in paths], dtype=torch.int32)
     return tokens, parents, torch.ones(len(paths), dtype=torch.bool)
+
+
+def test_the_gate_decides_per_request_through_the_controller_interface():
+    """decide() gives each request the cap or nothing, from its lookup expectation's bucket; a
+    skipping bucket still explores; observe() takes commits and times."""
+    clock = _Clock()
+    gate = ModelGate(clock=clock, min_samples=1, explore_every=3)
+    first = gate.decide(BatchView(2, req_ids=("a", "b"), cap=8, hints={"a": 0.1, "b": 5.0}))
+    assert first.per_request == (8, 8) and first.budget == 8  # nothing measured: both draft
+    clock.t = 1.0
+    _timed(gate, model=1.0)  # warm-up, dropped
+    _timed(gate, model=0.1)  # a tenth of a step: 0.5 tokens of a step emitting 5
+    _commit(gate, "a", gate.bucket(0.1), 0.0, 1)  # the model added nothing in a's bucket
+    _commit(gate, "b", gate.bucket(5.0), 3.0, 4)  # and three tokens in b's
+    decisions = []
+    for _ in range(6):
+        clock.t += 1.0  # one step a second
+        decisions.append(gate.decide(BatchView(2, req_ids=("a", "b"), cap=8, hints={"a": 0.1, "b": 5.0})).per_request)
+    assert [d[1] for d in decisions] == [8] * 6
+    assert [d[0] for d in decisions] == [0, 0, 8, 0, 0, 8]
+    assert gate.decide(BatchView(1, req_ids=("a",), cap=0)).per_request == (0,)

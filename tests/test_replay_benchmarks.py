@@ -60,7 +60,6 @@ def test_an_unknown_ask_is_refused_before_any_work(capsys):
     ("--no-model-gate", "suffix", "--no-model-gate takes hybrid proposers, got 'suffix'"),
     ("--bucket-gate", "eagle:{dir}", "--bucket-gate takes hybrid proposers, got 'eagle:{dir}'"),
     ("--fp32-head", "suffix", "--fp32-head takes medusa, eagle or hybrid proposers, got 'suffix'"),
-    ("--drafting-only-gate", "suffix", "--drafting-only-gate takes hybrid proposers, got 'suffix'"),
 ])
 def test_trained_proposers_refuses_a_variant_its_proposer_lacks_before_loading(monkeypatch, capsys, tmp_path, flag,
                                                                                  spec, message):

@@ -4,13 +4,15 @@ import math
 
 import numpy as np
 import pytest
+
+from specdec.control.base import BatchView, Outcome
 from serving_fixtures import good_acceptance, gpu_like_cost, zero_acceptance
 
 from specdec.control.load_gate import BudgetOptimizer, LoadGate
 
 
 def _flaps(gate, trace):
-    states = [gate.decide(b).speculate for b in trace]
+    states = [gate.decide(BatchView(b)).speculate for b in trace]
     return sum(a != b for a, b in zip(states, states[1:]))
 
 
@@ -26,25 +28,25 @@ def test_hysteresis_does_not_flap_on_a_noisy_batch_trace():
 
 def test_gate_turns_off_above_and_back_on_below():
     g = LoadGate(off_above=4, on_below=2, budget=3)
-    assert g.decide(4).budget == 3
-    assert not g.decide(5).speculate
-    assert not g.decide(3).speculate  # inside the band: stays off
-    d = g.decide(2)
+    assert g.decide(BatchView(4)).budget == 3
+    assert not g.decide(BatchView(5)).speculate
+    assert not g.decide(BatchView(3)).speculate  # inside the band: stays off
+    d = g.decide(BatchView(2))
     assert d.speculate and d.budget == 3
     assert g.switches == 2
 
 
 def test_acceptance_floor_stops_drafting_and_probes():
     g = LoadGate(budget=4, min_accept_rate=0.3, probe_every=5, min_observed=8)
-    assert g.decide(1).speculate
+    assert g.decide(BatchView(1)).speculate
     for _ in range(10):
-        g.observe(drafted=4, accepted=0)
-    decisions = [g.decide(1) for _ in range(10)]
+        g.observe(Outcome.of([4], [0]))
+    decisions = [g.decide(BatchView(1)) for _ in range(10)]
     assert sum(d.speculate for d in decisions) == 2  # two probes of budget 1
     assert all(d.budget == 1 for d in decisions if d.speculate)
     for _ in range(40):
-        g.observe(drafted=4, accepted=4)
-    assert g.decide(1).budget == 4
+        g.observe(Outcome.of([4], [4]))
+    assert g.decide(BatchView(1)).budget == 4
 
 
 def test_optimizer_picks_zero_when_acceptance_is_zero_and_drafts_when_it_pays():
@@ -62,8 +64,8 @@ def test_optimizer_picks_zero_when_acceptance_is_zero_and_drafts_when_it_pays():
 
 def test_gate_with_optimizer_follows_load():
     g = LoadGate(optimizer=BudgetOptimizer(gpu_like_cost(), good_acceptance()), budget=6)
-    assert g.decide(1).budget >= 3
-    assert not g.decide(200).speculate
+    assert g.decide(BatchView(1)).budget >= 3
+    assert not g.decide(BatchView(200)).speculate
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -79,8 +81,8 @@ def test_bad_gate_arguments_are_refused(kwargs, match):
 
 def test_observe_rejects_impossible_counts():
     with pytest.raises(ValueError, match="accepted"):
-        LoadGate().observe(drafted=2, accepted=3)
-    assert LoadGate().decide(0).speculate is False
+        LoadGate().observe(Outcome.of([2], [3]))
+    assert LoadGate().decide(BatchView(0)).speculate is False
     assert math.isinf(LoadGate().off_above)
 
 

@@ -67,7 +67,7 @@ def _auto(estimator=None):
 
     def step():
         tree, ticket = sizer.size(0, full)
-        return tree, lambda path: (sizer.observe(ticket, path), sizer.tick())
+        return tree, lambda path: (sizer.learn(ticket, path), sizer.tick())
 
     return step
 
@@ -143,7 +143,7 @@ def test_auto_budget_for_chains_matches_the_best_fixed_length():
 
     def auto():
         tree, ticket = sizer.size(0, chain(32))
-        return tree, lambda path: (sizer.observe(ticket, path), sizer.tick())
+        return tree, lambda path: (sizer.learn(ticket, path), sizer.tick())
 
     best = max(replay(lambda k=k: (chain(k), lambda path: None)) for k in (1, 2, 4, 8, 16, 32))
     assert replay(auto) >= 0.98 * best

@@ -17,6 +17,7 @@ from specdec import SuffixProposer
 from specdec.integrations.rows import NEW, RESUMED
 from specdec.integrations.vllm.drafter import PROMPT_EMBEDS_REFUSED, SuffixDrafter
 from specdec.integrations.vllm.gate import GatedDrafting
+from specdec.control.base import BatchView, Outcome
 from specdec.control.cost_gate import CostGate
 
 from vllm_fake import FakeEngine
@@ -119,14 +120,14 @@ class GapEngine:
     def run(self, gate, steps, gap_at=None, gap=0.0):
         budgets = []
         for t in range(steps):
-            j = gate.budget(8)
+            j = gate.decide(BatchView(8)).budget
             drafted = np.full(8, j)
             accepted = np.minimum((self.rng.random((8, max(j, 1))) < self.q).cumprod(1).sum(1), drafted)
             sec = self.a + self.b * 8 + (j > 0) * (self.d + self.c * drafted.sum())
             sec *= 1 + 0.03 * self.rng.standard_normal()
             if t == gap_at:
                 sec += gap  # a pause, seen as one long step of rows that continue
-            gate.step(sec, 8, j, drafted, accepted, fit=True)
+            gate.observe(Outcome.of(drafted, accepted, budget=j, seconds=sec))
             budgets.append(j)
         return np.array(budgets)
 
@@ -162,7 +163,7 @@ def test_only_rows_offered_a_draft_count_for_depth_acceptance():
     gate = CostGate(4)
     offered = np.array([True] * 4 + [False] * 4)
     for _ in range(200):
-        gate.step(0.05, 8, 3, np.array([3] * 4 + [0] * 4), np.array([2] * 4 + [0] * 4), fit=True, offered=offered)
+        gate.observe(Outcome.of([3] * 4 + [0] * 4, [2] * 4 + [0] * 4, budget=3, seconds=0.05, offered=offered))
     f, q = gate.depth_acceptance()
     assert f[:3] == pytest.approx(1.0, abs=0.02) and q[:2] == pytest.approx(1.0, abs=0.02) and q[2] < 0.05
 
@@ -176,11 +177,11 @@ def test_the_fit_never_goes_negative_and_rates_stay_finite():
         rows = int(rng.integers(1, 4))
         j = 0 if i % 3 else 2
         sec = max(1e-4, 0.012 * rows - 0.009 + 0.002 * (j > 0) + rng.normal(0, 0.001))
-        gate.step(sec, rows, j, np.full(rows, j), np.zeros(rows, np.int64), fit=True)
+        gate.observe(Outcome.of(np.full(rows, j), np.zeros(rows, np.int64), budget=j, seconds=sec))
     theta = gate.coefficients()
     assert theta is not None and (theta >= 0).all()
     rates = gate.rates(1)
-    assert np.isfinite(rates).all() and rates.max() < 1e4 and gate.floor(1, 2) < 1.0
+    assert np.isfinite(rates).all() and rates.max() < 1e4 and gate._floor(1, 2) < 1.0
 
 
 def test_the_cost_gate_stays_within_the_load_gates_probe_budget():

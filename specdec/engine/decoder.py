@@ -37,6 +37,7 @@ from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
+from ..control.base import BatchView, Outcome
 from ..control.sizer import DraftSizer, Ticket, cap_depth, check_draft
 from ..estimate.verify_cost import VerifyCostModel
 
@@ -207,12 +208,10 @@ class SpeculativeDecoder:
                     events = [self._emit(r, toks, stops, limit) for r, toks in zip(active, emitted)]
                     for row, (r, ev, path) in enumerate(zip(active, events, paths)):  # 4. commit
                         r.metrics.record_step(trees[row].num_nodes, min(len(path), len(ev.tokens)))  # emitted only
-                        if speculate:
-                            self.sizer.observe(tickets[row], path)
                         self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
                     self.target.commit(state, paths, [e[-1] for e in emitted], validate=False)
                     t3 = time.perf_counter()
-                    self._account(active, trees, speculate, t0, t1, t2, t3)
+                    self._account(active, trees, paths, tickets, speculate, t0, t1, t2, t3)
                     yield from events
                     active = self._drop(state, active, events)
             finally:
@@ -273,7 +272,8 @@ class SpeculativeDecoder:
         """
         ids = [r.req_id for r in active]
         depth = [limit - r.metrics.tokens - 1 for r in active]
-        budgets = [self.sizer.ask_for(i) if d > 0 else 0 for i, d in zip(ids, depth)]
+        asks = self.sizer.decide(BatchView(len(ids), req_ids=tuple(ids))).budgets(len(ids))
+        budgets = [b if d > 0 else 0 for b, d in zip(asks, depth)]
         budget = budgets[0] if len(set(budgets)) == 1 else budgets
         if isinstance(self.proposer, ScoredProposer):
             drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in self.proposer.propose_scored(ids, budget)]
@@ -326,12 +326,15 @@ class SpeculativeDecoder:
             index=r.index, tokens=list(tokens), finished=reason is not None, finish_reason=reason, metrics=r.metrics
         )
 
-    def _account(self, active: list[_Request], trees: list[DraftTree], speculate: bool, t0, t1, t2, t3) -> None:
-        """Charge the step's phases to every request in it; a single-request step's times also
-        refine the sizer's cost curve and drafting overhead."""
-        self.sizer.tick()
-        if speculate and len(active) == 1:
-            self.sizer.observe_step(trees[0].num_nodes, t2 - t1, t3 - t2)
+    def _account(self, active: list[_Request], trees: list[DraftTree], paths, tickets, speculate: bool,
+                 t0, t1, t2, t3) -> None:
+        """Tell the sizer the step's outcome (each draft's ticket and accepted path; a single-request
+        step's times refine its cost curve and drafting overhead) and charge the step's phases to
+        every request in it."""
+        self.sizer.observe(Outcome.of(
+            [t.num_nodes for t in trees], [len(p) for p in paths],
+            details={r.req_id: (tickets[row], paths[row]) for row, r in enumerate(active)} if speculate else {},
+            timings={"verify": t2 - t1, "accept": t3 - t2} if speculate else {}))
         for r in active:
             r.metrics.propose_s += t1 - t0
             r.metrics.verify_s += t2 - t1

@@ -1,7 +1,8 @@
 """Speculation policies: per step, the draft budget for the running batch.
 
-A policy is stateful across one run (a gate remembers whether it is on), so the simulator calls
-``reset()`` before each run. Per-request opt-out is applied on top of any policy by the caller:
+Each policy is a :class:`~specdec.control.base.DraftController` with a report name. A policy is
+stateful across one run (a gate remembers whether it is on), so the simulator calls ``reset()``
+before each run. Per-request opt-out is applied on top of any policy by the caller:
 an opted-out request gets budget 0 whatever the policy says.
 
 * ``off`` -- plain decoding; the proposer is not even loaded (its memory is free for KV).
@@ -15,51 +16,35 @@ from __future__ import annotations
 
 import math
 
+from ..control.base import BatchView, Decision, FixedBudget, Outcome
 from ..control.load_gate import BudgetOptimizer, LoadGate
 
 
 class Policy:
-    """Base policy: ``decide(batch, context) -> budget``; ``observe(drafted, accepted)``; ``reset()``."""
+    """A :class:`~specdec.control.base.DraftController` the simulator runs, with the name its reports
+    show. ``uses_proposer``: False when the proposer is not loaded at all (its memory is free for KV);
+    ``switches``: how often it turned speculation on or off."""
 
     name = "policy"
+    unit = "tokens"
     uses_proposer = True
-
-    def reset(self) -> None:
-        """Forget state from a previous run."""
-
-    def decide(self, batch_size: int, context: float) -> int:
-        raise NotImplementedError
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        """Feedback after a step (summed over the batch)."""
-
-    @property
-    def max_budget(self) -> int:
-        """Largest budget this policy can return (the simulator reserves KV for it)."""
-        raise NotImplementedError
-
-    @property
-    def switches(self) -> int:
-        """How many times the policy turned speculation on or off (0 for stateless policies)."""
-        return 0
+    switches = 0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name})"
 
 
-class Off(Policy):
+class Off(Policy, FixedBudget):
+    """Plain decoding; the proposer is not loaded."""
+
     name = "off"
     uses_proposer = False
 
-    def decide(self, batch_size: int, context: float) -> int:
-        return 0
-
-    @property
-    def max_budget(self) -> int:
-        return 0
+    def __init__(self):
+        FixedBudget.__init__(self, 0)
 
 
-class AlwaysOn(Policy):
+class AlwaysOn(Policy, FixedBudget):
     """Draft ``budget`` tokens per request every step."""
 
     name = "always"
@@ -67,41 +52,32 @@ class AlwaysOn(Policy):
     def __init__(self, budget: int):
         if budget < 1:
             raise ValueError(f"AlwaysOn budget must be >= 1, got {budget}")
-        self.budget = int(budget)
-
-    def decide(self, batch_size: int, context: float) -> int:
-        return self.budget
-
-    @property
-    def max_budget(self) -> int:
-        return self.budget
+        FixedBudget.__init__(self, int(budget))
 
 
 class Gated(Policy):
-    """Delegates to a :class:`LoadGate` (fixed budget or optimizer-chosen)."""
+    """A :class:`LoadGate` under a report name (``gated``: fixed budget; ``adaptive``: optimizer-chosen)."""
 
     def __init__(self, gate: LoadGate, name: str = "gated"):
         self.gate = gate
         self.name = name
 
-    def reset(self) -> None:
-        self.gate.reset()
-
-    def decide(self, batch_size: int, context: float) -> int:
-        return self.gate.decide(batch_size, context).budget
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        self.gate.observe(drafted, accepted)
-
     @property
     def max_budget(self) -> int:
-        if self.gate.optimizer is not None:
-            return min(self.gate.budget, self.gate.optimizer.max_budget)
-        return self.gate.budget
+        return self.gate.max_budget
 
     @property
     def switches(self) -> int:
         return self.gate.switches
+
+    def decide(self, batch: BatchView) -> Decision:
+        return self.gate.decide(batch)
+
+    def observe(self, outcome: Outcome) -> None:
+        self.gate.observe(outcome)
+
+    def reset(self) -> None:
+        self.gate.reset()
 
 
 def gated(off_above: float, budget: int, on_below: float | None = None, min_accept_rate: float = 0.0) -> Gated:

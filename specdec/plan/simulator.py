@@ -42,6 +42,7 @@ import numpy as np
 from ..estimate.acceptance import AcceptanceDist
 from ..estimate.step_cost import StepCostModel
 from .goodput import RequestRecord
+from ..control.base import BatchView, Outcome
 from .policies import Policy
 from .workload import SimRequest
 
@@ -265,7 +266,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         B = len(running)
         contexts = [r.context for r in running]
         ctx = float(max(contexts) if server.padded_context else np.mean(contexts))
-        k = int(policy.decide(B, ctx))
+        k = int(policy.decide(BatchView(B, ctx)).budget)
         if not 0 <= k <= reserve_draft:
             raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
         budgets = [0 if r.req.opt_out else k for r in running]
@@ -293,7 +294,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         running = still
         drafted_total += drafted
         accepted_total += accepted
-        policy.observe(drafted, accepted)
+        policy.observe(Outcome.of([drafted], [accepted]))
     return SimResult(
         records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches
     )
@@ -331,7 +332,7 @@ def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfi
             running.append(_Packed(waiting.popleft(), n))
         decoding = [r for r in running if r.prefilled == r.req.item.prompt_len]
         ctx = float(np.mean([r.req.item.prompt_len + r.generated for r in decoding])) if decoding else 0.0
-        k = int(policy.decide(len(running), ctx)) if decoding else 0
+        k = int(policy.decide(BatchView(len(running), ctx)).budget) if decoding else 0
         if not 0 <= k <= reserve_draft:
             raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
         draws = {id(r): sampler.draw(dists[r.req.item.category], 0 if r.req.opt_out else k) if k else (0, 0)
@@ -374,6 +375,6 @@ def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfi
             max_b = max(max_b, len(decoding))
             drafted_total += drafted
             accepted_total += accepted
-            policy.observe(drafted, accepted)
+            policy.observe(Outcome.of([drafted], [accepted]))
     return SimResult(records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total,
                      policy.switches)

@@ -43,6 +43,7 @@ from ..checks import normalize_budgets
 from ..estimate.calibration import ScoreCalibration
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
+from ..control.base import BatchView, Outcome
 from ..control.model_gate import ModelGate
 
 
@@ -114,12 +115,10 @@ class HybridProposer:
         for source, paths, probs in step.sources:
             self._learn(source, paths, probs, emitted)
         if self.model_gate is not None and step.sources:
-            gain = None
-            if step.bucket is not None:
-                gain = _gain(step, emitted)
-            self.model_gate.observe(req_id, step.bucket, gain, len(emitted))
-            if step.verify_extra is not None:
-                self.model_gate.observe_verify_time(step.verify_extra)
+            gain = None if step.bucket is None else _gain(step, emitted)
+            self.model_gate.observe(Outcome.of(
+                [0], [0], details={req_id: (step.bucket, gain, len(emitted))},
+                timings={} if step.verify_extra is None else {"verify": step.verify_extra}))
         self._last[req_id] = _Step()
 
     def end(self, req_id) -> None:
@@ -179,19 +178,24 @@ class HybridProposer:
         budgets = normalize_budgets(req_ids, budget)
         for r in req_ids:
             self._state(r)
-        gate = self.model_gate
-        if gate is not None:
-            gate.step_started()
-            batch_tokens = gate.batch_tokens(req_ids)
-        out = []
+        steps, expected = [], {}
         for req_id, b, look in zip(req_ids, budgets, self.suffix.propose_scored(req_ids, budgets)):
             step, candidates = _Step(), {}
             self._add(step, candidates, f"suffix:{look.source or 'none'}", look)
             step.lookup_paths = list(candidates)
-            bucket = None if gate is None else gate.bucket(sum(sorted(candidates.values(), reverse=True)[:b]))
-            if b > 0 and (gate is None or gate.should_draft(bucket, batch_tokens, req_id)):
+            steps.append((step, candidates))
+            expected[req_id] = sum(sorted(candidates.values(), reverse=True)[:b])
+        wanted = [r for r, b in zip(req_ids, budgets) if b > 0]
+        gate = self.model_gate
+        if gate is not None and wanted:  # which requests' model part is worth its price this step
+            decision = gate.decide(BatchView(len(wanted), req_ids=tuple(wanted), cap=max(budgets), hints=expected))
+            wanted = [r for r, n in zip(wanted, decision.per_request) if n > 0]
+        model = set(wanted)
+        out = []
+        for req_id, b, (step, candidates) in zip(req_ids, budgets, steps):
+            if req_id in model:
                 self._add(step, candidates, "eagle", self._model_draft(req_id, b))
-                step.bucket = bucket
+                step.bucket = None if gate is None else gate.bucket(expected[req_id])
             draft, step.offered = _merge(candidates, b, self.vocab_size)
             self._last[req_id] = step
             out.append(draft)
@@ -210,7 +214,7 @@ class HybridProposer:
             self._model_drafted.add(req_id)
         t0 = self.model_gate.clock()
         (draft,) = self.eagle.propose_scored([req_id], [budget])
-        self.model_gate.observe_model_time(self.model_gate.clock() - t0)
+        self.model_gate.observe(Outcome.of([0], [0], timings={"model": self.model_gate.clock() - t0}))
         return draft
 
     def _add(self, step: _Step, candidates: dict[tuple[int, ...], float], source: str, draft: ScoredDraft) -> None:
