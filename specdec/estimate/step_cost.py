@@ -36,6 +36,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .fit import nonnegative_lstsq
+
 FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read", "multi_token")
 
 
@@ -269,11 +271,5 @@ def _sample_from(d: dict) -> Sample | StepSample:
 
 
 def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2, with columns rescaled for conditioning."""
-    from scipy.optimize import nnls
-
-    A = X / y[:, None]
-    scale = np.abs(A).max(axis=0)
-    scale[scale == 0] = 1.0
-    w, _ = nnls(A / scale, np.ones_like(y), maxiter=50 * X.shape[1])
-    return w / scale
+    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2: relative error, by :mod:`specdec.estimate.fit`."""
+    return nonnegative_lstsq(X / y[:, None], np.ones_like(y))
