@@ -4,10 +4,11 @@
 Order (every refusal comes before any decoding forward): the generation config's mode and outputs
 (:mod:`.config`), the prompts and model inputs (:mod:`.inputs`), the stopping criteria
 (:mod:`.stopping`), the logits processors (:mod:`.logits`), the proposer source (:mod:`.proposer`),
-the architecture (:class:`~specdec.verify.hf.HFTarget` refuses, by feature, what it cannot verify
-exactly; it runs one 2-token probe forward to check the LM head), then the proposer's artifacts and
-their binding. Then the decoder runs the batch, a :class:`~.collect.Collector` cuts, streams and
-assembles the rows.
+the architecture (:func:`~specdec.verify.features.inspect_model` refuses, by feature, what cannot be
+verified exactly), the proposer's artifacts and their binding; then
+:class:`~specdec.verify.hf.HFTarget` runs its 2-token probe forward (logits must be the LM head's).
+Then the decoder runs the batch, and a :class:`~.collect.Collector` cuts, streams and assembles the
+rows.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def _decoder(model, source: Source, options: Options, tokenizer, caller: CallerA
     architecture checked first, then the proposer loaded and checked)."""
     from ...engine.decoder import SpeculativeDecoder
     from ...engine.verify_cost import VerifyCostModel
+    from ...verify.features import inspect_model
     from ...verify.hf import HFTarget
 
     if source.kind == "decoder":
@@ -119,9 +121,10 @@ def _decoder(model, source: Source, options: Options, tokenizer, caller: CallerA
     elif cost is not None and not isinstance(cost, VerifyCostModel):
         raise TypeError(f"cost_model= must be a VerifyCostModel or the path of a saved one, got {type(cost).__name__}")
     max_budget = options.max_budget if options.max_budget is not None else source.max_budget or DEFAULT_MAX_BUDGET
-    target = HFTarget(model)  # refuses, by feature, an architecture it cannot verify exactly
+    inspect_model(model)  # refuses, by feature and without a forward, an architecture it cannot verify exactly
     proposer = build_proposer(source, model, tokenizer=tokenizer, assistant_tokenizer=caller.assistant_tokenizer,
                               sampling=sampling, allow_mismatch=options.allow_mismatch)
+    target = HFTarget(model)  # its 2-token probe checks that the logits are the LM head's
     from transformers import GenerationConfig
 
     # The call's processors, sampling and stops are passed to run(); the decoder's own defaults stay neutral.
