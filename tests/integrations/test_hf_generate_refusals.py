@@ -75,7 +75,7 @@ def test_inputs_the_verify_forward_cannot_take(model):
 
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        model(torch.tensor([[3, 4]]), past_key_values=cache)
+        model(torch.tensor([[3, 4]]), cache=cache)
     _refused(model, ValueError, "prefills its own cache", ids=torch.tensor([[3, 4, 5]]), cache=cache)
 
 
