@@ -96,7 +96,7 @@ ALLOWED = {
     "models": LOW | {"verify", "prompts"},
     "training": LOW | {"verify", "proposers", "artifacts", "models", "prompts"},
     "bench": LOW | {"engine", "models", "prompts"},
-    "integrations": LOW | {"verify", "sampling", "proposers", "serving", "engine"},
+    "integrations": LOW | {"verify", "sampling", "proposers", "artifacts", "serving", "engine"},
     "serving": LOW
     | {"verify", "sampling", "proposers", "engine", "training", "artifacts", "models", "prompts", "bench"},
 }
