@@ -141,3 +141,25 @@ def test_decoder_takes_one_stop_token_like_eos_token_id(setup):
     for bad, error in ((2.0, TypeError), (True, TypeError), ("5", TypeError), ([-1], ValueError), ([1.5], TypeError)):
         with pytest.raises(error, match="stop_tokens"):
             dec.generate(PROMPTS[0], NEW, stop_tokens=bad)
+
+
+def test_a_checkpoint_holding_the_folder_generates_with_specdec(setup, tmp_path):
+    """``custom_generate/`` copied into a checkpoint folder: loaded with ``trust_remote_code=True``, the
+    model's own ``generate`` is specdec's (metrics in the output prove it ran), and equal to plain."""
+    import shutil
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    model, refs = setup
+    model.save_pretrained(tmp_path)
+    shutil.copytree(Path(FOLDER) / "custom_generate", tmp_path / "custom_generate",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    ids, mask = left_pad(PROMPTS)
+    with torch.inference_mode():
+        out = loaded.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0,
+                              eos_token_id=None, return_dict_in_generate=True, budget=4)
+        want = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0,
+                              eos_token_id=None)
+    assert torch.equal(out.sequences, want) and all(m.steps > 0 for m in out.metrics)

@@ -40,11 +40,13 @@ def generate_from_folder(model, inputs=None, generation_config=None, logits_proc
     caller = CallerArguments(streamer=streamer, assistant_model=assistant_model, synced_gpus=synced_gpus,
                              tokenizer=tokenizer, assistant_tokenizer=assistant_tokenizer)
     loop = functools.partial(_prepared, options=options, caller=caller)
-    return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
-                          stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
-                          synced_gpus=synced_gpus, assistant_model=assistant_model, streamer=streamer,
-                          negative_prompt_ids=negative_prompt_ids,
-                          negative_prompt_attention_mask=negative_prompt_attention_mask, custom_generate=loop, **kwargs)
+    # The class's generate: a checkpoint loaded with this folder has its instance's generate bound to it.
+    return type(model).generate(model, inputs, generation_config=generation_config, logits_processor=logits_processor,
+                                stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+                                synced_gpus=synced_gpus, assistant_model=assistant_model, streamer=streamer,
+                                negative_prompt_ids=negative_prompt_ids,
+                                negative_prompt_attention_mask=negative_prompt_attention_mask, custom_generate=loop,
+                                **kwargs)
 
 
 def _prepared(model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, *,
