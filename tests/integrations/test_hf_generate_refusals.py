@@ -107,6 +107,8 @@ def test_sources_and_decoders(model):
              decoder=SpeculativeDecoder(tiny_model("llama", seed=1)))
     _refused(model, ValueError, r"decoder= carries its own \['budget'\]", decoder=SpeculativeDecoder(model), budget=3)
     _refused(model, ValueError, "unknown proposer spec 'beam'", proposer="beam")
+    _refused(model, ValueError, "budget= must be 'auto' or an int >= 0", budget="max")
+    _refused(model, TypeError, "generator= must be a torch.Generator", generator=0)
 
 
 def test_architectures_specdec_refuses():

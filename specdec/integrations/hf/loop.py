@@ -55,6 +55,20 @@ class Options:
     generator: torch.Generator | None = None
     allow_mismatch: bool = False
 
+    def __post_init__(self):
+        """Refuse a bad option when ``generate`` calls specdec, before anything is loaded or run."""
+        def count(v, lo):
+            return not isinstance(v, bool) and isinstance(v, int) and v >= lo
+
+        if not (self.budget == "auto" or count(self.budget, 0)):
+            raise ValueError(f"budget= must be 'auto' or an int >= 0, got {self.budget!r}")
+        if self.max_budget is not None and not count(self.max_budget, 0):
+            raise ValueError(f"max_budget= must be an int >= 0, got {self.max_budget!r}")
+        if self.generator is not None and not isinstance(self.generator, torch.Generator):
+            raise TypeError(f"generator= must be a torch.Generator, got {type(self.generator).__name__}")
+        if not isinstance(self.allow_mismatch, bool):
+            raise TypeError(f"allow_mismatch= must be True or False, got {self.allow_mismatch!r}")
+
 
 OPTION_NAMES = tuple(f.name for f in fields(Options))
 
