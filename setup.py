@@ -15,7 +15,7 @@ import os
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-HF = "transformers>=5.24,<6"  # the floor is specdec._requires.TRANSFORMERS_MIN
+HF = "transformers>=5.24,<6"  # the floor is specdec._imports.TRANSFORMERS_MIN
 
 
 def _sources(pattern):
@@ -81,7 +81,7 @@ def _cmdclass():
 
 setup(
     name="specdec",
-    version="0.1.0",
+    version="0.3.0",
     description="Speculative decoding as drop-in parts: proposers, tree-attention verify, exact rejection sampling",
     packages=find_packages(include=["specdec", "specdec.*"]),
     package_data={"specdec": ["data/*.jsonl"]},
@@ -96,7 +96,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        # Hugging Face targets, draft models and training (specdec._requires says why the floor).
+        # Hugging Face targets, draft models and training (specdec._imports says why the floor).
         # Not a core dependency: specdec also installs into an engine's environment whose
         # transformers pin is older (vLLM 0.32: <5.20), for the parts that need no HF model.
         "hf": [HF],

@@ -43,14 +43,15 @@ import torch
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default
 from specdec.proposers.suffix import SuffixProposer
-from specdec.serving.acceptance import AcceptanceDist, measure_by_replay
-from specdec.serving.cost import calibrate_engine
-from specdec.serving.gate import BudgetOptimizer, LoadGate
-from specdec.serving.metrics import SLO, RequestRecord, summarize
-from specdec.serving.policies import AlwaysOn, Off, gated, hysteresis_band
-from specdec.serving.simulator import ServerConfig, simulate
+from specdec.estimate.acceptance import AcceptanceDist
+from specdec.measure.replay import measure_by_replay
+from specdec.measure.step_timing import calibrate_engine
+from specdec.control.load_gate import BudgetOptimizer, LoadGate
+from specdec.plan.goodput import SLO, RequestRecord, summarize
+from specdec.plan.policies import AlwaysOn, Off, gated, hysteresis_band
+from specdec.plan.simulator import ServerConfig, simulate
 from specdec.prompts import encode_first_turn, read_prompt_records
-from specdec.serving.workload import SimRequest, WorkloadItem
+from specdec.plan.workload import SimRequest, WorkloadItem
 
 DEFAULT_CATEGORIES = "summarization,rag,translation,coding,qa,extraction"
 

@@ -69,7 +69,7 @@ def bench_layers(args) -> None:
 
 
 def bench_verify(args) -> None:
-    from specdec.engine.sizing import VerifyCostModel
+    from specdec.control.sizer import VerifyCostModel
     from specdec.models import load_default
     from specdec.verify.hf import HFTarget
 
@@ -92,7 +92,7 @@ def bench_verify(args) -> None:
 def bench_eagle(args) -> None:
     import statistics
 
-    from specdec.bench import load_prompts
+    from specdec.measure.speedup import load_prompts
     from specdec.models import load_default
     from specdec.proposers.registry import make_proposer
     from specdec.verify.hf import HFTarget

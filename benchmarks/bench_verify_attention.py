@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     lengths = [int(x) for x in args.ragged.split(",")] if args.ragged else None
     modes = [m for m in args.modes.split(",") if m]
 
-    from specdec.engine.sizing import VerifyCostModel
+    from specdec.control.sizer import VerifyCostModel
     from specdec.models import load_default
     from specdec.verify.hf import HFTarget
 
@@ -64,7 +64,7 @@ def ragged_curve(target, lengths, repeats: int = 2):
     import torch
 
     from specdec import DraftTree
-    from specdec.engine.verify_cost import CALIBRATION_SIZES
+    from specdec.estimate.verify_cost import CALIBRATION_SIZES
 
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, target.vocab_size, (n,), generator=gen).tolist() for n in lengths]

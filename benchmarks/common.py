@@ -58,7 +58,7 @@ def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> 
 
 def measured_curve(prefix: int, repeats: int) -> list[tuple[int, float]]:
     """``[(nodes, seconds)]``: the fastest of ``repeats`` verify-cost calibrations of SmolLM2."""
-    from specdec.engine.verify_cost import VerifyCostModel
+    from specdec.estimate.verify_cost import VerifyCostModel
     from specdec.models import load_default
     from specdec.verify.hf import HFTarget
 
@@ -80,7 +80,7 @@ def parse_curve(text: str) -> list[tuple[int, float]]:
 
 
 def relative_costs(cost, up_to: int) -> list[float]:
-    """``c(k) / c(0)`` for ``k = 0 .. up_to`` from a :class:`~specdec.engine.verify_cost.VerifyCostModel`."""
+    """``c(k) / c(0)`` for ``k = 0 .. up_to`` from a :class:`~specdec.estimate.verify_cost.VerifyCostModel`."""
     return [cost.cost(k) / cost.cost(0) for k in range(up_to + 1)]
 
 
@@ -92,9 +92,9 @@ def add_cost_args(ap: argparse.ArgumentParser) -> None:
 
 
 def cost_model(args):
-    """The :class:`~specdec.engine.verify_cost.VerifyCostModel` the options of :func:`add_cost_args` name
+    """The :class:`~specdec.estimate.verify_cost.VerifyCostModel` the options of :func:`add_cost_args` name
     (printed, so every table states the curve it was priced with)."""
-    from specdec.engine.verify_cost import VerifyCostModel
+    from specdec.estimate.verify_cost import VerifyCostModel
 
     curve = parse_curve(args.cost) if args.cost else measured_curve(args.prefix, args.repeats)
     model = VerifyCostModel(sizes=[n for n, _ in curve], seconds=[s for _, s in curve])

@@ -17,7 +17,7 @@ import collections
 from specdec.models import load_default
 from specdec.proposers.draft_model import DraftModelProposer
 from specdec.training import data as sd
-from specdec.training.drafter import load_drafter
+from specdec.training.distilled_drafter import load_drafter
 
 
 def main(argv=None) -> int:

@@ -29,11 +29,11 @@ import sys
 import torch
 
 from specdec.artifacts import record_measurement
-from specdec.bench import online_speedup
+from specdec.measure.speedup import online_speedup
 from specdec.proposers.eagle import EagleProposer
-from specdec.serving.acceptance import replay_with_hidden
+from specdec.measure.replay import replay_with_hidden
 from specdec.training import data as sd
-from specdec.training.eagle import FullSequences
+from specdec.training.eagle1 import FullSequences
 
 
 def measure(prop, data: FullSequences, held: list[int], budget: int) -> dict:

@@ -17,7 +17,7 @@ import time
 import torch
 
 from specdec import SpeculativeDecoder
-from specdec.serving.acceptance import greedy_accepted
+from specdec.measure.replay import greedy_accepted
 from specdec.verify.hf import HFTarget
 
 

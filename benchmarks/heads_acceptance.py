@@ -29,9 +29,9 @@ import shlex
 import sys
 
 from specdec.artifacts import load_artifact, record_measurement
-from specdec.bench import online_speedup
+from specdec.measure.speedup import online_speedup
 from specdec.proposers.heads import MedusaProposer
-from specdec.serving.acceptance import replay_with_hidden
+from specdec.measure.replay import replay_with_hidden
 from specdec.training import data as sd
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from greedy_replay import Features, depth_acceptance, greedy_outputs, replay, save_json  # noqa: E402
 
 from specdec.artifacts import target_fingerprint  # noqa: E402
-from specdec.bench import load_prompts  # noqa: E402
+from specdec.measure.speedup import load_prompts  # noqa: E402
 from specdec.proposers.base import Artifact  # noqa: E402
 from specdec.proposers.eagle import EagleProposer  # noqa: E402
 from specdec.proposers.eagle3_layer import Eagle3Config  # noqa: E402

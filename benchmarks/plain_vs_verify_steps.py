@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trained_proposers import build  # noqa: E402
 
 from specdec import SpeculativeDecoder  # noqa: E402
-from specdec.bench import load_prompts, run_benchmark, specdec_method  # noqa: E402
+from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method  # noqa: E402
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data",
                                "prompts_dev.jsonl")

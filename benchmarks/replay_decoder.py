@@ -1,7 +1,7 @@
 """The decoder's draft-sizing policy replayed on the target's own greedy answers, variant by variant.
 
 Each step the suffix proposer drafts from prompt + committed tokens (``propose_scored``, budget
-``--budget``), the decoder's own policy object (:class:`~specdec.engine.sizing.DraftSizer`: the
+``--budget``), the decoder's own policy object (:class:`~specdec.control.sizer.DraftSizer`: the
 calibration of the drafting cache, then the verify-cost curve's best size) keeps part of the tree,
 the greedy target accepts the longest kept path that matches its recorded answer, and the sizer
 learns from it, as in :class:`~specdec.SpeculativeDecoder` (one ``tick`` per step). Under greedy
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from common import DEFAULT_DATA, VOCAB, accepted_path, add_cost_args, cost_model, read_rows
 
-from specdec.engine.sizing import DraftSizer, ScoreCalibration
-from specdec.engine.verify_cost import VerifyCostModel
+from specdec.control.sizer import DraftSizer, ScoreCalibration
+from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.proposers.suffix import SuffixProposer
 
 

@@ -1,7 +1,7 @@
 """Trained proposers beside the suffix proposer and plain decoding, per category, in one run.
 
 For each selected dev prompt (greedy, ``--max-new-tokens``), every method decodes in turn
-(``specdec.bench.run_benchmark``: one warm-up each, then prompt by prompt so load changes hit all
+(``specdec.measure.speedup.run_benchmark``: one warm-up each, then prompt by prompt so load changes hit all
 methods alike) through :class:`~specdec.SpeculativeDecoder` with the measured verify cost
 model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall:
 
@@ -53,10 +53,10 @@ from greedy_replay import Features, depth_acceptance, greedy_outputs, replay, sa
 
 from specdec import SpeculativeDecoder  # noqa: E402
 from specdec.artifacts import target_fingerprint  # noqa: E402
-from specdec.bench import load_prompts, run_benchmark, specdec_method  # noqa: E402
+from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method  # noqa: E402
 from specdec.cli.args import proposer_spec  # noqa: E402
 from specdec.proposers.hybrid import HybridProposer  # noqa: E402
-from specdec.proposers.model_gate import ModelGate  # noqa: E402
+from specdec.control.model_gate import ModelGate  # noqa: E402
 from specdec.proposers.registry import make_proposer  # noqa: E402
 
 
@@ -66,7 +66,7 @@ def build(spec: str, model, tokenizer, head_dtype: str | None = None):
     ``head_dtype``: see :func:`specdec.proposers.registry.make_proposer`."""
     if spec.startswith("drafter:"):
         from specdec.proposers.draft_model import DraftModelProposer
-        from specdec.training.drafter import load_drafter
+        from specdec.training.distilled_drafter import load_drafter
 
         drafter, _ = load_drafter(spec.partition(":")[2], model)
         return DraftModelProposer(drafter, target_tokenizer=tokenizer, draft_tokenizer=tokenizer, mode="tree",

@@ -3,13 +3,13 @@
     python examples/compare_proposers.py --tiny                      # tiny random model, seconds
     python examples/compare_proposers.py --prompts my.jsonl --per-category 3
 
-A thin layer over :mod:`specdec.bench`: build named methods, run them interleaved on the same
+A thin layer over :mod:`specdec.measure.speedup`: build named methods, run them interleaved on the same
 prompts, print one markdown table per category. Add your own proposer to ``methods`` below.
 """
 
 import argparse
 
-from specdec.bench import (
+from specdec.measure.speedup import (
     SAMPLE_PROMPTS,
     Method,
     Prompt,

@@ -57,7 +57,7 @@ def main(argv=None):
         probs = params.process(out.logits[0, : 1 + tree.num_nodes])  #    [n + 1, V] processed target
         res = rejection_sample(tree, probs, generator=gen)          # 3. accept (exact)
         emitted = res.tokens.tolist()
-        target.accept(state, [res.path.tolist()], emitted[-1:])  # 4. commit: KV compaction
+        target.commit(state, [res.path.tolist()], emitted[-1:])  # 4. commit: KV compaction
         proposer.commit("req", emitted)
         output += emitted
         steps += 1

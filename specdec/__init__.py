@@ -19,9 +19,9 @@ from .sampling.rejection import (
 from .tree import DraftTree
 from .tree import TreeBatch, pack_trees
 
-from ._lazy import lazy_names
+from ._imports import lazy_names
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 # Parts that need the compiled extension or transformers load on first use, so that importing
 # specdec for the sampler or DraftTree stays cheap and works before the extension is built.
@@ -33,14 +33,14 @@ _LAZY = {
     "StepEvent": "specdec.engine.decoder",
     "HFTarget": "specdec.verify",
     "RequestMetrics": "specdec.engine.metrics",
-    "VerifyCostModel": "specdec.engine.verify_cost",
+    "VerifyCostModel": "specdec.estimate.verify_cost",
     "load_default": "specdec.models",
     "tiny_model": "specdec.models",
     "DraftModelProposer": "specdec.proposers.draft_model",
     "MedusaProposer": "specdec.proposers.heads",
     "MedusaHeads": "specdec.proposers.heads",
     "EagleProposer": "specdec.proposers.eagle",
-    "LoadGate": "specdec.serving.gate",
+    "LoadGate": "specdec.control.load_gate",
     "Manifest": "specdec.artifacts",
     "IncompatibleArtifactError": "specdec.artifacts",
     "check_compatible": "specdec.artifacts",

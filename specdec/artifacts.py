@@ -24,11 +24,38 @@ import json
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import torch
 
-from .proposers.base import Artifact
+BoundTo = Literal["nothing", "tokenizer", "target"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a proposer is bound to, and the fingerprint of that binding.
+
+    Attributes:
+        name: human-readable proposer name ("suffix", "medusa", "draft:SmolLM2-...").
+        bound_to: ``"nothing"``, ``"tokenizer"`` or ``"target"``.
+        fingerprint: fingerprint of the tokenizer or target checkpoint it is bound to (None when
+            bound to nothing).
+        version: the artifact's own version string (weights fingerprint for trained artifacts).
+        details: free-form facts (training data, measured acceptance, ...).
+    """
+
+    name: str
+    bound_to: BoundTo = "nothing"
+    fingerprint: str | None = None
+    version: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.bound_to not in ("nothing", "tokenizer", "target"):
+            raise ValueError(f"Artifact.bound_to must be 'nothing', 'tokenizer' or 'target', got {self.bound_to!r}")
+        if self.bound_to != "nothing" and not self.fingerprint:
+            raise ValueError(f"Artifact {self.name!r} is bound to a {self.bound_to} but has no fingerprint")
+
 
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"

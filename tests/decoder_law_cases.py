@@ -29,7 +29,7 @@ from specdec.conformance.engine_mutants import EXACT_VARIANTS, TARGET_MUTANTS, M
 from specdec.conformance.suite import FAMILY_ALPHA
 from specdec.conformance.targets import context_target, noisy_copy
 from specdec.engine.decoder import SpeculativeDecoder
-from specdec.engine.verify_cost import VerifyCostModel
+from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.proposers.base import Artifact
 from specdec.sampling.params import SamplingParams
 from specdec.verify.hf import HFTarget

@@ -7,9 +7,9 @@ tax at large batch -- the regime the gate exists for.
 
 import numpy as np
 
-from specdec.serving.acceptance import AcceptanceDist
-from specdec.serving.cost import StepCostModel
-from specdec.serving.workload import WorkloadItem, make_requests, poisson_arrivals
+from specdec.estimate.acceptance import AcceptanceDist
+from specdec.estimate.step_cost import StepCostModel
+from specdec.plan.workload import WorkloadItem, make_requests, poisson_arrivals
 
 
 def gpu_like_cost() -> StepCostModel:

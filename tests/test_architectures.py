@@ -66,7 +66,7 @@ def test_tree_logits_match_uncached_forward(case):
         first = [DraftTree.chain(torch.tensor([16, 17, 18])), DraftTree.empty(),
                  DraftTree(torch.tensor([19, 20, 21]), torch.tensor([-1, -1, 1]))]
         target.verify(state, first)
-        target.accept(state, [[0, 1, 2], [], [1, 2]], [22, 23, 24])
+        target.commit(state, [[0, 1, 2], [], [1, 2]], [22, 23, 24])
         committed = [PROMPTS[0] + [13, 16, 17, 18], PROMPTS[1] + [14], PROMPTS[2] + [15, 20, 21]]
         trees = [DraftTree(torch.tensor([25, 26, 27, 28, 29]), torch.tensor([-1, 0, 0, 2, -1])),
                  DraftTree.chain(torch.tensor([30, 31, 32, 33])), DraftTree.empty()]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specdec.bench import Run, markdown, summarize
+from specdec.measure.speedup import Run, markdown, summarize
 
 
 def test_speedups_use_each_stacks_own_plain_decoding():
@@ -25,7 +25,7 @@ def test_hf_methods_fall_back_to_plain_without_hf_generate():
 
 
 def test_online_speedup_checks_outputs_and_reports_both_times():
-    from specdec.bench import online_speedup
+    from specdec.measure.speedup import online_speedup
     from specdec.models import tiny_model
     from specdec.proposers.suffix import SuffixProposer
 
@@ -41,7 +41,7 @@ def test_online_speedup_checks_outputs_and_reports_both_times():
 
 
 def test_load_note_warns_when_the_machine_was_oversubscribed():
-    from specdec.bench import load_note
+    from specdec.measure.speedup import load_note
 
     assert load_note(0.5, 1.4, 2) == "load average 0.5 -> 1.4 on 2 cores"
     assert "WARNING: the machine was oversubscribed" in load_note(0.5, 4.2, 2)

@@ -71,7 +71,7 @@ def test_check_draft_model_directory_lists_tokenizer_mismatch(tmp_path, capsys):
 def test_train_commands_write_bound_artifacts(tmp_path, capsys):
     from specdec.proposers.heads import MedusaProposer
     from specdec.cli import main as train_main
-    from specdec.training.drafter import load_drafter
+    from specdec.training.distilled_drafter import load_drafter
 
     a = _save_model(tmp_path / "a", 0)
     prompts = tmp_path / "p.jsonl"

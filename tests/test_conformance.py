@@ -19,7 +19,7 @@ from specdec.conformance.suite import (
     simulate,
     single_sampler,
 )
-from specdec.conformance.models import DraftSpec, ProcessedModel, TableModel, exact_law
+from specdec.conformance.laws import DraftSpec, ProcessedModel, TableModel, exact_law
 from specdec.conformance.mutants import MUTANTS, kernel_sampler
 from specdec.sampling.rejection import rejection_sample, rejection_sample_batch, rejection_sample_padded
 from specdec.sampling.kernels import TreeSpeculative

@@ -1,4 +1,4 @@
-"""CostGate: the budget from the engine's own step times (specdec/serving/cost_gate.py).
+"""CostGate: the budget from the engine's own step times (specdec/control/cost_gate.py).
 
 A synthetic engine whose step costs ``a + b rows + d [drafts] + c drafted`` seconds and whose rows
 accept each depth with a known chance; the gate sees only what a drafter sees (step seconds, rows,
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.serving.cost_gate import CostGate
+from specdec.control.cost_gate import CostGate
 
 K = 4
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specdec import DraftTree
-from specdec.engine.sizing import AcceptanceEstimator, DraftOverhead, VerifyCostModel, prune_tree
+from specdec.control.sizer import AcceptanceEstimator, DraftOverhead, VerifyCostModel, prune_tree
 from specdec.models import tiny_model
 from specdec.verify.hf import HFTarget
 

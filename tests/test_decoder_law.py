@@ -95,7 +95,7 @@ def _scripted_step(target_cls, model):
     target.set_pending(state, [5, 6])
     tree = DraftTree(torch.tensor([1, 2, 3, 4]), torch.tensor([-1, -1, 0, 1], dtype=torch.int32))
     target.verify(state, [tree, tree])
-    target.accept(state, [[1, 3], [1, 3]], [0, 7])
+    target.commit(state, [[1, 3], [1, 3]], [0, 7])
     keys = [layer.keys.clone() for layer in state.cache.layers]
     chain = DraftTree(torch.tensor([2, 5]), torch.tensor([-1, 0], dtype=torch.int32))
     return keys, state.lengths, target.verify(state, [chain, chain]).logits

@@ -7,8 +7,8 @@ from helpers_proposers import RandomTreeProposer, SampledTreeProposer
 
 from specdec import ReplayProposer
 from specdec.conformance.suite import g_test
-from specdec.conformance.models import exact_law
-from specdec.engine.sizing import VerifyCostModel
+from specdec.conformance.laws import exact_law
+from specdec.control.sizer import VerifyCostModel
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.sampling.params import SamplingParams
 from specdec.models import tiny_model
@@ -177,7 +177,7 @@ def test_sampling_law_end_to_end():
 
 
 def test_score_calibration_shrinks_overconfident_estimates_per_depth():
-    from specdec.engine.sizing import ScoreCalibration
+    from specdec.control.sizer import ScoreCalibration
 
     cal = ScoreCalibration()
     assert cal.apply([0.9, 0.5], [1, 2]) == [0.45, 0.25]  # unproven estimates count half
@@ -191,7 +191,7 @@ def test_score_calibration_shrinks_overconfident_estimates_per_depth():
 
 
 def test_score_calibration_never_raises_a_child_over_its_parent():
-    from specdec.engine.sizing import ScoreCalibration
+    from specdec.control.sizer import ScoreCalibration
 
     cal = ScoreCalibration()
     for _ in range(100):
@@ -202,7 +202,7 @@ def test_score_calibration_never_raises_a_child_over_its_parent():
 
 
 def test_score_calibration_forgets_so_a_bad_start_does_not_end_speculation():
-    from specdec.engine.sizing import ScoreCalibration
+    from specdec.control.sizer import ScoreCalibration
 
     cal = ScoreCalibration()
     for _ in range(40):
@@ -340,7 +340,7 @@ class _OneGoodOneBadProposer(ReplayProposer):
 def test_each_request_learns_its_own_acceptance(model, reference, monkeypatch):
     """Both requests draft from the same estimator, but each step's outcome is recorded in that
     request's own RequestCalibration (which also feeds the one shared calibration)."""
-    from specdec.engine.sizing import RequestCalibration
+    from specdec.control.sizer import RequestCalibration
 
     seen = {}
     real = RequestCalibration.update
@@ -362,7 +362,7 @@ def test_each_request_learns_its_own_acceptance(model, reference, monkeypatch):
 
 
 def test_request_calibration_shrinks_toward_the_shared_one():
-    from specdec.engine.sizing import RequestCalibration, ScoreCalibration
+    from specdec.control.sizer import RequestCalibration, ScoreCalibration
 
     shared = ScoreCalibration()
     mine = RequestCalibration(shared=shared)
@@ -380,14 +380,14 @@ def test_request_calibration_shrinks_toward_the_shared_one():
     ({"prior_accepted": 5.0}, "prior_accepted <= prior_predicted"),
 ])
 def test_bad_calibration_settings_are_refused(kwargs, msg):
-    from specdec.engine.sizing import ScoreCalibration
+    from specdec.control.sizer import ScoreCalibration
 
     with pytest.raises(ValueError, match=msg):
         ScoreCalibration(**kwargs)
 
 
 def test_bad_request_calibration_strength_is_refused():
-    from specdec.engine.sizing import RequestCalibration
+    from specdec.control.sizer import RequestCalibration
 
     with pytest.raises(ValueError, match="strength must be > 0"):
         RequestCalibration(strength=0.0)

@@ -5,7 +5,7 @@ import torch
 
 from specdec.artifacts import IncompatibleArtifactError, save_artifact, tokenizer_fingerprint, TokenizerInfo
 from specdec.models import tiny_model
-from specdec.training.drafter import (DrafterTrainConfig, drafter_manifest, load_drafter, own_tensors,
+from specdec.training.distilled_drafter import (DrafterTrainConfig, drafter_manifest, load_drafter, own_tensors,
                                       small_drafter, train_drafter)
 
 

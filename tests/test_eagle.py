@@ -11,7 +11,7 @@ from specdec.artifacts import IncompatibleArtifactError, Manifest, save_artifact
 from specdec.models import tiny_model
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle_layer import EagleConfig, EagleLayer
-from specdec.training.eagle import EagleTrainConfig, build_full, train_eagle
+from specdec.training.eagle1 import EagleTrainConfig, build_full, train_eagle
 
 ARTIFACT = os.path.join(os.path.dirname(__file__), "..", "artifacts", "eagle-smollm2-135m")
 

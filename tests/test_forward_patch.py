@@ -184,7 +184,7 @@ def _greedy(target, prompt, steps=12):
         path = [0] if best[0] == out[-1] else []
         if path and best[1] == 5:
             path = [0, 1]
-        target.accept(state, [path], [best[len(path)]])
+        target.commit(state, [path], [best[len(path)]])
         out += [out[-1], 5][: len(path)] + [best[len(path)]]
     return out
 

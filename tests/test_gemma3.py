@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specdec.engine.decoder import SpeculativeDecoder
-from specdec.engine.sizing import VerifyCostModel
+from specdec.control.sizer import VerifyCostModel
 from specdec.models import clean_generate, load_target
 from specdec.proposers.suffix import SuffixProposer
 from specdec.verify.hf import HFTarget

@@ -4,11 +4,11 @@ carries logits processors, for every caller (data generation, HF baselines, work
 import pytest
 import torch
 
-from specdec.bench import hf_method
+from specdec.measure.speedup import hf_method
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import clean_generate
 from specdec.models import tiny_model
-from specdec.serving.workload import greedy_outputs
+from specdec.measure.proposer_stats import greedy_outputs
 
 
 @pytest.fixture()

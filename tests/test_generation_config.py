@@ -8,7 +8,7 @@ from transformers import GenerationConfig
 from transformers.generation.logits_process import MinPLogitsWarper, RepetitionPenaltyLogitsProcessor
 
 from specdec import ReplayProposer
-from specdec.conformance.models import exact_law
+from specdec.conformance.laws import exact_law
 from specdec.conformance.suite import g_test
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import tiny_model

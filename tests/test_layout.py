@@ -1,55 +1,28 @@
-"""The package layout's promises: every public name where the docs say, old paths for one release."""
+"""The package layout's promises: every public name where the docs say, data flowing one way."""
 
 import importlib
 import subprocess
 import sys
-import warnings
 
 import pytest
 
 import specdec
 
-# old module path -> a name that must still resolve there, and the module it now lives in
-OLD_PATHS = [
-    ("specdec.decoding", "SpeculativeDecoder", "specdec.engine.decoder"),
-    ("specdec.decoding", "ScoreCalibration", "specdec.calibration"),
-    ("specdec.cost_model", "VerifyCostModel", "specdec.engine.verify_cost"),
-    ("specdec.cost_model", "RequestCalibration", "specdec.calibration"),
-    ("specdec.metrics", "RequestMetrics", "specdec.engine.metrics"),
-    ("specdec.logits", "SamplingParams", "specdec.sampling.params"),
-    ("specdec.logits", "check_distributions", "specdec.checks"),
-    ("specdec.sampling_core", "TreeSpeculative", "specdec.sampling.kernels"),
-    ("specdec.sampling_reference", "reference_rejection_sample", "specdec.sampling.reference"),
-    ("specdec.tree_batch", "pack_trees", "specdec.tree"),
-    ("specdec.suffix", "SuffixAutomaton", "specdec.proposers.suffix_automaton"),
-    ("specdec.target", "HFTarget", "specdec.verify.hf"),
-    ("specdec.target.hf", "BatchState", "specdec.verify.hf"),
-    ("specdec.generation", "clean_generate", "specdec.models"),
-    ("specdec.jsonl", "read_jsonl", "specdec.prompts"),
-    ("specdec.conformance_models", "exact_law", "specdec.conformance.models"),
-    ("specdec.conformance_mutants", "MUTANTS", "specdec.conformance.mutants"),
-    ("specdec.proposers.base", "as_token_list", "specdec.checks"),
-    ("specdec.proposers.base", "ReplayProposer", "specdec.proposers.replay"),
-    ("specdec.commands.common", "make_proposer", "specdec.cli.common"),
-    ("specdec.serving.commands", "run_plan", "specdec.cli.plan"),
-    ("specdec.training.commands", "load_target", "specdec.models"),  # the one loader since issue 14
-    ("specdec.check", "check", "specdec.cli.check"),
-]
+# module paths removed in 0.3 (they were one-release shims of the 0.2 moves; CHANGELOG.md lists them)
+REMOVED = ["specdec.decoding", "specdec.cost_model", "specdec.metrics", "specdec.logits", "specdec.sampling_core",
+           "specdec.sampling_reference", "specdec.tree_batch", "specdec.suffix", "specdec.target", "specdec.generation",
+           "specdec.jsonl", "specdec.conformance_models", "specdec.conformance_mutants", "specdec.conformance_report",
+           "specdec.commands", "specdec.check", "specdec.serving.commands", "specdec.training.commands"]
 
 
-@pytest.mark.parametrize("old, name, new", OLD_PATHS)
-def test_old_import_paths_still_resolve_with_a_deprecation_warning(old, name, new):
-    module = importlib.import_module(old)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = getattr(module, name)
-    assert value is getattr(importlib.import_module(new), name)
-    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), caught
+@pytest.mark.parametrize("old", REMOVED)
+def test_the_one_release_shims_are_gone(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
-def test_an_unknown_name_on_an_old_path_says_where_the_module_went():
-    with pytest.raises(AttributeError, match="specdec.engine.decoder"):
-        importlib.import_module("specdec.decoding").no_such_name  # noqa: B018
+def test_version_is_the_release_that_removed_them():
+    assert specdec.__version__ == "0.3.0"
 
 
 def test_every_proposer_is_importable_from_the_proposers_package():
@@ -80,28 +53,27 @@ def test_importing_the_light_parts_loads_neither_the_extension_nor_transformers(
 # top-level module or package of specdec; "" is the package's own __init__ (it re-exports).
 # Lower layers never reach up: nothing below the engine imports it, and no library layer imports
 # the command line.
-LOW = {"checks", "tree", "calibration", "_ext", "_compat", "_lazy", "_requires"}
+LOW = {"checks", "tree", "_ext", "_imports"}
 ALLOWED = {
     "checks": set(),
-    "calibration": set(),
     "tree": {"checks"},
+    "estimate": {"checks", "tree"},
+    "control": {"checks", "tree", "estimate"},
     "ops": {"checks", "tree", "_ext"},
-    "verify": {"checks", "tree", "ops", "_ext", "_requires"},
+    "verify": {"checks", "tree", "ops", "_ext", "_imports"},
     "sampling": {"checks", "tree"},
-    "artifacts": {"proposers"},  # the Artifact protocol lives beside the proposers that implement it
+    "artifacts": set(),
     "prompts": set(),
-    "proposers": LOW | {"ops", "verify", "sampling", "artifacts", "prompts"},
-    "engine": LOW | {"ops", "verify", "sampling", "proposers"},
+    "proposers": LOW | {"ops", "verify", "sampling", "artifacts", "prompts", "control", "estimate"},
+    "engine": LOW | {"ops", "verify", "sampling", "proposers", "control", "estimate"},
     "conformance": LOW | {"verify", "sampling", "engine", "proposers"},
     "models": LOW | {"verify", "prompts"},
     "training": LOW | {"verify", "proposers", "artifacts", "models", "prompts"},
-    "bench": LOW | {"engine", "models", "prompts"},
-    "integrations": LOW | {"verify", "sampling", "proposers", "artifacts", "serving", "engine"},
-    "serving": LOW
-    | {"verify", "sampling", "proposers", "engine", "training", "artifacts", "models", "prompts", "bench"},
+    "plan": LOW | {"estimate", "control"},
+    "measure": LOW | {"verify", "sampling", "proposers", "engine", "estimate", "control", "artifacts", "models",
+                      "prompts", "training", "plan"},
+    "integrations": LOW | {"verify", "sampling", "proposers", "engine", "control", "estimate", "artifacts"},
 }
-# one-release shims of moved modules (each only re-exports through _compat.moved)
-SHIMS = {"serving/commands.py", "training/commands.py"}
 
 
 def _specdec_imports(path, root):
@@ -137,8 +109,8 @@ def test_each_layer_imports_only_the_layers_below_it():
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         part = rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or rel.name != "__init__.py" else ""
-        if part not in ALLOWED or str(rel) in SHIMS:
-            continue  # the package __init__, the command line, and the one-release shims may import anything
+        if part not in ALLOWED:
+            continue  # the package __init__ and the command line may import anything
         for used in set(_specdec_imports(path, root)) - {part}:
             if used not in ALLOWED[part]:
                 bad.append(f"{rel} imports specdec.{used}")
@@ -152,3 +124,67 @@ def test_the_layering_check_sees_a_violation(tmp_path):
     f = pkg / "sampling" / "x.py"
     f.write_text("from ..engine.sizing import DraftSizer\nimport specdec.cli\n")
     assert set(_specdec_imports(f, pkg)) == {"engine", "cli"}
+
+
+def _module_graph(root):
+    """Module -> the specdec modules it imports at module level (function-local imports load lazily)."""
+    import ast
+
+    graph = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = list(rel.parts)
+        pkg = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        edges = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom):
+                base = pkg[: len(pkg) - (node.level - 1)] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                for a in node.names:
+                    full = f"{mod}.{a.name}"
+                    target = full if (root.parent / full.replace(".", "/")).with_suffix(".py").exists() else mod
+                    if target.startswith("specdec"):
+                        edges.add(target)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name.startswith("specdec")}
+        graph[name] = edges - {name}
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    """A cycle makes import order matter and hides which module owns a concept (the train CLI's
+    recipes once imported each other over a private helper)."""
+    from pathlib import Path
+
+    graph = _module_graph(Path(specdec.__file__).parent)
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"

@@ -5,7 +5,7 @@ import pytest
 from hybrid_fixtures import FixedDraft
 
 from specdec.proposers.hybrid import HybridProposer
-from specdec.proposers.model_gate import ModelGate
+from specdec.control.model_gate import ModelGate
 
 
 class _Clock:
@@ -222,7 +222,7 @@ def test_a_skipped_request_still_explores_while_another_in_its_bucket_drafts():
 def test_the_model_is_charged_the_verify_time_of_its_kept_nodes():
     """The decoder verifies some of the model's nodes: their verify time is part of its price, so a
     gain that repays the drafting alone no longer keeps the model drafting."""
-    from specdec.engine.verify_cost import VerifyCostModel
+    from specdec.estimate.verify_cost import VerifyCostModel
     from specdec.tree import DraftTree
 
     cost = VerifyCostModel([0, 1, 4], [0.040, 0.044, 0.056])  # 4 ms a node

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from specdec import models
-from specdec.bench import SAMPLE_PROMPTS, load_prompts
-from specdec.engine.sizing import VerifyCostModel
+from specdec.measure.speedup import SAMPLE_PROMPTS, load_prompts
+from specdec.control.sizer import VerifyCostModel
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.proposers.suffix import SuffixProposer
 

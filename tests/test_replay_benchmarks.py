@@ -11,7 +11,7 @@ lookup_ceiling = pytest.importorskip("lookup_ceiling")
 common = pytest.importorskip("common")
 replay_decoder = pytest.importorskip("replay_decoder")
 
-from specdec.engine.verify_cost import VerifyCostModel  # noqa: E402
+from specdec.estimate.verify_cost import VerifyCostModel  # noqa: E402
 
 
 def test_copy_lengths_follow_the_anchor():
@@ -98,7 +98,7 @@ def test_ratio_ci_is_paired_and_covers_the_point_ratio():
 
 def test_trained_proposers_table_gives_intervals_and_the_ratio_to_suffix():
     trained = pytest.importorskip("trained_proposers")
-    from specdec.bench import Run
+    from specdec.measure.speedup import Run
     from specdec.engine.metrics import RequestMetrics
 
     def run(method, cat, seconds, tokens):

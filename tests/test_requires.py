@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from specdec._requires import TRANSFORMERS_MIN, _release, require_transformers
+from specdec._imports import TRANSFORMERS_MIN, _release, require_transformers
 
 
 def test_release_parses_pep440_versions():
@@ -52,8 +52,8 @@ def test_the_parts_an_engine_environment_needs_import_without_transformers():
     code = ("import sys; sys.modules['transformers'] = None\n"
             "import specdec\n"
             "from specdec import SuffixProposer, LoadGate\n"
-            "import specdec.integrations.vllm.drafter, specdec.serving.simulator, specdec.serving.cost_gate\n"
-            "import specdec.serving.engine_calibration, specdec.serving.plan\n"
+            "import specdec.integrations.vllm.drafter, specdec.plan.simulator, specdec.control.cost_gate\n"
+            "import specdec.measure.engine_calibration, specdec.plan.planner\n"
             "p = SuffixProposer(64); p.begin(0, [1, 2, 3, 1, 2]); assert len(p.propose([0], 4)) == 1\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

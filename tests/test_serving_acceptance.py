@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from specdec import DraftTree, ReplayProposer
-from specdec.serving.acceptance import AcceptanceDist, greedy_accepted, from_histogram, measure_by_replay
+from specdec.estimate.acceptance import AcceptanceDist, from_histogram
+from specdec.measure.replay import greedy_accepted, measure_by_replay
 
 
 def test_truncation_to_smaller_budget_moves_tail_mass_to_the_cap():
@@ -61,9 +62,9 @@ def test_histogram_roundtrip_merge_and_errors():
 def test_replay_records_drafted_nodes_and_sim_pays_only_for_them():
     from serving_fixtures import gpu_like_cost
 
-    from specdec.serving.policies import AlwaysOn
-    from specdec.serving.simulator import ServerConfig, simulate
-    from specdec.serving.workload import SimRequest, WorkloadItem
+    from specdec.plan.policies import AlwaysOn
+    from specdec.plan.simulator import ServerConfig, simulate
+    from specdec.plan.workload import SimRequest, WorkloadItem
 
     prompts = {0: [1, 2, 3]}
     outputs = {0: list(range(10, 20))}
@@ -112,7 +113,7 @@ class _HiddenOracle:
 def test_replay_with_hidden_commits_the_decoders_rows():
     import torch
 
-    from specdec.serving.acceptance import replay_with_hidden
+    from specdec.measure.replay import replay_with_hidden
 
     tokens = list(range(10, 22))  # 4 prompt tokens + 8 continuation tokens
     hidden = torch.arange(len(tokens), dtype=torch.float32).unsqueeze(1).repeat(1, 3)

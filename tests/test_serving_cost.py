@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from specdec.serving.cost import Sample, StepCostModel, calibrate, features
-from specdec.serving.memory import (ProposerMemory, admitted_concurrency, kv_bytes_per_token, measure_proposer_memory,
-                                    model_weight_bytes)
+from specdec.estimate.step_cost import Sample, StepCostModel, features
+from specdec.measure.step_timing import calibrate
+from specdec.plan.memory import ProposerMemory, admitted_concurrency, kv_bytes_per_token
+from specdec.measure.proposer_stats import measure_proposer_memory, model_weight_bytes
 
 
 def _synthetic_samples(w, noise=0.0, seed=0):
@@ -68,7 +69,7 @@ def test_calibrate_times_a_real_forward_and_fits():
 
 def test_calibrate_engine_times_the_verify_path():
     from specdec.models import tiny_model
-    from specdec.serving.cost import calibrate_engine
+    from specdec.measure.step_timing import calibrate_engine
 
     m = calibrate_engine(tiny_model(), batches=(1, 2), tokens=(1, 4), contexts=(8, 16), prefills=(8, 12), repeats=1)
     assert len(m.samples) + len(m.outliers) == 10 and m.meta["path"] == "HFTarget.verify"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from serving_fixtures import good_acceptance, gpu_like_cost, zero_acceptance
 
-from specdec.serving.gate import BudgetOptimizer, LoadGate
+from specdec.control.load_gate import BudgetOptimizer, LoadGate
 
 
 def _flaps(gate, trace):
@@ -85,6 +85,6 @@ def test_observe_rejects_impossible_counts():
 
 
 def test_hysteresis_band_always_lets_the_gate_reopen():
-    from specdec.serving.policies import hysteresis_band
+    from specdec.plan.policies import hysteresis_band
 
     assert [hysteresis_band(t) for t in (0, 1, 2, 3, 4, 8, 16)] == [0, 1, 1, 2, 3, 6, 12]

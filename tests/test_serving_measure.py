@@ -3,9 +3,9 @@
 import pytest
 
 from specdec.models import tiny_model
-from specdec.serving.acceptance import AcceptanceDist
+from specdec.estimate.acceptance import AcceptanceDist
 from specdec.proposers.registry import make_proposer
-from specdec.serving.measure import Workload, measure_proposer, target_memory
+from specdec.measure.proposer_stats import Workload, measure_proposer, target_memory
 
 
 def test_suffix_measurement_per_category_and_overall():

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from serving_fixtures import good_acceptance, gpu_like_cost, poisson_requests, zero_acceptance
 
-from specdec.serving.cost import StepCostModel
-from specdec.serving.policies import AlwaysOn, Off
-from specdec.serving.simulator import ServerConfig, simulate
-from specdec.serving.workload import SimRequest, WorkloadItem
+from specdec.estimate.step_cost import StepCostModel
+from specdec.plan.policies import AlwaysOn, Off
+from specdec.plan.simulator import ServerConfig, simulate
+from specdec.plan.workload import SimRequest, WorkloadItem
 
 
 def linear_cost() -> StepCostModel:

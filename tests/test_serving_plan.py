@@ -7,12 +7,12 @@ import pytest
 from serving_fixtures import good_acceptance, gpu_like_cost, items, zero_acceptance
 
 from specdec.cli import plan, review
-from specdec.serving.memory import ProposerMemory
-from specdec.serving.metrics import SLO
-from specdec.serving.plan import PlanSettings, choose, plan_pool, recommend_policy
-from specdec.serving.pools import Pool, load_pools
-from specdec.serving.report import write_report
-from specdec.serving.review import compare, load_trigger, make_trigger, review_markdown
+from specdec.plan.memory import ProposerMemory
+from specdec.plan.goodput import SLO
+from specdec.plan.planner import PlanSettings, choose, plan_pool, recommend_policy
+from specdec.plan.pools import Pool, load_pools
+from specdec.plan.report import write_report
+from specdec.plan.review import compare, load_trigger, make_trigger, review_markdown
 
 SETTINGS = PlanSettings(memory_budget_bytes=2_000_000_000, max_budget=6, n_requests=80,
                         load_fractions=(0.1, 0.5, 0.9), replications=1)
@@ -157,8 +157,8 @@ def test_register_adds_plan_and_review(tmp_path):
 
 
 def test_tuned_threshold_is_a_neighbour_of_the_crossover_and_no_worse_on_its_own_sweep():
-    from specdec.serving.gate import BudgetOptimizer
-    from specdec.serving.plan import server_for, threshold_scores, tune_threshold
+    from specdec.control.load_gate import BudgetOptimizer
+    from specdec.plan.planner import server_for, threshold_scores, tune_threshold
 
     acc = good_acceptance()
     cost, its = gpu_like_cost(), items()
@@ -205,7 +205,7 @@ def test_latency_gain_wins_a_goodput_tie_but_not_a_goodput_loss():
 
 
 def test_review_refuses_a_tolerance_outside_0_1():
-    from specdec.serving.review import compare
+    from specdec.plan.review import compare
 
     with pytest.raises(ValueError, match="tolerance must be in"):
         compare({"tolerance": 0.1, "fingerprints": {}, "proposers": {}}, {}, {}, {}, tolerance=-0.2)
@@ -227,7 +227,7 @@ def test_cost_band_brackets_goodput_and_is_widest_near_saturation(tmp_path):
     off = sorted((r for r in rows if r["policy"] == "off"), key=lambda r: r["rate"])
     spread = [(r["goodput_hi"] - r["goodput_lo"]) / r["goodput_rps"] for r in off]
     assert spread[0] < 0.05 < spread[-1]
-    from specdec.serving.report import fragile_rows, pool_markdown
+    from specdec.plan.report import fragile_rows, pool_markdown
 
     assert fragile_rows(rows) == [off[-1]["rate"]]
     text = "\n".join(pool_markdown(pp, "x.png"))
@@ -240,9 +240,9 @@ def test_cost_band_brackets_goodput_and_is_widest_near_saturation(tmp_path):
 
 
 def test_cost_band_settings_out_of_range_are_refused_by_name():
-    from specdec.serving.simulator import ServerConfig
-    from specdec.serving.sweep import sweep
-    from specdec.serving.policies import Off
+    from specdec.plan.simulator import ServerConfig
+    from specdec.plan.sweep import sweep
+    from specdec.plan.policies import Off
 
     server = ServerConfig(gpu_like_cost(), good_acceptance())
     with pytest.raises(ValueError, match="cost_band must be in"):

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from specdec.serving.policies import AlwaysOn, Gated, Off
-from specdec.serving.pools import dump_pools, load_pools, parse_pools
+from specdec.plan.policies import AlwaysOn, Gated, Off
+from specdec.plan.pools import dump_pools, load_pools, parse_pools
 
 GOOD = """
 [pools.interactive]

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from serving_fixtures import good_acceptance, gpu_like_cost, items, poisson_requests, zero_acceptance
 
-from specdec.serving.gate import BudgetOptimizer
-from specdec.serving.metrics import SLO, summarize
-from specdec.serving.policies import AlwaysOn, Off, gated, hysteresis_band
-from specdec.serving.simulator import ServerConfig, simulate
-from specdec.serving.sweep import capacity_rps, sweep
-from specdec.serving.workload import SimRequest, WorkloadItem
+from specdec.control.load_gate import BudgetOptimizer
+from specdec.plan.goodput import SLO, summarize
+from specdec.plan.policies import AlwaysOn, Off, gated, hysteresis_band
+from specdec.plan.simulator import ServerConfig, simulate
+from specdec.plan.sweep import capacity_rps, sweep
+from specdec.plan.workload import SimRequest, WorkloadItem
 
 SLO_ = SLO(ttft_s=0.5, tpot_s=0.02)
 

@@ -5,8 +5,8 @@ the best fixed budget on a replay where the truth is known."""
 import torch
 
 from specdec import DraftTree
-from specdec.engine.sizing import AcceptanceEstimator, DraftSizer
-from specdec.engine.verify_cost import VerifyCostModel
+from specdec.control.sizer import AcceptanceEstimator, DraftSizer
+from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.proposers.heads import static_tree
 
 # P(level d's r-th candidate is the target's token), mutually exclusive per level: a Medusa-like

@@ -8,7 +8,7 @@ from transformers import PreTrainedTokenizerFast
 from specdec.models import tiny_model
 from specdec.prompts import chat_ids
 from specdec.training import synthetic as syn
-from specdec.training.eagle import FullSequences
+from specdec.training.eagle1 import FullSequences
 
 TEMPLATE = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
             "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")

@@ -67,7 +67,7 @@ def test_compaction_ragged_batch_continues_exactly(model):
         DraftTree.empty(),
     ]
     target.verify(state, trees)
-    target.accept(state, [[0, 2, 3], [], []], [30, 31, 32])
+    target.commit(state, [[0, 2, 3], [], []], [30, 31, 32])
     assert state.lengths == [5 + 4, 2 + 1, 3 + 1]
     assert state.cache_len == max(state.lengths)
     committed = [prompts[0] + [10, 12, 14, 15], prompts[1] + [11], prompts[2] + [12]]
@@ -80,7 +80,7 @@ def test_compaction_ragged_batch_continues_exactly(model):
     ref = full_logits(model, committed[2] + [32, 5, 6])
     torch.testing.assert_close(out.logits[2, 1:3], ref[-2:], atol=ATOL, rtol=0)
     # Drop the middle request: the others continue unchanged.
-    target.accept(state, [[0], [], [0, 1]], [41, 42, 43])
+    target.commit(state, [[0], [], [0, 1]], [41, 42, 43])
     target.select(state, [0, 2])
     out = target.verify(state, [DraftTree.empty(), DraftTree.empty()])
     ref0 = full_logits(model, committed[0] + [30, 40, 41])
@@ -127,21 +127,18 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="previous verify step's rows"):
         target.verify(state, [DraftTree.empty()])
     with pytest.raises(ValueError, match="outside the tree"):
-        target.accept(state, [[5]], [1])
-    with (
-        pytest.raises(ValueError, match=r"num_nodes=3, but the last verify appended 1 \+ 2 rows"),
-        pytest.deprecated_call(match="the target knows"),
-    ):
-        target.accept(state, [[0]], [1], num_nodes=3)  # the deprecated argument is still checked
+        target.commit(state, [[5]], [1])
+    with pytest.raises(TypeError, match="num_nodes"):  # removed in 0.3: the target knows the last verify's size
+        target.commit(state, [[0]], [1], num_nodes=3)
     with pytest.raises(ValueError, match=r"not a root-to-node path \(node 1's parent is 0, not -1\)"):
-        target.accept(state, [[1]], [1])
+        target.commit(state, [[1]], [1])
     with pytest.raises(ValueError, match=r"next_tokens contains token id 64, outside the vocabulary \[0, 64\)"):
-        target.accept(state, [[0]], [64])
+        target.commit(state, [[0]], [64])
     with pytest.raises(TypeError, match="next_tokens must hold integer token ids, got float 3.7"):
-        target.accept(state, [[0]], [3.7])  # int() would have committed token 3
-    target.accept(state, [[0, 1]], [1])
+        target.commit(state, [[0]], [3.7])  # int() would have committed token 3
+    target.commit(state, [[0, 1]], [1])
     with pytest.raises(ValueError, match="no verify step awaits it"):
-        target.accept(state, [[]], [1])
+        target.commit(state, [[]], [1])
     with pytest.raises(ValueError, match="no verify step awaits it"):
         target.discard(state)
     with pytest.raises(ValueError, match="attention must be"):
@@ -168,7 +165,7 @@ def test_tree_op_attention_matches_mask_path(monkeypatch):
         state, _, _ = target.prefill([[3, 4, 5], [6, 7, 8]])
         target.set_pending(state, [9, 10])
         outs.append(target.verify(state, trees).logits)
-        target.accept(state, [[0, 2], []], [1, 2])
+        target.commit(state, [[0, 2], []], [1, 2])
         outs.append(target.verify(state, trees).logits)  # ragged now: request 1 has 2 holes
     torch.testing.assert_close(outs[0][0, :5], outs[2][0, :5], atol=ATOL, rtol=0)
     torch.testing.assert_close(outs[0][1, :2], outs[2][1, :2], atol=ATOL, rtol=0)
@@ -176,6 +173,6 @@ def test_tree_op_attention_matches_mask_path(monkeypatch):
     torch.testing.assert_close(outs[1][1, :2], outs[3][1, :2], atol=ATOL, rtol=0)
     layers = 2
     assert calls == [[3, 3]] * layers + [[6, 4]] * layers  # prefix lengths per request, holes included
-    target.accept(state, [[], []], [3, 4])
+    target.commit(state, [[], []], [3, 4])
     target.verify(state, [DraftTree.empty(), DraftTree.empty()])  # no draft: SDPA with the dense mask
     assert len(calls) == 2 * layers

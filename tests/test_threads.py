@@ -72,7 +72,7 @@ def test_separate_decoders_over_one_model_in_four_threads():
 
 def test_frozen_runs_are_bit_reproducible_with_a_seed():
     """Run after run, the same seed gives the same samples once nothing learns between runs."""
-    from specdec.engine.verify_cost import VerifyCostModel
+    from specdec.estimate.verify_cost import VerifyCostModel
     from specdec.sampling.params import SamplingParams
 
     model = tiny_model("llama")

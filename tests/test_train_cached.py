@@ -10,7 +10,7 @@ from specdec.models import tiny_model
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.heads import MedusaProposer
 from specdec.cli import main as train_main
-from specdec.training.drafter import load_drafter
+from specdec.training.distilled_drafter import load_drafter
 from specdec.training.features import load_features
 
 from test_sharegpt import word_tokenizer

@@ -10,7 +10,8 @@ import torch
 
 from specdec import DraftTree
 from specdec.integrations.rows import best_chain
-from specdec.integrations.vllm import cpu_sampling, metrics, plugin, version
+from specdec.integrations.vllm import cpu_sampling, plugin, version
+from specdec.integrations.vllm import prometheus as metrics
 from specdec.integrations.vllm.gate import GateStats
 from specdec.integrations.vllm.options import ENV, DrafterOptions
 
@@ -143,10 +144,11 @@ def test_global_cache_memory_flat_and_acceptance_steady_over_10k_requests():
     """10k requests of mixed lengths through the batched path with the global cache on: the cache stays
     under its cap through many rebuilds, and acceptance after rebuilds does not fall below the start."""
     from specdec import SuffixProposer
+    from specdec.proposers.suffix_rows import RowTracking
 
     vocab, cap = 500, 1 << 20
     prop = SuffixProposer(vocab, use_global=True, global_cache_bytes=cap, max_depth=4)
-    batch = prop.row_batch(tree_budget=8, park_steps=1, max_parked=0)
+    batch = prop.row_batch(tree_budget=8, tracking=RowTracking(park_steps=1, max_parked=0))
     rng = np.random.default_rng(0)
     phrases = [rng.integers(0, vocab, int(rng.integers(5, 30))).astype(np.int32) for _ in range(300)]
     peak, windows = 0, []

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bench_propose import arctic_cache  # noqa: E402
 from common import DEFAULT_DATA, VOCAB, accepted_length, parse_curve, read_rows  # noqa: E402
 
-from specdec.engine.verify_cost import VerifyCostModel  # noqa: E402
+from specdec.estimate.verify_cost import VerifyCostModel  # noqa: E402
 from specdec.integrations.rows import best_chain  # noqa: E402
 from specdec.proposers.suffix import SuffixProposer  # noqa: E402
 from specdec.proposers.suffix_automaton import MatchCalibration  # noqa: E402

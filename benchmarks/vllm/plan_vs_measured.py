@@ -6,7 +6,7 @@ For each policy (serve_bench's names; fixed-budget ones only) this script:
    measured run does not use (dev prompts of the same categories from ../shared/data):
    * ``--calibration trace`` (default): one run whose arrival rate rises from ``--ramp``'s first
      rate to its last, past saturation; the engine's steps are rebuilt from the streamed chunks
-     (``specdec.serving.engine_calibration.trace_samples``): each step's decode rows, the prompts
+     (``specdec.measure.engine_calibration.trace_samples``): each step's decode rows, the prompts
      that rode in it, and its duration. Every batch size and prefill mix the engine runs is seen.
    * ``--calibration bursts``: lone requests time prefill; bursts of B = 1..max_num_seqs requests
      sent at once time decode steps at batch B (``decode_sample``). No step mixes a prefill into
@@ -102,8 +102,8 @@ async def timed(port: int, prompts: list[dict], rate, args) -> tuple[list[dict],
 
 async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path):
     """Cost samples plus summed speculative counters from one fresh server (``--calibration``)."""
-    from specdec.serving.cost import Sample
-    from specdec.serving.engine_calibration import Stream, decode_sample, trace_samples
+    from specdec.estimate.step_cost import Sample
+    from specdec.measure.engine_calibration import Stream, decode_sample, trace_samples
 
     proc = serve_bench.start_server(args.model, policy, args, port, log)
     samples, totals = [], {"row_steps": 0, "drafts": 0.0, "draft_tokens": 0.0, "accepted_pos": np.zeros(args.k)}
@@ -157,7 +157,7 @@ async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path
 
 def requests_for(prompts: list[dict], rate: float, max_tokens: int, seed: int):
     """The simulator's requests for serve_load.drive's run: same order, lengths and arrival times."""
-    from specdec.serving.workload import SimRequest, WorkloadItem
+    from specdec.plan.workload import SimRequest, WorkloadItem
 
     rng = random.Random(seed)  # the same draws as serve_load.drive
     starts, t = [], 0.0
@@ -173,9 +173,9 @@ def predict(policy: str, cost, acceptance, prompts, rate: float, args) -> dict:
     ``args.replications`` acceptance seeds; ``goodput_band``: the same with every step cost times
     ``1 + band`` and ``1 - band``, ``band`` = the cost fit's leave-one-out error (``specdec plan``'s
     default ``--cost-band fit``)."""
-    from specdec.serving.metrics import SLO, summarize
-    from specdec.serving.policies import AlwaysOn, Off
-    from specdec.serving.simulator import ServerConfig, simulate
+    from specdec.plan.goodput import SLO, summarize
+    from specdec.plan.policies import AlwaysOn, Off
+    from specdec.plan.simulator import ServerConfig, simulate
 
     drafts = policy not in ("off", "specdec-never") and acceptance is not None
     band = cost.error_band()
@@ -199,8 +199,8 @@ def predict(policy: str, cost, acceptance, prompts, rate: float, args) -> dict:
 
 def repredict(folder: Path, prompts, args) -> None:
     """Predict every measured row of ``folder`` again from the models saved there (no server)."""
-    from specdec.serving.acceptance import AcceptanceDist
-    from specdec.serving.cost import StepCostModel
+    from specdec.estimate.acceptance import AcceptanceDist
+    from specdec.estimate.step_cost import StepCostModel
 
     rows = json.loads((folder / "plan_vs_measured.json").read_text())
     for row in rows:
@@ -219,7 +219,7 @@ def repredict(folder: Path, prompts, args) -> None:
 
 
 def _placeholder(k: int):
-    from specdec.serving.acceptance import AcceptanceDist
+    from specdec.estimate.acceptance import AcceptanceDist
 
     return AcceptanceDist(np.eye(k + 1)[0], name="never drafts")
 
@@ -311,8 +311,8 @@ def main(argv=None):
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
     from specdec.prompts import encode_first_turn, read_prompt_records
-    from specdec.serving.cost import StepCostModel
-    from specdec.serving.engine_calibration import acceptance_from_counters
+    from specdec.estimate.step_cost import StepCostModel
+    from specdec.measure.engine_calibration import acceptance_from_counters
 
     args.model = vllm_ready(cache_dir() / DEFAULT_NAME)
     tok = AutoTokenizer.from_pretrained(args.model)

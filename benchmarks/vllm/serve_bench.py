@@ -18,7 +18,7 @@ rate, requests and arrival times identical across policies (seeded). Policies:
 * ``specdec``: specdec's SuffixDrafter, always on;
 * ``specdec-gated``: the same with the load gate (``--gate-off-above``);
 * ``specdec-cost``: the same with the cost gate (``cost_gate``: the budget from this engine's own
-  step times, fitted while serving; specdec/serving/cost_gate.py);
+  step times, fitted while serving; specdec/control/cost_gate.py);
 * ``specdec-never``: the drafter loaded but never drafting (gate off above 0 requests): what
   ``custom_class`` itself costs the engine, the floor of any gate inside the drafter (on GPUs vLLM
   turns async scheduling off for it; on the CPU build it is off for every policy, and the cost is

@@ -22,6 +22,7 @@ using specdec::suffix::RowBatchParams;
 using specdec::suffix::RowTracker;
 using specdec::suffix::SuffixAutomaton;
 using specdec::suffix::SuffixRowBatch;
+using specdec::suffix::TrackerParams;
 
 namespace {
 
@@ -82,6 +83,19 @@ py::tuple events_of(const RowTracker& t) {
                         to_numpy(drafted), to_numpy(accepted));
 }
 
+TrackerParams tracker_params(int32_t park_steps, int32_t max_parked, int64_t max_parked_tokens, double park_seconds) {
+  TrackerParams p;
+  p.park_steps = park_steps;
+  p.max_parked = max_parked;
+  p.max_parked_tokens = max_parked_tokens;
+  p.park_seconds = park_seconds;
+  return p;
+}
+
+#define SPECDEC_TRACKER_ARGS                                                                                        \
+  py::arg("park_steps") = 64, py::arg("max_parked") = 1024, py::arg("max_parked_tokens") = int64_t{1} << 22,      \
+      py::arg("park_seconds") = 600.0
+
 py::tuple request_of(const RowTracker& t, int64_t id) {
   const auto& r = t.request(id);
   return py::make_tuple(to_numpy(r.tokens), r.prompt_len);
@@ -94,16 +108,22 @@ namespace specdec {
 void bind_rows(py::module_& m) {
   py::class_<RowTracker>(m, "RowTracker",
                          "Request identity from engine batch rows (see csrc/suffix/row_tracker.h).")
-      .def(py::init<int64_t, int32_t, int32_t>(), py::arg("vocab_size"), py::arg("park_steps") = 64,
-           py::arg("max_parked") = 1024)
+      .def(py::init([](int64_t vocab_size, int32_t park_steps, int32_t max_parked, int64_t max_parked_tokens,
+                       double park_seconds) {
+             return new RowTracker(vocab_size, tracker_params(park_steps, max_parked, max_parked_tokens, park_seconds));
+           }),
+           py::arg("vocab_size"), py::kw_only(), SPECDEC_TRACKER_ARGS)
       .def(
           "step",
-          [](RowTracker& t, const py::object& tokens, const py::object& num_tokens, const py::object& num_sampled) {
+          [](RowTracker& t, const py::object& tokens, const py::object& num_tokens, const py::object& num_sampled,
+             int32_t max_unseen, double now, bool strict) {
             StepArgs a = step_args(tokens, num_tokens, num_sampled);
-            t.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows);
+            t.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, max_unseen, now, strict);
           },
-          py::arg("token_ids"), py::arg("num_tokens"), py::arg("num_sampled"),
-          "Match every row to a tracked request (rows = len(num_sampled)).")
+          py::arg("token_ids"), py::arg("num_tokens"), py::arg("num_sampled"), py::arg("max_unseen") = 0,
+          py::arg("now") = 0.0, py::arg("strict") = true,
+          "Match every row to a tracked request (rows = len(num_sampled)); strict=False refuses bad rows "
+          "one by one (kind 3) instead of raising.")
       .def(
           "record_drafts",
           [](RowTracker& t, const py::object& offsets, const py::object& flat) {
@@ -116,55 +136,62 @@ void bind_rows(py::module_& m) {
           },
           py::arg("offsets"), py::arg("drafts"), "Drafts of the last step's rows (offsets[rows + 1] into drafts).")
       .def("events", &events_of,
-           "(ids int64, kinds int8 (0 continued, 1 new, 2 resumed), prompt_end, commit_begin, commit_end, drafted, "
+           "(ids int64, kinds int8 (0 continued, 1 new, 2 resumed, 3 refused), prompt_end, commit_begin, commit_end, drafted, "
            "accepted) per row of the last step.")
       .def("ended", [](const RowTracker& t) { return t.ended(); }, "Request ids ended during the last step.")
       .def("request", &request_of, py::arg("id"),
            "(committed tokens int32, prompt_len) of a tracked or just-ended request.")
+      .def_property_readonly("refusal", &RowTracker::refusal, "Why the last step's first refused row was refused.")
       .def_property_readonly("tracked", &RowTracker::tracked)
       .def_property_readonly("parked", &RowTracker::parked)
+      .def_property_readonly("parked_tokens", &RowTracker::parked_tokens)
       .def_property_readonly("steps", &RowTracker::steps);
 
   py::class_<SuffixRowBatch>(m, "SuffixRowBatch",
                              "Tracking + suffix drafting of a whole engine step (see csrc/suffix/row_batch.h).")
       .def(py::init([](int64_t vocab_size, int32_t tree_budget, int32_t min_match_len, double min_prob,
                        int32_t max_depth, double depth_factor, double count_prior, double global_count_prior,
-                       int32_t rematch_window, bool combine_longest, int32_t park_steps, int32_t max_parked,
-                       bool calibrate, bool learn, double calibration_prior, double calibration_max_weight) {
+                       int32_t rematch_window, bool combine_longest, bool calibrate, bool learn,
+                       double calibration_prior, double calibration_max_weight, int32_t park_steps, int32_t max_parked,
+                       int64_t max_parked_tokens, double park_seconds) {
              RowBatchParams p;
              p.draft = DraftParams{tree_budget, min_match_len, min_prob, max_depth, depth_factor, count_prior};
              p.rematch_window = rematch_window;
              p.combine_longest = combine_longest;
              p.global_count_prior = global_count_prior;
-             p.park_steps = park_steps;
-             p.max_parked = max_parked;
+             p.tracking = tracker_params(park_steps, max_parked, max_parked_tokens, park_seconds);
              p.calibrate = calibrate;
              p.learn = learn;
              p.calibration_prior = calibration_prior;
              p.calibration_max_weight = calibration_max_weight;
              return new SuffixRowBatch(vocab_size, p);
            }),
-           py::arg("vocab_size"), py::arg("tree_budget"), py::arg("min_match_len"), py::arg("min_prob"),
-           py::arg("max_depth"), py::arg("depth_factor"), py::arg("count_prior"), py::arg("global_count_prior"),
-           py::arg("rematch_window"), py::arg("combine_longest"), py::arg("park_steps"), py::arg("max_parked"),
+           py::arg("vocab_size"), py::kw_only(), py::arg("tree_budget"), py::arg("min_match_len"),
+           py::arg("min_prob"), py::arg("max_depth"), py::arg("depth_factor"), py::arg("count_prior"),
+           py::arg("global_count_prior"), py::arg("rematch_window"), py::arg("combine_longest"),
            py::arg("calibrate") = true, py::arg("learn") = true, py::arg("calibration_prior") = 4.0,
-           py::arg("calibration_max_weight") = 4096.0)
+           py::arg("calibration_max_weight") = 4096.0, SPECDEC_TRACKER_ARGS)
       .def(
           "step",
           [](SuffixRowBatch& b, const py::object& tokens, const py::object& num_tokens, const py::object& num_sampled,
-             int32_t k, const SuffixAutomaton* global, int64_t generation, float min_prob) {
+             int32_t k, const SuffixAutomaton* global, int64_t generation, float min_prob, int32_t max_unseen,
+             double now, bool strict) {
             StepArgs a = step_args(tokens, num_tokens, num_sampled);
             // The GIL stays held: count reads restructure the automata (not thread-safe).
-            b.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, k, global, generation, min_prob);
+            b.step(a.tokens.data(), a.stride, a.n.data(), a.sampled.data(), a.rows, k, global, generation, min_prob,
+                   max_unseen, now, strict);
             return py::make_tuple(to_numpy(b.offsets()), to_numpy(b.chains()), to_numpy(b.chain_probs()));
           },
           py::arg("token_ids"), py::arg("num_tokens"), py::arg("num_sampled"), py::arg("k"), py::arg("global_cache"),
-          py::arg("generation"), py::arg("min_prob") = 0.0f,
+          py::arg("generation"), py::arg("min_prob") = 0.0f, py::arg("max_unseen") = 0, py::arg("now") = 0.0,
+          py::arg("strict") = true,
           "One step: returns (offsets int32[rows + 1], chain tokens int32, chain path probabilities float32).")
       .def("events", [](const SuffixRowBatch& b) { return events_of(b.tracker()); })
       .def("ended", [](const SuffixRowBatch& b) { return b.tracker().ended(); })
       .def("request", [](const SuffixRowBatch& b, int64_t id) { return request_of(b.tracker(), id); }, py::arg("id"))
       .def_property_readonly("tracked", [](const SuffixRowBatch& b) { return b.tracker().tracked(); })
+      .def_property_readonly("parked_tokens", [](const SuffixRowBatch& b) { return b.tracker().parked_tokens(); })
+      .def_property_readonly("refusal", [](const SuffixRowBatch& b) { return b.tracker().refusal(); })
       .def_property_readonly("calibration", &SuffixRowBatch::calibration, py::return_value_policy::reference_internal,
                              "The batch's MatchCalibration (live; updated by every step while learn is on).")
       .def("memory_bytes", &SuffixRowBatch::memory_bytes);

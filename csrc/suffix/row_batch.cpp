@@ -29,7 +29,7 @@ std::vector<int32_t> best_path(const std::vector<int32_t>& parents, const std::v
 SuffixRowBatch::SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params)
     : vocab_(vocab_size),
       params_(params),
-      tracker_(vocab_size, params.park_steps, params.max_parked),
+      tracker_(vocab_size, params.tracking),
       calibration_(params.calibration_prior, params.calibration_max_weight) {
   if (params.rematch_window < 1) throw std::invalid_argument("SuffixRowBatch: rematch_window must be >= 1");
   if (!(params.global_count_prior >= 0.0)) {
@@ -94,7 +94,8 @@ void SuffixRowBatch::draft(State& st, const TrackedRequest& req, int32_t k, cons
 }
 
 void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* n, const int32_t* sampled, int32_t rows,
-                          int32_t k, const SuffixAutomaton* global, int64_t generation, float min_prob) {
+                          int32_t k, const SuffixAutomaton* global, int64_t generation, float min_prob,
+                          int32_t max_unseen, double now, bool strict) {
   if (k < 0) throw std::invalid_argument("SuffixRowBatch.step: k must be >= 0, got " + std::to_string(k));
   if (!(min_prob >= 0.0f && min_prob <= 1.0f)) {
     throw std::invalid_argument("SuffixRowBatch.step: min_prob must be in [0, 1], got " + std::to_string(min_prob));
@@ -103,7 +104,7 @@ void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* 
     throw std::invalid_argument("SuffixRowBatch.step: the global automaton's vocab_size " +
                                 std::to_string(global->vocab_size()) + " != " + std::to_string(vocab_));
   }
-  tracker_.step(tokens, stride, n, sampled, rows);
+  tracker_.step(tokens, stride, n, sampled, rows, max_unseen, now, strict);
   for (int64_t id : tracker_.ended()) states_.erase(id);
   offsets_.assign(1, 0);
   chains_.clear();
@@ -115,6 +116,7 @@ void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* 
   // with the whole step's evidence, as SuffixProposer's begin/commit-then-propose order does.
   for (int32_t r = 0; r < rows; ++r) {
     const RowEvent& e = events[r];
+    if (e.kind == RowKind::kRefused) continue;
     const int32_t* row = tokens + r * stride;
     auto it = states_.find(e.id);
     if (e.kind == RowKind::kNew) {
@@ -127,7 +129,9 @@ void SuffixRowBatch::step(const int32_t* tokens, int64_t stride, const int32_t* 
     commit(*row_states[r], row + e.commit_begin, static_cast<size_t>(e.commit_end - e.commit_begin), global, generation);
   }
   for (int32_t r = 0; r < rows; ++r) {
-    if (k > 0 && sampled[r] > 0) draft(*row_states[r], tracker_.request(events[r].id), k, global, generation, min_prob);
+    if (k > 0 && sampled[r] > 0 && row_states[r] != nullptr) {
+      draft(*row_states[r], tracker_.request(events[r].id), k, global, generation, min_prob);
+    }
     offsets_.push_back(static_cast<int32_t>(chains_.size()));
   }
   tracker_.record_drafts(offsets_.data(), chains_.data(), rows);

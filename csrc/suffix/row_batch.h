@@ -26,8 +26,7 @@ struct RowBatchParams {
   int32_t rematch_window = 1024;
   bool combine_longest = true;  // false: pool both caches' counts
   double global_count_prior = 0.0;
-  int32_t park_steps = 64;
-  int32_t max_parked = 1024;
+  TrackerParams tracking;
   bool calibrate = true;        // draft with the batch's MatchCalibration
   bool learn = true;            // and update it from every committed step (false: frozen)
   double calibration_prior = 4.0;
@@ -44,12 +43,14 @@ class SuffixRowBatch {
   // Throws std::invalid_argument for bad parameters.
   SuffixRowBatch(int64_t vocab_size, const RowBatchParams& params);
 
-  // One engine step (see RowTracker::step for tokens/stride/n/sampled). Rows with sampled > 0 get a
-  // chain of at most k tokens (k = 0: bookkeeping only), cut before its first token whose path
-  // probability is below min_prob (a cost gate's per-token bar). global: the shared automaton or
-  // null; generation changes whenever the caller replaced (rebuilt) it.
+  // One engine step at time `now` (see RowTracker::step for tokens/stride/n/sampled/max_unseen/strict). Rows
+  // with sampled > 0 get a chain of at most k tokens (k = 0: bookkeeping only), cut before its first
+  // token whose path probability is below min_prob (a cost gate's per-token bar); refused rows get
+  // none. global: the shared automaton or null; generation changes whenever the caller replaced
+  // (rebuilt) it.
   void step(const int32_t* tokens, int64_t stride, const int32_t* n, const int32_t* sampled, int32_t rows, int32_t k,
-            const SuffixAutomaton* global, int64_t generation, float min_prob = 0.0f);
+            const SuffixAutomaton* global, int64_t generation, float min_prob, int32_t max_unseen, double now,
+            bool strict);
 
   const std::vector<int32_t>& offsets() const { return offsets_; }  // [rows + 1] into chains()
   const std::vector<int32_t>& chains() const { return chains_; }

@@ -47,7 +47,7 @@ def register(subparsers) -> None:
 
 
 def build_methods(args, model, stops, tokenizer=None, cost_model=None):
-    from ..bench import hf_method, specdec_method
+    from ..measure.speedup import hf_method, specdec_method
     from ..engine.decoder import SpeculativeDecoder
 
     plain = SpeculativeDecoder(model)
@@ -99,8 +99,8 @@ def execute(args):
     """Run the benchmark, write the report files, return ``summarize(runs)``'s table."""
     from tqdm import tqdm
 
-    from ..bench import SAMPLE_PROMPTS, load_note, load_prompts, markdown, plot, run_benchmark, summarize
-    from ..engine.verify_cost import VerifyCostModel
+    from ..measure.speedup import SAMPLE_PROMPTS, load_note, load_prompts, markdown, plot, run_benchmark, summarize
+    from ..estimate.verify_cost import VerifyCostModel
     from ..prompts import read_prompt_records
 
     started, load_start = time.time(), os.getloadavg()[0]
@@ -167,7 +167,7 @@ def generate_methods(args, model, tok, cost_model=None):
     from ``--cost``) and shared, and ``cost["model"]`` holds it afterwards."""
     import torch
 
-    from ..bench import generate_method
+    from ..measure.speedup import generate_method
     from ..engine.decoder import SpeculativeDecoder
     from ..integrations.hf import generate
 
@@ -207,12 +207,12 @@ def generate_methods(args, model, tok, cost_model=None):
 
 def execute_generate(args):
     """Run the ``--custom-generate`` benchmark, write ``generate.md`` and ``generate_runs.json``, return
-    :func:`specdec.bench.summarize_generate`'s table."""
+    :func:`specdec.measure.speedup.summarize_generate`'s table."""
     from tqdm import tqdm
 
-    from ..bench import SAMPLE_PROMPTS, generate_markdown, load_note, load_prompts, run_generate_benchmark
-    from ..bench import summarize_generate
-    from ..engine.verify_cost import VerifyCostModel
+    from ..measure.speedup import SAMPLE_PROMPTS, generate_markdown, load_note, load_prompts, run_generate_benchmark
+    from ..measure.speedup import summarize_generate
+    from ..estimate.verify_cost import VerifyCostModel
     from ..prompts import read_prompt_records
 
     started, load_start = time.time(), os.getloadavg()[0]

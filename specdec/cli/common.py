@@ -9,7 +9,7 @@ import time
 
 from .args import PROPOSER_SPECS, budget
 
-__all__ = ["PROPOSER_SPECS", "add_budget_arg", "load_target", "log", "make_proposer"]
+__all__ = ["PROPOSER_SPECS", "add_budget_arg", "load_target", "log", "make_proposer", "resolve_device"]
 
 
 def log(msg: str) -> None:
@@ -20,6 +20,19 @@ def log(msg: str) -> None:
 def add_budget_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=budget, default="auto",
                    help="draft nodes verified per step: 'auto' (measured cost model, calibrated at start) or an int")
+
+
+def resolve_device(name: str) -> str:
+    """``--device``: ``auto`` (CUDA when torch sees it), ``cpu`` or ``cuda`` (refused without a GPU)."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but torch sees no CUDA device")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return name
 
 
 def warn_if_oversubscribed() -> None:

@@ -30,7 +30,7 @@ def run(args) -> int:
     import torch
 
     from ..engine.decoder import SpeculativeDecoder
-    from ..engine.verify_cost import VerifyCostModel
+    from ..estimate.verify_cost import VerifyCostModel
     from ..prompts import chat_ids
     from ..sampling.params import SamplingParams
     from .args import UsageError

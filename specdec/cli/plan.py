@@ -13,15 +13,16 @@ import math
 from pathlib import Path
 
 from ..models import load_target
-from ..serving.acceptance import AcceptanceDist
-from ..serving.cost import DEFAULT_GRID, StepCostModel, calibrate_engine
-from ..serving.measure import (build_workload, default_workload_path, fingerprints, measure_proposer,
+from ..estimate.acceptance import AcceptanceDist
+from ..measure.step_timing import DEFAULT_GRID, calibrate_engine
+from ..estimate.step_cost import StepCostModel
+from ..measure.proposer_stats import (build_workload, default_workload_path, fingerprints, measure_proposer,
                                target_memory)
-from ..serving.metrics import SLO
-from ..serving.plan import DEFAULT_FRACTIONS, PlanSettings, plan_pool
-from ..serving.pools import Pool, load_pools
-from ..serving.report import write_report
-from ..serving.review import make_trigger
+from ..plan.goodput import SLO
+from ..plan.planner import DEFAULT_FRACTIONS, PlanSettings, plan_pool
+from ..plan.pools import Pool, load_pools
+from ..plan.report import write_report
+from ..plan.review import make_trigger
 from ..prompts import read_prompt_records
 from .args import (UsageError, add_model_args, add_proposer_args, bounded, csv, positive, positive_int, probability,
                    proposers)
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--per-category", type=positive_int, default=2, help="prompts per category (default 2)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument(
-        "--pools", default=None, help="pool TOML (see specdec.serving.pools); default one pool from --ttft/--tpot"
+        "--pools", default=None, help="pool TOML (see specdec.plan.pools); default one pool from --ttft/--tpot"
     )
     p.add_argument("--ttft", type=positive, default=2.0, help="time-to-first-token SLO in seconds (single-pool mode)")
     p.add_argument(
@@ -112,7 +113,7 @@ def cost_band(text: str):
 
 def resolve_cost_band(arg, cost) -> tuple[float, str]:
     """``(band, where it came from)`` for ``--cost-band`` (a fraction, or 'fit': the cost model's
-    :meth:`~specdec.serving.cost.StepCostModel.error_band`)."""
+    :meth:`~specdec.estimate.step_cost.StepCostModel.error_band`)."""
     if arg != "fit":
         return arg, "--cost-band"
     band, loo = cost.error_band(), cost.loo_rel_error

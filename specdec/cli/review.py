@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..models import load_target
 from ..proposers.registry import make_proposer
-from ..serving.measure import artifact_dict, build_workload, fingerprints, measure_proposer
-from ..serving.review import compare, load_trigger, review_markdown
+from ..measure.proposer_stats import artifact_dict, build_workload, fingerprints, measure_proposer
+from ..plan.review import compare, load_trigger, review_markdown
 from .args import model_spec, probability
 from .common import log
 

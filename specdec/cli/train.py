@@ -23,16 +23,7 @@ from ..artifacts import Manifest, save_artifact, target_fingerprint, tokenizer_f
 from ..models import load_target
 from ..prompts import read_prompt_records
 from ..training.synthetic import DEFAULT_BATCH as SYNTHETIC_BATCH
-
-
-def _device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda requested but torch sees no CUDA device")
-    if name not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda, got {name!r}")
-    return name
+from .common import resolve_device
 
 
 def _progress(stage: str, i: int, n: int) -> None:
@@ -57,7 +48,7 @@ def _start(args) -> _Run:
     if args.heldout_every < 2:
         raise SystemExit(f"--heldout-every must be >= 2 (every N-th record is held out), got {args.heldout_every}")
     t_start = time.time()
-    device = _device(args.device)
+    device = resolve_device(args.device)
     model, tok, _ = load_target(args.target, device=device)
     t_loaded = time.time()
     fp = target_fingerprint(model)
@@ -69,7 +60,7 @@ def _full_sequences(args, run: _Run):
     """``(FullSequences, source, synthetic report | None)``: the prompt records' greedy responses with
     full-sequence features (cached), extended by ``args.synthetic`` synthetic records when asked."""
     from ..training import data as sd
-    from ..training.eagle import load_or_build_full
+    from ..training.eagle1 import load_or_build_full
 
     t0 = time.time()
     responses, source = sd.load_or_generate_responses(run.model, run.tokenizer, run.records, target_fp=run.fingerprint,
@@ -158,7 +149,7 @@ def train_heads_main(args) -> int:
 
 def train_eagle_main(args) -> int:
     from ..proposers.eagle_layer import EagleConfig
-    from ..training.eagle import EagleTrainConfig, train_eagle
+    from ..training.eagle1 import EagleTrainConfig, train_eagle
 
     cfg = EagleTrainConfig(reduced_vocab=args.vocab, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                            context=args.context, ce_weight=args.ce_weight, noise=args.noise, seed=args.seed)
@@ -203,7 +194,8 @@ def train_eagle_main(args) -> int:
 
 def train_draft_main(args) -> int:
     from ..training import data as sd
-    from ..training.drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter, train_drafter
+    from ..training.distilled_drafter import (DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter,
+                                              train_drafter)
 
     cfg = DrafterTrainConfig(num_layers=args.layers, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                              seed=args.seed)

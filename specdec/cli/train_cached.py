@@ -39,7 +39,7 @@ def command_line(args) -> str:
 def start(args) -> CachedRun:
     """Check the flags and caches, load the target, read the caches (fingerprint-checked)."""
     from ..models import load_target
-    from .train import _device
+    from .common import resolve_device
     from ..training.features import load_many, read_meta
 
     for d in args.features:
@@ -53,7 +53,7 @@ def start(args) -> CachedRun:
         raise SystemExit(f"--heldout-every must be >= 2, got {args.heldout_every}")
     spec = read_meta(args.features[0])["spec"]
     t_start = time.time()
-    device = _device(args.device)
+    device = resolve_device(args.device)
     model, tok, _ = load_target(args.target, device=device)
     from ..artifacts import target_fingerprint
 

@@ -52,11 +52,11 @@ def parse_layers(text: str | None, num_layers: int) -> tuple[int, ...]:
 def features_main(args) -> int:
     from ..artifacts import target_fingerprint
     from ..models import load_target
-    from .train import _device
+    from .common import resolve_device
     from ..training.features import FeatureSpec, cache_dir_for, extract
 
     _check(args)
-    device = _device(args.device)
+    device = resolve_device(args.device)
     model, tok, _ = load_target(args.target, device=device)
     fp = target_fingerprint(model)
     spec = FeatureSpec(parse_layers(args.layers, int(model.config.num_hidden_layers)), args.top_k, args.max_len)

@@ -47,7 +47,7 @@ def draft_kd_main(args) -> int:
 
     from ..artifacts import save_artifact, tokenizer_fingerprint
     from .train_cached import command_line, start
-    from ..training.drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter
+    from ..training.distilled_drafter import DrafterTrainConfig, drafter_manifest, own_tensors, small_drafter
     from ..training.drafter_kd import train_drafter_kd
 
     cfg = DrafterTrainConfig(num_layers=args.layers, epochs=args.epochs, lr=args.lr, batch_size=1, seed=args.seed)

@@ -1,7 +1,7 @@
 """The statistical exactness suites, importable for anyone's sampler or decoder.
 
 * :mod:`~specdec.conformance.suite` -- cases, the lockstep Monte-Carlo loop, G tests, the report;
-* :mod:`~specdec.conformance.models` -- small exact target/draft models and the exact output law;
+* :mod:`~specdec.conformance.laws` -- small exact target/draft models and the exact output law;
 * :mod:`~specdec.conformance.mutants` -- deliberately broken samplers the suite must reject;
 * :mod:`~specdec.conformance.report` -- ``python -m specdec.conformance.report``: the power table;
 * :mod:`~specdec.conformance.decoder_law` -- the end-to-end law test of a whole decoder over a real
@@ -14,7 +14,7 @@
 
 from .decoder_law import (WINDOWS, DecoderCase, DecoderStats, check_decoder, exact_decoder_law, run_decoder_suite,
                           sample_decoder)
-from .models import DraftSpec, Model, PrefixTable, ProcessedModel, TableModel, exact_law
+from .laws import DraftSpec, Model, PrefixTable, ProcessedModel, TableModel, exact_law
 from .suite import (FAMILY_ALPHA, MIN_EXPECTED, BatchSamplerFn, Case, DraftBatch, GTestResult, SuiteReport,
                     batch_sampler, check_case, default_cases, g_test, padded_sampler, prefix_law_tests, run_suite,
                     simulate, single_sampler, window_law_tests)

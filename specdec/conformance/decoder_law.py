@@ -12,7 +12,7 @@ What is tested (:data:`WINDOWS`): the joint law of the first ``k`` tokens for ``
 5-token generation, and the joint law of tokens 3-5 alone, by the suite's G test (sparse cells
 merged), one test per window with the prompts of a ragged batch as independent strata. Why 5
 tokens: the first token comes from the prefill, so a step that reads a *compacted* accepted row (the
-rows :meth:`HFTarget.accept` moved) needs an earlier verify step that accepted drafts, then another
+rows :meth:`HFTarget.commit` moved) needs an earlier verify step that accepted drafts, then another
 step: at 3 tokens no step ever reads one, and a KV-ordering bug passes unseen. Why joint laws and
 not per-position conditionals: the joint law is what the guarantee states, its G test needs no
 estimated conditioning (a conditional test given the observed prefix loses one degree of freedom

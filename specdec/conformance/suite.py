@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import torch
 from scipy import stats
 
-from .models import DraftSpec, Model, PrefixTable, ProcessedModel, TableModel, exact_law
+from .laws import DraftSpec, Model, PrefixTable, ProcessedModel, TableModel, exact_law
 from ..tree import DraftTree
 
 FAMILY_ALPHA = 0.01

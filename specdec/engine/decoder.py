@@ -3,7 +3,7 @@
 The whole loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py`` is the same loop for
 one request, without the batching). One step:
 
-1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.engine.sizing.DraftSizer`
+1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.control.sizer.DraftSizer`
    keeps the nodes worth their verify time.
 2. **verify**: one target forward over every request's pending token + tree (:class:`HFTarget`).
 3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection.accept_step`)
@@ -38,8 +38,8 @@ from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
-from .sizing import DraftSizer, Ticket, cap_depth, check_draft
-from .verify_cost import VerifyCostModel
+from ..control.sizer import DraftSizer, Ticket, cap_depth, check_draft
+from ..estimate.verify_cost import VerifyCostModel
 
 
 @dataclass
@@ -215,7 +215,7 @@ class SpeculativeDecoder:
                         if speculate:
                             self.sizer.observe(tickets[row], path)
                         self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
-                    self.target.accept(state, paths, [e[-1] for e in emitted], validate=False)
+                    self.target.commit(state, paths, [e[-1] for e in emitted], validate=False)
                     t3 = time.perf_counter()
                     self._account(active, trees, speculate, t0, t1, t2, t3)
                     yield from events

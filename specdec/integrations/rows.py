@@ -5,13 +5,15 @@ stride]`` (int32), the committed length of each row and the tokens sampled this 
 request id. :class:`RowSession` recovers request identity from that data alone
 (``specdec._C.RowTracker``, csrc/suffix/row_tracker.h: rows are matched by content, in full) and
 turns every step into the proposer's own calls: ``begin(id, prompt)`` when a request first
-appears, ``commit(id, tokens)`` with exactly the tokens the engine committed since, ``end(id)``
-once the request has been out of the batch for ``park_steps`` steps (a request back from
-preemption before that continues where it was). Drafted rows get a chain: engines that verify
-chains only get the draft tree's best root-to-leaf path by the proposer's own node scores.
+appears (a conversation's next turn, whose row holds an earlier request's tokens and more, is a
+new request), ``commit(id, tokens)`` with exactly the tokens the engine committed since, ``end(id)``
+once the request has been out of the batch too long (:class:`~specdec.proposers.suffix_rows.RowTracking`;
+a request back from preemption before that continues where it was). Drafted rows get a chain:
+engines that verify chains only get the draft tree's best root-to-leaf path by the proposer's own
+node scores.
 
-Order within a step (the fast suffix path, :class:`specdec.proposers.suffix.SuffixRowBatch`, keeps
-the same): begins and commits row by row, then drafts, then ends.
+Order within a step (the fast suffix path, :class:`specdec.proposers.suffix_rows.SuffixRowBatch`,
+keeps the same): begins and commits row by row, then drafts, then ends.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._ext import load
+from ..proposers.suffix_rows import RowTracking
 from ..tree import DraftTree
+
+# Row kinds in the trackers' events (csrc/suffix/row_tracker.h, RowKind).
+CONTINUED, NEW, RESUMED, REFUSED = 0, 1, 2, 3
 
 SAMPLED_DRAFTS_REFUSED = (
     "the proposer drafted sampled (non-deterministic) tokens, but a chain-only engine gets no draft "
@@ -72,7 +78,7 @@ class RowStep:
     ``drafted`` / ``accepted``: tokens drafted for the rows' requests when last seen, and how many of
     them the tokens committed since confirm (the engine's own count may differ when its scheduler
     trimmed a draft). ``new`` / ``resumed`` / ``ended``: requests first seen, back after leaving the
-    batch, and ended this step.
+    batch, and ended this step; ``refused``: rows refused (bad lengths or ids; no draft).
     """
 
     chains: list[list[int]]
@@ -81,6 +87,7 @@ class RowStep:
     new: int
     resumed: int
     ended: int
+    refused: int = 0
 
 
 def _as_rows(num_sampled) -> np.ndarray:
@@ -93,13 +100,13 @@ class RowSession:
     Args:
         proposer: begin/commit/end/propose(_scored); its drafts must be deterministic.
         tree_budget: nodes requested per draft tree (the chain is chosen from it).
-        park_steps / max_parked: how long a request out of the batch is kept before it is ended.
+        tracking: how long a request out of the batch is kept, what a row may gain unseen.
 
     Raises:
         ValueError: a proposer that needs target hidden states (no engine row carries them).
     """
 
-    def __init__(self, proposer, *, tree_budget: int = 16, park_steps: int = 64, max_parked: int = 1024):
+    def __init__(self, proposer, *, tree_budget: int = 16, tracking: RowTracking | None = None):
         if getattr(proposer, "requires_target_hidden", False):
             raise ValueError(f"{type(proposer).__name__} needs the target's hidden states, which batch rows do "
                              "not carry")
@@ -110,24 +117,28 @@ class RowSession:
             raise ValueError(f"{type(proposer).__name__} has no int vocab_size, needed to validate row token ids")
         self.proposer = proposer
         self.tree_budget = tree_budget
-        self._tracker = load().RowTracker(vocab, park_steps, max_parked)
+        self.tracking = tracking or RowTracking()
+        self._tracker = load().RowTracker(vocab, **self.tracking.kwargs())
         self._scored = callable(getattr(proposer, "propose_scored", None))
 
     def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled, k: int,
-             min_prob: float = 0.0) -> RowStep:
+             min_prob: float = 0.0, *, max_unseen: int = 0, now: float = 0.0, strict: bool = True) -> RowStep:
         """One engine step; rows that sampled tokens get a chain of at most ``k`` tokens (``k = 0``: none),
-        cut before the first token whose estimated acceptance is below ``min_prob`` (scored proposers only)."""
+        cut before the first token whose estimated acceptance is below ``min_prob`` (scored proposers only).
+        ``max_unseen`` / ``now`` / ``strict``: as :meth:`specdec.proposers.suffix_rows.SuffixRowBatch.step`."""
         sampled = _as_rows(num_sampled)
-        self._tracker.step(token_ids, num_tokens, sampled)
+        self._tracker.step(token_ids, num_tokens, sampled, int(max_unseen), float(now), bool(strict))
         ids, kinds, prompt_end, begin, end, drafted, accepted = self._tracker.events()
         for r, rid in enumerate(ids.tolist()):
+            if kinds[r] == REFUSED:
+                continue
             row = token_ids[r]
-            if kinds[r] == 1:
+            if kinds[r] == NEW:
                 self.proposer.begin(rid, row[: prompt_end[r]].tolist())
             if end[r] > begin[r]:
                 self.proposer.commit(rid, row[begin[r] : end[r]].tolist())
         chains: list[list[int]] = [[] for _ in range(len(ids))]
-        want = [r for r in range(len(ids)) if sampled[r] > 0] if k > 0 else []
+        want = [r for r in range(len(ids)) if sampled[r] > 0 and kinds[r] != REFUSED] if k > 0 else []
         if want:
             req_ids = [int(ids[r]) for r in want]
             if self._scored:
@@ -143,12 +154,17 @@ class RowSession:
         ended = self._tracker.ended()
         for rid in ended:
             self.proposer.end(rid)
-        return RowStep(chains, int(drafted.sum()), int(accepted.sum()), int((kinds == 1).sum()),
-                       int((kinds == 2).sum()), len(ended))
+        return RowStep(chains, int(drafted.sum()), int(accepted.sum()), int((kinds == NEW).sum()),
+                       int((kinds == RESUMED).sum()), len(ended), int((kinds == REFUSED).sum()))
 
     def events(self):
         """Per row of the last step: ``(ids, kinds, prompt_end, commit_begin, commit_end, drafted, accepted)``."""
         return self._tracker.events()
+
+    @property
+    def refusal(self) -> str:
+        """Why the last step's first refused row was refused ("" when none was)."""
+        return self._tracker.refusal
 
     @property
     def tracked(self) -> int:

@@ -8,7 +8,7 @@ need the compiled extension or transformers load on first use, so ``import specd
 needs neither.
 """
 
-from .._lazy import lazy_names
+from .._imports import lazy_names
 from .base import Artifact, Proposer, ScoredDraft, ScoredProposer
 
 _LAZY = {

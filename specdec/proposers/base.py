@@ -38,41 +38,13 @@ Accounting and lifecycle
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Hashable, Literal, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Hashable, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from .._compat import moved
+from ..artifacts import Artifact
 from ..tree import DraftTree
-
-BoundTo = Literal["nothing", "tokenizer", "target"]
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """What a proposer is bound to, and the fingerprint of that binding.
-
-    Attributes:
-        name: human-readable proposer name ("suffix", "medusa", "draft:SmolLM2-...").
-        bound_to: ``"nothing"``, ``"tokenizer"`` or ``"target"``.
-        fingerprint: fingerprint of the tokenizer or target checkpoint it is bound to (None when
-            bound to nothing).
-        version: the artifact's own version string (weights fingerprint for trained artifacts).
-        details: free-form facts (training data, measured acceptance, ...).
-    """
-
-    name: str
-    bound_to: BoundTo = "nothing"
-    fingerprint: str | None = None
-    version: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.bound_to not in ("nothing", "tokenizer", "target"):
-            raise ValueError(f"Artifact.bound_to must be 'nothing', 'tokenizer' or 'target', got {self.bound_to!r}")
-        if self.bound_to != "nothing" and not self.fingerprint:
-            raise ValueError(f"Artifact {self.name!r} is bound to a {self.bound_to} but has no fingerprint")
 
 
 @runtime_checkable
@@ -122,18 +94,14 @@ class ScoredProposer(Proposer, Protocol):
 
     ``propose_scored`` returns one :class:`ScoredDraft` per request (same budget rules as
     ``propose``). The decoder prefers it: calibrated per-node estimates let its cost model keep
-    exactly the nodes that pay for their verify time (:mod:`specdec.engine.sizing`).
+    exactly the nodes that pay for their verify time (:mod:`specdec.control.sizer`).
 
     Optionally it also defines ``observe_sized(req_id, tree, cost)``, which the decoder calls after
     sizing each request's draft, before the verify: ``tree`` is the part of the draft it will verify
     (a :class:`DraftTree`, parents first), ``cost`` its verify-cost curve
-    (:class:`~specdec.engine.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
+    (:class:`~specdec.estimate.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
     whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
     verify of that part costs, which only the decoder's sizing knows.
     """
 
     def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]: ...
-
-
-# Moved in 0.2: the token-id and budget checks to specdec.checks, ReplayProposer to its own module.
-__getattr__ = moved(__name__, "specdec.checks", "specdec.proposers.replay")[0]

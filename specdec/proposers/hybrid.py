@@ -9,7 +9,7 @@ ranked in one currency: each node's *calibrated* probability of being accepted.
   frequencies; draft-model path probabilities).
 * **One currency.** Raw estimates err differently (lookup counts of contexts seen twice read as
   certain; a small draft layer is over- or under-confident by depth), so each source keeps its own
-  :class:`~specdec.calibration.ScoreCalibration` (per-depth ratio of accepted to predicted). It is
+  :class:`~specdec.estimate.calibration.ScoreCalibration` (per-depth ratio of accepted to predicted). It is
   fed *in hindsight* at every commit: a drafted node would have been accepted exactly when its
   path is a prefix of the tokens the target emitted (the accepted draft plus the bonus token), so
   every drafted node up to that depth is evidence, whether or not the decoder verified it.
@@ -24,7 +24,7 @@ Where lookup matches long (extraction, summarisation, RAG) its calibrated estima
 and fill the tree; where it matches nothing it drafts nothing and EAGLE's nodes take the budget.
 
 * **Skipping the model.** EAGLE's drafting costs a fifth of a verify step on a CPU, lookup's almost
-  nothing. A :class:`~specdec.proposers.model_gate.ModelGate` learns in hindsight how many accepted
+  nothing. A :class:`~specdec.control.model_gate.ModelGate` learns in hindsight how many accepted
   tokens EAGLE's nodes added on top of lookup's (verified and accepted, so nodes the decoder's sizer
   cut count for nothing), by how confident lookup was, and skips EAGLE for a
   request and step when that gain is below EAGLE's price in tokens: its measured drafting time plus
@@ -40,10 +40,10 @@ from typing import Hashable, Sequence
 import torch
 
 from ..checks import normalize_budgets
-from ..calibration import ScoreCalibration
+from ..estimate.calibration import ScoreCalibration
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
-from .model_gate import ModelGate
+from ..control.model_gate import ModelGate
 
 
 @dataclass

@@ -36,7 +36,6 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-from .._ext import load
 from ..prompts import read_jsonl
 from .suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
@@ -473,9 +472,29 @@ class SuffixProposer:
     def active_requests(self) -> int:
         return len(self._requests)
 
-    def row_batch(self, *, tree_budget: int = 16, park_steps: int = 64, max_parked: int = 1024) -> "SuffixRowBatch":
-        """A :class:`SuffixRowBatch`: this proposer's drafting for engines that pass batch rows, one C++ call a step."""
-        return SuffixRowBatch(self, tree_budget=tree_budget, park_steps=park_steps, max_parked=max_parked)
+    def row_batch(self, *, tree_budget: int = 16, tracking=None):
+        """A :class:`~specdec.proposers.suffix_rows.SuffixRowBatch`: this proposer's drafting for engines
+        that pass batch rows, one C++ call a step (``tracking``: a
+        :class:`~specdec.proposers.suffix_rows.RowTracking`, default settings when None)."""
+        from .suffix_rows import RowTracking, SuffixRowBatch
+
+        return SuffixRowBatch(self, tree_budget=tree_budget, tracking=tracking or RowTracking())
+
+    def shared_cache(self, tenant: Hashable | None = None):
+        """``(automaton, generation)`` of ``tenant``'s global cache, or None (off, or nothing indexed yet).
+
+        ``generation`` changes whenever the automaton object is replaced (a rebuild), so a holder of a
+        match into it knows when to match again."""
+        if not self.use_global:
+            return None
+        part = self._partitions.get(self._partition_key(tenant))
+        return None if part is None else (part.sam, part.generation)
+
+    def index_document(self, tokens, tenant: Hashable | None = None) -> None:
+        """Add one finished document (int token ids) to ``tenant``'s global cache; a no-op when it is off."""
+        doc = as_token_array(tokens, self.vocab_size, "document")
+        if self.use_global and doc.size:
+            self._partition(self._partition_key(tenant), create=True).add(doc)
 
     # ------------------------------------------------------------------ internals
     def _get(self, req_id: Hashable) -> _Request:
@@ -503,74 +522,3 @@ class SuffixProposer:
         if part is not None:
             self._partitions.move_to_end(key)
         return part
-
-
-class SuffixRowBatch:
-    """The proposer's bookkeeping and drafting of a whole engine step in one C++ call.
-
-    For engines that hand the drafter batch rows instead of request ids (vLLM's ``custom_class``
-    proposer): ``token_ids [rows_max, stride]`` int32, ``num_tokens [>= rows]`` committed tokens per
-    row, ``num_sampled [rows]`` tokens sampled this step. Request identity comes from the rows'
-    content (``csrc/suffix/row_tracker.h``); each request's automaton and global-cache match follow
-    exactly the rules of :class:`SuffixProposer` (begin with the prompt, commit what the engine
-    committed, draft with ``tree_budget`` nodes, end into the proposer's global cache under the
-    default tenant), so both paths draft the same trees; each drafted row gets the tree's best
-    root-to-leaf path (largest summed node probability), at most ``k`` tokens. The requests live
-    in this object, not in the proposer's ``begin``/``commit`` table; the global cache is shared.
-    The match-length calibration is the batch's own too (:attr:`calibration`), learnt from its rows'
-    commits under the proposer's ``calibrate`` mode; ``proposer.calibration`` is left untouched.
-    Why: vLLM calls its drafter once per step with the whole batch, and a Python call per request
-    and per commit costs more than the C++ draft itself.
-    """
-
-    def __init__(self, proposer: SuffixProposer, *, tree_budget: int, park_steps: int, max_parked: int):
-        if not isinstance(tree_budget, int) or tree_budget < 0:
-            raise ValueError(f"tree_budget must be an int >= 0, got {tree_budget!r}")
-        p = proposer
-        self.proposer = p
-        self.tree_budget = tree_budget
-        self._key = p._partition_key(None)
-        self._batch = load().SuffixRowBatch(
-            p.vocab_size, tree_budget, p.min_match_len, p.min_prob, p.max_depth, p.depth_factor, p.count_prior,
-            p.global_count_prior, p.rematch_window, p.combine == "longest", park_steps, max_parked,
-            p.calibrate != "off", p.calibrate == "online", p.calibration.prior_weight)
-
-    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled: np.ndarray, k: int,
-             min_prob: float = 0.0):
-        """One step: ``(offsets int32[rows + 1], chains int32[total], probs float32[total])``; row ``r``'s
-        chain is ``chains[offsets[r]:offsets[r + 1]]``, empty for rows that sampled nothing or when ``k == 0``.
-        ``min_prob``: each chain stops before its first token whose path probability is below it
-        (a cost gate's :meth:`~specdec.serving.cost_gate.CostGate.floor`).
-
-        Raises:
-            TypeError / ValueError: arrays of the wrong dtype, shape or layout; a row whose lengths or
-                token ids are out of range (the step is then refused whole, nothing is changed).
-        """
-        part = self.proposer._partitions.get(self._key) if self.proposer.use_global else None
-        out = self._batch.step(token_ids, num_tokens, num_sampled, int(k), None if part is None else part.sam,
-                               -1 if part is None else part.generation, float(min_prob))
-        if self.proposer.use_global:
-            for rid in self._batch.ended():
-                tokens, prompt_len = self._batch.request(rid)
-                doc = tokens[0 if self.proposer.index_prompts else prompt_len:]
-                if doc.size:
-                    self.proposer._partition(self._key, create=True).add(np.ascontiguousarray(doc))
-        return out
-
-    def events(self):
-        """Per row of the last step: ``(ids, kinds, prompt_end, commit_begin, commit_end, drafted, accepted)``."""
-        return self._batch.events()
-
-    @property
-    def tracked(self) -> int:
-        """Requests tracked (in a row last step, or parked until they come back or are ended)."""
-        return self._batch.tracked
-
-    @property
-    def calibration(self):
-        """The batch's :class:`MatchCalibration` (live)."""
-        return self._batch.calibration
-
-    def memory_bytes(self) -> int:
-        """Host bytes of the per-request automata and token copies (the global cache is the proposer's)."""
-        return self._batch.memory_bytes()

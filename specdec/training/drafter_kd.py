@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from .distill import kd_loss
-from .drafter import DrafterTrainConfig, _is_shared
+from .distilled_drafter import DrafterTrainConfig, _is_shared
 from .eagle3 import _first_tokens, batches, split
 from .features import FeatureSet
 from .loop import cosine_schedule, optimizer_step

@@ -25,7 +25,7 @@ import torch
 from ..prompts import chat_ids
 from ..models import clean_generate
 from .data import decoder_of, left_padded
-from .eagle import FullSequences
+from .eagle1 import FullSequences
 
 
 def user_prefix_ids(tokenizer) -> list[int]:

@@ -24,24 +24,23 @@ it (no holes and every tree a chain of one common length) no mask is passed and 
 own causal path: plain decoding then runs the same kernels as ``model.generate``. In tree-op mode
 the op reads each request's prefix length directly, so ragged steps with a draft need no mask.
 
-What a model must offer is checked by feature, not by name (:mod:`specdec.verify.features`).
+What a model must offer is checked by feature, not by name (:mod:`specdec.verify.capabilities`).
 """
 
 from __future__ import annotations
 
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from .._requires import require_transformers
+from .._imports import require_transformers
 from ..checks import as_token_list
 from ..ops.skinny_linear import lm_head_logits
 from ..tree import DraftTree, pack_trees
 from . import cache as kv
-from .features import inspect_model, tree_op_refusal
+from .capabilities import inspect_model, tree_op_refusal
 from .masks import (key_positions, model_masks, prefill_visibility, step_positions, step_visibility,
                     window_binds)
 from .patch import ForwardPatch
@@ -57,7 +56,7 @@ class BatchState:
         pending: the emitted-but-not-cached token of each request (``len == B``), fed first on the
             next verify step.
         verified: ``(N, parents per request)`` of the verify step whose rows await
-            :meth:`HFTarget.accept` / :meth:`HFTarget.discard`, else ``None``; lets them check the
+            :meth:`HFTarget.commit` / :meth:`HFTarget.discard`, else ``None``; lets them check the
             paths and the row count they are given against what the forward actually appended.
     """
 
@@ -97,7 +96,7 @@ class HFTarget:
     Args:
         model: a decoder-only causal LM in eval mode whose attention takes a prepared 4-D mask and
             explicit ``position_ids`` over a ``DynamicCache`` (checked by feature:
-            :func:`specdec.verify.features.inspect_model`; the architecture matrix is in
+            :func:`specdec.verify.capabilities.inspect_model`; the architecture matrix is in
             ``docs/engine.md``).
         attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
             SDPA model runs grouped SDPA during specdec's forwards, which skips transformers' copy
@@ -114,7 +113,7 @@ class HFTarget:
             (``[..., len * H]``), what an EAGLE-3 proposer (``target_layers``) reads.
 
     Raises:
-        ValueError: naming the missing feature (see :mod:`specdec.verify.features`), a
+        ValueError: naming the missing feature (see :mod:`specdec.verify.capabilities`), a
             ``torch.compile``'d model, ``attention="tree_op"`` for a model the op cannot run exactly
             (no attention-registry support, attention soft-capping), or an LM head whose logits the
             adapter does not reproduce.
@@ -402,51 +401,37 @@ class HFTarget:
         return VerifyOutput(logits=logits, hidden=hidden, trees=tuple(trees))
 
     @staticmethod
-    def _verified(state: BatchState, num_nodes: int | None, what: str) -> tuple[int, tuple[list[int], ...]]:
-        """``(N, parents)`` of the pending verify. ``num_nodes`` (deprecated: the target knows ``N``)
-        must match it when given. The caller clears ``state.verified`` once its own checks passed, so
-        a refused call can be retried."""
+    def _verified(state: BatchState, what: str) -> tuple[int, tuple[list[int], ...]]:
+        """``(N, parents)`` of the pending verify. The caller clears ``state.verified`` once its own
+        checks passed, so a refused call can be retried."""
         if state.verified is None:
             raise ValueError(f"{what}: no verify step awaits it (call verify() first; once per verify)")
-        n, parents = state.verified
-        if num_nodes is not None:
-            warnings.warn(
-                f"HFTarget.{what}(num_nodes=...) is deprecated: the target knows the last verify's size",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            if num_nodes != n:
-                raise ValueError(
-                    f"{what}: num_nodes={num_nodes}, but the last verify appended 1 + {n} rows per request"
-                )
-        return n, parents
+        return state.verified
 
     # ------------------------------------------------------------------ compaction
-    def accept(
+    def commit(
         self,
         state: BatchState,
         paths: Sequence[Sequence[int]],
         next_tokens: Sequence[int],
-        num_nodes: int | None = None,
         *,
         validate: bool = True,
     ) -> None:
-        """Keep the pending row and the accepted path's rows of the last verify; drop the rest.
+        """Commit the last verify's outcome to the KV cache: keep the pending row and the accepted
+        path's rows, drop the rest (compaction).
 
         Args:
             paths: per request, accepted node indices root->leaf (may be empty).
             next_tokens: per request, the token emitted after the path (the new pending token).
-            num_nodes: deprecated and optional: the last verify's padded tree size ``N``, which the
-                target already knows; checked when given.
             validate: check the paths against the verified trees and the tokens against the
                 vocabulary; False only for values the engine's own sampler produced.
         """
         B = state.batch_size
         if len(paths) != B or len(next_tokens) != B:
-            raise ValueError(f"accept got {len(paths)} paths / {len(next_tokens)} tokens for {B} requests")
-        num_nodes, parents = self._verified(state, num_nodes, "accept")
+            raise ValueError(f"commit got {len(paths)} paths / {len(next_tokens)} tokens for {B} requests")
+        num_nodes, parents = self._verified(state, "commit")
         if validate:
-            next_tokens = as_token_list(next_tokens, "accept: next_tokens", self.vocab_size)
+            next_tokens = as_token_list(next_tokens, "commit: next_tokens", self.vocab_size)
             self._check_paths(paths, parents, num_nodes)
         self._compact(state, paths, list(next_tokens), num_nodes)
 
@@ -457,12 +442,12 @@ class HFTarget:
             for node in p:
                 if not 0 <= node < len(parents[b]):
                     raise ValueError(
-                        f"accept: path node {node} of request {b} is outside the tree "
+                        f"commit: path node {node} of request {b} is outside the tree "
                         f"({len(parents[b])} nodes, N={num_nodes})"
                     )
                 if parents[b][node] != prev:
                     raise ValueError(
-                        f"accept: path {list(p)} of request {b} is not a root-to-node path "
+                        f"commit: path {list(p)} of request {b} is not a root-to-node path "
                         f"(node {node}'s parent is {parents[b][node]}, not {prev})"
                     )
                 prev = node
@@ -474,7 +459,7 @@ class HFTarget:
         total = state.cache_len
         S = total - 1 - num_nodes
         if S < 0:
-            raise ValueError(f"accept: cache has {total} rows, fewer than 1 + num_nodes={1 + num_nodes}")
+            raise ValueError(f"commit: cache has {total} rows, fewer than 1 + num_nodes={1 + num_nodes}")
         state.verified = None
         new_lengths = [L + 1 + len(p) for L, p in zip(state.lengths, paths)]
         new_total = max(new_lengths)
@@ -492,10 +477,9 @@ class HFTarget:
         state.lengths = new_lengths
         state.pending = next_tokens
 
-    def discard(self, state: BatchState, num_nodes: int | None = None) -> None:
-        """Drop every row the last verify added (``1 + N``), e.g. after a timing run (``num_nodes``:
-        deprecated, as in :meth:`accept`)."""
-        num_nodes, _ = self._verified(state, num_nodes, "discard")
+    def discard(self, state: BatchState) -> None:
+        """Drop every row the last verify added (``1 + N``), e.g. after a timing run."""
+        num_nodes, _ = self._verified(state, "discard")
         state.verified = None
         kv.truncate(state.cache, state.cache_len - 1 - num_nodes)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..tree import TreeBatch, unpack_mask
-from .features import TargetFeatures
+from .capabilities import TargetFeatures
 
 
 def prefill_visibility(lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -115,8 +115,10 @@ void check_rows(Reader& in) {
   params.draft.budget = 1 + in.next(8);
   params.draft.max_depth = 1 + in.next(4);
   params.draft.min_prob = 0.0;
-  params.park_steps = 1 + in.next(3);
-  params.max_parked = in.next(4);
+  params.tracking.park_steps = 1 + in.next(3);
+  params.tracking.max_parked = in.next(4);
+  params.tracking.max_parked_tokens = in.next(64);
+  params.tracking.park_seconds = 1.0 + in.next(8);
   params.calibrate = in.next(2);
   params.learn = in.next(2);
   SuffixRowBatch batch(kVocab, params);
@@ -171,7 +173,8 @@ void check_rows(Reader& in) {
     }
     const float floor = 0.25f * static_cast<float>(in.next(4));  // the cost gate's bar: 0, .25, .5, .75
     batch.step(tokens.data(), kWidth, n.data(), sampled.data(), static_cast<int32_t>(rows.size()), k,
-               in.next(2) ? &global : nullptr, 0, floor);
+               in.next(2) ? &global : nullptr, 0, floor, /*max_unseen=*/in.next(4),
+               /*now=*/static_cast<double>(step), /*strict=*/true);
     const auto& events = batch.tracker().events();
     for (size_t i = 0; i < rows.size(); ++i) {
       if (batch.tracker().request(events[i].id).tokens != rows[i].tokens) fail("tracked tokens differ from the row");

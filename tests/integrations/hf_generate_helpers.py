@@ -8,7 +8,7 @@ import string
 import torch
 
 from specdec import DraftTree
-from specdec.proposers.base import Artifact
+from specdec.artifacts import Artifact
 
 CHARS = string.ascii_lowercase + string.ascii_uppercase + string.digits + "+-"
 """One character per token id of the tiny models' 64-token vocabulary (id ``i`` is ``CHARS[i]``)."""

@@ -4,7 +4,7 @@
 
 import pytest
 
-from specdec.bench import (BatchRun, Prompt, generate_markdown, generate_method, run_generate_benchmark,
+from specdec.measure.speedup import (BatchRun, Prompt, generate_markdown, generate_method, run_generate_benchmark,
                            summarize_generate)
 from specdec.cli import main
 from specdec.engine.decoder import SpeculativeDecoder

@@ -13,7 +13,7 @@ from specdec.artifacts import IncompatibleArtifactError, target_fingerprint
 from specdec.conformance.targets import noisy_copy
 from specdec.integrations.hf import FOLDER, generate
 from specdec.models import tiny_model
-from specdec.proposers.base import Artifact
+from specdec.artifacts import Artifact
 from specdec.proposers.draft_model import DraftModelProposer
 from specdec.proposers.suffix import SuffixProposer
 

@@ -4,7 +4,7 @@
 Order (every refusal comes before any decoding forward): the generation config's mode and outputs
 (:mod:`.config`), the prompts and model inputs (:mod:`.inputs`), the stopping criteria
 (:mod:`.stopping`), the logits processors (:mod:`.logits`), the proposer source (:mod:`.proposer`),
-the architecture (:func:`~specdec.verify.features.inspect_model` refuses, by feature, what cannot be
+the architecture (:func:`~specdec.verify.capabilities.inspect_model` refuses, by feature, what cannot be
 verified exactly), the proposer's artifacts and their binding; then
 :class:`~specdec.verify.hf.HFTarget` runs its 2-token probe forward (logits must be the LM head's).
 Then the decoder runs the batch, and a :class:`~.collect.Collector` cuts, streams and assembles the
@@ -38,7 +38,7 @@ class Options:
             ``"draft:<dir>"``, ``"medusa:<dir>"``) or a proposer object (default: ``"suffix"``).
         decoder: a :class:`~specdec.SpeculativeDecoder` over the same model, reused across calls.
         target_tokenizer: the model's tokenizer (checks a tokenizer-bound drafter).
-        cost_model: a :class:`~specdec.engine.verify_cost.VerifyCostModel` or the path of one saved
+        cost_model: a :class:`~specdec.estimate.verify_cost.VerifyCostModel` or the path of one saved
             with ``save``; measured at the start of the call when None (a few seconds).
         budget: ``"auto"`` (the cost model sizes each draft) or a fixed number of nodes.
         max_budget: most nodes drafted per request and step (default 64; ``prompt_lookup_num_tokens``).
@@ -119,8 +119,8 @@ def _decoder(model, source: Source, options: Options, tokenizer, caller: CallerA
     """The :class:`~specdec.SpeculativeDecoder` of this call: the one given, or a new one (the
     architecture checked first, then the proposer loaded and checked)."""
     from ...engine.decoder import SpeculativeDecoder
-    from ...engine.verify_cost import VerifyCostModel
-    from ...verify.features import inspect_model
+    from ...estimate.verify_cost import VerifyCostModel
+    from ...verify.capabilities import inspect_model
     from ...verify.hf import HFTarget
 
     if source.kind == "decoder":

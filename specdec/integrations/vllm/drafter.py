@@ -14,6 +14,12 @@ It returns one chain per row (``list[list[int]]``, at most ``num_speculative_tok
 empty list means no draft). No request id, sampling parameter or tenant reaches it; identity comes
 from the rows (:mod:`specdec.integrations.rows`). Verification is vLLM's chain rejection sampler
 with ``draft_probs=None``, exact for deterministic drafts only, which are the only kind returned.
+
+A row the trackers refuse (lengths or token ids out of range) gets no draft and is counted
+(``rows_refused``); it never stops the engine. The drafter refuses to start under
+``enable_prompt_embeds``: vLLM writes a row's prompt into ``token_ids_cpu`` only for token
+prompts and does not clear a freed row, so an embeddings-only request's row still holds the last
+user's tokens, and drafting from it would make one user's latency depend on another's text.
 """
 
 from __future__ import annotations
@@ -25,18 +31,20 @@ from typing import Any
 
 import numpy as np
 
-from specdec import SuffixProposer
-from specdec.integrations.rows import RowSession
+from ...proposers.suffix import SuffixProposer
+from ..rows import CONTINUED, REFUSED, RowSession
+from ...proposers.suffix_rows import RowTracking
 
-from . import cpu_sampling, metrics, version
+from . import cpu_sampling, version
+from . import prometheus as metrics
 from .gate import GatedDrafting
 from .options import DrafterOptions
 
 logger = logging.getLogger("specdec.vllm")
 
 
-def engine_facts(vllm_config) -> tuple[int, int]:
-    """``(num_speculative_tokens, vocab_size)`` from vLLM's config, refused when missing."""
+def engine_facts(vllm_config) -> tuple[int, int, int]:
+    """``(num_speculative_tokens, vocab_size, max_model_len)`` from vLLM's config, refused when missing."""
     spec = getattr(vllm_config, "speculative_config", None)
     k = getattr(spec, "num_speculative_tokens", None)
     if not isinstance(k, int) or k < 1:
@@ -44,7 +52,24 @@ def engine_facts(vllm_config) -> tuple[int, int]:
     model_config = getattr(vllm_config, "model_config", None)
     if model_config is None:
         raise ValueError("vllm_config has no model_config: cannot read the vocabulary size")
-    return k, int(model_config.get_vocab_size())
+    max_len = getattr(model_config, "max_model_len", None)
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"model_config.max_model_len must be an int >= 1, got {max_len!r}")
+    return k, int(model_config.get_vocab_size()), max_len
+
+
+PROMPT_EMBEDS_REFUSED = (
+    "specdec's vLLM drafter does not run with enable_prompt_embeds: vLLM leaves an embeddings-only "
+    "request's row in token_ids_cpu holding the previous request's tokens, so the drafter would draft "
+    "(and vary latency) from another user's text; serve prompt embeddings without speculation, or "
+    "speculation without prompt embeddings"
+)
+
+
+def refuse_prompt_embeds(vllm_config) -> None:
+    """Raise ``ValueError`` (:data:`PROMPT_EMBEDS_REFUSED`) when the engine accepts prompt embeddings."""
+    if getattr(getattr(vllm_config, "model_config", None), "enable_prompt_embeds", False):
+        raise ValueError(PROMPT_EMBEDS_REFUSED)
 
 
 def _load_factory(path: str):
@@ -64,14 +89,16 @@ class SuffixDrafter:
     Options: :class:`DrafterOptions` (a subclass's ``OPTIONS`` dict, then ``SPECDEC_VLLM_OPTIONS``).
 
     Raises:
-        ValueError / TypeError: bad options or config; a proposer that needs hidden states.
+        ValueError / TypeError: bad options or config; a proposer that needs hidden states; an
+            engine that accepts prompt embeddings (:data:`PROMPT_EMBEDS_REFUSED`).
         RuntimeError: vLLM issue 55005 present and ``fix_cpu_expand=False`` (see :mod:`.cpu_sampling`).
     """
 
     OPTIONS: dict[str, Any] = {}
 
     def __init__(self, vllm_config):
-        self.k, self.vocab_size = engine_facts(vllm_config)
+        self.k, self.vocab_size, self.max_model_len = engine_facts(vllm_config)
+        refuse_prompt_embeds(vllm_config)
         self.options = opts = DrafterOptions.resolve(self.OPTIONS)
         found = version.installed()
         if found is not None and (warning := version.check(found[1])):
@@ -87,6 +114,10 @@ class SuffixDrafter:
         self._fast = None
         self._session = None
         self._prefilling: set[int] = set()  # rows' request ids still in prefill at the last call
+        self._offered: set[int] = set()  # request ids that could draft at the last call (a chain or not)
+        self._longest = 0  # the longest row at the last call (whether vLLM may skip the next call)
+        tracking = RowTracking(park_steps=opts.park_steps, max_parked=opts.max_parked,
+                               max_parked_tokens=opts.max_parked_tokens, park_seconds=opts.park_seconds)
         if opts.proposer in ("suffix", "suffix-python"):
             self.proposer = SuffixProposer(self.vocab_size, min_match_len=opts.min_match_len, min_prob=opts.min_prob,
                                            max_depth=depth, use_global=opts.use_global,
@@ -94,11 +125,9 @@ class SuffixDrafter:
         else:
             self.proposer = _load_factory(opts.proposer)(self.vocab_size)
         if opts.proposer == "suffix":
-            self._fast = self.proposer.row_batch(tree_budget=tree_budget, park_steps=opts.park_steps,
-                                                 max_parked=opts.max_parked)
+            self._fast = self.proposer.row_batch(tree_budget=tree_budget, tracking=tracking)
         else:
-            self._session = RowSession(self.proposer, tree_budget=tree_budget, park_steps=opts.park_steps,
-                                       max_parked=opts.max_parked)
+            self._session = RowSession(self.proposer, tree_budget=tree_budget, tracking=tracking)
         self.gating = GatedDrafting(self.k, off_above=opts.gate_off_above, on_below=opts.gate_on_below,
                                     min_accept_rate=opts.min_accept_rate, log_every=opts.log_every,
                                     cost_gate=opts.cost_gate)
@@ -119,26 +148,66 @@ class SuffixDrafter:
         decision = self.gating.decide(rows, int(n.sum()) / rows if rows else 0.0)  # sum: cheaper than n.mean()
         k = min(self.k, decision.budget) if decision.speculate else 0
         floor = self.gating.floor  # chains stop where a token's estimated acceptance no longer pays
+        unseen = self._unseen_bound()
+        self._longest = int(n.max()) if rows else 0
         if self._fast is not None:
-            offsets, flat, _ = self._fast.step(token_ids_cpu, num_tokens_no_spec, sampled, k, floor)
+            offsets, flat, _ = self._fast.step(token_ids_cpu, num_tokens_no_spec, sampled, k, floor, max_unseen=unseen,
+                                               now=now, strict=False)
             flat, bounds = flat.tolist(), offsets.tolist()
             chains = [flat[bounds[r]:bounds[r + 1]] for r in range(rows)]
         else:
-            chains = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k, floor).chains
+            chains = self._session.step(token_ids_cpu, num_tokens_no_spec, sampled, k, floor, max_unseen=unseen,
+                                        now=now, strict=False).chains
         tracker = self._fast if self._fast is not None else self._session
         ids, kinds, _, begin, end, drafted, accepted = tracker.events()
-        self.gating.observe(drafted, accepted, fit=self.gating.cost is not None and self._decode_step(
-            ids, kinds, begin, end, sampled), now=now)
+        if (refused := int((kinds == REFUSED).sum())):
+            self._refused(refused, tracker.refusal)
+        offered = self._was_offered(ids, kinds, sampled, k)
+        fit, prefill = self._step_shape(ids, kinds, begin, end, sampled)
+        self.gating.observe(drafted, accepted, fit=fit, now=now, offered=offered, prefill=prefill)
         self.gating.stats.propose_seconds += time.perf_counter() - entered
         return chains
 
-    def _decode_step(self, ids, kinds, begin, end, sampled) -> bool:
-        """Whether the time since the last call was one decode step of these rows: none is new,
-        resumed or in prefill (now or at the last call: a chunked prefill's last chunk), and each
-        committed exactly what it sampled (else a drafter call was skipped). Only the cost gate fits it."""
+    def _unseen_bound(self) -> int:
+        """Tokens a row may have committed since the last call beyond this call's samples.
+
+        vLLM skips the drafter (and verifies k zeros next) only while the batch's longest sequence
+        plus k does not fit max_model_len, and a row grows by at most k + 1 tokens a step. So unless
+        the longest row at the last call was within 2k + 1 of max_model_len no call was skipped, and
+        a row that gained more than it sampled is a new request (a conversation's next turn). Near
+        the limit one skipped step (k + 1 tokens) is allowed; after longer streaks rows are tracked
+        as new requests, which costs their automata a rebuild and never indexes a prompt."""
+        return self.k + 1 if self._longest + 2 * self.k + 1 > self.max_model_len else 0
+
+    def _refused(self, rows: int, why: str) -> None:
+        """Count refused rows; log the reason on the first one and then every ``log_every`` refusals."""
+        s = self.gating.stats
+        if s.rows_refused == 0 or (self.options.log_every and s.rows_refused // self.options.log_every
+                                   != (s.rows_refused + rows) // self.options.log_every):
+            logger.warning("specdec drafter: %d row(s) refused this step, no draft for them: %s", rows, why)
+        s.rows_refused += rows
+
+    def _was_offered(self, ids, kinds, sampled, k) -> np.ndarray:
+        """``[rows]`` bool: the row's request could draft at the last call (it sampled then, with a
+        budget > 0) and was verified in this step; new, resumed and prefilling rows were not offered
+        a draft, so they say nothing about how deep drafts reach or how often they are accepted."""
+        offered = self._offered
+        self._offered = set(ids[(sampled > 0) & (kinds != REFUSED)].tolist()) if k > 0 else set()
+        return np.fromiter((kinds[r] == CONTINUED and int(ids[r]) in offered for r in range(len(ids))), dtype=bool,
+                           count=len(ids))
+
+    def _step_shape(self, ids, kinds, begin, end, sampled) -> tuple[bool, int]:
+        """``(fit, prefill)`` of the step since the last call, for the cost gate. ``prefill``: rows
+        that carried prefill work (new, resumed, in prefill now, or at the last call: a chunked
+        prefill's last chunk). ``fit``: no row was refused and every continued row committed exactly
+        what it sampled (else a drafter call was skipped and the time spans two steps). The cost
+        gate itself sets aside a step far slower than predicted (an idle gap)."""
         prefilling, self._prefilling = self._prefilling, set(ids[sampled == 0].tolist())
-        return bool((kinds == 0).all() and not self._prefilling and ((end - begin) == sampled).all()
-                    and prefilling.isdisjoint(ids.tolist()))
+        continued = kinds == CONTINUED
+        was_prefilling = np.fromiter((int(i) in prefilling for i in ids), dtype=bool, count=len(ids))
+        prefill = int((~continued | (sampled == 0) | was_prefilling).sum())
+        fit = bool((kinds != REFUSED).all() and ((end - begin) == sampled)[continued & ~was_prefilling].all())
+        return fit, prefill
 
     def load_model(self, target_model) -> None:
         """Called by vLLM's CPU runner for every drafter (vllm/v1/worker/cpu_model_runner.py, unguarded;

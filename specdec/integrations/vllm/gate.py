@@ -3,13 +3,13 @@
 vLLM V1 removed batch-size-based disabling of speculation (``speculative_disable_by_batch_size``)
 and its replacement schedule (``num_speculative_tokens_per_batch_size``) is not applied to
 ``custom_class`` drafters, so near saturation every verified draft token displaces a real one.
-:class:`GatedDrafting` puts specdec's :class:`~specdec.serving.gate.LoadGate` there: the batch size is
+:class:`GatedDrafting` puts specdec's :class:`~specdec.control.load_gate.LoadGate` there: the batch size is
 the number of rows vLLM passes (its running batch this step), acceptance is what the drafter saw
 confirmed, and a "gate off" step returns no drafts (vLLM then verifies nothing extra).
 Decisions and acceptance are counted in :class:`GateStats` (exported as ``vllm:specdec_*``
 metrics, :mod:`.metrics`) and logged every ``log_every`` steps on logger ``specdec.vllm``.
 
-With ``cost_gate`` a :class:`~specdec.serving.cost_gate.CostGate` then chooses the budget (0..k)
+With ``cost_gate`` a :class:`~specdec.control.cost_gate.CostGate` then chooses the budget (0..k)
 from this engine's own step times, timed between the drafter's calls: the load threshold needs a
 number measured on the engine, the cost gate measures it while serving. It also sets ``floor``, the
 per-token acceptance probability a drafted token needs to pay for its verify time
@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from specdec.serving.cost_gate import CostGate
-from specdec.serving.gate import GateDecision, LoadGate
+from ...control.cost_gate import CostGate
+from ...control.load_gate import GateDecision, LoadGate
 
 logger = logging.getLogger("specdec.vllm")
 
@@ -45,6 +45,7 @@ class GateStats:
     budget: int = 0
     floor: float = 0.0
     propose_seconds: float = 0.0  # wall time inside the drafter's propose, all calls (its own cost per step)
+    rows_refused: int = 0  # rows given no draft because the trackers refused them (bad lengths or ids)
 
 
 class GatedDrafting:
@@ -70,12 +71,14 @@ class GatedDrafting:
         self._last_call: float | None = None
         self._budget = self._verified_budget = 0  # budget of this call / of the drafts just verified
 
-    def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None) -> None:
+    def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None, offered=None,
+                prefill: int = 0) -> None:
         """Per row ``[rows]``: tokens drafted into the step that just ran and how many were accepted.
 
         Call once per drafter call, after its :meth:`decide` (row events come with the call's own
-        drafting). ``fit``: the step was plain decoding of these rows (no new or resumed request,
-        no partial prefill), so its time may be fitted. ``now``: the clock at the call's entry.
+        drafting). ``fit``: the time since the last call was one step of these rows (no skipped
+        call). ``offered`` ``[rows]`` bool: rows that could draft in it (default all); ``prefill``:
+        rows that carried prefill work. ``now``: the clock at the call's entry.
         """
         now = self.clock() if now is None else now
         drafted = np.asarray(drafted, dtype=np.int64)
@@ -86,7 +89,8 @@ class GatedDrafting:
         self.stats.accepted += hits
         self.stats.accept_rate = self.gate.accept_rate
         if self.cost is not None and self._last_call is not None:
-            self.cost.step(now - self._last_call, int(drafted.size), self._verified_budget, drafted, accepted, fit=fit)
+            self.cost.step(now - self._last_call, int(drafted.size), self._verified_budget, drafted, accepted, fit=fit,
+                           offered=offered, prefill=prefill)
         self._last_call = now
         self._verified_budget = self._budget  # this call's drafts are verified by the next step
 
@@ -100,7 +104,7 @@ class GatedDrafting:
         d = self.gate.decide(batch_size, context)
         floor = 0.0
         if d.speculate and self.cost is not None:
-            j = self.cost.budget(batch_size)
+            j = self.cost.budget(batch_size, cap=d.budget)  # never above the load gate's (probe) budget
             floor = self.cost.floor(batch_size, j)
             d = GateDecision(j > 0, j, self.cost.last_reason)
         s = self.stats

@@ -39,9 +39,11 @@ class DrafterOptions:
             resume at or below ``gate_on_below`` (default: the same); ``inf``: never gate on load.
         min_accept_rate: stop drafting while recent per-token acceptance is below this (probing).
         cost_gate: choose each step's budget (0..num_speculative_tokens) from this engine's own step
-            times and acceptance, fitted while serving (:class:`~specdec.serving.cost_gate.CostGate`);
+            times and acceptance, fitted while serving (:class:`~specdec.control.cost_gate.CostGate`);
             applied below the load gate when both are set.
-        park_steps / max_parked: how long a request out of the batch is kept before it is ended.
+        park_steps / park_seconds / max_parked / max_parked_tokens: a request out of the batch is
+            ended after this many steps or seconds, or (oldest first) while more than this many
+            requests or tokens are parked (:class:`~specdec.proposers.suffix_rows.RowTracking`).
         log_every: steps between gate/acceptance log lines (0: none).
         fix_cpu_expand: on vLLM CPU builds with the expand-kernel bug (vLLM issue 55005), register a
             correct kernel through vLLM's kernel-override registry; False refuses to start there.
@@ -59,7 +61,9 @@ class DrafterOptions:
     min_accept_rate: float = 0.0
     cost_gate: bool = False
     park_steps: int = 64
+    park_seconds: float = 600.0
     max_parked: int = 1024
+    max_parked_tokens: int = 1 << 22
     log_every: int = 100
     fix_cpu_expand: bool = True
 

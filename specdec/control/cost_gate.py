@@ -1,0 +1,272 @@
+"""CostGate: the draft budget from the engine's own step times, learned while it serves.
+
+Why: whether a drafted token pays depends on the engine it is verified in (its kernels, its
+batch, its hardware), and a threshold measured elsewhere is wrong there. On vLLM's CPU build a
+step that verifies drafts costs several times a plain step, so speculation is a tax from the first
+request; on a GPU the same drafts are nearly free until the batch saturates compute. A drafter
+called once per step can see everything needed to decide: the wall time between its calls (one
+engine step), the rows in the batch, the tokens it drafted into that step, and how many of them
+the engine accepted. :class:`CostGate` fits
+
+    step_seconds ~ a + b * rows + e * prefill_rows + d * [any drafts] + c * drafted_tokens
+
+by exponentially weighted least squares with every weight >= 0 (:mod:`specdec.estimate.fit`;
+recent steps count most, so the fit follows the load),
+tracks per draft depth ``i`` the share of rows whose chain reaches ``i`` (``f_i``) and the chance a
+token at depth ``i`` is accepted (``q_i``, i.e. its whole prefix accepted too), and each step picks
+the budget ``j`` maximising the batch's emitted tokens per second
+
+    rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + e p + [j>0] (d + c rows sum_{i<=j} f_i))
+
+(``p``: the recent mean of prefill rows per step)
+
+``j = 0`` is plain decoding, so under the fit the gate never does worse than off. Within the
+chosen budget a drafted token of acceptance probability ``p`` adds ``p`` expected tokens and ``c``
+seconds, so it raises the rate only if ``p > c * rate(j)``: :meth:`floor` is that bar, for drafters
+whose chains carry calibrated per-token probabilities (the suffix proposer's match-length
+calibration) to cut each row's chain where its tokens stop paying. The fit needs
+the budgets it compares observed: while warming up (``min_fitted`` fitted steps, a few seconds of
+serving) three steps in four decode plainly and the fourth drafts with the next budget of 1..k,
+cautious because drafting where it is a tax costs more than not drafting where it pays; after
+that plain decoding and the two budgets beside the chosen one are tried again, each after
+``explore_every * r**2`` steps where ``r`` is how many times faster the chosen budget is
+predicted to be (at most 16x). Exploring a budget that is far worse
+is rare, so its cost stays small, and the fit of the budgets not chosen stays fresh.
+
+Steps that carry prefill work are fitted with it (``prefill`` rows: new, resumed or still
+prefilling), at a fifth of a decode-only step's weight since a prefill's cost varies with its
+prompt, so warm-up ends under any arrival rate. A step the caller cannot attribute (a
+skipped drafter call) is passed with ``fit=False``. A step slower than ``outlier_ratio`` times
+its prediction (the fit once trusted, the recent median step before) is not fitted: an idle gap
+between two calls (a paused engine, a loop's next prompt that continues the last request) would
+otherwise be fitted as one decode step and swing the budget for hundreds of steps. Only
+``max_outliers`` such steps in a row are set aside; after them slow steps are fitted until one is
+within the ratio again (the engine itself got slower).
+
+Use (one per drafter; numbers are per engine step)::
+
+    gate = CostGate(k=4)
+    j = gate.budget(rows)                       # before drafting
+    floor = gate.floor(rows, j)                 # optional: per-token probability bar
+    ...                                         # draft chains of at most j tokens (cut below floor)
+    gate.step(seconds, rows, j, drafted, accepted, fit=..., offered=..., prefill=...)  # after the next step
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..estimate.fit import nonnegative_lstsq_gram
+
+# features of one step: intercept, rows, prefill rows, any drafts, drafted tokens
+_NFEAT = 5
+_A, _B, _E, _D, _C = range(_NFEAT)
+_PREFILL_WEIGHT = 0.2  # weight of a step that carried prefill work, against 1 for a decode-only step
+
+
+class CostGate:
+    """Online step-cost fit + per-depth acceptance -> budget per step (see the module docstring).
+
+    Args:
+        k: the largest budget (the engine's num_speculative_tokens).
+        decay: weight kept by older steps at each new one (0.995: a window of about 200 steps).
+        explore_every: steps between tries of a budget not chosen (scaled by how much worse it is
+            predicted to be).
+        min_fitted: fitted steps needed, with drafting and plain ones among them, before the fit
+            is trusted; until then three steps in four are plain and the fourth cycles through 1..k.
+        prior_steps: pseudo-observations behind each depth's acceptance (a prior of 0.5), so a
+            depth seen a few times does not swing the budget.
+        outlier_ratio / max_outliers: a step slower than ``outlier_ratio`` x its prediction is not
+            fitted, unless more than ``max_outliers`` came in a row.
+    """
+
+    def __init__(self, k: int, *, decay: float = 0.995, explore_every: int = 32, min_fitted: int = 32,
+                 prior_steps: float = 2.0, outlier_ratio: float = 8.0, max_outliers: int = 8):
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"CostGate k must be an int >= 1, got {k!r}")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"CostGate decay must be in (0, 1], got {decay}")
+        if not isinstance(explore_every, int) or explore_every < 2:
+            raise ValueError(f"CostGate explore_every must be an int >= 2, got {explore_every!r}")
+        if min_fitted < 4 or prior_steps < 0:
+            raise ValueError(f"CostGate min_fitted must be >= 4 and prior_steps >= 0, got {min_fitted}, {prior_steps}")
+        if not outlier_ratio > 1.0 or not isinstance(max_outliers, int) or max_outliers < 0:
+            raise ValueError(f"CostGate outlier_ratio must be > 1 and max_outliers an int >= 0, got {outlier_ratio}, "
+                             f"{max_outliers!r}")
+        self.k, self.decay, self.explore_every = k, decay, explore_every
+        self.min_fitted, self.prior_steps = min_fitted, prior_steps
+        self.outlier_ratio, self.max_outliers = float(outlier_ratio), max_outliers
+        self._xtx = np.zeros((_NFEAT, _NFEAT))
+        self._xty = np.zeros(_NFEAT)
+        self._fitted = self._plain = self._drafting = 0
+        self._theta: np.ndarray | None = None  # the fit, recomputed after each fitted step
+        self._stale = False
+        self._recent: deque[float] = deque(maxlen=32)  # seconds per verified token of recent fitted steps
+        self._outliers = 0      # steps set aside in a row
+        self.outliers = 0       # steps set aside in all
+        self._prefill = 0.0     # decayed mean prefill rows per step
+        self._reach = np.zeros(k)   # [k] decayed count of rows whose chain reached depth i+1
+        self._rows = np.zeros(k)    # [k] decayed count of rows offered a budget >= i+1
+        self._hit = np.zeros(k)     # [k] decayed count of depth-(i+1) tokens accepted
+        self._steps = 0
+        self._cycle = 0
+        self._seen = np.zeros(k + 1)  # [k + 1] step at which each budget was last used
+        self._depth = np.arange(1, k + 1)[:, None]  # [k, 1] draft depths 1..k
+        self.last_reason = "warming up"
+
+    # ------------------------------------------------------------------ learning
+    def step(self, seconds: float, rows: int, budget: int, drafted, accepted, *, fit: bool, offered=None,
+             prefill: int = 0) -> None:
+        """One engine step that verified the drafts of the last :meth:`budget` call.
+
+        Args:
+            seconds: wall time of the step (between two drafter calls).
+            rows: rows the step ran.
+            budget: the budget those drafts were made with.
+            drafted / accepted: ``[rows]`` per-row chain lengths drafted into the step and how many
+                of each the engine accepted (an accepted token's prefix is accepted too).
+            fit: whether ``seconds`` is one step of these rows (False: a skipped drafter call).
+            offered: ``[rows]`` bool, the rows that could draft at ``budget`` (default: all); the
+                others (new, resumed, prefilling) say nothing about acceptance.
+            prefill: rows of the step that carried prefill work.
+        """
+        drafted = np.asarray(drafted, dtype=np.int64)
+        accepted = np.asarray(accepted, dtype=np.int64)
+        if drafted.shape != accepted.shape or (accepted > drafted).any() or (accepted < 0).any():
+            raise ValueError("CostGate.step needs 0 <= accepted <= drafted, row by row, in arrays of one shape")
+        mask = np.ones(drafted.shape, dtype=bool) if offered is None else np.asarray(offered, dtype=bool)
+        if mask.shape != drafted.shape:
+            raise ValueError(f"CostGate.step: offered must be [rows] like drafted, got {mask.shape}")
+        if budget > 0 and mask.any():
+            depth = self._depth                                       # [k, 1]
+            within = depth <= budget                                  # [k, 1]
+            d, a = drafted[mask], accepted[mask]                      # [offered rows]
+            self._rows = self._rows * self.decay + within[:, 0] * d.size
+            self._reach = self._reach * self.decay + ((d[None, :] >= depth) & within).sum(1)
+            self._hit = self._hit * self.decay + ((a[None, :] >= depth) & within).sum(1)
+        if not fit or not np.isfinite(seconds) or seconds <= 0 or rows < 1:
+            return
+        total = int(drafted.sum())
+        x = np.zeros(_NFEAT)
+        x[[_A, _B, _E, _D, _C]] = 1.0, float(rows), float(prefill), float(total > 0), float(total)
+        if self._is_outlier(seconds, x):
+            return
+        self._recent.append(seconds / (rows + total))
+        # A prefill's cost varies with its prompt, so such steps are noisier: they count a fifth.
+        w = 1.0 if prefill == 0 else _PREFILL_WEIGHT
+        self._xtx = self._xtx * self.decay + w * np.outer(x, x)
+        self._xty = self._xty * self.decay + w * x * seconds
+        self._prefill = self._prefill * self.decay + (1 - self.decay) * prefill if self._fitted else float(prefill)
+        self._fitted += 1
+        self._plain += total == 0
+        self._drafting += total > 0
+        self._stale = True
+
+    def _is_outlier(self, seconds: float, x: np.ndarray) -> bool:
+        """Whether to set this step aside: far slower than predicted, and not the (max_outliers + 1)-th in a row."""
+        theta = self._coefficients()
+        if theta is not None:
+            expected = float(x @ theta)
+        elif len(self._recent) >= 8:
+            # Before the fit: the recent step per row, times the tokens each row verifies (a step that
+            # verifies 1 + t tokens a row costs at most 1 + t plain steps).
+            expected = float(np.median(self._recent)) * (x[_B] + x[_C])
+        else:
+            return False
+        if seconds <= self.outlier_ratio * expected:
+            self._outliers = 0
+            return False
+        if self._outliers >= self.max_outliers:  # slow for too long: the engine changed; fit until it settles
+            return False
+        self._outliers += 1
+        self.outliers += 1
+        return True
+
+    # ------------------------------------------------------------------ estimates
+    def _coefficients(self) -> np.ndarray | None:
+        """All five weights ``[a, b, e, d, c]`` (>= 0), None until trusted or while they predict nothing."""
+        if self._fitted < self.min_fitted or self._plain < 2 or self._drafting < 2:
+            return None
+        if self._stale:
+            self._theta = nonnegative_lstsq_gram(self._xtx, self._xty)
+            self._stale = False
+        return self._theta if self._theta[_A] + self._theta[_B] > 0 else None
+
+    def coefficients(self) -> np.ndarray | None:
+        """``[a, b, d, c]`` of the decode-step fit (seconds, each >= 0), None until trusted."""
+        theta = self._coefficients()
+        return None if theta is None else theta[[_A, _B, _D, _C]]
+
+    def prefill_seconds(self) -> float | None:
+        """``e``: the fit's seconds per prefilling row of a step, None until trusted."""
+        theta = self._coefficients()
+        return None if theta is None else float(theta[_E])
+
+    def depth_acceptance(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(f [k], q [k])``: share of offered rows whose chain reaches each depth, and the chance a
+        token there is accepted (both shrunk toward 0.5 by ``prior_steps``)."""
+        p = self.prior_steps
+        f = (self._reach + 0.5 * p) / (self._rows + p)
+        q = (self._hit + 0.5 * p) / (self._reach + p)
+        return f, q
+
+    def rates(self, rows: int) -> np.ndarray | None:
+        """``[k + 1]`` predicted emitted tokens per second at budgets 0..k, None until trusted."""
+        theta = self._coefficients()
+        return None if theta is None else self._rates(theta, rows)
+
+    def _rates(self, theta: np.ndarray, rows: int) -> np.ndarray:
+        f, q = self.depth_acceptance()
+        drafted = np.concatenate([[0.0], np.cumsum(f)])               # [k + 1] tokens per row
+        gained = np.concatenate([[0.0], np.cumsum(f * q)])            # [k + 1] accepted per row
+        base = theta[_A] + theta[_B] * rows + theta[_E] * self._prefill
+        seconds = base + (drafted > 0) * (theta[_D] + theta[_C] * rows * drafted)
+        return rows * (1.0 + gained) / seconds
+
+    def floor(self, rows: int, budget: int) -> float:
+        """The acceptance probability below which one more drafted token lowers the predicted rate
+        at ``budget``: ``c * rate(budget)`` (0 until the fit is trusted, and for budget 0)."""
+        theta = self._coefficients() if budget > 0 else None
+        if theta is None:
+            return 0.0
+        return float(min(1.0, theta[_C] * self._rates(theta, max(1, rows))[min(budget, self.k)]))
+
+    # ------------------------------------------------------------------ deciding
+    def budget(self, rows: int, cap: int | None = None) -> int:
+        """This step's draft budget in ``0..min(k, cap)`` (the reason is kept in ``last_reason``);
+        ``cap``: a bound set by another controller (a load gate's probe budget)."""
+        self._steps += 1
+        top = self.k if cap is None else max(0, min(int(cap), self.k))
+        if top == 0:
+            return self._use(0, "capped at 0")
+        rates = self.rates(max(1, rows))
+        rates = None if rates is None else rates[: top + 1]
+        if rates is None:
+            # Warming up: plain steps, with every fourth step drafting at the next budget of 1..k.
+            # Cautious on purpose: drafting where it is a tax can cost several plain steps, while not
+            # drafting where it pays loses at most the speculation gain.
+            if self._steps % 4:
+                return self._use(0, "warming up: plain")
+            self._cycle = self._cycle % self.k + 1
+            j = min(self._cycle, top)
+            return self._use(j, f"warming up: budget {j}")
+        j = int(np.argmax(rates))
+        # Explore plain decoding and the neighbouring budgets, each less often the worse it is
+        # predicted to be: a budget at 1/r of the best rate waits explore_every * r^2 steps (at most 16x).
+        due = []
+        for e in {0, j - 1, j + 1} - {j}:
+            if 0 <= e <= top:
+                wait = self.explore_every * min(16.0, (rates[j] / max(rates[e], 1e-12)) ** 2)
+                if self._steps - self._seen[e] >= wait:
+                    due.append((self._steps - self._seen[e] - wait, e))
+        if due:
+            e = max(due)[1]
+            return self._use(e, f"exploring budget {e} ({rates[e]:.1f} vs best {rates[j]:.1f} tok/s predicted)")
+        return self._use(j, f"budget {j} at {rows} rows: {rates[j]:.1f} vs plain {rates[0]:.1f} tok/s predicted")
+
+    def _use(self, j: int, reason: str) -> int:
+        self._seen[j] = self._steps
+        self.last_reason = reason
+        return j

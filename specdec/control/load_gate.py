@@ -1,0 +1,182 @@
+"""LoadGate: the per-step "speculate or not, and how much" decision, usable in any serving loop.
+
+Why: speculation turns spare compute into lower latency. At small batch there is spare compute,
+so it pays; near saturation every rejected draft token displaces a real one and speculation is a
+throughput tax. The gate switches it off above a batch-size threshold (with hysteresis, so a
+batch hovering at the threshold does not flap), can choose the draft budget each step from a
+measured cost model and acceptance (SmartSpec-style: the budget that maximises expected tokens
+per second of the whole batch), and stops drafting when recent acceptance collapses.
+
+Use::
+
+    gate = LoadGate(off_above=8, on_below=6, budget=4)
+    for step in loop:
+        d = gate.decide(batch_size=len(running), context=mean_context)
+        trees = proposer.propose(ids, d.budget) if d.speculate else None
+        ...
+        gate.observe(drafted=n_drafted, accepted=n_accepted)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..estimate.acceptance import AcceptanceDist
+from ..estimate.step_cost import StepCostModel
+
+
+@dataclasses.dataclass(frozen=True)
+class GateDecision:
+    """``speculate``: draft this step; ``budget``: draft tokens per request (0 when not); ``reason``."""
+
+    speculate: bool
+    budget: int
+    reason: str
+
+
+class BudgetOptimizer:
+    """Chooses the draft budget that maximises expected emitted tokens per second of a batch.
+
+    ``rate(B, k, C) = B * E[tokens per step | k] / (t_target(B, 1 + E[max drafted], C) + B * t_propose(k))``
+    with ``t_propose(0) = 0`` (no drafting, no proposer call). ``k = 0`` is plain decoding, so
+    the optimum never does worse than off *under the model*.
+    """
+
+    def __init__(self, cost: StepCostModel, acceptance: AcceptanceDist, max_budget: int | None = None):
+        self.cost = cost
+        self.acceptance = acceptance
+        self.max_budget = acceptance.max_budget if max_budget is None else int(max_budget)
+        if not 0 <= self.max_budget <= acceptance.max_budget:
+            raise ValueError(
+                f"BudgetOptimizer max_budget must be in [0, {acceptance.max_budget}] (the measured range), got "
+                f"{max_budget}"
+            )
+
+    def step_time(self, batch: int, budget: int, context: float) -> float:
+        """Expected seconds of one step: verify over the widest draft in the batch + proposer time."""
+        width = self.acceptance.expected_max_drafted(budget, batch) if budget > 0 else 0.0
+        t = self.cost.step_time(batch, 1 + width, context)
+        return t + (batch * self.acceptance.propose_s_per_req if budget > 0 else 0.0)
+
+    def rate(self, batch: int, budget: int, context: float) -> float:
+        """Expected emitted tokens per second for the batch at ``budget``."""
+        return batch * self.acceptance.expected_tokens(budget) / self.step_time(batch, budget, context)
+
+    def best(self, batch: int, context: float, cap: int | None = None) -> tuple[int, float]:
+        """``(budget, tokens/s)`` maximising :meth:`rate` over ``0..min(cap, max_budget)``."""
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        top = self.max_budget if cap is None else max(0, min(int(cap), self.max_budget))
+        rates = [self.rate(batch, k, context) for k in range(top + 1)]
+        k = max(range(len(rates)), key=lambda i: (rates[i], -i))
+        return k, rates[k]
+
+    def crossover_batch(self, budget: int, context: float, max_batch: int = 4096) -> int:
+        """Largest batch size at which drafting ``budget`` tokens still beats plain decoding (0: never)."""
+        last = 0
+        for b in range(1, max_batch + 1):
+            if self.rate(b, budget, context) > self.rate(b, 0, context):
+                last = b
+            elif last:
+                break
+        return last
+
+
+class LoadGate:
+    """Stateful per-step gate; see the module docstring.
+
+    Args:
+        off_above: stop speculating once the running batch exceeds this many requests
+            (``math.inf``: never gate on load).
+        on_below: resume once the batch is at or below this (default ``off_above``, i.e. no
+            hysteresis band). Must be ``<= off_above``.
+        budget: fixed draft budget without an optimizer; the largest budget with one.
+        optimizer: a :class:`BudgetOptimizer`; when given, the budget is chosen per step (at most
+            ``budget``) and a chosen budget of 0 means "do not speculate".
+        min_accept_rate: below this recent per-token acceptance, stop drafting (probing with
+            budget 1 every ``probe_every`` steps so recovery is noticed).
+        ema: weight of the newest observation in the acceptance moving average.
+        min_observed: drafted tokens needed before the moving average is trusted.
+    """
+
+    def __init__(
+        self,
+        *,
+        off_above: float = math.inf,
+        on_below: float | None = None,
+        budget: int = 4,
+        optimizer: BudgetOptimizer | None = None,
+        min_accept_rate: float = 0.0,
+        ema: float = 0.1,
+        probe_every: int = 16,
+        min_observed: int = 32,
+    ):
+        on_below = off_above if on_below is None else on_below
+        if not off_above >= 0:
+            raise ValueError(f"LoadGate off_above must be >= 0, got {off_above}")
+        if not 0 <= on_below <= off_above:
+            raise ValueError(f"LoadGate on_below must be in [0, off_above={off_above}], got {on_below}")
+        if budget < 0:
+            raise ValueError(f"LoadGate budget must be >= 0, got {budget}")
+        if not 0.0 <= min_accept_rate <= 1.0:
+            raise ValueError(f"LoadGate min_accept_rate must be in [0, 1], got {min_accept_rate}")
+        if not 0.0 < ema <= 1.0:
+            raise ValueError(f"LoadGate ema must be in (0, 1], got {ema}")
+        if probe_every < 1 or min_observed < 0:
+            raise ValueError(
+                f"LoadGate probe_every must be >= 1 and min_observed >= 0, got {probe_every}, {min_observed}"
+            )
+        self.off_above, self.on_below, self.budget = off_above, on_below, int(budget)
+        self.optimizer, self.min_accept_rate, self.ema = optimizer, min_accept_rate, ema
+        self.probe_every, self.min_observed = probe_every, min_observed
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget load state and acceptance history (start of a new run)."""
+        self.on = True
+        self.switches = 0
+        self._rate: float | None = None
+        self._observed = 0
+        self._since_probe = 0
+
+    @property
+    def accept_rate(self) -> float | None:
+        """Moving average of per-token acceptance (accepted / drafted), None until enough was observed."""
+        return self._rate if self._observed >= self.min_observed else None
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """Record one step's drafted and accepted token counts (summed over the batch)."""
+        if drafted < 0 or accepted < 0 or accepted > drafted:
+            raise ValueError(f"observe needs 0 <= accepted <= drafted, got drafted={drafted}, accepted={accepted}")
+        if drafted == 0:
+            return
+        r = accepted / drafted
+        self._rate = r if self._rate is None else (1 - self.ema) * self._rate + self.ema * r
+        self._observed += drafted
+
+    def decide(self, batch_size: int, context: float = 0.0) -> GateDecision:
+        """Whether to speculate this step, and the per-request draft budget."""
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+        if self.on and batch_size > self.off_above:
+            self.on, self.switches = False, self.switches + 1
+        elif not self.on and batch_size <= self.on_below:
+            self.on, self.switches = True, self.switches + 1
+        if not self.on:
+            return GateDecision(
+                False, 0, f"batch {batch_size} above gate (off above {self.off_above}, on at <= {self.on_below})"
+            )
+        if batch_size == 0:
+            return GateDecision(False, 0, "empty batch")
+        rate = self.accept_rate
+        if rate is not None and rate < self.min_accept_rate:
+            self._since_probe += 1
+            if self._since_probe >= self.probe_every:
+                self._since_probe = 0
+                return GateDecision(True, 1, f"probing: acceptance {rate:.2f} below floor {self.min_accept_rate:.2f}")
+            return GateDecision(False, 0, f"acceptance {rate:.2f} below floor {self.min_accept_rate:.2f}")
+        if self.optimizer is None:
+            return GateDecision(self.budget > 0, self.budget, "load below gate")
+        k, _ = self.optimizer.best(batch_size, context, self.budget)
+        return GateDecision(k > 0, k, f"optimal budget {k} at batch {batch_size}")

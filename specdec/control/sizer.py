@@ -1,0 +1,397 @@
+"""Choosing how many draft nodes to verify: measured verify cost against expected acceptance.
+
+A verify step over ``n`` draft nodes costs ``c(n)`` seconds and emits ``1 + E[accepted]`` tokens,
+where ``E[accepted]`` is the sum over nodes of the probability that the node is accepted (its
+*path probability*: the product of per-edge acceptance estimates from the root). Keeping the ``k``
+most likely nodes (a prefix-closed set, since path probabilities never grow along a path) yields
+
+    rate(k) = (1 + sum of the k largest path probabilities) / c(k)
+
+tokens per second; the decoder verifies the ``k`` that maximises it (``k = 0`` = do not speculate).
+``c`` is the measured :class:`~specdec.estimate.verify_cost.VerifyCostModel`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Hashable, Sequence
+
+
+from ..tree import DraftTree
+from ..estimate.calibration import RequestCalibration, RunningMean, ScoreCalibration
+from ..estimate.verify_cost import VerifyCostModel
+
+
+@dataclass
+class AcceptanceEstimator:
+    """Running acceptance rates of one proposer by tree depth and sibling rank, for trees that carry
+    no estimates of their own (Medusa heads, draft models, anything without ``propose_scored``).
+
+    ``rate(d, r)`` estimates P(the ``r``-th child, in node order, of an accepted depth-``d - 1``
+    node is accepted). Siblings are alternatives: at most one child of a node is accepted, so the
+    rates of one node's children share that node's probability instead of each claiming a depth's
+    whole rate (which predicted 17.75 accepted tokens for a depth-3 Medusa tree and verified ~60
+    nodes a step). Proposers list children best first (top-k order), so rank carries what depth
+    alone cannot. The prior is Beta with mean ``prior_accept / (prior_accept + prior_reject)``
+    divided by ``1 + r`` and that strength; a depth (or rank) never tried borrows the deepest tried
+    depth's rate at that rank, so pruning to short drafts does not freeze the estimate at the prior.
+    Evidence fades by ``decay`` per decoding step (:meth:`tick`), as the calibrations' does: a rank
+    the sizer stopped verifying after a few misses regains its prior and is tried again, instead of
+    keeping a low estimate no new evidence can correct.
+    """
+
+    prior_accept: float = 1.0
+    prior_reject: float = 1.0
+    decay: float = 0.998
+    reached: list[list[float]] = field(default_factory=list)  # [d - 1][r]: the parent was accepted
+    accepted: list[list[float]] = field(default_factory=list)
+
+    def _prior(self, rank: int) -> float:
+        return self.prior_accept / (self.prior_accept + self.prior_reject) / (1 + rank)
+
+    def rate(self, depth: int, rank: int = 0) -> float:
+        """Estimated acceptance of a depth-``depth`` node of sibling rank ``rank``."""
+        strength, prior = self.prior_accept + self.prior_reject, self._prior(rank)
+        for d in range(min(depth, len(self.reached)) - 1, -1, -1):  # deepest tried depth with this rank
+            if rank < len(self.reached[d]):
+                return (self.accepted[d][rank] + strength * prior) / (self.reached[d][rank] + strength)
+        return prior
+
+    @staticmethod
+    def ranks(tree: DraftTree) -> list[int]:
+        """Each node's rank among its siblings, in node order (0 = its parent's first child)."""
+        out: list[int] = []
+        seen: dict[int, int] = {}
+        for p in tree.parent_list:
+            out.append(seen.get(p, 0))
+            seen[p] = out[-1] + 1
+        return out
+
+    def update(self, tree: DraftTree, path: Sequence[int] | int, ranks: Sequence[int] | None = None) -> None:
+        """Record one verified tree and its accepted node path (an int ``k``: the first ``k`` nodes
+        of the first-child chain, which is the path of a chain). ``ranks``: each node's sibling rank
+        in the tree the proposer drafted, when ``tree`` is a pruned part of it (pruning drops
+        siblings, so positions in the pruned tree are not the proposer's ranks)."""
+        ranks = self.ranks(tree) if ranks is None else ranks
+        if isinstance(path, int):
+            node, chain = -1, []
+            for _ in range(path):
+                node = tree.children_of(node)[0]
+                chain.append(node)
+            path = chain
+        for d in range(1, min(tree.max_depth, len(path) + 1) + 1):
+            parent = path[d - 2] if d >= 2 else -1
+            children = tree.children_of(parent)
+            while len(self.reached) < d:
+                self.reached.append([])
+                self.accepted.append([])
+            row_r, row_a = self.reached[d - 1], self.accepted[d - 1]
+            for child in children:
+                rank = ranks[child]
+                while len(row_r) <= rank:
+                    row_r.append(0)
+                    row_a.append(0)
+                row_r[rank] += 1
+                row_a[rank] += int(d <= len(path) and path[d - 1] == child)
+
+    def tick(self) -> None:
+        """One decoding step passed: old evidence fades, the prior regains weight."""
+        self.reached = [[x * self.decay for x in row] for row in self.reached]
+        self.accepted = [[x * self.decay for x in row] for row in self.accepted]
+
+    def path_probs(self, tree: DraftTree) -> list[float]:
+        """Per-node probability of being accepted: the product of the rates along its path."""
+        probs: list[float] = []
+        for p, d, r in zip(tree.parent_list, tree.depth_list, self.ranks(tree)):
+            probs.append((probs[p] if p >= 0 else 1.0) * self.rate(d, r))
+        return probs
+
+
+def top_nodes(path_probs: Sequence[float], k: int) -> list[int]:
+    """Indices of the ``k`` largest path probabilities (ties: lower index first), in index order."""
+    return sorted(sorted(range(len(path_probs)), key=lambda i: (-path_probs[i], i))[:k])
+
+
+def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTree:
+    """The ``k`` most likely nodes of a deterministic tree (ties: lower index first), re-indexed.
+
+    The kept set is closed under parents because a child's path probability never exceeds its
+    parent's and the parent has the lower index. Trees with sampled nodes are not pruned (keeping
+    siblings by value would bias an i.i.d. sibling draw): they raise ValueError.
+    """
+    if k >= tree.num_nodes:
+        return tree
+    if not bool(tree.deterministic.all()):
+        raise ValueError("prune_tree only prunes deterministic trees: sampled siblings must be kept as drawn")
+    return tree.select(top_nodes(path_probs, k))
+
+
+def cap_depth(tree: DraftTree, depth: int) -> tuple[DraftTree, list[int] | None]:
+    """``(tree without the nodes deeper than depth, kept node indices)``, or ``(tree, None)`` when
+    none is deeper. Exact for sampled trees too: every kept node keeps all its sampled siblings
+    (whole levels go), and the token after the deepest kept level is the target's own."""
+    if tree.max_depth <= depth:
+        return tree, None
+    keep = [i for i, d in enumerate(tree.depth_list) if d <= depth]
+    return tree.select(keep), keep
+
+
+@dataclass
+class DraftOverhead:
+    """Seconds a decoding step spends outside the verify forward only because it drafted.
+
+    A drafting step's accept phase reads ``1 + n`` logit rows instead of one, walks the tree, moves
+    the accepted path's K/V rows and commits more tokens to the proposer: a cost the verify-cost
+    curve does not see, which in categories whose drafts are rarely accepted can make speculation a
+    small tax. The decoder folds each single-request step's accept-phase time into one of two running
+    means (drafted or not); :attr:`seconds` is their difference, never negative, and 0 until both
+    means have ``min_samples`` observations.
+    """
+
+    weight: float = 0.05
+    min_samples: int = 8
+    _means: list[RunningMean] = field(default_factory=lambda: [RunningMean(), RunningMean()])  # [no draft, drafted]
+
+    def observe(self, drafted: bool, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"a step cannot take {seconds} s")
+        self._means[int(bool(drafted))].add(seconds, self.weight)
+
+    @property
+    def means(self) -> list[float]:
+        """Mean accept-phase seconds ``[no draft, drafted]`` (0 before any)."""
+        return [m.value or 0.0 for m in self._means]
+
+    @property
+    def counts(self) -> list[int]:
+        """Observations ``[no draft, drafted]``."""
+        return [m.n for m in self._means]
+
+    @property
+    def seconds(self) -> float:
+        if min(self.counts) < self.min_samples:
+            return 0.0
+        return max(0.0, self.means[1] - self.means[0])
+
+
+def size_draft(
+    tree: DraftTree, path_probs: Sequence[float], cost: VerifyCostModel, draft_overhead: float = 0.0
+) -> tuple[DraftTree, list[int] | None]:
+    """The cost-optimal part of a tree whose nodes have acceptance estimates ``path_probs``:
+    ``(kept tree, indices of the kept nodes)``, or ``(tree, None)`` when it is kept whole (every
+    node pays for its verify time plus ``draft_overhead``, or the tree has sampled nodes)."""
+    k = cost.best_size(path_probs, draft_overhead)
+    if k >= tree.num_nodes or not bool(tree.deterministic.all()):
+        return tree, None
+    return prune_tree(tree, path_probs, k), top_nodes(path_probs, k)
+
+
+def size_scored_draft(
+    tree: DraftTree,
+    raw: Sequence[float],
+    calibration: ScoreCalibration,
+    cost: VerifyCostModel,
+    draft_overhead: float = 0.0,
+) -> tuple[DraftTree, list[float]]:
+    """The cost-optimal part of a scored draft: ``(kept tree, the proposer's own estimates of the
+    kept nodes)``.
+
+    ``raw`` are the proposer's per-node acceptance estimates (``ScoredDraft.node_probs``), which
+    ``calibration`` corrects by depth; :meth:`VerifyCostModel.best_size` then picks how many of the
+    most likely nodes pay for their verify time plus ``draft_overhead`` (:class:`DraftOverhead`).
+    Trees with sampled nodes are returned whole.
+    """
+    raw = [float(p) for p in raw]
+    kept, keep = size_draft(tree, calibration.apply(raw, tree.depth_list), cost, draft_overhead)
+    return kept, raw if keep is None else [raw[i] for i in keep]
+
+
+def check_draft(tree, node_probs: Sequence[float] | None, budget: int) -> None:
+    """Refuse what a proposer returned when it breaks the contract: not a DraftTree, over the node
+    budget, or (scored drafts) estimates that do not cover the tree or are not probabilities."""
+    if not isinstance(tree, DraftTree):
+        raise TypeError(f"proposer returned a {type(tree).__name__}, expected DraftTree")
+    if tree.num_nodes > budget:
+        raise ValueError(f"proposer returned {tree.num_nodes} nodes over the budget {budget}")
+    if node_probs is None:
+        return
+    if len(node_probs) != tree.num_nodes:
+        raise ValueError(f"proposer scored {len(node_probs)} nodes for a tree of {tree.num_nodes}")
+    bad = next((p for p in node_probs if not 0.0 <= p <= 1.0), None)  # NaN fails the test too
+    if bad is not None:
+        raise ValueError(f"proposer scored a node {bad}: acceptance estimates must be probabilities in [0, 1]")
+
+
+@dataclass
+class Ticket:
+    """What a sized draft needs back after its verify (:meth:`DraftSizer.observe`).
+
+    Attributes:
+        tree: the tree that was verified (after pruning).
+        raw: the proposer's own estimates of its nodes (scored drafts), else None.
+        calibration: the calibration those estimates update (scored drafts), else None.
+        ranks: each node's sibling rank in the drafted tree before pruning (unscored drafts).
+    """
+
+    tree: DraftTree
+    raw: list[float] | None = None
+    calibration: ScoreCalibration | None = None
+    ranks: list[int] | None = None
+
+
+class DraftSizer:
+    """The decoder's draft-sizing policy: how many nodes to ask for, and which of them to verify.
+
+    It owns everything the policy learns while decoding: the per-depth acceptance rates of
+    proposers without estimates (:class:`AcceptanceEstimator`), one :class:`ScoreCalibration` per
+    estimator a scored proposer names (``ScoredDraft.source``), one :class:`RequestCalibration` per
+    running request and source, the live verify-cost curve (a copy of the calibrated one, refined by
+    single-request steps) and the drafting overhead (:class:`DraftOverhead`). The decoder and
+    ``benchmarks/replay_decoder.py`` run the same object.
+
+    Args:
+        budget: ``"auto"`` (keep the cost-optimal nodes: needs :meth:`set_cost`) or an int (ask the
+            proposer for at most that many nodes and verify them all).
+        max_budget: most nodes asked of the proposer per request and step.
+        calibration: factory of the per-source calibrations (replays compare variants).
+        per_request: give each request its own calibration, shrunk toward its source's.
+        adapt: learn while decoding (False freezes every estimate, calibration and cost at its
+            current value, so the same drafts are sized the same way run after run).
+        adaptive_ask: with ``"auto"`` and ``adapt``, ask each request for about twice the most nodes
+            it recently kept (:meth:`ask_for`) instead of ``max_budget`` every step.
+
+    Why the adaptive ask: a model proposer's drafting cost grows with the budget (an EAGLE tree
+    runs one draft-layer forward per level and expands until its frontier falls out of the
+    ``budget`` best nodes), while the sizer on a CPU keeps a few nodes, so asking for 32 paid for
+    levels no one verifies: in one run of ``benchmarks/trained_proposers.py --fixed-ask``, EAGLE-3
+    drafted 17.6 ms a step asked for 32 and 10.8 ms with this ask, at the same tokens per step
+    (docs/performance.md, "Adaptive ask"). The ask doubles whenever the sizer keeps all it
+    was given, so a long lookup match is cut for a few steps (8, 16, 32, 64). Every
+    ``ASK_EXPLORE``-th step of a request asks the full :attr:`ask` again: the best size among
+    more nodes can be larger than twice the best among fewer (a cost curve with a step in it).
+    """
+
+    ASK_FLOOR = 8  # never ask for fewer (an EAGLE tree's width is min(top_k, budget))
+    ASK_DECAY = 0.9  # per-step fade of the remembered most-kept size
+    ASK_EXPLORE = 16  # every this-many-th step of a request asks the full budget
+
+    def __init__(
+        self,
+        budget: str | int = "auto",
+        max_budget: int = 64,
+        *,
+        calibration: Callable[[], ScoreCalibration] = ScoreCalibration,
+        per_request: bool = True,
+        adapt: bool = True,
+        adaptive_ask: bool = True,
+    ):
+        if isinstance(max_budget, bool) or not isinstance(max_budget, int) or max_budget < 0:
+            raise ValueError(f"max_budget must be an int >= 0, got {max_budget!r}")
+        if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise ValueError(f"budget must be 'auto' or an int >= 0, got {budget!r}")
+        self.budget, self.max_budget = budget, max_budget
+        self.make_calibration, self.per_request, self.adapt = calibration, per_request, bool(adapt)
+        self.adaptive_ask = bool(adaptive_ask)
+        self._kept: dict[Hashable, tuple[float, int]] = {}  # req_id -> (decayed most kept, steps sized)
+        self.live_cost: VerifyCostModel | None = None
+        self.estimator = AcceptanceEstimator()
+        self.draft_overhead = DraftOverhead()
+        self.calibrations: dict[str, ScoreCalibration] = {}
+        self._requests: dict[tuple[Hashable, str], RequestCalibration] = {}
+
+    @property
+    def auto(self) -> bool:
+        return self.budget == "auto"
+
+    @property
+    def ask(self) -> int:
+        """Nodes to ask of the proposer. A fixed budget caps what is drafted: sampled trees cannot be
+        pruned afterwards (dropping sampled siblings would change the law they were drawn under)."""
+        return self.max_budget if self.auto else min(self.max_budget, self.budget)
+
+    def ask_for(self, req_id: Hashable) -> int:
+        """Nodes to ask of the proposer for one request: :attr:`ask`, or with the adaptive ask
+        ``clamp(2 * recently most kept, ASK_FLOOR, ask)``; a request's first step, and every
+        ``ASK_EXPLORE``-th, asks :attr:`ask`."""
+        state = self._kept.get(req_id) if self.auto and self.adapt and self.adaptive_ask else None
+        if state is None or state[1] % self.ASK_EXPLORE == 0:
+            return self.ask
+        return min(self.ask, max(self.ASK_FLOOR, math.ceil(2 * state[0])))
+
+    def set_cost(self, cost: VerifyCostModel) -> None:
+        """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
+        self.live_cost = replace(cost, seconds=list(cost.seconds))
+
+    def size(
+        self, req_id: Hashable, tree: DraftTree, node_probs: Sequence[float] | None = None, source: str = ""
+    ) -> tuple[DraftTree, Ticket | None]:
+        """``(tree to verify, ticket for observe)`` for one request's draft; ``node_probs`` and
+        ``source`` come with scored drafts (:class:`~specdec.proposers.base.ScoredDraft`). An empty
+        draft has no ticket."""
+        sized, ticket = self._sized(req_id, tree, node_probs, source)
+        if self.auto and self.adapt and self.adaptive_ask:
+            most, steps = self._kept.get(req_id, (0.0, 0))
+            self._kept[req_id] = (max(float(sized.num_nodes), self.ASK_DECAY * most), steps + 1)
+        return sized, ticket
+
+    def _sized(self, req_id, tree, node_probs, source) -> tuple[DraftTree, Ticket | None]:
+        if not tree.num_nodes:
+            return tree, None
+        if self.auto and self.live_cost is None:
+            raise ValueError("DraftSizer(budget='auto') needs a verify-cost curve: call set_cost() first")
+        overhead = self.draft_overhead.seconds
+        if node_probs is None:  # no estimates: the proposer's running acceptance by depth and rank
+            ranks = self.estimator.ranks(tree)
+            if self.auto:
+                tree, keep = size_draft(tree, self.estimator.path_probs(tree), self.live_cost, overhead)
+                ranks = ranks if keep is None else [ranks[i] for i in keep]
+            return tree, Ticket(tree, ranks=ranks)
+        cal = self._calibration(req_id, source)
+        raw = [float(p) for p in node_probs]
+        if self.auto:
+            tree, raw = size_scored_draft(tree, raw, cal, self.live_cost, overhead)
+        return tree, Ticket(tree, raw, cal)
+
+    def observe(self, ticket: Ticket | None, path: Sequence[int] | int) -> None:
+        """Learn from one verified draft: its accepted node ``path`` (or, for a chain, its length)."""
+        if ticket is None or not self.adapt:
+            return
+        self.estimator.update(ticket.tree, path, ticket.ranks)
+        if ticket.calibration is not None:
+            accepted = path if isinstance(path, int) else len(path)
+            ticket.calibration.update(ticket.raw, ticket.tree.depth_list, accepted)
+
+    def tick(self) -> None:
+        """One decoding step passed (drafted or not): old estimator and calibration evidence fades."""
+        if not self.adapt:
+            return
+        self.estimator.tick()
+        for cal in itertools.chain(self.calibrations.values(), self._requests.values()):
+            cal.tick()
+
+    def observe_step(self, nodes: int, verify_s: float, accept_s: float) -> None:
+        """Timings of a single-request step (a batched step's times say nothing about one tree):
+        its verify refines the live cost curve, its accept phase the drafting overhead."""
+        if self.live_cost is None or not self.adapt:
+            return
+        self.live_cost.observe(nodes, verify_s)
+        self.draft_overhead.observe(nodes > 0, accept_s)
+
+    def end(self, req_id: Hashable) -> None:
+        """Forget a finished request's own calibrations (its evidence stays in the shared ones)."""
+        for key in [k for k in self._requests if k[0] == req_id]:
+            del self._requests[key]
+        self._kept.pop(req_id, None)
+
+    def _calibration(self, req_id: Hashable, source: str) -> ScoreCalibration:
+        shared = self.calibrations.get(source)
+        if shared is None:
+            shared = self.calibrations[source] = self.make_calibration()
+        if not self.per_request:
+            return shared
+        own = self._requests.get((req_id, source))
+        if own is None:
+            own = self._requests[(req_id, source)] = RequestCalibration(shared=shared)
+        return own

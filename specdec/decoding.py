@@ -1,8 +1,0 @@
-"""Deprecated path (kept for one release).
-
-Moved to :mod:`specdec.engine.decoder`, :mod:`specdec.engine.sizing`, :mod:`specdec.engine.verify_cost`.
-"""
-
-from ._compat import moved
-
-__getattr__, __dir__ = moved(__name__, "specdec.engine.decoder", "specdec.engine.sizing", "specdec.engine.verify_cost")

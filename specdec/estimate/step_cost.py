@@ -1,0 +1,279 @@
+"""Step-time cost model of a target model, fitted from short calibration runs on this machine.
+
+Why: whether speculation pays depends on what one more verified token costs at the current
+batch size and context length. On a GPU at small batch a verify step of 8 tokens costs about the
+same as a decode step of 1 (weights dominate); on a CPU, or at large batch, extra tokens cost
+nearly linearly. That ratio must be measured, not assumed.
+
+Model. One target forward over a batch of ``B`` sequences, each feeding ``n`` new tokens on top
+of ``C`` cached tokens, is predicted as a non-negative combination of six work terms::
+
+    t(B, n, C) = w0                      # fixed per-step overhead (kernel launches, Python)
+               + w1 * B                  # per-sequence overhead (cache bookkeeping, sampling)
+               + w2 * B * n              # per-token work (the matmuls over the weights)
+               + w3 * B * n * (C + (n + 1) / 2)   # attention: each new token reads C + its own prefix
+               + w4 * B * C              # reading the KV cache once per sequence
+               + w5 * B * [n > 1]        # the jump from one row to several (multi-token kernels)
+
+The last term exists because one-row steps run different kernels: a single row per sequence is a
+memory-bound matrix-vector product (and a causal-free attention), several rows a compute-bound
+product, so the first drafted token costs more than each further one; without it a linear fit
+over-predicts plain decode steps and under-predicts short drafts.
+
+Prefill of a prompt of ``P`` tokens is the same formula with ``n = P`` and ``C = 0``. The weights
+are fitted by non-negative least squares on *relative* error (each row divided by its measured
+time), so short steps count as much as long ones; the fit's mean and worst relative error, and a
+leave-one-out error, are stored with the model so a report can say how far to trust it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read", "multi_token")
+
+
+def features(batch: float, tokens: float, context: float, multi_rows: float | None = None) -> np.ndarray:
+    """Work terms ``[6]`` of one forward (see the module docstring for their meaning).
+
+    ``multi_rows`` is how many of the ``batch`` rows feed more than one token (default: all of
+    them when ``tokens > 1``, else none). A step measured as an average over an engine's steps,
+    where only some rows carried drafts, sets it to the mean number of drafting rows.
+    """
+    b, n, c = float(batch), float(tokens), float(context)
+    m = b * (n > 1.0) if multi_rows is None else float(multi_rows)
+    return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c, m])
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One timed forward: ``batch`` sequences x ``tokens`` new tokens on ``context`` cached ones.
+
+    ``tokens`` and ``context`` may be means over measured steps; ``multi_rows`` is then the mean
+    number of rows that fed more than one token (None: see :func:`features`).
+    """
+
+    batch: int
+    tokens: float
+    context: float
+    seconds: float
+    multi_rows: float | None = None
+
+    def work(self) -> np.ndarray:
+        """Its work terms ``[6]`` (:func:`features`)."""
+        return features(self.batch, self.tokens, self.context, self.multi_rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSample:
+    """One timed engine step given by its work terms directly (``[6]``, :data:`FEATURE_NAMES` order).
+
+    Why: a packed engine's step mixes decode rows and prefill chunks of different lengths, which no
+    single ``(batch, tokens, context)`` describes; its work is the sum of its pieces'
+    (:func:`packed_features`), as :meth:`StepCostModel.packed_step_time` charges it.
+    """
+
+    terms: tuple[float, ...]
+    seconds: float
+
+    def work(self) -> np.ndarray:
+        return np.asarray(self.terms, dtype=np.float64)
+
+
+def packed_features(pieces: Sequence[tuple[float, float]], weights: Sequence[float] | None = None) -> np.ndarray:
+    """Work terms ``[6]`` of a packed step: the sum over pieces ``(new tokens, cached context)`` of a
+    one-sequence forward each (times its weight, default 1), with the fixed term counted once."""
+    if any(n < 0 or c < 0 for n, c in pieces):
+        raise ValueError(f"packed pieces need new tokens and context >= 0, got {list(pieces)}")
+    ws = [1.0] * len(pieces) if weights is None else [float(w) for w in weights]
+    if len(ws) != len(pieces) or any(w < 0 for w in ws):
+        raise ValueError("packed_features needs one weight >= 0 per piece")
+    total = np.zeros(len(FEATURE_NAMES))
+    for (n, c), w in zip(pieces, ws):
+        if n > 0 and w > 0:
+            total += w * features(1, n, c)
+    total[0] = 1.0 if total[1:].any() else 0.0
+    return total
+
+
+@dataclasses.dataclass
+class StepCostModel:
+    """Predicts target forward time in seconds; see the module docstring.
+
+    Attributes:
+        weights: the six non-negative coefficients, in :data:`FEATURE_NAMES` order.
+        mean_rel_error / max_rel_error: fit error on the calibration samples, as fractions.
+        loo_rel_error: mean leave-one-out relative error (error on points the fit did not see).
+        samples: the calibration measurements kept for the fit.
+        outliers: measurements dropped as disturbed (see the module docstring).
+        meta: where it was measured (model name, dtype, threads, host).
+    """
+
+    weights: np.ndarray
+    mean_rel_error: float = float("nan")
+    max_rel_error: float = float("nan")
+    loo_rel_error: float = float("nan")
+    samples: list[Sample | StepSample] = dataclasses.field(default_factory=list)
+    meta: dict = dataclasses.field(default_factory=dict)
+    outliers: list[Sample | StepSample] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        w = np.asarray(self.weights, dtype=np.float64)
+        if w.shape != (len(FEATURE_NAMES),):
+            raise ValueError(
+                f"StepCostModel weights must have {len(FEATURE_NAMES)} entries {FEATURE_NAMES}, got shape {w.shape}"
+            )
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError(f"StepCostModel weights must be finite and >= 0, got {w.tolist()}")
+        if w.sum() <= 0:
+            raise ValueError("StepCostModel weights are all zero: the model would predict free steps")
+        self.weights = w
+
+    # ------------------------------------------------------------------ prediction
+    def step_time(self, batch: int, tokens_per_seq: int, context: float) -> float:
+        """Seconds for one forward of ``batch`` x ``tokens_per_seq`` new tokens over ``context`` cached."""
+        if batch < 0 or tokens_per_seq < 0 or context < 0:
+            raise ValueError(
+                f"step_time needs batch, tokens_per_seq, context >= 0, got {batch}, {tokens_per_seq}, {context}"
+            )
+        if batch == 0 or tokens_per_seq == 0:
+            return 0.0
+        return float(features(batch, tokens_per_seq, context) @ self.weights)
+
+    def error_band(self, cap: float = 0.5) -> float:
+        """The fit's leave-one-out relative error capped at ``cap``, or 0 when it has none (NaN):
+        the default cost band of a plan (:func:`~specdec.plan.sweep.sweep`)."""
+        loo = self.loo_rel_error
+        return min(cap, loo) if math.isfinite(loo) and loo >= 0 else 0.0
+
+    def scaled(self, factor: float) -> "StepCostModel":
+        """The same model on a machine ``factor`` times as slow (every weight times ``factor``).
+
+        Why: a plan's goodput near saturation moves far more than its step costs do, so
+        :func:`~specdec.plan.sweep.sweep` re-simulates with costs scaled by ``1 +- band`` to show
+        how far a prediction can be trusted at each load."""
+        if not factor > 0:
+            raise ValueError(f"a cost scale factor must be > 0, got {factor}")
+        return dataclasses.replace(self, weights=self.weights * float(factor),
+                                   meta={**self.meta, "scaled": float(factor)})
+
+    def packed_step_time(self, pieces: Sequence[tuple[int, float]]) -> float:
+        """Seconds for one *packed* forward: each piece is ``(new tokens, cached context)`` of one sequence.
+
+        Why: engines that flatten a batch into one token list (vLLM V1) mix decode rows and prefill
+        chunks in a step and pad nothing, so a step costs the sum of its sequences' work plus one
+        fixed overhead, not ``B`` times its widest row. Each piece is charged as a one-sequence
+        forward; the fixed term is counted once. Pieces with 0 new tokens cost nothing.
+        """
+        return float(packed_features(pieces) @ self.weights)
+
+    def prefill_time(self, prompt_lens: Sequence[int]) -> float:
+        """Seconds to prefill a group of prompts in one padded forward (``n`` = longest prompt)."""
+        lens = [int(p) for p in prompt_lens]
+        if not lens:
+            return 0.0
+        if min(lens) <= 0:
+            raise ValueError(f"prefill_time needs prompt lengths >= 1, got {lens}")
+        return self.step_time(len(lens), max(lens), 0)
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(cls, samples: Sequence[Sample | StepSample], meta: dict | None = None, *,
+            trim: bool = True) -> "StepCostModel":
+        """Non-negative least squares on relative error, plus leave-one-out error.
+
+        With ``trim``, points slower than the first fit by more than ``max(0.25, 4 x median
+        relative error)`` are set aside as disturbed (at most a quarter of them) and the model is
+        refitted on the rest.
+        """
+        samples = list(samples)
+        if len(samples) < len(FEATURE_NAMES) + 1:
+            raise ValueError(f"StepCostModel.fit needs at least {len(FEATURE_NAMES) + 1} samples, got {len(samples)}")
+        for s in samples:
+            if not (s.seconds > 0 and math.isfinite(s.seconds)):
+                raise ValueError(f"calibration sample has a non-positive or non-finite time: {s}")
+        X = np.stack([s.work() for s in samples])
+        y = np.array([s.seconds for s in samples])
+        w = _nnls_relative(X, y)
+        outliers: list[Sample | StepSample] = []
+        if trim:
+            excess = (y - X @ w) / y  # > 0: slower than the fit
+            limit = max(0.25, 4 * float(np.median(np.abs(excess))))
+            worst = np.argsort(-excess)[: len(samples) // 4]
+            drop = {int(i) for i in worst if excess[i] > limit}
+            if drop and len(samples) - len(drop) >= len(FEATURE_NAMES) + 1:
+                outliers = [samples[i] for i in sorted(drop)]
+                keep = np.array([i not in drop for i in range(len(samples))])
+                samples, X, y = [s for i, s in enumerate(samples) if keep[i]], X[keep], y[keep]
+                w = _nnls_relative(X, y)
+        rel = np.abs(X @ w - y) / y
+        loo = []
+        for i in range(len(samples)):
+            keep = np.arange(len(samples)) != i
+            wi = _nnls_relative(X[keep], y[keep])
+            loo.append(abs(float(X[i] @ wi) - y[i]) / y[i])
+        return cls(w, float(rel.mean()), float(rel.max()), float(np.mean(loo)), samples, dict(meta or {}), outliers)
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict:
+        return {
+            "kind": "specdec.StepCostModel",
+            "features": list(FEATURE_NAMES),
+            "weights": self.weights.tolist(),
+            "mean_rel_error": self.mean_rel_error,
+            "max_rel_error": self.max_rel_error,
+            "loo_rel_error": self.loo_rel_error,
+            "samples": [dataclasses.asdict(s) for s in self.samples],
+            "outliers": [dataclasses.asdict(s) for s in self.outliers],
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepCostModel":
+        if not isinstance(d, dict) or d.get("kind") != "specdec.StepCostModel":
+            raise ValueError("not a StepCostModel file: expected a JSON object with kind='specdec.StepCostModel'")
+        if list(d.get("features", [])) != list(FEATURE_NAMES):
+            raise ValueError(
+                f"cost model features {d.get('features')} differ from this version's {list(FEATURE_NAMES)}; recalibrate"
+            )
+        return cls(
+            np.asarray(d["weights"], dtype=np.float64),
+            float(d.get("mean_rel_error", "nan")),
+            float(d.get("max_rel_error", "nan")),
+            float(d.get("loo_rel_error", "nan")),
+            [_sample_from(s) for s in d.get("samples", [])],
+            dict(d.get("meta", {})),
+            [_sample_from(s) for s in d.get("outliers", [])],
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StepCostModel":
+        try:
+            d = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cost model file {path} is not valid JSON: {e}") from e
+        return cls.from_dict(d)
+
+
+def _sample_from(d: dict) -> Sample | StepSample:
+    return StepSample(tuple(d["terms"]), d["seconds"]) if "terms" in d else Sample(**d)
+
+
+def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2, with columns rescaled for conditioning."""
+    from scipy.optimize import nnls
+
+    A = X / y[:, None]
+    scale = np.abs(A).max(axis=0)
+    scale[scale == 0] = 1.0
+    w, _ = nnls(A / scale, np.ones_like(y), maxiter=50 * X.shape[1])
+    return w / scale

@@ -1,0 +1,169 @@
+"""The verify-cost curve ``c(n)``: seconds one target forward takes to verify ``n`` draft nodes.
+
+A verify step over ``n`` draft nodes costs ``c(n)`` seconds and emits ``1 + E[accepted]`` tokens;
+:mod:`specdec.control.sizer` weighs the two to choose how many nodes to verify. ``c`` is measured
+once per target with a short calibration (:meth:`VerifyCostModel.calibrate`) because its shape
+depends entirely on the hardware: on a 2-core CPU a 64-node verify costs ~3.4x a single-token step,
+on a GPU it costs about the same as one token. (The fleet-level step-time model, batch by batch, is
+:mod:`specdec.estimate.step_cost`.)
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..tree import DraftTree
+
+
+CALIBRATION_SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
+COST_KIND = "specdec-verify-cost"
+
+
+@dataclass
+class VerifyCostModel:
+    """Piecewise-linear verify time ``c(n)`` over measured tree sizes.
+
+    Attributes:
+        sizes: measured node counts, increasing, starting at 0.
+        seconds: median verify seconds at each size.
+        prefix_len: committed prefix length the measurement used.
+    """
+
+    sizes: list[int]
+    seconds: list[float]
+    prefix_len: int = 0
+
+    def __post_init__(self):
+        if not self.sizes or self.sizes[0] != 0 or len(self.sizes) != len(self.seconds):
+            raise ValueError("VerifyCostModel needs sizes starting at 0 and one time per size")
+        if any(b <= a for a, b in zip(self.sizes, self.sizes[1:])):
+            raise ValueError(f"VerifyCostModel sizes must increase strictly, got {self.sizes}")
+        if min(self.seconds) <= 0:
+            raise ValueError("VerifyCostModel times must be positive")
+        self._monotone()
+
+    def _monotone(self) -> None:
+        """Cost never falls with more nodes: measurement noise must not reward bigger trees."""
+        self.seconds = list(itertools.accumulate(self.seconds, max))
+
+    def _segment(self, n: int) -> tuple[int, float]:
+        """``(i, t)``: ``n`` lies between ``sizes[i]`` and ``sizes[i + 1]`` at fraction ``t`` (``t``
+        may exceed 1 past the last size, where the last segment is extrapolated)."""
+        if n < 0:
+            raise ValueError(f"tree size must be >= 0, got {n}")
+        i = min(bisect.bisect_right(self.sizes, n) - 1, len(self.sizes) - 2)
+        return i, (n - self.sizes[i]) / (self.sizes[i + 1] - self.sizes[i])
+
+    @property
+    def max_nodes(self) -> int:
+        return self.sizes[-1]
+
+    def cost(self, n: int) -> float:
+        """Seconds to verify ``n`` nodes (linear between measurements and past the last one)."""
+        if len(self.sizes) == 1:
+            if n < 0:
+                raise ValueError(f"tree size must be >= 0, got {n}")
+            return self.seconds[0]
+        i, t = self._segment(n)
+        return self.seconds[i] + (self.seconds[i + 1] - self.seconds[i]) * t
+
+    def observe(self, n: int, seconds: float, weight: float = 0.05) -> None:
+        """Fold one measured verify of ``n`` nodes into the curve.
+
+        The start-up calibration runs on a random prefix with chain drafts; the decoder's real
+        steps (its context, its tree shapes, the machine's load now) can cost more or less. Each
+        observation scales the two calibrated sizes around ``n`` by ``(seconds / cost(n)) **
+        (weight * share)``, ``share`` being each one's linear-interpolation weight, so the curve
+        drifts toward what the steps really cost without one noisy step moving it much.
+        """
+        if n < 0 or seconds <= 0 or not 0 < weight <= 1:
+            raise ValueError(f"observe needs n >= 0, seconds > 0 and weight in (0, 1], got {n}, {seconds}, {weight}")
+        ratio = seconds / self.cost(n)
+        if len(self.sizes) == 1:
+            self.seconds[0] *= ratio ** weight
+            return
+        i, t = self._segment(n)
+        if t > 1:  # past the last calibrated size: only the last point moves
+            self.seconds[-1] *= ratio ** weight
+        else:
+            self.seconds[i] *= ratio ** (weight * (1 - t))
+            self.seconds[i + 1] *= ratio ** (weight * t)
+        self._monotone()
+
+    def best_size(self, path_probs: Sequence[float], draft_overhead: float = 0.0) -> int:
+        """``k`` maximising ``(1 + sum(top-k path_probs)) / (cost(k) + draft_overhead [k > 0])``
+        (``k <= max_nodes``); ``draft_overhead``: seconds a step spends outside the verify forward
+        only because it drafted (the decoder measures it)."""
+        if draft_overhead < 0:
+            raise ValueError(f"draft_overhead must be >= 0 seconds, got {draft_overhead}")
+        probs = sorted((float(p) for p in path_probs), reverse=True)[: self.max_nodes]
+        best_k, best_rate, gain = 0, 1.0 / self.cost(0), 1.0
+        for k, p in enumerate(probs, start=1):
+            gain += p
+            rate = gain / (self.cost(k) + draft_overhead)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+    @classmethod
+    def calibrate(cls, target, *, prefix_len: int = 256, sizes: Sequence[int] = CALIBRATION_SIZES,
+                  repeats: int = 2, seed: int = 0) -> "VerifyCostModel":
+        """Time ``target.verify`` for chains of each size over a random ``prefix_len``-token prefix.
+
+        Each size keeps its fastest repeat: interference from other processes only ever adds
+        time, so the minimum is the least biased estimate of the forward's own cost.
+
+        Cost: ``len(sizes) * (repeats + 1)`` forwards (about 2 s for SmolLM2-135M on 2 idle CPU cores).
+        """
+        limit = getattr(target, "max_positions", None)
+        if limit is not None:  # the prefix and the longest chain must fit the model's positions
+            prefix_len = max(1, min(prefix_len, limit - 1 - max(sizes)))
+        gen = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(0, target.vocab_size, (prefix_len,), generator=gen).tolist()
+        state, _, _ = target.prefill([prompt])
+        target.set_pending(state, [prompt[-1]])
+        trees = [DraftTree.chain(torch.randint(0, target.vocab_size, (n,), generator=gen)) for n in sizes]
+        times: list[list[float]] = [[] for _ in sizes]
+        for sweep in range(repeats + 1):  # sweeps interleave sizes, so a burst of load hits them alike
+            for i, tree in enumerate(trees):
+                t0 = time.perf_counter()
+                target.verify(state, [tree])
+                elapsed = time.perf_counter() - t0
+                target.discard(state)
+                if sweep:  # the first sweep warms caches and the allocator for every shape
+                    times[i].append(elapsed)
+        seconds = [min(t) for t in times]
+        return cls(sizes=list(sizes), seconds=seconds, prefix_len=prefix_len)
+
+    def describe(self) -> str:
+        return ", ".join(f"n={n}: {1e3 * s:.1f} ms" for n, s in zip(self.sizes, self.seconds))
+
+    def save(self, path: str | Path) -> None:
+        """Write the curve as JSON, so a later run reuses it instead of calibrating again."""
+        Path(path).write_text(json.dumps({"kind": COST_KIND, "sizes": self.sizes, "seconds": self.seconds,
+                                          "prefix_len": self.prefix_len}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "VerifyCostModel":
+        """A curve :meth:`save` wrote. Raises ValueError naming the file when it is not one."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ValueError(f"cannot read verify cost file {str(path)!r}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict) or data.get("kind") != COST_KIND:
+            raise ValueError(f"{path}: not a specdec verify cost file (written by VerifyCostModel.save)")
+        try:
+            return cls(sizes=[int(n) for n in data["sizes"]], seconds=[float(t) for t in data["seconds"]],
+                       prefix_len=int(data.get("prefix_len", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: bad verify cost curve ({exc})") from exc

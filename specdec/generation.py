@@ -1,5 +1,0 @@
-"""Deprecated path (kept for one release): moved to :mod:`specdec.models`."""
-
-from ._compat import moved
-
-__getattr__, __dir__ = moved(__name__, "specdec.models")

@@ -1,0 +1,379 @@
+"""Discrete-event simulation of a continuous-batching server with optional speculation.
+
+Why: whether speculation pays for a fleet is a question about load -- queueing, batch size,
+memory -- that a single-stream benchmark cannot answer and a real load test on every candidate
+is too expensive to answer. The simulator replays a workload against a *measured* cost model and
+*measured* acceptance distributions, so each policy can be compared at every load level.
+
+Server model (iteration-level scheduling, as in vLLM/Orca):
+
+* Requests wait in FCFS order. A request is admitted when the KV cache can hold its prompt, its
+  whole output and the policy's largest draft (the verify step writes tree tokens before
+  compaction), plus the proposer's own per-token memory when the policy uses a proposer; and
+  the running batch is below ``max_batch``. Reserving the whole output up front stands in for a
+  real server's paging + preemption: it admits the same steady-state concurrency without
+  simulating evictions.
+* An iteration either prefills all newly admitted requests in one padded forward (each emits its
+  first token at the end: time to first token), or runs one decode step for the whole running
+  batch: the policy picks a budget ``k`` (opted-out requests get 0); each drafting request drafts
+  ``d`` nodes and the target accepts ``a <= d`` of them, both drawn from its category's measured
+  histograms truncated at ``k`` (coupled through one uniform draw, so long drafts go with long
+  acceptances); the step costs ``t_target(B, 1 + max d, mean context)`` (trees are padded to the
+  widest) plus the proposer's time for each drafting request; each request emits ``1 + a`` tokens.
+* The clock jumps to the next arrival when nothing is running.
+
+``scheduler="packed"`` models an engine that flattens each step into one token list (vLLM V1):
+no separate prefill iterations. Every step runs all decoding requests (``1 + d`` tokens each,
+``d`` drawn as above) and, in the same forward, prefill chunks of newly admitted requests in
+arrival order, within ``max_batched_tokens`` (a prompt longer than what is left is split across
+steps: chunked prefill). A request emits its first token at the end of the step that completes
+its prompt. The step costs :meth:`StepCostModel.packed_step_time` of its pieces: the sum of each
+sequence's own work and one fixed overhead, with nothing padded.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..estimate.acceptance import AcceptanceDist
+from ..estimate.step_cost import StepCostModel
+from .goodput import RequestRecord
+from .policies import Policy
+from .workload import SimRequest
+
+
+@dataclasses.dataclass
+class ServerConfig:
+    """What the simulated server is made of.
+
+    Attributes:
+        cost: target step-time model.
+        acceptance: one distribution for all requests, or one per category (a category missing
+            from the mapping falls back to key ``"all"``, else is an error).
+        kv_capacity_tokens: target KV tokens that fit in memory with the proposer loaded
+            (None: unlimited). See :mod:`specdec.plan.memory`.
+        kv_capacity_tokens_off: the same without the proposer (used by policies that never
+            draft, which do not load it); defaults to ``kv_capacity_tokens``.
+        proposer_token_overhead: proposer bytes per cached token / target KV bytes per token
+            (a draft model's own KV cache); charged only when the policy uses a proposer.
+        max_batch: cap on running requests (None: memory is the only limit).
+        seed: RNG seed for acceptance draws.
+        padded_context: the engine pads every sequence to the longest in the batch (as the
+            Hugging Face adapter's right-padded cache does), so a step reads the *longest*
+            context; otherwise (a paged cache) the mean context is charged.
+        scheduler: ``"phased"`` (prefill iterations apart from decode steps, padded trees) or
+            ``"packed"`` (vLLM V1: prefill chunks ride in decode steps; see the module docstring).
+        max_batched_tokens: the packed scheduler's token budget per step (None: unlimited);
+            decode rows are scheduled first, prefill chunks fill what is left.
+        cost_off: the step-time model of the engine as policies that never draft run it (None:
+            ``cost``). An engine may run differently with a drafter configured at all: vLLM turns
+            async scheduling off for a ``custom_class`` drafter, so its plain steps cost more
+            than those of an engine without speculation.
+    """
+
+    cost: StepCostModel
+    acceptance: AcceptanceDist | Mapping[str, AcceptanceDist]
+    kv_capacity_tokens: int | None = None
+    kv_capacity_tokens_off: int | None = None
+    proposer_token_overhead: float = 0.0
+    max_batch: int | None = None
+    seed: int = 0
+    padded_context: bool = False
+    scheduler: str = "phased"
+    max_batched_tokens: int | None = None
+    cost_off: StepCostModel | None = None
+
+    def scaled(self, factor: float) -> "ServerConfig":
+        """The same server with every target step ``factor`` times as long (:meth:`StepCostModel.scaled`;
+        the policies' drafting time is not scaled)."""
+        off = None if self.cost_off is None else self.cost_off.scaled(factor)
+        return dataclasses.replace(self, cost=self.cost.scaled(factor), cost_off=off)
+
+    def cost_for(self, policy: Policy) -> StepCostModel:
+        """The step-time model ``policy`` runs on (``cost_off`` for one that never drafts, when given)."""
+        return self.cost_off if self.cost_off is not None and not policy.uses_proposer else self.cost
+
+    def __post_init__(self):
+        if self.scheduler not in ("phased", "packed"):
+            raise ValueError(f"scheduler must be 'phased' or 'packed', got {self.scheduler!r}")
+        if self.max_batched_tokens is not None and self.max_batched_tokens < 1:
+            raise ValueError(f"max_batched_tokens must be >= 1 or None, got {self.max_batched_tokens}")
+        if self.max_batch is not None and self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 or None, got {self.max_batch}")
+        for name in ("kv_capacity_tokens", "kv_capacity_tokens_off"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {v}")
+        if self.proposer_token_overhead < 0:
+            raise ValueError(f"proposer_token_overhead must be >= 0, got {self.proposer_token_overhead}")
+
+    def dist_for(self, category: str) -> AcceptanceDist:
+        if isinstance(self.acceptance, AcceptanceDist):
+            return self.acceptance
+        if category in self.acceptance:
+            return self.acceptance[category]
+        if "all" in self.acceptance:
+            return self.acceptance["all"]
+        raise ValueError(
+            f"no acceptance distribution for category {category!r} (have {sorted(self.acceptance)}) and no 'all' "
+            "fallback"
+        )
+
+
+@dataclasses.dataclass
+class SimResult:
+    """Per-request records plus server-side counters of one simulated run."""
+
+    records: list[RequestRecord]
+    busy_s: float
+    decode_steps: int
+    mean_batch: float
+    max_batch: int
+    drafted: int
+    accepted: int
+    switches: int
+
+
+@dataclasses.dataclass
+class _Running:
+    req: SimRequest
+    reserved: float
+    generated: int
+    context: int
+    first: float
+
+
+class _Sampler:
+    """Draws ``(drafted, accepted)`` per request-step with cached CDFs per (distribution, budget).
+
+    One uniform ``u`` feeds both inverse CDFs (a comonotone coupling): since every measured step
+    has ``accepted <= drafted``, the accepted CDF lies above the drafted one and the coupled
+    draw keeps ``accepted <= drafted``.
+    """
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self._cdf: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def draw(self, dist: AcceptanceDist, budget: int) -> tuple[int, int]:
+        if budget == 0:
+            return 0, 0
+        key = (id(dist), budget)
+        cdfs = self._cdf.get(key)
+        if cdfs is None:
+            cdfs = (np.cumsum(dist.drafted_pmf(budget)), np.cumsum(dist.pmf(budget)))
+            for c in cdfs:
+                c[-1] = 1.0
+            self._cdf[key] = cdfs
+        u = self.rng.random()
+        d = int(np.searchsorted(cdfs[0], u, side="right"))
+        a = int(np.searchsorted(cdfs[1], u, side="right"))
+        return max(d, a), a
+
+
+def _prepare(reqs: Sequence[SimRequest], policy: Policy, server: ServerConfig):
+    """What both schedulers set up per run: ``(cost, sampler, KV capacity, dists, need)``; resets ``policy``.
+
+    ``need(request)`` is the KV tokens a request reserves on admission: prompt + output (plus
+    the proposer's per-token memory when the policy uses one) + the policy's largest draft.
+    """
+    policy.reset()
+    on = policy.uses_proposer
+    capacity = server.kv_capacity_tokens if on else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
+    overhead = server.proposer_token_overhead if on else 0.0
+    reserve_draft = policy.max_budget
+    dists = {r.item.category: server.dist_for(r.item.category) for r in reqs} if on else {}
+
+    def need(r: SimRequest) -> float:
+        return (r.item.prompt_len + r.item.output_len) * (1.0 + overhead) + reserve_draft
+
+    return server.cost_for(policy), _Sampler(server.seed), capacity, dists, need
+
+
+def _arrive(reqs: Sequence[SimRequest], nxt: int, t: float, waiting: collections.deque, *,
+            idle: bool) -> tuple[float, int]:
+    """Queue every request arrived by ``t`` (jumping the clock to the next arrival when the server
+    is idle with nothing waiting); returns the clock and the next request not yet arrived."""
+    if idle and not waiting:
+        t = max(t, reqs[nxt].arrival)
+    while nxt < len(reqs) and reqs[nxt].arrival <= t:
+        waiting.append(reqs[nxt])
+        nxt += 1
+    return t, nxt
+
+
+def _never_fits(req: SimRequest, need: float, capacity: int) -> ValueError:
+    return ValueError(f"request {req.rid} needs {need:.0f} KV tokens but the cache holds {capacity}: it can never be "
+                      "admitted; raise the memory budget or shorten the workload")
+
+
+def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
+    """Run ``requests`` (sorted by arrival) through the server under ``policy``; see module docstring."""
+    reqs = sorted(requests, key=lambda r: (r.arrival, r.rid))
+    if not reqs:
+        raise ValueError("simulate needs at least one request")
+    if server.scheduler == "packed":
+        return _simulate_packed(reqs, policy, server)
+    cost, sampler, capacity, dists, need = _prepare(reqs, policy, server)
+    reserve_draft = policy.max_budget
+    prop_s = {c: d.propose_s_per_req for c, d in dists.items()}
+
+    waiting: collections.deque[SimRequest] = collections.deque()
+    running: list[_Running] = []
+    records: list[RequestRecord] = []
+    t = busy = 0.0
+    reserved = 0.0
+    nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
+
+    def finish(run: _Running) -> None:
+        nonlocal reserved
+        reserved -= run.reserved
+        records.append(
+            RequestRecord(
+                run.req.rid, run.req.arrival, run.first, t, run.generated, run.req.item.category, run.req.opt_out
+            )
+        )
+
+    while nxt < len(reqs) or waiting or running:
+        t, nxt = _arrive(reqs, nxt, t, waiting, idle=not running)
+        admitted: list[SimRequest] = []
+        while waiting and (server.max_batch is None or len(running) + len(admitted) < server.max_batch):
+            n = need(waiting[0])
+            if capacity is not None and reserved + n > capacity:
+                if not running and not admitted:
+                    raise _never_fits(waiting[0], n, capacity)
+                break
+            reserved += n
+            admitted.append(waiting.popleft())
+        if admitted:
+            dt = cost.prefill_time([r.item.prompt_len for r in admitted])
+            t += dt
+            busy += dt
+            for r in admitted:
+                run = _Running(r, need(r), 1, r.item.prompt_len + 1, t)
+                if r.item.output_len <= 1:
+                    finish(run)
+                else:
+                    running.append(run)
+            continue
+        if not running:
+            continue
+        B = len(running)
+        contexts = [r.context for r in running]
+        ctx = float(max(contexts) if server.padded_context else np.mean(contexts))
+        k = int(policy.decide(B, ctx))
+        if not 0 <= k <= reserve_draft:
+            raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
+        budgets = [0 if r.req.opt_out else k for r in running]
+        draws = [sampler.draw(dists[r.req.item.category], b) if b else (0, 0) for r, b in zip(running, budgets)]
+        width = max(d for d, _ in draws)
+        dt = cost.step_time(B, 1 + width, ctx)
+        dt += sum(prop_s[r.req.item.category] for r, b in zip(running, budgets) if b > 0)
+        t += dt
+        busy += dt
+        steps += 1
+        batch_sum += B
+        max_b = max(max_b, B)
+        drafted = accepted = 0
+        still: list[_Running] = []
+        for run, (d, a) in zip(running, draws):
+            drafted += d
+            accepted += a
+            emit = min(1 + a, run.req.item.output_len - run.generated)
+            run.generated += emit
+            run.context += emit
+            if run.generated >= run.req.item.output_len:
+                finish(run)
+            else:
+                still.append(run)
+        running = still
+        drafted_total += drafted
+        accepted_total += accepted
+        policy.observe(drafted, accepted)
+    return SimResult(
+        records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches
+    )
+
+
+@dataclasses.dataclass
+class _Packed:
+    req: SimRequest
+    reserved: float
+    prefilled: int = 0
+    generated: int = 0
+    first: float = 0.0
+
+
+def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfig) -> SimResult:
+    """The ``scheduler="packed"`` server of the module docstring; ``reqs`` sorted by arrival."""
+    cost, sampler, capacity, dists, need = _prepare(reqs, policy, server)
+    reserve_draft = policy.max_budget
+    budget_tokens = server.max_batched_tokens
+    waiting: collections.deque[SimRequest] = collections.deque()
+    running: list[_Packed] = []  # admission order: prefill chunks are granted in this order
+    records: list[RequestRecord] = []
+    t = busy = reserved = 0.0
+    nxt = steps = drafted_total = accepted_total = batch_sum = max_b = 0
+
+    while nxt < len(reqs) or waiting or running:
+        t, nxt = _arrive(reqs, nxt, t, waiting, idle=not running)
+        while waiting and (server.max_batch is None or len(running) < server.max_batch):
+            n = need(waiting[0])
+            if capacity is not None and reserved + n > capacity:
+                if not running:
+                    raise _never_fits(waiting[0], n, capacity)
+                break
+            reserved += n
+            running.append(_Packed(waiting.popleft(), n))
+        decoding = [r for r in running if r.prefilled == r.req.item.prompt_len]
+        ctx = float(np.mean([r.req.item.prompt_len + r.generated for r in decoding])) if decoding else 0.0
+        k = int(policy.decide(len(running), ctx)) if decoding else 0
+        if not 0 <= k <= reserve_draft:
+            raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
+        draws = {id(r): sampler.draw(dists[r.req.item.category], 0 if r.req.opt_out else k) if k else (0, 0)
+                 for r in decoding}
+        pieces = [(1 + draws[id(r)][0], r.req.item.prompt_len + r.generated) for r in decoding]
+        left = None if budget_tokens is None else budget_tokens - sum(n for n, _ in pieces)
+        chunks: dict[int, int] = {}
+        for r in running:
+            todo = r.req.item.prompt_len - r.prefilled
+            if todo and (left is None or left > 0):
+                chunks[id(r)] = todo if left is None else min(todo, left)
+                pieces.append((chunks[id(r)], r.prefilled))
+                left = None if left is None else left - chunks[id(r)]
+        dt = cost.packed_step_time(pieces)
+        dt += sum(dists[r.req.item.category].propose_s_per_req for r in decoding if draws[id(r)][0] > 0)
+        t += dt
+        busy += dt
+        drafted = accepted = 0
+        still: list[_Packed] = []
+        for r in running:
+            if id(r) in chunks:
+                r.prefilled += chunks[id(r)]
+                if r.prefilled == r.req.item.prompt_len:
+                    r.generated, r.first = 1, t
+            elif id(r) in draws:
+                d, a = draws[id(r)]
+                drafted += d
+                accepted += a
+                r.generated += min(1 + a, r.req.item.output_len - r.generated)
+            if r.generated >= r.req.item.output_len:
+                reserved -= r.reserved
+                records.append(RequestRecord(r.req.rid, r.req.arrival, r.first, t, r.generated, r.req.item.category,
+                                             r.req.opt_out))
+            else:
+                still.append(r)
+        running = still
+        if decoding:
+            steps += 1
+            batch_sum += len(decoding)
+            max_b = max(max_b, len(decoding))
+            drafted_total += drafted
+            accepted_total += accepted
+            policy.observe(drafted, accepted)
+    return SimResult(records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total,
+                     policy.switches)

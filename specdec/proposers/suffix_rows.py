@@ -1,0 +1,130 @@
+"""Suffix drafting for engines that pass batch rows, not request ids: one C++ call per engine step.
+
+:class:`SuffixRowBatch` runs :class:`~specdec.proposers.suffix.SuffixProposer`'s rules over an
+engine's persistent batch (vLLM's ``custom_class`` drafter gets ``token_ids [rows_max, stride]``
+int32, the committed length of each row and the tokens sampled this step). Request identity
+comes from the rows' content (``csrc/suffix/row_tracker.h``), under the settings of
+:class:`RowTracking`. Why C++: vLLM calls its drafter once per step with the whole batch, and a
+Python call per request and per commit costs more than the draft itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .._ext import load
+
+
+@dataclasses.dataclass(frozen=True)
+class RowTracking:
+    """How long a request that left the batch is kept.
+
+    A parked request (held by no row) is ended after ``park_steps`` steps or ``park_seconds``
+    seconds without a row, or, oldest first, while more than ``max_parked`` requests or
+    ``max_parked_tokens`` tokens are parked (each parked token also holds its automaton's share;
+    docs/vllm.md gives the bytes per token).
+    """
+
+    park_steps: int = 64
+    max_parked: int = 1024
+    max_parked_tokens: int = 1 << 22
+    park_seconds: float = 600.0
+
+    def __post_init__(self):
+        for name in ("park_steps", "max_parked", "max_parked_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "park_steps" else 0):
+                raise ValueError(f"RowTracking.{name} must be an int >= {1 if name == 'park_steps' else 0}, "
+                                 f"got {value!r}")
+        if not isinstance(self.park_seconds, (int, float)) or not self.park_seconds > 0:
+            raise ValueError(f"RowTracking.park_seconds must be > 0, got {self.park_seconds!r}")
+
+    def kwargs(self) -> dict:
+        """The settings as keyword arguments of the C++ ``RowTracker`` / ``SuffixRowBatch``."""
+        return dataclasses.asdict(self)
+
+
+class SuffixRowBatch:
+    """The proposer's bookkeeping and drafting of a whole engine step in one C++ call.
+
+    ``token_ids [rows_max, stride]`` int32, ``num_tokens [>= rows]`` committed tokens per row,
+    ``num_sampled [rows]`` tokens sampled this step. Each request's automaton and global-cache
+    match follow :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (begin with the prompt,
+    commit what the engine committed, draft with ``tree_budget`` nodes, end into the proposer's
+    global cache under the default tenant, its response only unless ``index_prompts``), so both
+    paths draft the same trees; each drafted row gets the tree's best root-to-leaf path (largest
+    summed node probability), at most ``k`` tokens. The requests live in this object, not in the
+    proposer's ``begin``/``commit`` table; the global cache is the proposer's. The match-length
+    calibration is the batch's own (:attr:`calibration`), learnt from its rows' commits under the
+    proposer's ``calibrate`` mode.
+    """
+
+    def __init__(self, proposer, *, tree_budget: int, tracking: RowTracking):
+        if not isinstance(tree_budget, int) or tree_budget < 0:
+            raise ValueError(f"tree_budget must be an int >= 0, got {tree_budget!r}")
+        if not isinstance(tracking, RowTracking):
+            raise TypeError(f"tracking must be a RowTracking, got {type(tracking).__name__}")
+        p = proposer
+        self.proposer = p
+        self.tree_budget = tree_budget
+        self.tracking = tracking
+        self._batch = load().SuffixRowBatch(
+            p.vocab_size, tree_budget=tree_budget, min_match_len=p.min_match_len, min_prob=p.min_prob,
+            max_depth=p.max_depth, depth_factor=p.depth_factor, count_prior=p.count_prior,
+            global_count_prior=p.global_count_prior, rematch_window=p.rematch_window,
+            combine_longest=p.combine == "longest", calibrate=p.calibrate != "off", learn=p.calibrate == "online",
+            calibration_prior=p.calibration.prior_weight, **tracking.kwargs())
+
+    def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled: np.ndarray, k: int,
+             min_prob: float = 0.0, *, max_unseen: int = 0, now: float = 0.0, strict: bool = True):
+        """One step: ``(offsets int32[rows + 1], chains int32[total], probs float32[total])``; row ``r``'s
+        chain is ``chains[offsets[r]:offsets[r + 1]]``, empty for rows that sampled nothing, for
+        refused rows, or when ``k == 0``. ``min_prob``: each chain stops before its first token whose
+        path probability is below it (a cost gate's floor). ``now``: the caller's clock (seconds),
+        for ``park_seconds``. ``strict=False``: a row whose lengths or token ids are out of range is
+        refused alone (kind 3 in :meth:`events`, reason in :attr:`refusal`) instead of the whole step.
+
+        Raises:
+            TypeError / ValueError: arrays of the wrong dtype, shape or layout; with ``strict``, a row
+                whose lengths or token ids are out of range (the step is then refused whole,
+                nothing is changed).
+        """
+        shared = self.proposer.shared_cache()
+        out = self._batch.step(token_ids, num_tokens, num_sampled, int(k), None if shared is None else shared[0],
+                               -1 if shared is None else shared[1], float(min_prob), int(max_unseen), float(now),
+                               bool(strict))
+        if self.proposer.use_global:
+            for rid in self._batch.ended():
+                tokens, prompt_len = self._batch.request(rid)
+                self.proposer.index_document(tokens[0 if self.proposer.index_prompts else prompt_len:])
+        return out
+
+    def events(self):
+        """Per row of the last step: ``(ids, kinds, prompt_end, commit_begin, commit_end, drafted, accepted)``."""
+        return self._batch.events()
+
+    @property
+    def refusal(self) -> str:
+        """Why the last step's first refused row was refused ("" when none was)."""
+        return self._batch.refusal
+
+    @property
+    def tracked(self) -> int:
+        """Requests tracked (in a row last step, or parked until they come back or are ended)."""
+        return self._batch.tracked
+
+    @property
+    def parked_tokens(self) -> int:
+        """Tokens held by parked requests (bounded by ``tracking.max_parked_tokens``)."""
+        return self._batch.parked_tokens
+
+    @property
+    def calibration(self):
+        """The batch's :class:`MatchCalibration` (live)."""
+        return self._batch.calibration
+
+    def memory_bytes(self) -> int:
+        """Host bytes of the per-request automata and token copies (the global cache is the proposer's)."""
+        return self._batch.memory_bytes()
