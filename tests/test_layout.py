@@ -72,7 +72,7 @@ ALLOWED = {
     "plan": LOW | {"estimate", "control"},
     "measure": LOW | {"verify", "sampling", "proposers", "engine", "estimate", "control", "artifacts", "models",
                       "prompts", "training", "plan"},
-    "integrations": LOW | {"verify", "sampling", "proposers", "engine", "control", "estimate"},
+    "integrations": LOW | {"verify", "sampling", "proposers", "engine", "control", "estimate", "artifacts"},
 }
 
 

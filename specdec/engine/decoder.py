@@ -25,8 +25,9 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Hashable, Iterator, Sequence
+from typing import Hashable, Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 from ..checks import as_token_list
@@ -123,7 +124,7 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ public API
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
-                 *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
+                 *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
                  req_id: Hashable | None = None) -> GenerationResult:
         """Decode one prompt; ``sampling`` None decodes as the generation config says (greedy unless it
         sets ``do_sample``), temperature 0 is greedy."""
@@ -132,7 +133,7 @@ class SpeculativeDecoder:
                                    generator=generator, req_ids=ids)[0]
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64,
-                       sampling: SamplingParams | None = None, *, stop_tokens: Sequence[int] | None = None,
+                       sampling: SamplingParams | None = None, *, stop_tokens: int | Sequence[int] | None = None,
                        generator: torch.Generator | None = None,
                        req_ids: Sequence[Hashable] | None = None) -> list[GenerationResult]:
         """Decode a batch of prompts together (ragged progress); results in prompt order."""
@@ -146,7 +147,7 @@ class SpeculativeDecoder:
         return results  # type: ignore[return-value]
 
     def stream(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
-               *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
+               *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
                req_id: Hashable | None = None) -> Iterator[StepEvent]:
         """Yield one :class:`StepEvent` per step for a single prompt (the last has ``finished=True``)."""
         ids = None if req_id is None else [req_id]
@@ -167,13 +168,17 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
-            *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
-            req_ids: Sequence[Hashable] | None = None) -> Iterator[StepEvent]:
+            *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
+            req_ids: Sequence[Hashable] | None = None,
+            processors: Sequence[RowProcessors | None] | None = None) -> Iterator[StepEvent]:
         """The propose -> verify -> accept -> commit loop; yields every request's tokens per step.
 
-        ``req_ids`` name the requests for the proposer (default: fresh unique ids).
+        ``req_ids`` name the requests for the proposer (default: fresh unique ids). ``processors``:
+        one :class:`~specdec.sampling.processors.RowProcessors` (or None) per prompt, applied to every
+        verify row of that request *instead of* the generation config's, for a caller that prepared
+        its own (``specdec.integrations.hf`` passes the processors ``model.generate`` built).
         """
-        reqs = self._admit(prompts, req_ids)
+        reqs = self._admit(prompts, req_ids, processors)
         limit, sampling, stops = _check_limit(max_new_tokens), self._sampling(sampling), self._stop_tokens(stop_tokens)
         self.target.check_room([len(r.prompt) for r in reqs], limit)
         speculate = self.proposer is not None and self.max_budget > 0
@@ -219,7 +224,7 @@ class SpeculativeDecoder:
                     self._end(r)
 
     # ------------------------------------------------------------------ steps
-    def _admit(self, prompts, req_ids) -> list[_Request]:
+    def _admit(self, prompts, req_ids, processors=None) -> list[_Request]:
         """One :class:`_Request` per prompt, every prompt and id checked before any model work."""
         prompts = [_check_prompt(p, i, self.target.vocab_size) for i, p in enumerate(prompts)]
         if not prompts:
@@ -228,9 +233,13 @@ class SpeculativeDecoder:
             req_ids = [("specdec", next(self._ids)) for _ in prompts]
         elif len(req_ids) != len(prompts) or len(set(req_ids)) != len(req_ids):
             raise ValueError(f"req_ids must be {len(prompts)} distinct ids, one per prompt, got {list(req_ids)!r}")
+        if processors is None:
+            processors = [self.generation.for_request(len(p)) for p in prompts]
+        elif len(processors) != len(prompts):
+            raise ValueError(f"processors must hold one entry per prompt ({len(prompts)}), got {len(processors)}")
         return [
-            _Request(i, req_id, p, RequestMetrics(), self.generation.for_request(len(p)), list(p))
-            for i, (p, req_id) in enumerate(zip(prompts, req_ids))
+            _Request(i, req_id, p, RequestMetrics(), procs, list(p))
+            for i, (p, req_id, procs) in enumerate(zip(prompts, req_ids, processors))
         ]
 
     def _begin(self, r: _Request, hidden: torch.Tensor, sampling: SamplingParams | None) -> None:
@@ -359,11 +368,22 @@ class SpeculativeDecoder:
         return self.generation.sampling if sampling is None else _check_sampling(sampling)
 
     def _stop_tokens(self, stop_tokens) -> frozenset[int]:
-        """``stop_tokens``, or the generation config's EOS ids (as ``model.generate`` uses) when None."""
-        out = frozenset(int(t) for t in (self.generation.eos if stop_tokens is None else stop_tokens))
-        if any(t < 0 for t in out):
-            raise ValueError(f"stop_tokens must be non-negative token ids, got {sorted(out)}")
-        return out
+        """``stop_tokens``, or the generation config's EOS ids (as ``model.generate`` uses) when None.
+
+        Like Hugging Face's ``eos_token_id``: one int, or a sequence / 1-D tensor of ints (empty: no
+        stop token). Anything else (a float, a bool, a string, a negative id) is refused by name.
+        """
+        given = self.generation.eos if stop_tokens is None else stop_tokens
+        if isinstance(given, torch.Tensor):
+            given = given.reshape(1) if given.dim() == 0 else given
+        elif isinstance(given, (int, np.integer)) and not isinstance(given, (bool, np.bool_)):
+            given = [given]
+        elif isinstance(given, (str, bytes, bool, float)) or not isinstance(given, Iterable):
+            raise TypeError(f"stop_tokens must be a token id or a sequence of token ids (as Hugging Face's "
+                            f"eos_token_id), got {type(given).__name__} {given!r}")
+        else:
+            given = list(given)
+        return frozenset(as_token_list(given, "stop_tokens"))
 
 
 class _InUse:

@@ -1,0 +1,1 @@
+"""Benchmarks of the decoding loop and its entry points."""
