@@ -390,25 +390,25 @@ def test_tree_token_outside_target_vocab_is_refused():
         rejection_sample_batch([tree], [_dist(3, V)])
 
 
-def test_verify_logits_routes_temperature_zero_to_greedy_and_processes_otherwise():
+def test_accept_logits_routes_temperature_zero_to_greedy_and_processes_otherwise():
     from specdec.sampling.params import SamplingParams, process_logits
-    from specdec.sampling.rejection import verify_logits
+    from specdec.sampling.rejection import accept_logits
 
     logits = torch.randn(2, 4, V, generator=torch.Generator().manual_seed(0)) * 3
     trees = [DraftTree.chain(torch.tensor([1, 2, 3])), DraftTree.chain(torch.tensor([0]))]
-    greedy = verify_logits(trees, logits, SamplingParams(temperature=0))
-    assert [r.tokens.tolist() for r in greedy] == [r.tokens.tolist() for r in verify_logits(trees, logits, None)]
+    greedy = accept_logits(trees, logits, SamplingParams(temperature=0))
+    assert [r.tokens.tolist() for r in greedy] == [r.tokens.tolist() for r in accept_logits(trees, logits, None)]
     assert all(r.rule is Rule.GREEDY for r in greedy)
     sp = SamplingParams(0.8, 3, 0.9)
-    a = verify_logits(trees, logits, sp, generator=torch.Generator().manual_seed(1))
+    a = accept_logits(trees, logits, sp, generator=torch.Generator().manual_seed(1))
     b = rejection_sample_batch(trees, process_logits(logits, 0.8, 3, 0.9), generator=torch.Generator().manual_seed(1))
     assert [r.tokens.tolist() for r in a] == [r.tokens.tolist() for r in b]
     bad = logits.clone()
     bad[0, 1, 2] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
-        verify_logits(trees, bad, sp)
+        accept_logits(trees, bad, sp)
     with pytest.raises(TypeError, match="SamplingParams"):
-        verify_logits(trees, logits, {"temperature": 1.0})
+        accept_logits(trees, logits, {"temperature": 1.0})
 
 
 def test_chain_batches_never_enter_the_tree_loop(monkeypatch):

@@ -380,7 +380,7 @@ def _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab) -> 
         raise ValueError(f"node [{b}, {i}] is sampled but its draft_probs give its token probability 0")
 
 
-def verify_logits(
+def accept_logits(
     trees: Sequence[DraftTree],
     target_logits: torch.Tensor | Sequence[torch.Tensor],
     sampling: SamplingParams | None = None,
