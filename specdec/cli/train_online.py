@@ -101,7 +101,7 @@ def _selfdistill(args, model, tokenizer, log) -> tuple[list, dict]:
 
     prompts, source = _prompts(args, tokenizer, int(model.get_output_embeddings().weight.shape[0]))
     t0, records, answered, new_tokens = time.time(), [], 0, 0
-    chunk = args.gen_batch * 8
+    chunk = args.gen_batch * 2  # the clock is read between chunks: at most two batches past --gen-seconds
     stopped = "every prompt answered"
     for s in range(0, len(prompts), chunk):
         if args.gen_seconds is not None and time.time() - t0 >= args.gen_seconds:

@@ -180,6 +180,27 @@ def test_train_online_cli_writes_fp16_artifacts_that_decode_exactly(tmp_path, ca
         assert SpeculativeDecoder(model, prop, budget=4).generate(prompt, 12).tokens == plain
 
 
+def test_train_online_cli_streams_sharegpt_conversations(tmp_path):
+    word_target(tmp_path)
+    g = torch.Generator().manual_seed(1)
+    recs = []
+    for i in range(30):
+        words = [f"w{int(x)}" for x in torch.randint(1, 60, (14,), generator=g)]
+        recs.append({"id": str(i), "conversations": [{"from": "human", "value": " ".join(words[:4])},
+                                                     {"from": "gpt", "value": " ".join(words[4:])}]})
+    (tmp_path / "sg.json").write_text(json.dumps(recs))
+    argv = ["train", "online", "--source", "sharegpt", "--sharegpt", str(tmp_path / "sg.json"), "--target",
+            str(tmp_path / "t"), "--device", "cpu", "--max-len", "32", "--layers", "1,2,3", "--top-k", "4",
+            "--batch-tokens", "128", "--heldout-every", "5", "--heads", "2", "--medusa-vocab", "0",
+            "--medusa-out", str(tmp_path / "md"), "--report", str(tmp_path / "r.json"), "--no-progress"]
+    assert cli_main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["data"]["sequences"] == 30 and report["stream"]["train_sequences"] == 24
+    assert report["stream"]["epochs"] == 1.0 and "eagle3" not in report  # one epoch, only what was asked
+    manifest = json.loads((tmp_path / "md" / "manifest.json").read_text())
+    assert manifest["kind"] == "medusa" and manifest["training"]["data"]["source"] == "sharegpt"
+
+
 @pytest.mark.parametrize("extra, message", [
     ([], "at least one artifact"),
     (["--eagle3-out", "X"], "exactly one of --prompt-ids"),
