@@ -60,7 +60,7 @@ def env(state: Path, call: int) -> dict:
                   "platform": platform.platform(),
                   "nvidia_smi": _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem",
                                       "--format=csv,noheader"]),
-                  "nvcc": (_run(["nvcc", "--version"]) or "").splitlines()[-1:] or None})
+                  "nvcc": ((_run(["nvcc", "--version"]) or "").splitlines() or [None])[-1]})
     stash = state / "stash"
     manifest = _load(stash / f"call{call}.json") or {}
     facts["lock"] = {**(manifest.get("lock") or {}), "carry_written_at_commit": manifest.get("written_at_commit")}
