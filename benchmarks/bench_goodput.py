@@ -1,6 +1,6 @@
 """Real load vs the simulator: the batched SpeculativeDecoder at several concurrency levels.
 
-What it checks: that ``specdec.serving``'s simulator, fed only with measurements taken *before*
+What it checks: that ``specdec.plan``'s simulator, fed only with measurements taken *before*
 the speculative runs (a step-time calibration of the target on this machine and acceptance
 histograms replayed on the target's own greedy outputs), predicts the goodput and median time
 per output token of real runs within 15%.
@@ -14,7 +14,7 @@ Protocol, all in one process on the embedded SmolLM2-135M (fp32, CPU):
    they finish). Its outputs are the target's greedy outputs;
 3. replay the suffix proposer on those outputs -> acceptance + drafted-node histograms per category;
 4. **always**: the suffix proposer at a fixed draft budget; **gated**: the same, with a
-   :class:`~specdec.serving.LoadGate` switching the decoder's budget per step from the live batch
+   :class:`~specdec.control.load_gate.LoadGate` switching the decoder's budget per step from the live batch
    size (threshold from the cost model: the batch above which drafting stops paying);
 5. simulate the same batches (same prompts and output lengths, all arriving at t=0, max batch c)
    under each policy and compare.

@@ -1,6 +1,6 @@
 """Per-depth calibration of a proposer's own acceptance estimates (data only; imports nothing of specdec).
 
-It lives below both the engine (``engine.sizing.DraftSizer`` keeps one per source and request) and
+It lives below both the engine (``control.sizer.DraftSizer`` keeps one per source and request) and
 the proposers (``proposers.hybrid`` ranks two sources' candidates in one calibrated currency), so
 neither layer imports the other.
 """
@@ -15,7 +15,7 @@ from typing import Sequence
 class RunningMean:
     """A running mean: the plain mean of the first ``1 / weight`` values, then an exponential one
     with step ``weight``, so early evidence is averaged and later evidence fades (the drafting
-    overhead of ``engine.sizing.DraftOverhead``, the model gate's gains and timings)."""
+    overhead of ``control.sizer.DraftOverhead``, the model gate's gains and timings)."""
 
     value: float | None = None  # None until the first value
     n: int = 0
