@@ -204,3 +204,19 @@ def test_every_draft_controller_implements_the_one_interface():
     for c in controllers:
         assert isinstance(c, DraftController), type(c).__name__
         assert c.unit in ("tokens", "nodes")
+
+
+def test_the_tests_mirror_the_package():
+    """tests/<part>/ holds the tests of specdec/<part>/ (top-level modules' tests sit in tests/); the
+    other folders are data, the fuzzer, the vLLM engine stage, scripts and benchmarks."""
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    pkg = Path(specdec.__file__).parent
+    packages = {p.name for p in pkg.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders - packages <= {"data", "fuzz", "vllm", "scripts", "benchmarks"}, folders - packages
+    assert packages - folders == set(), f"packages without a tests folder: {packages - folders}"
+    modules = {p.stem.lstrip("_") for p in pkg.glob("*.py")} - {"init__"} | {"layout", "lint", "examples"}
+    stray = [p.name for p in tests.glob("test_*.py") if not any(p.stem[5:].startswith(m) for m in modules)]
+    assert not stray, f"top-level tests not named after a top-level module: {stray}"

@@ -2,7 +2,7 @@
 
 This is the straightforward implementation the vectorised kernels in
 :mod:`specdec.sampling.kernels` are measured against (benchmarks/bench_sampling.py) and cross-checked
-with (tests/test_conformance.py runs it through the conformance suite). It is deliberately simple:
+with (tests/conformance/test_suite.py runs it through the conformance suite). It is deliberately simple:
 every acceptance test is one Python step and one ``.item()`` sync.
 """
 

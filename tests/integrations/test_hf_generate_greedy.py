@@ -1,6 +1,6 @@
 """Greedy output through ``custom_generate`` equals plain ``model.generate``, for every architecture of
 the tiny-model matrix (``specdec.models.TINY_MODEL_TYPES`` plus the sliding-window variants of
-``tests/test_architectures.py``), one request at a time and as a left-padded batch.
+``tests/engine/test_architectures.py``), one request at a time and as a left-padded batch.
 
 The drafter is an oracle tree whose right answer is never the leading chain (root child 0 is wrong,
 root child 1 starts the reference), so nearly every step accepts a non-leading path and moves KV rows:

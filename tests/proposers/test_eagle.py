@@ -13,7 +13,7 @@ from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle_layer import EagleConfig, EagleLayer
 from specdec.training.eagle1 import EagleTrainConfig, build_full, train_eagle
 
-ARTIFACT = os.path.join(os.path.dirname(__file__), "..", "artifacts", "eagle-smollm2-135m")
+ARTIFACT = os.path.join(os.path.dirname(__file__), "..", "..", "artifacts", "eagle-smollm2-135m")
 
 
 def _layer(target, seed=0, vocab_ids=None, std=0.3):

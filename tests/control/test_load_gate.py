@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specdec.control.base import BatchView, Outcome
-from serving_fixtures import good_acceptance, gpu_like_cost, zero_acceptance
+from plan_fixtures import good_acceptance, gpu_like_cost, zero_acceptance
 
 from specdec.control.load_gate import BudgetOptimizer, LoadGate
 

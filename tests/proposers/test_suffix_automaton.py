@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specdec.proposers.suffix_automaton import SuffixAutomaton, build_suffix_draft
 
-DATA = pathlib.Path(__file__).parent / "data" / "smollm2_token_streams.json"
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "smollm2_token_streams.json"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

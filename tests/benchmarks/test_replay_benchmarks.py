@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "benchmarks"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 lookup_ceiling = pytest.importorskip("lookup_ceiling")
 common = pytest.importorskip("common")
 replay_decoder = pytest.importorskip("replay_decoder")

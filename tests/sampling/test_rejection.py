@@ -1,6 +1,6 @@
 """Unit tests for the rejection sampler: rules, edge cases, bad input, determinism.
 
-The statistical exactness tests live in tests/test_conformance.py; the few law checks here are
+The statistical exactness tests live in tests/conformance/test_suite.py; the few law checks here are
 single-position checks with closed-form expectations, so a failure points at one rule.
 """
 

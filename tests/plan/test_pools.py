@@ -105,5 +105,5 @@ def test_missing_file_is_an_error(tmp_path):
 def test_shipped_example_config_parses():
     from pathlib import Path
 
-    pools = load_pools(Path(__file__).resolve().parent.parent / "docs" / "pools.example.toml")
+    pools = load_pools(Path(__file__).resolve().parents[2] / "docs" / "pools.example.toml")
     assert pools["interactive"].policy == "gated" and pools["batch"].policy == "off"

@@ -4,7 +4,7 @@ import argparse
 import json
 
 import pytest
-from serving_fixtures import good_acceptance, gpu_like_cost, items, zero_acceptance
+from plan_fixtures import good_acceptance, gpu_like_cost, items, zero_acceptance
 
 from specdec.cli import plan, review
 from specdec.plan.memory import ProposerMemory

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from serving_fixtures import good_acceptance, gpu_like_cost, poisson_requests, zero_acceptance
+from plan_fixtures import good_acceptance, gpu_like_cost, poisson_requests, zero_acceptance
 
 from specdec.estimate.step_cost import StepCostModel
 from specdec.plan.policies import AlwaysOn, Off

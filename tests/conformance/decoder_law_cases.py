@@ -1,6 +1,6 @@
 """Scenarios of the end-to-end decoder law test: one per proposer family, sampling setting and mutant.
 
-``tests/test_decoder_law.py`` runs them; ``python tests/decoder_law_cases.py`` prints the tables of
+``tests/conformance/test_decoder_law.py`` runs them; ``python tests/conformance/decoder_law_cases.py`` prints the tables of
 docs/exactness.md: every case and mutant with its p-values; ``--old`` runs the mutants against the
 old, nearly bigram ``specdec.models.tiny_model`` instead; ``--power`` runs every mutant on every
 exact case (the power of each case's own test).
@@ -49,7 +49,7 @@ TOKENIZER = TokenizerInfo(vocab={f"t{i}": i for i in range(V)}, special={"eos_to
 
 def target_model(old: bool = False):
     """The context-dependent target or (``old=True``) the nearly bigram tiny model of the old
-    sampling test (``tests/test_decoding.py``), built without touching the global RNG."""
+    sampling test (``tests/engine/test_decoder.py``), built without touching the global RNG."""
     if old:
         from specdec.models import tiny_model
 
@@ -227,7 +227,7 @@ def _exact_specs() -> list[Spec]:
     leads three families) is fast, the other two slow. The teacher case runs one prompt, so its
     compaction moves rows in place; the suffix tree-op cases run one prompt too, kept from when
     tree_op verified only steps without holes (it now verifies every drafting step, ragged or not,
-    and its ragged logits are checked in tests/test_architectures.py), so their seeds and p-values
+    and its ragged logits are checked in tests/engine/test_architectures.py), so their seeds and p-values
     stay comparable; ``suffix_tree_op/t1/batch1`` decodes one request per call."""
     specs, names = [], list(SETTINGS)
     for i, family in enumerate(FAMILIES):
@@ -249,7 +249,7 @@ MUTANT_SPECS.append(Spec("sampled_tree", "t1", RAGGED, 1000, wrap="misreported_q
 on the teacher tree, the ragged-position mutant on a ragged batch, the q mutant on sampled trees."""
 
 PLANNED_TESTS = len(WINDOWS) * (len(EXACT_SPECS) + len(VARIANT_SPECS))
-"""Tests run on exact decoders in tests/test_decoder_law.py, fast and slow (4 per case): the
+"""Tests run on exact decoders in tests/conformance/test_decoder_law.py, fast and slow (4 per case): the
 Bonferroni ``m``. Running a subset (``-m "not slow"``) keeps the same per-test level (conservative)."""
 PER_TEST_ALPHA = FAMILY_ALPHA / PLANNED_TESTS
 

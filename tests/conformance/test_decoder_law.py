@@ -2,7 +2,7 @@
 
 Each statistical test G-tests the joint law of generated tokens 1-3, 1-4, 1-5 and 3-5 (of 5) against
 the exact law (``specdec.conformance.decoder_law``); cases, alpha and measured power are in
-``tests/decoder_law_cases.py`` and docs/exactness.md. All seeds are fixed, so the tests are
+``tests/conformance/decoder_law_cases.py`` and docs/exactness.md. All seeds are fixed, so the tests are
 deterministic; ``PER_TEST_ALPHA`` (Bonferroni over every exact-decoder test here, fast and slow)
 bounds at 1 % the chance that other seeds would reject an exact decoder somewhere in this file.
 """

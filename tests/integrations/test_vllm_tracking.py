@@ -1,6 +1,6 @@
 """Request tracking from engine rows, against a fake that replays vLLM's custom_class call contract.
 
-No vLLM needed: tests/vllm_fake.py reproduces what vLLM 0.32's runner does to its persistent batch
+No vLLM needed: tests/integrations/vllm_fake.py reproduces what vLLM 0.32's runner does to its persistent batch
 (freed rows filled first, condense, swaps, preemption and return, chunked prefill, drafter calls
 skipped near max_model_len, a conversation's next turn).
 """

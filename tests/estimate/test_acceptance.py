@@ -60,7 +60,7 @@ def test_histogram_roundtrip_merge_and_errors():
 
 
 def test_replay_records_drafted_nodes_and_sim_pays_only_for_them():
-    from serving_fixtures import gpu_like_cost
+    from plan_fixtures import gpu_like_cost
 
     from specdec.plan.policies import AlwaysOn
     from specdec.plan.simulator import ServerConfig, simulate

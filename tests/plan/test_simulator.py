@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from serving_fixtures import good_acceptance, gpu_like_cost, items, poisson_requests, zero_acceptance
+from plan_fixtures import good_acceptance, gpu_like_cost, items, poisson_requests, zero_acceptance
 
 from specdec.control.load_gate import BudgetOptimizer
 from specdec.plan.goodput import SLO, summarize

@@ -99,7 +99,7 @@ def test_hidden_states_are_final_layer(model):
 
 
 def test_unsupported_model_is_refused_by_feature():
-    """Refusals name the feature, not the model type (tests/test_architectures.py has one per feature)."""
+    """Refusals name the feature, not the model type (tests/engine/test_architectures.py has one per feature)."""
     from transformers import AutoModelForCausalLM, FalconConfig
 
     cfg = FalconConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, alibi=True)
