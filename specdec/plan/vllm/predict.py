@@ -1,0 +1,108 @@
+"""Predicted goodput against load for one candidate on one pool, with an uncertainty band.
+
+The simulator (specdec's packed scheduler, as vLLM V1 runs: prefill chunks ride in decode steps
+within ``max_num_batched_tokens``, at most ``max_num_seqs`` requests, admission limited by the
+candidate's own KV blocks) is fed the candidate's measured step costs and acceptance, and the
+pool's measured requests arriving as a Poisson process at each rate.
+
+The score is the pool's objective: ``latency`` pools score goodput (requests/s that met both the
+TTFT and the TPOT objective); ``throughput`` pools score good output tokens/s (the tokens of
+those same requests). The band is the spread of the score over ``replications`` arrival and
+acceptance seeds, each also run with every step ``1 +- band`` times as long, ``band`` being the
+cost fit's leave-one-out error: below saturation it is narrow; near the knee it opens wide, and
+there only a measurement can settle the question.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from ._fleet import SLO, AcceptanceDist, AlwaysOn, Off, Policy, ServerConfig, StepCostModel, WorkloadItem, \
+    make_requests, poisson_arrivals, simulate, summarize
+from .calibrate import Calibration
+from .candidates import Candidate
+from .schedule import SchedulePolicy
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """The server settings every candidate shares (from the serve command or the user)."""
+
+    max_num_seqs: int
+    max_batched_tokens: int
+
+    def __post_init__(self):
+        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+            raise ValueError(f"max_num_seqs and max_batched_tokens must be >= 1, got {self}")
+
+
+def policy_for(candidate: Candidate) -> Policy:
+    """Off, a fixed K every step, or the candidate's schedule."""
+    if candidate.method == "off":
+        return Off()
+    return SchedulePolicy(candidate) if candidate.schedule is not None else AlwaysOn(candidate.k)
+
+
+def score(records, slo: SLO, objective: str) -> dict:
+    """The summary of one simulated or measured run plus ``score`` (module docstring)."""
+    out = summarize(records, slo)
+    good_tokens = sum(r.output_tokens for r in records if r.meets(slo))
+    out["good_tok_s"] = good_tokens / out["makespan_s"]
+    out["score"] = out["goodput_rps"] if objective == "latency" else out["good_tok_s"]
+    return out
+
+
+def rates_for(low: float, high: float, levels: int) -> list[float]:
+    """``levels`` rates spread evenly on a log scale from ``low`` to ``high``."""
+    if levels < 2:
+        raise ValueError(f"need at least 2 load levels, got {levels}")
+    return [float(x) for x in np.geomspace(low, high, levels)]
+
+
+def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None,
+            items: Sequence[WorkloadItem], kv_tokens: int, engine: Engine, rates: Sequence[float], slo: SLO,
+            objective: str, *, n_requests: int = 200, replications: int = 3, seed: int = 0,
+            band: float | None = None) -> list[dict]:
+    """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), and the mean
+    ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch``."""
+    policy = policy_for(candidate)
+    if candidate.method != "off" and acceptance is None:
+        raise ValueError(f"{candidate.name}: a speculating candidate needs its measured acceptance")
+    k = max(1, candidate.k)
+    dist = acceptance if acceptance is not None else AcceptanceDist(np.eye(k + 1)[0], name="never drafts")
+    if policy.max_budget > dist.max_budget:
+        raise ValueError(f"{candidate.name}: acceptance measured up to {dist.max_budget} tokens, the policy drafts "
+                         f"up to {policy.max_budget}")
+    band = cost.error_band() if band is None else band
+    scales = (1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,)
+    rows = []
+    for i, rate in enumerate(rates):
+        runs: dict[float, list[dict]] = {s: [] for s in scales}
+        for rep in range(replications):
+            rng = np.random.default_rng([seed, i, rep])
+            reqs = make_requests(list(items), poisson_arrivals(rate, n_requests, rng), rng)
+            server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
+                                  seed=seed + 1000 * rep, scheduler="packed",
+                                  max_batched_tokens=engine.max_batched_tokens)
+            for s in scales:
+                res = simulate(reqs, policy, server if s == 1.0 else server.scaled(s))
+                row = score(res.records, slo, objective)
+                row["mean_batch"] = res.mean_batch
+                runs[s].append(row)
+        mid = runs[1.0]
+        every = [r["score"] for rs in runs.values() for r in rs]
+        out = {key: float(np.mean([r[key] for r in mid]))
+               for key in ("score", "goodput_rps", "good_tok_s", "throughput_tok_s", "ttft_p50", "tpot_p50",
+                           "mean_batch")}
+        out.update(rate=float(rate), lo=float(min(every)), hi=float(max(every)), band=band)
+        rows.append(out)
+    return rows
+
+
+def predict_calibrated(candidate: Candidate, cal: Calibration, kv_tokens: int, engine: Engine,
+                       rates: Sequence[float], slo: SLO, objective: str, **kw) -> list[dict]:
+    """:func:`predict` with a candidate's own calibration."""
+    return predict(candidate, cal.cost, cal.acceptance, cal.items, kv_tokens, engine, rates, slo, objective, **kw)
