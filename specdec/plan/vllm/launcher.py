@@ -33,8 +33,10 @@ from .stream import get
 SPEC = "{speculative_config}"
 PORT = "{port}"
 _PLACEHOLDER = re.compile(r"\{[a-z_]*\}")
-# "ValueError: ...", "vllm.x.YError: ...", possibly after vLLM's "(EngineCore pid=1) " prefix
-_EXCEPTION = re.compile(r"^(?:\([^)]*\)\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)):\s*(.+)$")
+# "ValueError: ...", "vllm.x.YError: ...", possibly after vLLM's "(EngineCore pid=1) " process prefix and a
+# log record's "ERROR 12-04 21:01:52 [multiproc_executor.py:953] " (a worker's traceback goes through its logger)
+_EXCEPTION = re.compile(r"^(?:\([^)]*\)\s*)?(?:[A-Z]+\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?"
+                        r"((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)):\s*(.+)$")
 _GENERIC = ("Engine core initialization failed", "See root cause above", "Worker failed",
             "WorkerProc initialization failed")
 
