@@ -96,9 +96,10 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
 
 def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predictions: Mapping[str, list[dict]],
            cals: Mapping[str, Calibration], exact: Mapping[str, bool], latency_bound_below: Mapping[str, int],
-           t: Thresholds) -> Decision:
+           t: Thresholds, max_rows: int | None = None) -> Decision:
     """The decision for one pool (module docstring). ``predictions`` must hold "off" and share its rates;
-    ``latency_bound_below[name]``: the batch size up to which the candidate's drafts pay."""
+    ``latency_bound_below[name]``: the batch size up to which the candidate's drafts pay; ``max_rows``:
+    the server's ``max_num_seqs``."""
     if "off" not in predictions:
         raise ValueError(f"pool {pool!r}: off was not measured, so nothing can be decided")
     rates = [r["rate"] for r in predictions["off"]]
@@ -117,7 +118,7 @@ def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predi
                                        -_LIFECYCLE[candidates[a.name].bound_to], -candidates[a.name].k))
     cand = candidates[top.name]
     return Decision(pool, cand, _on_sentence(cand, top, cals.get(top.name), latency_bound_below.get(top.name, 0),
-                                             unit), found)
+                                             unit, max_rows), found)
 
 
 def describe(c: Candidate) -> str:
@@ -131,10 +132,16 @@ def describe(c: Candidate) -> str:
     return f"{c.method} ({', '.join(parts)})"
 
 
-def _on_sentence(c: Candidate, a: Assessment, cal: Calibration | None, bound_below: int, unit: str) -> str:
+def _on_sentence(c: Candidate, a: Assessment, cal: Calibration | None, bound_below: int, unit: str,
+                 max_rows: int | None) -> str:
     what = "copy-heavy" if c.method in LOOKUP else "well predicted by the drafter"
     acc = "" if cal is None else f" ({cal.accepted_per_draft:.2f} drafted tokens accepted per drafting step)"
-    where = f"latency-bound below {bound_below + 1} concurrent requests" if bound_below >= 1 else "latency-bound"
+    if max_rows is not None and bound_below >= max_rows:
+        where = f"latency-bound at every batch size the server runs (up to {max_rows} requests)"
+    elif bound_below >= 1:
+        where = f"latency-bound below {bound_below + 1} concurrent requests"
+    else:
+        where = "latency-bound at the loads where it gains"
     return (f"speculate with {describe(c)}: {what}{acc} and {where}; up to {a.gain:+.0%} {unit} "
             f"(at {a.gain_rate:.3g} req/s) and {a.tpot_gain:.0%} lower median time per token, never below "
             f"{a.worst_vs_off:.2f}x off")

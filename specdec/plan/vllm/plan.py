@@ -37,7 +37,7 @@ from .measure import MeasurementError, PoolRun, measure_pool
 from .memory import admitted, predict_blocks, read_config, weight_bytes
 from .pools import VllmPool
 from .predict import Engine, predict, predict_calibrated, rates_for
-from .schedule import Gain, derive, measured_scale, pays_up_to, schedule_candidate
+from .schedule import Gain, derive, family_basis, measured_scale, pays_up_to, schedule_candidate
 
 
 @dataclasses.dataclass
@@ -276,7 +276,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
                 skipped[cand.name] = str(exc)
                 failed[cand.name] = str(exc)
     decision = decide(pool.name, pool.objective, cands, predictions, cals,
-                      {k: v is not False for k, v in exact.items()}, bound, t)
+                      {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs)
     log(f"pool {pool.name}: {decision.sentence}")
     return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
                        _memory(cals["off"], runs, cands, settings), decision, skipped)
@@ -302,5 +302,4 @@ def _schedule(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str,
     gains[top.family] = table
     if schedule is None:
         return None
-    cand = schedule_candidate(family, schedule)
-    return cand, cals[family[cand.k].name] if cand.k in family else cals[top.name]
+    return schedule_candidate(family, schedule), family_basis({k: cals[c.name] for k, c in family.items()})

@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ._fleet import Policy, packed_features
+from ._fleet import Policy, StepCostModel, packed_features
 from .calibrate import Calibration
 from .candidates import Candidate, validate_schedule
 
@@ -57,11 +57,12 @@ def mean_context(cal: Calibration) -> float:
     return float(np.mean([i.prompt_len + i.output_len / 2 for i in cal.items]))
 
 
-def step_seconds(cal: Calibration, rows: int, context: float, drafting: bool = True) -> float:
+def step_seconds(cal: Calibration, rows: int, context: float, k: int | None = None) -> float:
     """Seconds of a decode step of ``rows`` rows at ``context`` from the fitted model: each row drafts as
-    often and as long as it did in the measurement (``drafting``), or not at all."""
-    share = cal.drafts / cal.row_steps if cal.row_steps and drafting else 0.0
+    often and as long as it did in the measurement, its drafts cut at ``k`` tokens (0: no drafts)."""
+    share = cal.drafts / cal.row_steps if cal.row_steps and k != 0 else 0.0
     length = cal.draft_tokens / cal.drafts if cal.drafts else 0.0
+    length = length if k is None else min(length, float(k))
     if share > 0:
         work = packed_features([(1, context), (1 + length, context)], [rows * (1 - share), rows * share])
     else:
@@ -74,8 +75,20 @@ def _model_rate(cal: Calibration, rows: int, context: float) -> float:
     return rows * (1.0 + cal.accepted_per_row_step) / step_seconds(cal, rows, context)
 
 
+def family_basis(members: Mapping[int, Calibration]) -> Calibration:
+    """What a schedule of one method family is predicted from: the acceptance of the member with the
+    largest K (a chain cut at a smaller K accepts its prefix), and one step-cost model fitted to every
+    member's steps together (a single member drafts one length, so its fit cannot tell what a
+    shorter draft costs; members at several K can)."""
+    top = members[max(members)]
+    samples = [smp for cal in members.values() for smp in cal.cost.samples]
+    cost = StepCostModel.fit(samples, meta={**top.cost.meta, "family_of": sorted(members)}) if len(members) > 1 \
+        else top.cost
+    return dataclasses.replace(top, cost=cost)
+
+
 def measured_scale(static: Calibration, measured: Calibration, candidate: Candidate, *, min_steps: int = 3) -> float:
-    """How much slower (> 1) or faster a schedule's server ran than its static family member's model says,
+    """How much slower (> 1) or faster a schedule's server ran than its family's model says,
     at the batch sizes it was seen at (median ratio, within [0.5, 2]; 1 when none was seen
     ``min_steps`` times). Why: K = 0 steps in a speculating engine still pay its speculative path,
     which the static run, drafting every step, saw only mixed into drafting steps."""
@@ -83,7 +96,7 @@ def measured_scale(static: Calibration, measured: Calibration, candidate: Candid
     ratios = []
     for rows, steps in measured.per_batch.items():
         if len(steps) >= min_steps:
-            predicted = step_seconds(static, rows, ctx, drafting=candidate.k_at(rows) > 0)
+            predicted = step_seconds(static, rows, ctx, k=candidate.k_at(rows))
             ratios.append(float(np.median([s for s, _ in steps])) / predicted)
     return float(np.clip(np.median(ratios), 0.5, 2.0)) if ratios else 1.0
 
