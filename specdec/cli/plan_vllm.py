@@ -191,10 +191,10 @@ def run_review(args) -> int:
     out = Path(args.out) if args.out else base
     source, command = _source(args, out / "review_logs", record.get("serve"))
     target = args.model if args.model else (command.model() if command else record["target"]["model"])
-    findings, verdicts, version = review_vllm(record, pools, source, target=target, requests=args.requests or 12,
+    findings, verdicts, version, notes = review_vllm(record, pools, source, target=target, requests=args.requests or 12,
                                               seed=args.seed or 0, timeout=args.request_timeout or 300.0,
                                               gap=args.gap or 0.012, log=log)
-    path = write_review(out, findings, verdicts, version)
+    path = write_review(out, findings, verdicts, version, notes)
     print(path.read_text())
     return 0 if all(v.verdict == "keep" for v in verdicts) else 1
 

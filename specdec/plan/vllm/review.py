@@ -71,15 +71,20 @@ def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in set(a) | set(b))
 
 
-def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, str]]:
-    """``(findings for every pool, {pool: why it must be turned off})`` from fingerprints alone."""
+def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, str], list[str]]:
+    """``(what moved, {pool: why it must be turned off}, notes)`` from fingerprints alone; a note says
+    what could not be checked (a target that is not a local folder, now and at the plan)."""
     old = record["target"]
     fp, tok = model_fingerprint(target), tokenizer_fingerprint(target)
-    findings = []
+    findings, notes = [], []
     target_moved = old.get("fingerprint") is not None and fp != old["fingerprint"]
     tok_moved = old.get("tokenizer") is not None and tok != old["tokenizer"]
-    if fp is None:
-        findings.append(f"the target {target!r} is not a local folder: whether it changed cannot be checked")
+    if fp is None and old.get("fingerprint") is None:
+        notes.append(f"the target {target!r} is not a local folder (nor was it at the plan): whether it changed "
+                     "cannot be checked")
+    elif fp is None:
+        findings.append(f"the target {target!r} is not a local folder, so it cannot be compared with the planned "
+                        f"one ({old['fingerprint']})")
     elif target_moved:
         findings.append(f"the target changed: {old['fingerprint']} -> {fp}")
     if tok_moved:
@@ -100,7 +105,7 @@ def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, st
         elif p["bound_to"] == "tokenizer" and tok_moved:
             stale[name] = (f"its draft model {p['artifact']} shares the old tokenizer {old['tokenizer']}, and the "
                            f"target's is now {tok}: replace the draft model, then re-plan")
-    return findings, stale
+    return findings, stale, notes
 
 
 def _measure(source: ServerSource, cand: Candidate, pools: list[VllmPool], requests: int, seed: int,
@@ -115,8 +120,8 @@ def _measure(source: ServerSource, cand: Candidate, pools: list[VllmPool], reque
 
 def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSource, *, target: str | None,
                 requests: int = 12, seed: int = 0, timeout: float = 300.0, levels: int = 5, gap: float = DEFAULT_GAP,
-                log: Callable[[str], None] = print) -> tuple[list[str], list[PoolVerdict], str]:
-    """``(findings, one verdict per pool, vLLM version seen)``; see the module docstring."""
+                log: Callable[[str], None] = print) -> tuple[list[str], list[PoolVerdict], str, list[str]]:
+    """``(what moved, one verdict per pool, vLLM version seen, notes)``; see the module docstring."""
     if requests < 4:
         raise ValueError(f"a review sample needs at least 4 requests per pool, got {requests}")
     missing = sorted(set(record["pools"]) - set(pools))
@@ -124,7 +129,7 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
         raise ValueError(f"the pools {missing} of the plan are not in the pool file given")
     t = Thresholds(**record["thresholds"])
     engine = Engine(**record["engine"])
-    findings, stale = preflight(record, target)
+    findings, stale, notes = preflight(record, target)
     verdicts: dict[str, PoolVerdict] = {}
     for name, why in stale.items():
         verdicts[name] = PoolVerdict(name, "turn off", None, [why])
@@ -166,7 +171,7 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
         reasons = general + ([moved[name]] if name in moved else [])
         verdicts[name] = PoolVerdict(name, "re-plan" if reasons else "keep", None,
                                      reasons or ["planned off; nothing it rested on moved"])
-    return findings, [verdicts[n] for n in record["pools"]], version
+    return findings, [verdicts[n] for n in record["pools"]], version, notes
 
 
 def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, off_run: PoolRun, engine: Engine,
@@ -200,17 +205,21 @@ def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, of
                        measured)
 
 
-def write_review(out: str | Path, findings: list[str], verdicts: list[PoolVerdict], version: str) -> Path:
+def write_review(out: str | Path, findings: list[str], verdicts: list[PoolVerdict], version: str,
+                 notes: list[str] = ()) -> Path:
     """``review.md`` and ``review_result.json`` plus each pool's new ``<pool>.speculative_config.json``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# specdec review (vLLM)", "", f"vLLM now: {version or '(not measured)'}", ""]
-    lines += ["## Findings", ""] + ([f"- {f}" for f in findings] or ["- none"]) + [""]
+    lines += ["## What moved", ""] + ([f"- {f}" for f in findings] or ["- nothing"]) + [""]
+    if notes:
+        lines += ["## Not checked", ""] + [f"- {n}" for n in notes] + [""]
     lines += ["| pool | verdict | speculative_config | why |", "|---|---|---|---|"]
     for v in verdicts:
         lines.append(f"| {v.pool} | **{v.verdict}** | `{json.dumps(v.config)}` | {'; '.join(v.reasons)} |")
         (out / f"{v.pool}.speculative_config.json").write_text(json.dumps(v.config, indent=1) + "\n")
     (out / "review.md").write_text("\n".join(lines) + "\n")
     (out / "review_result.json").write_text(json.dumps({"vllm_version": version, "findings": findings,
+                                                        "notes": list(notes),
                                                         "pools": [dataclasses.asdict(v) for v in verdicts]}, indent=1))
     return out / "review.md"
