@@ -176,3 +176,18 @@ def test_ramps_rise_and_are_seeded():
     assert a == b and a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:]))
     gaps = np.diff(a)
     assert gaps[:20].mean() > gaps[-20:].mean()
+
+
+def test_a_measured_run_is_scored_and_predicted_on_its_own_arrivals():
+    from specdec.plan.vllm.predict import predict_run, score_run
+
+    run = _run("run_off.json")
+    slo = SLO(2.0, 0.2)
+    measured = score_run(run, slo, "latency")
+    good = sum(1 for s in run.streams if s.ttft <= 2.0 and (s.tpot or 0.0) <= 0.2)
+    span = max(s.chunk_times[-1] for s in run.streams) - min(s.sent for s in run.streams)
+    assert measured["goodput_rps"] == pytest.approx(good / span)
+    cal = calibrate(run)
+    pred = predict_run(Candidate("off", "off"), cal.cost, None, run, run.cache.tokens, Engine(8, 1024), slo,
+                       "latency", replications=2)
+    assert pred["lo"] <= pred["score"] <= pred["hi"] and pred["band"] == cal.cost.error_band()

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ._fleet import SLO
+from ._fleet import SLO, AcceptanceDist, StepCostModel
 from .calibrate import DEFAULT_GAP, Calibration, calibrate
 from .candidates import SCHEDULABLE, Candidate
 from .decide import Decision, Thresholds, assess, decide
@@ -36,7 +36,7 @@ from .launcher import ServeCommand, Server, ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_pool
 from .memory import admitted, predict_blocks, read_config, weight_bytes
 from .pools import VllmPool
-from .predict import Engine, predict, predict_calibrated, rates_for
+from .predict import Engine, predict, rates_for
 from .schedule import Gain, derive, family_basis, measured_scale, pays_up_to, schedule_candidate
 
 
@@ -119,6 +119,7 @@ class PoolOutcome:
     memory: dict[str, dict]
     decision: Decision
     skipped: dict[str, str]
+    models: dict[str, tuple[StepCostModel, AcceptanceDist | None]]  # what each prediction was made with
 
 
 @dataclasses.dataclass
@@ -180,22 +181,25 @@ def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[st
     return out
 
 
+def model_of(name: str, cals: Mapping[str, Calibration],
+             schedule_basis: Mapping[str, tuple[Calibration, float]]) -> tuple[StepCostModel, AcceptanceDist | None]:
+    """The step costs and acceptance a candidate is predicted with: its own calibration, or for a schedule
+    its family's (:func:`~.schedule.family_basis`) scaled to the schedule's own measured steps."""
+    if name in schedule_basis:
+        basis, scale = schedule_basis[name]
+        return basis.cost.scaled(scale), basis.acceptance
+    return cals[name].cost, cals[name].acceptance
+
+
 def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
                  runs: Mapping[str, PoolRun], rates: list[float], settings: PlanSettings,
-                 schedule_basis: Mapping[str, tuple[Calibration, float]]) -> dict[str, list[dict]]:
+                 models: Mapping[str, tuple[StepCostModel, AcceptanceDist | None]]) -> dict[str, list[dict]]:
+    """Every candidate on the pool's requests as off served them (one workload for all), at ``rates``."""
     slo = SLO(pool.ttft_s, pool.tpot_s)
     kw = dict(n_requests=settings.sim_requests, replications=settings.replications, seed=settings.seed)
-    out = {}
-    for name, cand in cands.items():
-        kv = runs[name].cache.tokens
-        if name in schedule_basis:  # the static member's costs and acceptance, scaled to the schedule's steps
-            basis, scale = schedule_basis[name]
-            out[name] = predict(cand, basis.cost.scaled(scale), basis.acceptance, cals["off"].items, kv,
-                                settings.engine, rates, slo, pool.objective, band=basis.cost.error_band(), **kw)
-        else:
-            out[name] = predict_calibrated(cand, dataclasses.replace(cals[name], items=cals["off"].items), kv,
-                                           settings.engine, rates, slo, pool.objective, **kw)
-    return out
+    return {name: predict(cand, *models[name], cals["off"].items, runs[name].cache.tokens, settings.engine, rates,
+                          slo, pool.objective, band=models[name][0].error_band(), **kw)
+            for name, cand in cands.items()}
 
 
 def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: ServerSource, out: str | Path,
@@ -246,7 +250,8 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
             del cands[name], runs[name]
     exact = {name: _exact(runs[name], runs["off"], pool) for name in cands}
     rates = rates_for(*pool.rates, settings.levels)
-    predictions = _predict_all(pool, cands, cals, runs, rates, settings, {})
+    models = {name: model_of(name, cals, {}) for name in cands}
+    predictions = _predict_all(pool, cands, cals, runs, rates, settings, models)
     gains: dict[str, list[Gain]] = {}
     bound: dict[str, int] = {}
     for name, c in cands.items():
@@ -268,8 +273,9 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
                 cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
                 exact[cand.name] = _exact(run, runs["off"], pool)
                 schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand))
+                models[cand.name] = model_of(cand.name, cals, schedule_basis)
                 bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
-                predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, schedule_basis))
+                predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
             except ServerRefused as exc:
                 skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
             except (ServerDied, MeasurementError, TimeoutError) as exc:
@@ -279,7 +285,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
                       {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs)
     log(f"pool {pool.name}: {decision.sentence}")
     return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
-                       _memory(cals["off"], runs, cands, settings), decision, skipped)
+                       _memory(cals["off"], runs, cands, settings), decision, skipped, models)
 
 
 def _schedule(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],

@@ -20,8 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ._fleet import SLO, AcceptanceDist, AlwaysOn, Off, Policy, ServerConfig, StepCostModel, WorkloadItem, \
-    make_requests, poisson_arrivals, simulate, summarize
+from ._fleet import SLO, AcceptanceDist, AlwaysOn, Off, Policy, RequestRecord, ServerConfig, SimRequest, \
+    StepCostModel, WorkloadItem, make_requests, poisson_arrivals, simulate, summarize
 from .calibrate import Calibration
 from .candidates import Candidate
 from .schedule import SchedulePolicy
@@ -100,6 +100,41 @@ def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDis
         out.update(rate=float(rate), lo=float(min(every)), hi=float(max(every)), band=band)
         rows.append(out)
     return rows
+
+
+def score_run(run, slo: SLO, objective: str) -> dict:
+    """The pool's score of a measured run (:class:`~.measure.PoolRun`): its requests as the client saw
+    them (sent, first and last chunk), summarised as :func:`score` does a simulated run."""
+    records = [RequestRecord(i, s.sent, s.chunk_times[0], s.chunk_times[-1], s.tokens, cat)
+               for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
+    return score(records, slo, objective)
+
+
+def predict_run(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None, run, kv_tokens: int,
+                engine: Engine, slo: SLO, objective: str, *, replications: int = 5, seed: int = 0,
+                band: float | None = None) -> dict:
+    """The prediction for exactly the requests of a measured run: its arrival times, prompt and output
+    lengths (so prediction and measurement differ only in the engine model); keys as :func:`predict`'s rows."""
+    t0 = run.streams[0].sent
+    reqs = [SimRequest(i, s.sent - t0, WorkloadItem(int(s.prompt_tokens), max(1, s.tokens), cat))
+            for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
+    policy = policy_for(candidate)
+    k = max(1, candidate.k)
+    dist = acceptance if acceptance is not None else AcceptanceDist(np.eye(k + 1)[0], name="never drafts")
+    band = cost.error_band() if band is None else band
+    scales = (1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,)
+    runs: dict[float, list[dict]] = {sc: [] for sc in scales}
+    for rep in range(replications):
+        server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
+                              seed=seed + 1000 * rep, scheduler="packed", max_batched_tokens=engine.max_batched_tokens)
+        for sc in scales:
+            res = simulate(reqs, policy, server if sc == 1.0 else server.scaled(sc))
+            runs[sc].append(score(res.records, slo, objective))
+    every = [r["score"] for rs in runs.values() for r in rs]
+    out = {key: float(np.mean([r[key] for r in runs[1.0]]))
+           for key in ("score", "goodput_rps", "good_tok_s", "throughput_tok_s", "ttft_p50", "tpot_p50")}
+    out.update(lo=float(min(every)), hi=float(max(every)), band=band)
+    return out
 
 
 def predict_calibrated(candidate: Candidate, cal: Calibration, kv_tokens: int, engine: Engine,
