@@ -179,6 +179,7 @@ def handler_for(engine: FakeEngine, cut_after: int | None = None):
                 self._send(400, json.dumps({"error": {"message": "the plan always asks for token ids"}}))
                 return
             prompt = body["messages"][0]["content"] if chat else body["prompt"]
+            prompt = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))  # token ids
             q = engine.submit(prompt, int(body["max_tokens"]))
             if q is None:
                 self.close_connection = True  # dead: the connection drops without a response
