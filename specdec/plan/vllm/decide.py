@@ -88,8 +88,8 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     elif worst < 1.0 - t.max_loss:
         why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s"
     elif gain < t.min_gain and tpot_gain < t.min_tpot_gain:
-        why = (f"it gains at most {gain:+.1%} {unit} and {tpot_gain:.0%} time per token (needs {t.min_gain:.0%} "
-               f"or {t.min_tpot_gain:.0%})")
+        why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
+               f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
     return Assessment(name, worst, min(ratio_best), gain, tpot_gain, rows[i_gain]["rate"], rows[i_loss]["rate"],
                       not why, why)
 
@@ -143,7 +143,7 @@ def _on_sentence(c: Candidate, a: Assessment, cal: Calibration | None, bound_bel
     else:
         where = "latency-bound at the loads where it gains"
     return (f"speculate with {describe(c)}: {what}{acc} and {where}; up to {a.gain:+.0%} {unit} "
-            f"(at {a.gain_rate:.3g} req/s) and {a.tpot_gain:.0%} lower median time per token, never below "
+            f"(at {a.gain_rate:.3g} req/s), median time per token {-a.tpot_gain:+.0%} at best, never below "
             f"{a.worst_vs_off:.2f}x off")
 
 

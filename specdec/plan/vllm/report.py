@@ -78,7 +78,7 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
     for a in d.assessments.values():
         verdict = "eligible" if a.eligible else f"refused: {a.why_not}"
         lines.append(f"- `{a.name}`: worst {a.worst_vs_off:.2f}x off, best {a.gain:+.1%} at {a.gain_rate:.3g} req/s, "
-                     f"TPOT up to {a.tpot_gain:.0%} lower; {verdict}")
+                     f"median TPOT {-a.tpot_gain:+.0%} at best; {verdict}")
     lines += ["", "Memory (KV blocks the server allocated; requests of the pool's mean length that fit at once):", "",
               "| candidate | KV blocks (predicted) | admitted | given up to the drafter | after max_num_seqs |",
               "|---|---:|---:|---:|---:|"]
