@@ -186,6 +186,8 @@ def goals(rows: list[dict], plan_result) -> list[str]:
             lines.append(f"- prediction {r['pool']} {r['config']} at {r['rate']:.3g} req/s: {r['predicted']:.3g} vs "
                          f"measured {r['measured']:.3g} ({err:.0%}; band {r['lo']:.3g}-{r['hi']:.3g}"
                          f"{', knee' if r['knee'] else ''}): NOT met")
+    for pname, o in plan_result.pools.items():
+        lines += schedule_vs_gate(pname, o, [r for r in ok if r["pool"] == pname])
     bad = [r for r in ok if r["exact"] is False]
     failed = ", ".join(f"{r['pool']} {r['config']} at {r['rate']:.3g}" for r in bad)
     lines.append(f"- greedy outputs equal off: {'met' if not bad else 'NOT met: ' + failed}")
@@ -196,6 +198,41 @@ def goals(rows: list[dict], plan_result) -> list[str]:
                 lines.append(f"- KV blocks {pname} {name}: predicted {m['blocks_predicted']} vs allocated "
                              f"{m['blocks']} ({err:.1%}; {'met' if err <= 0.05 else 'NOT met'})")
     return lines
+
+
+def k0_tax(o) -> tuple[float, int] | None:
+    """The schedule's K = 0 tax from the plan's own runs: its decode steps at the batch sizes where it
+    drafts nothing, against off's at the same sizes (mean ratio of medians, and how many sizes)."""
+    sched = next((c for c in o.candidates.values() if c.schedule is not None), None)
+    if sched is None:
+        return None
+    ratios = []
+    for rows in range(1, sched.schedule[-1][1] + 1):
+        a, b = o.cals[sched.name].step_at(rows), o.cals["off"].step_at(rows)
+        if sched.k_at(rows) == 0 and a is not None and b is not None:
+            ratios.append(a[0] / b[0])
+    return (sum(ratios) / len(ratios), len(ratios)) if ratios else None
+
+
+def schedule_vs_gate(pname: str, o, rows: list[dict]) -> list[str]:
+    """vLLM's schedule against specdec's cost gate where the plan's band was widest (the knee), both as
+    deployed (the schedule's K = 0 steps keep vLLM's speculative path)."""
+    def at(label, rate):
+        return next((r for r in rows if label in r["config"].split("=") and r["rate"] == rate), None)
+
+    knees = sorted({r["rate"] for r in rows if r["knee"]}) or sorted({r["rate"] for r in rows})[-1:]
+    out = []
+    for rate in knees:
+        s, g = at("sched", rate), at("custom_class:4", rate)
+        if s and g:
+            out.append(f"- {pname} at {rate:.3g} req/s: schedule {s['measured']:.3g} (TPOT p50 {s['tpot_p50']:.3f} s) "
+                       f"vs cost gate {g['measured']:.3g} (TPOT p50 {g['tpot_p50']:.3f} s): "
+                       f"{s['measured'] / max(g['measured'], 1e-9):.2f}x")
+    tax = k0_tax(o)
+    if tax is not None:
+        out.append(f"- {pname}: the schedule's K = 0 steps took {tax[0]:.2f}x off's at the same batch size "
+                   f"({tax[1]} sizes measured)")
+    return out
 
 
 def table(rows: list[dict]) -> str:
