@@ -191,3 +191,44 @@ def test_a_measured_run_is_scored_and_predicted_on_its_own_arrivals():
     pred = predict_run(Candidate("off", "off"), cal.cost, None, run, run.cache.tokens, Engine(8, 1024), slo,
                        "latency", replications=2)
     assert pred["lo"] <= pred["score"] <= pred["hi"] and pred["band"] == cal.cost.error_band()
+
+
+def test_preflight_flags_artifacts_bound_to_an_older_checkpoint_or_tokenizer(tmp_path):
+    from specdec.plan.vllm.record import model_fingerprint, tokenizer_fingerprint
+    from specdec.plan.vllm.review import candidate_of, mix_distance, preflight
+
+    target, draft, head = tmp_path / "t", tmp_path / "d", tmp_path / "h"
+    for d in (target, draft, head):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    (target / "tokenizer.json").write_text('{"v": 1}')
+
+    def pool(config, bound, art):
+        return {"config": config, "candidate": "x", "bound_to": bound, "artifact": art and str(art),
+                "artifact_fingerprint": art and model_fingerprint(art), "accepted_per_draft": 1.0,
+                "accepted_per_row_step": 0.5, "mix": {"a": 1.0}, "pool": {}, "sentence": ""}
+
+    record = {"target": {"model": str(target), "fingerprint": model_fingerprint(target),
+                         "tokenizer": tokenizer_fingerprint(target)},
+              "pools": {"d": pool({"method": "draft_model", "num_speculative_tokens": 2, "model": str(draft)},
+                                  "tokenizer", draft),
+                        "h": pool({"method": "eagle3", "num_speculative_tokens": 2, "model": str(head)}, "target",
+                                  head),
+                        "n": pool({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+                                   "prompt_lookup_max": 4}, "nothing", None)}}
+    assert preflight(record, str(target))[:2] == ([], {})
+    (target / "tokenizer.json").write_text('{"v": 2}')  # a new tokenizer: the draft model no longer shares it
+    findings, stale, _ = preflight(record, str(target))
+    assert set(stale) == {"d"} and "shares the old tokenizer" in stale["d"] and "tokenizer changed" in findings[0]
+    (target / "config.json").write_text('{"new": true}')  # a new checkpoint: the head was trained for the old one
+    (draft / "config.json").write_text('{"retrained": true}')  # the draft model was replaced
+    findings, stale, _ = preflight(record, str(target))
+    assert set(stale) == {"h"} and "was trained for target" in stale["h"]
+    assert any("the draft artifact" in f and "changed" in f for f in findings)
+    (head / "config.json").unlink()
+    head.rmdir()
+    assert "is gone" in preflight(record, str(target))[1]["h"]
+    assert candidate_of(record["pools"]["n"]["config"], "ngram:2").config == record["pools"]["n"]["config"]
+    with pytest.raises(ValueError, match="not one a plan writes"):
+        candidate_of({"method": "ngram", "num_speculative_tokens": 2}, "ngram:2")
+    assert mix_distance({"a": 0.5, "b": 0.5}, {"a": 1.0}) == pytest.approx(0.5)
