@@ -175,12 +175,12 @@ def goals(rows: list[dict], plan_result) -> list[str]:
             planned = next((r for r in here if "planned" in r["config"].split("=")), None)
             others = [r["measured"] for r in here if "planned" not in r["config"].split("=")]
             if planned and others:
-                ratio = planned["measured"] / max(max(others), 1e-9)
+                ratio = planned["measured"] / max(others) if max(others) > 0 else 1.0  # 0 of 0: as good
                 lines.append(f"- {pname} at {rate:.3g} req/s: planned {planned['measured']:.3g} vs best other "
                              f"{max(others):.3g}: {ratio:.2f}x ({'met' if ratio >= 0.98 else 'NOT met'}; "
                              f"{planned['runs']} run(s))")
-    for r in ok:
-        err = abs(r["predicted"] - r["measured"]) / max(r["measured"], 1e-9)
+    for r in ok:  # relative to the larger of the two, so a measured 0 does not make every prediction infinitely off
+        err = abs(r["predicted"] - r["measured"]) / max(r["measured"], r["predicted"], 1e-9)
         inside = r["lo"] * 0.98 <= r["measured"] <= r["hi"] * 1.02
         if err > 0.15 or (r["knee"] and not inside):
             lines.append(f"- prediction {r['pool']} {r['config']} at {r['rate']:.3g} req/s: {r['predicted']:.3g} vs "
@@ -242,9 +242,9 @@ def table(rows: list[dict]) -> str:
         if "error" in r:
             out.append(f"| {r['pool']} | {r['rate']:.3g} | {r['config']} | failed: {r['error'][:80]} | | | | | |")
             continue
-        ratio = r["predicted"] / r["measured"] if r["measured"] else float("inf")
+        ratio = f"{r['predicted'] / r['measured']:.2f}" if r["measured"] else "-"
         out.append(f"| {r['pool']} | {r['rate']:.3g} | {r['config']} | {r['measured']:.3g} ({r['runs']}) | "
-                   f"{r['predicted']:.3g} ({r['lo']:.3g}-{r['hi']:.3g}) | {ratio:.2f} | {r['tpot_p50']:.3f} | "
+                   f"{r['predicted']:.3g} ({r['lo']:.3g}-{r['hi']:.3g}) | {ratio} | {r['tpot_p50']:.3f} | "
                    f"{ {True: 'yes', False: 'NO', None: '-'}[r['exact']]} | {r['load_average'][0]:.1f} |")
     return "\n".join(out)
 
