@@ -44,9 +44,9 @@ from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default
 from specdec.proposers.suffix import SuffixProposer
 from specdec.estimate.acceptance import AcceptanceDist
-from specdec.measure.replay import measure_by_replay
+from specdec.measure.greedy_replay import measure_by_replay
 from specdec.measure.step_timing import calibrate_engine
-from specdec.control.base import BatchView, Outcome
+from specdec.control.interface import BatchView, Outcome
 from specdec.control.load_gate import BudgetOptimizer, LoadGate
 from specdec.plan.goodput import SLO, RequestRecord, summarize
 from specdec.plan.policies import AlwaysOn, Off, gated, hysteresis_band

@@ -31,7 +31,7 @@ import torch
 from specdec.artifacts import record_measurement
 from specdec.measure.speedup import online_speedup
 from specdec.proposers.eagle import EagleProposer
-from specdec.measure.replay import replay_with_hidden
+from specdec.measure.greedy_replay import replay_with_hidden
 from specdec.training import data as sd
 from specdec.training.eagle1 import FullSequences
 

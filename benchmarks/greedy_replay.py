@@ -17,7 +17,7 @@ import time
 import torch
 
 from specdec import SpeculativeDecoder
-from specdec.measure.replay import greedy_accepted
+from specdec.measure.greedy_replay import greedy_accepted
 from specdec.verify.hf import HFTarget
 
 

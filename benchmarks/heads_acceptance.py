@@ -31,7 +31,7 @@ import sys
 from specdec.artifacts import load_artifact, record_measurement
 from specdec.measure.speedup import online_speedup
 from specdec.proposers.heads import MedusaProposer
-from specdec.measure.replay import replay_with_hidden
+from specdec.measure.greedy_replay import replay_with_hidden
 from specdec.training import data as sd
 
 

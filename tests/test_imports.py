@@ -53,7 +53,7 @@ def test_the_parts_an_engine_environment_needs_import_without_transformers():
             "import specdec\n"
             "from specdec import SuffixProposer, LoadGate\n"
             "import specdec.integrations.vllm.drafter, specdec.plan.simulator, specdec.control.cost_gate\n"
-            "import specdec.measure.engine_calibration, specdec.plan.planner\n"
+            "import specdec.plan.vllm.engine_trace, specdec.plan.planner\n"
             "p = SuffixProposer(64); p.begin(0, [1, 2, 3, 1, 2]); assert len(p.propose([0], 4)) == 1\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -43,7 +43,7 @@ otherwise be fitted as one decode step and swing the budget for hundreds of step
 ``max_outliers`` such steps in a row are set aside; after them slow steps are fitted until one is
 within the ratio again (the engine itself got slower).
 
-It is a :class:`~specdec.control.base.DraftController` (budgets in chain tokens; one per drafter;
+It is a :class:`~specdec.control.interface.DraftController` (budgets in chain tokens; one per drafter;
 numbers are per engine step)::
 
     gate = CostGate(k=4)
@@ -59,7 +59,7 @@ from collections import deque
 import numpy as np
 
 from ..estimate.fit import nonnegative_lstsq_gram
-from .base import BatchView, Decision, Outcome
+from .interface import BatchView, Decision, Outcome
 
 # features of one step: intercept, rows, prefill rows, any drafts, drafted tokens
 _NFEAT = 5

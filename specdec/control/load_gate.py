@@ -7,7 +7,7 @@ batch hovering at the threshold does not flap), can choose the draft budget each
 measured cost model and acceptance (SmartSpec-style: the budget that maximises expected tokens
 per second of the whole batch), and stops drafting when recent acceptance collapses.
 
-It is a :class:`~specdec.control.base.DraftController` (budgets in draft tokens per request)::
+It is a :class:`~specdec.control.interface.DraftController` (budgets in draft tokens per request)::
 
     gate = LoadGate(off_above=8, on_below=6, budget=4)
     for step in loop:
@@ -23,7 +23,7 @@ import math
 
 from ..estimate.acceptance import AcceptanceDist
 from ..estimate.step_cost import StepCostModel
-from .base import BatchView, Decision, Outcome
+from .interface import BatchView, Decision, Outcome
 
 
 class BudgetOptimizer:

@@ -19,7 +19,7 @@ and step, before the model runs:
   ``explore_every``-th of its decisions in a bucket, so a bucket or request that turned useful is
   found again.
 
-It is a :class:`~specdec.control.base.DraftController` in tree nodes: :meth:`decide` reads the
+It is a :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` reads the
 batch's request ids and, as ``BatchView.hints``, each request's lookup expectation, and gives each
 request ``BatchView.cap`` model nodes or 0; :meth:`observe` takes a commit (``details``: request
 id -> ``(bucket, gain, emitted)``) or a measured time (``timings``: ``model`` drafting seconds of
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 from ..estimate.calibration import RunningMean
-from .base import BatchView, Decision, Outcome
+from .interface import BatchView, Decision, Outcome
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Callable, Hashable, Sequence
 from ..tree import DraftTree
 from ..estimate.calibration import RequestCalibration, RunningMean, ScoreCalibration
 from ..estimate.verify_cost import VerifyCostModel
-from .base import BatchView, Decision, Outcome
+from .interface import BatchView, Decision, Outcome
 
 
 @dataclass
@@ -245,7 +245,7 @@ class Ticket:
 class DraftSizer:
     """The decoder's draft-sizing policy: how many nodes to ask for, and which of them to verify.
 
-    A :class:`~specdec.control.base.DraftController` in tree nodes: :meth:`decide` gives each
+    A :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` gives each
     request the nodes to ask of the proposer, :meth:`size` then keeps the nodes of each draft whose
     expected acceptance pays for their verify time (the tree unit's floor), and :meth:`observe`
     learns from the step (``Outcome.details``: request id -> ``(ticket, accepted path)``;

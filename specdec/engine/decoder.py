@@ -38,7 +38,7 @@ from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
-from ..control.base import BatchView, Outcome
+from ..control.interface import BatchView, Outcome
 from ..control.sizer import DraftSizer, Ticket, cap_depth, check_draft
 from ..estimate.verify_cost import VerifyCostModel
 

@@ -19,7 +19,7 @@ from ..plan.memory import ProposerMemory, kv_bytes_per_token
 from ..plan.workload import WorkloadItem, items_from
 from ..prompts import encode_first_turn, read_prompt_records
 from ..proposers.registry import make_proposer
-from .replay import measure_by_replay
+from .greedy_replay import measure_by_replay
 
 
 def default_workload_path() -> Path:

@@ -1,6 +1,6 @@
 """Speculation policies: per step, the draft budget for the running batch.
 
-Each policy is a :class:`~specdec.control.base.DraftController` with a report name. A policy is
+Each policy is a :class:`~specdec.control.interface.DraftController` with a report name. A policy is
 stateful across one run (a gate remembers whether it is on), so the simulator calls ``reset()``
 before each run. Per-request opt-out is applied on top of any policy by the caller:
 an opted-out request gets budget 0 whatever the policy says.
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 
-from ..control.base import BatchView, Decision, FixedBudget, Outcome
+from ..control.interface import BatchView, Decision, FixedBudget, Outcome
 from ..control.load_gate import BudgetOptimizer, LoadGate
 
 
 class Policy:
-    """A :class:`~specdec.control.base.DraftController` the simulator runs, with the name its reports
+    """A :class:`~specdec.control.interface.DraftController` the simulator runs, with the name its reports
     show. ``uses_proposer``: False when the proposer is not loaded at all (its memory is free for KV);
     ``switches``: how often it turned speculation on or off."""
 

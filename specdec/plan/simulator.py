@@ -42,7 +42,7 @@ import numpy as np
 from ..estimate.acceptance import AcceptanceDist
 from ..estimate.step_cost import StepCostModel
 from .goodput import RequestRecord
-from ..control.base import BatchView, Outcome
+from ..control.interface import BatchView, Outcome
 from .policies import Policy
 from .workload import SimRequest
 

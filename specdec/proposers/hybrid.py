@@ -43,7 +43,7 @@ from ..checks import normalize_budgets
 from ..estimate.calibration import ScoreCalibration
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
-from ..control.base import BatchView, Outcome
+from ..control.interface import BatchView, Outcome
 from ..control.model_gate import ModelGate
 
 

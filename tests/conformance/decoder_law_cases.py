@@ -1,7 +1,7 @@
 """Scenarios of the end-to-end decoder law test: one per proposer family, sampling setting and mutant.
 
-``tests/conformance/test_decoder_law.py`` runs them; ``python tests/conformance/decoder_law_cases.py`` prints the tables of
-docs/exactness.md: every case and mutant with its p-values; ``--old`` runs the mutants against the
+``tests/conformance/test_decoder_law.py`` runs them; ``python tests/conformance/decoder_law_cases.py``
+prints the tables of docs/exactness.md: every case and mutant with its p-values; ``--old`` runs the mutants against the
 old, nearly bigram ``specdec.models.tiny_model`` instead; ``--power`` runs every mutant on every
 exact case (the power of each case's own test).
 

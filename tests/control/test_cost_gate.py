@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.control.base import BatchView, Outcome
+from specdec.control.interface import BatchView, Outcome
 from specdec.control.cost_gate import CostGate
 
 K = 4

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from specdec.control.base import BatchView, Outcome
+from specdec.control.interface import BatchView, Outcome
 from plan_fixtures import good_acceptance, gpu_like_cost, zero_acceptance
 
 from specdec.control.load_gate import BudgetOptimizer, LoadGate

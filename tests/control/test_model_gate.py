@@ -4,7 +4,7 @@ time is worth, and still drafts where it adds tokens (and now and then where it 
 import pytest
 from hybrid_fixtures import FixedDraft
 
-from specdec.control.base import BatchView, Outcome
+from specdec.control.interface import BatchView, Outcome
 from specdec.control.model_gate import ModelGate
 from specdec.proposers.hybrid import HybridProposer
 

@@ -5,7 +5,7 @@ import pytest
 
 from specdec import DraftTree, ReplayProposer
 from specdec.estimate.acceptance import AcceptanceDist, from_histogram
-from specdec.measure.replay import greedy_accepted, measure_by_replay
+from specdec.measure.greedy_replay import greedy_accepted, measure_by_replay
 
 
 def test_truncation_to_smaller_budget_moves_tail_mass_to_the_cap():
@@ -113,7 +113,7 @@ class _HiddenOracle:
 def test_replay_with_hidden_commits_the_decoders_rows():
     import torch
 
-    from specdec.measure.replay import replay_with_hidden
+    from specdec.measure.greedy_replay import replay_with_hidden
 
     tokens = list(range(10, 22))  # 4 prompt tokens + 8 continuation tokens
     hidden = torch.arange(len(tokens), dtype=torch.float32).unsqueeze(1).repeat(1, 3)

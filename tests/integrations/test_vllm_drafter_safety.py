@@ -17,7 +17,7 @@ from specdec import SuffixProposer
 from specdec.integrations.rows import NEW, RESUMED
 from specdec.integrations.vllm.drafter import PROMPT_EMBEDS_REFUSED, SuffixDrafter
 from specdec.integrations.vllm.gate import GatedDrafting
-from specdec.control.base import BatchView, Outcome
+from specdec.control.interface import BatchView, Outcome
 from specdec.control.cost_gate import CostGate
 
 from vllm_fake import FakeEngine

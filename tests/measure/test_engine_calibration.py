@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specdec.estimate.step_cost import StepCostModel, features
-from specdec.measure.engine_calibration import acceptance_from_counters, decode_sample, together_gaps
+from specdec.plan.vllm.engine_trace import acceptance_from_counters, decode_sample, together_gaps
 from specdec.plan.simulator import _Sampler
 
 
@@ -87,7 +87,7 @@ def test_acceptance_from_counters_refuses_inconsistent_counters(args, match):
 
 def fake_packed_engine(arrivals, prompt_lens, output_len, cost, jitter, rng):
     """A packed engine (prefill rides in decode steps, no drafts) seen from the client: Streams."""
-    from specdec.measure.engine_calibration import Stream
+    from specdec.plan.vllm.engine_trace import Stream
 
     t, nxt, running, chunks = 0.0, 0, [], [[] for _ in arrivals]
     while nxt < len(arrivals) or running:
@@ -106,7 +106,7 @@ def fake_packed_engine(arrivals, prompt_lens, output_len, cost, jitter, rng):
 
 
 def test_steps_rebuilt_from_client_streams_recover_the_engine_cost():
-    from specdec.measure.engine_calibration import cluster_steps, trace_samples
+    from specdec.plan.vllm.engine_trace import cluster_steps, trace_samples
 
     truth = StepCostModel(np.array([0.030, 0.002, 0.0015, 0.0, 0.0, 0.020]))
     rng = np.random.default_rng(3)
@@ -126,7 +126,7 @@ def test_steps_rebuilt_from_client_streams_recover_the_engine_cost():
 
 
 def test_cluster_steps_never_puts_two_chunks_of_one_request_in_a_step():
-    from specdec.measure.engine_calibration import Stream, cluster_steps
+    from specdec.plan.vllm.engine_trace import Stream, cluster_steps
 
     # a client that fell behind read request 0's chunks 5 ms apart; request 1's chunk came with the first
     s = [Stream(0.0, 10, [0.100, 0.105, 0.110]), Stream(0.0, 10, [0.101])]
@@ -137,7 +137,7 @@ def test_cluster_steps_never_puts_two_chunks_of_one_request_in_a_step():
 
 
 def test_trace_samples_charge_drafting_rows_by_share_and_length():
-    from specdec.measure.engine_calibration import Stream, trace_samples
+    from specdec.plan.vllm.engine_trace import Stream, trace_samples
 
     # two requests decoding together for three steps of 0.1 s
     a = Stream(0.0, 50, [0.2, 0.3, 0.4, 0.5])
@@ -153,7 +153,7 @@ def test_trace_samples_charge_drafting_rows_by_share_and_length():
 
 
 def test_a_client_read_delay_is_dropped_not_fitted():
-    from specdec.measure.engine_calibration import Stream, trace_samples
+    from specdec.plan.vllm.engine_trace import Stream, trace_samples
 
     # steps every 0.1 s; the client read the step at 0.5 s only at 0.59 s, 10 ms before the next
     times = [0.1, 0.2, 0.3, 0.4, 0.59, 0.6, 0.7, 0.8]
@@ -165,7 +165,7 @@ def test_a_client_read_delay_is_dropped_not_fitted():
 
 def test_trace_inputs_and_packed_weights_are_refused_with_the_reason():
     from specdec.estimate.step_cost import packed_features
-    from specdec.measure.engine_calibration import Stream, trace_samples
+    from specdec.plan.vllm.engine_trace import Stream, trace_samples
 
     with pytest.raises(ValueError, match="one weight >= 0 per piece"):
         packed_features([(1, 10), (2, 10)], [1.0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .caller import generate_arguments
-from .loop import Options, decode
+from .decode_loop import Options, decode
 
 
 def generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping_criteria=None,
@@ -29,7 +29,7 @@ def generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping
         model, input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs:
             what ``generate`` passes (``input_ids [B, T]``, left-padded).
         proposer, decoder, target_tokenizer, cost_model, budget, max_budget, generator, allow_mismatch:
-            specdec's options (:class:`~specdec.integrations.hf.loop.Options`).
+            specdec's options (:class:`~specdec.integrations.hf.decode_loop.Options`).
 
     ``streamer=``, ``assistant_model=`` and ``synced_gpus=`` are honoured although transformers does
     not pass them to a callable (:mod:`~specdec.integrations.hf.caller` reads them from the ``generate``

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from .caller import CallerArguments
-from .loop import OPTION_NAMES, Options, decode
+from .decode_loop import OPTION_NAMES, Options, decode
 
 
 def generate_from_folder(model, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,

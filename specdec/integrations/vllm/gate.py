@@ -23,7 +23,7 @@ import logging
 import time
 
 
-from ...control.base import BatchView, Capped, Decision, Outcome
+from ...control.interface import BatchView, Capped, Decision, Outcome
 from ...control.cost_gate import CostGate
 from ...control.load_gate import LoadGate
 

@@ -7,7 +7,7 @@ proposer="suffix")`` runs this file; so does a checkpoint folder holding a copy 
 arguments arrive in ``args``). It needs specdec installed.
 """
 
-from specdec.integrations.hf.folder import generate_from_folder
+from ..folder import generate_from_folder
 
 
 def generate(*args, model, **kwargs):

@@ -29,8 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..estimate.acceptance import AcceptanceDist
-from ..estimate.step_cost import Sample, StepSample, packed_features
+from ...estimate.acceptance import AcceptanceDist
+from ...estimate.step_cost import Sample, StepSample, packed_features
 
 
 def together_gaps(chunk_times: Sequence[Sequence[float]]) -> list[float]:
