@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..checks import as_token_list
-from ..proposers.base import ScoredProposer
+from ..proposers.base import SamplingAwareProposer, ScoredProposer, SizeObserver
 from ..sampling.params import SamplingParams
 from ..sampling.processors import GenerationSettings, RowProcessors
 from ..sampling.rejection import accept_step
@@ -74,6 +74,7 @@ class _Request:
     processors: RowProcessors | None = None  # the generation config's logits processors, if any
     sequence: list[int] = field(default_factory=list)  # prompt + emitted tokens (what processors read)
     begun: bool = False  # the proposer holds state for it (closed on every exit)
+    tenant: Hashable | None = None  # the isolation domain of the proposer's shared state (Proposer.begin)
 
 
 class SpeculativeDecoder:
@@ -125,22 +126,22 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------ public API
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
                  *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
-                 req_id: Hashable | None = None) -> GenerationResult:
+                 req_id: Hashable | None = None, tenant: Hashable | None = None) -> GenerationResult:
         """Decode one prompt; ``sampling`` None decodes as the generation config says (greedy unless it
         sets ``do_sample``), temperature 0 is greedy."""
         ids = None if req_id is None else [req_id]
         return self.generate_batch([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens,
-                                   generator=generator, req_ids=ids)[0]
+                                   generator=generator, req_ids=ids, tenants=[tenant])[0]
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64,
                        sampling: SamplingParams | None = None, *, stop_tokens: int | Sequence[int] | None = None,
-                       generator: torch.Generator | None = None,
-                       req_ids: Sequence[Hashable] | None = None) -> list[GenerationResult]:
+                       generator: torch.Generator | None = None, req_ids: Sequence[Hashable] | None = None,
+                       tenants: Sequence[Hashable | None] | None = None) -> list[GenerationResult]:
         """Decode a batch of prompts together (ragged progress); results in prompt order."""
         tokens: list[list[int]] = [[] for _ in prompts]
         results: list[GenerationResult | None] = [None] * len(prompts)
         for ev in self.run(prompts, max_new_tokens, sampling, stop_tokens=stop_tokens, generator=generator,
-                           req_ids=req_ids):
+                           req_ids=req_ids, tenants=tenants):
             tokens[ev.index].extend(ev.tokens)
             if ev.finished:
                 results[ev.index] = GenerationResult(tokens[ev.index], ev.finish_reason, ev.metrics)
@@ -148,11 +149,11 @@ class SpeculativeDecoder:
 
     def stream(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
                *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
-               req_id: Hashable | None = None) -> Iterator[StepEvent]:
+               req_id: Hashable | None = None, tenant: Hashable | None = None) -> Iterator[StepEvent]:
         """Yield one :class:`StepEvent` per step for a single prompt (the last has ``finished=True``)."""
         ids = None if req_id is None else [req_id]
         yield from self.run([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens, generator=generator,
-                            req_ids=ids)
+                            req_ids=ids, tenants=[tenant])
 
     def ensure_cost_model(self) -> VerifyCostModel:
         """The verify cost model, measured now (a few seconds) if none was given.
@@ -169,16 +170,18 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------ the loop
     def run(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
             *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
-            req_ids: Sequence[Hashable] | None = None,
+            req_ids: Sequence[Hashable] | None = None, tenants: Sequence[Hashable | None] | None = None,
             processors: Sequence[RowProcessors | None] | None = None) -> Iterator[StepEvent]:
         """The propose -> verify -> accept -> commit loop; yields every request's tokens per step.
 
-        ``req_ids`` name the requests for the proposer (default: fresh unique ids). ``processors``:
+        ``req_ids`` name the requests for the proposer (default: fresh unique ids); ``tenants`` their
+        isolation domains for state a proposer shares across requests (default: one for all; the
+        suffix proposer's global cache is partitioned by it). ``processors``:
         one :class:`~specdec.sampling.processors.RowProcessors` (or None) per prompt, applied to every
         verify row of that request *instead of* the generation config's, for a caller that prepared
         its own (``specdec.integrations.hf`` passes the processors ``model.generate`` built).
         """
-        reqs = self._admit(prompts, req_ids, processors)
+        reqs = self._admit(prompts, req_ids, processors, tenants)
         limit, sampling, stops = _check_limit(max_new_tokens), self._sampling(sampling), self._stop_tokens(stop_tokens)
         self.target.check_room([len(r.prompt) for r in reqs], limit)
         speculate = self.proposer is not None and self.max_budget > 0
@@ -224,7 +227,7 @@ class SpeculativeDecoder:
                     self._end(r)
 
     # ------------------------------------------------------------------ steps
-    def _admit(self, prompts, req_ids, processors=None) -> list[_Request]:
+    def _admit(self, prompts, req_ids, processors=None, tenants=None) -> list[_Request]:
         """One :class:`_Request` per prompt, every prompt and id checked before any model work."""
         prompts = [_check_prompt(p, i, self.target.vocab_size) for i, p in enumerate(prompts)]
         if not prompts:
@@ -237,9 +240,13 @@ class SpeculativeDecoder:
             processors = [self.generation.for_request(len(p)) for p in prompts]
         elif len(processors) != len(prompts):
             raise ValueError(f"processors must hold one entry per prompt ({len(prompts)}), got {len(processors)}")
+        if tenants is None:
+            tenants = [None] * len(prompts)
+        elif len(tenants) != len(prompts):
+            raise ValueError(f"tenants must hold one entry per prompt ({len(prompts)}), got {len(tenants)}")
         return [
-            _Request(i, req_id, p, RequestMetrics(), procs, list(p))
-            for i, (p, req_id, procs) in enumerate(zip(prompts, req_ids, processors))
+            _Request(i, req_id, p, RequestMetrics(), procs, list(p), tenant=tenant)
+            for i, (p, req_id, procs, tenant) in enumerate(zip(prompts, req_ids, processors, tenants))
         ]
 
     def _begin(self, r: _Request, hidden: torch.Tensor, sampling: SamplingParams | None) -> None:
@@ -247,11 +254,11 @@ class SpeculativeDecoder:
         sampling for proposers that declare they read them."""
         extra = (
             {"sampling": sampling or SamplingParams(temperature=0)}
-            if getattr(self.proposer, "accepts_sampling", False)
+            if isinstance(self.proposer, SamplingAwareProposer) and self.proposer.accepts_sampling
             else {}
         )
         h = hidden if self.proposer.requires_target_hidden else None
-        self.proposer.begin(r.req_id, r.prompt, target_hidden=h, **extra)
+        self.proposer.begin(r.req_id, r.prompt, tenant=r.tenant, target_hidden=h, **extra)
         r.begun = True
 
     def _commit(self, r: _Request, ev: StepEvent, hidden, speculate: bool) -> None:
@@ -274,7 +281,8 @@ class SpeculativeDecoder:
 
         A proposer offering ``propose_scored`` (:class:`~specdec.proposers.base.ScoredProposer`)
         gives each node's acceptance estimate, which the sizer calibrates per source and request
-        (and is shown the sized tree and the cost curve when it defines ``observe_sized``);
+        (and is shown the sized tree and the cost curve when it is a
+        :class:`~specdec.proposers.base.SizeObserver`);
         otherwise the sizer uses its per-depth acceptance rates for the proposer. Nodes deeper than
         the tokens a request has left (minus the target's own token) could never be emitted: they
         are not verified, and a request with one token left is not drafted for.
@@ -291,7 +299,7 @@ class SpeculativeDecoder:
         if len(drafts) != len(ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(ids)} requests")
         sized = []
-        observe = getattr(self.proposer, "observe_sized", None)
+        observe = self.proposer.observe_sized if isinstance(self.proposer, SizeObserver) else None
         for req_id, b, d, (tree, probs, source) in zip(ids, budgets, depth, drafts):
             check_draft(tree, probs, b)
             tree, keep = cap_depth(tree, d)

@@ -10,9 +10,10 @@ A proposer serves many requests at once, each identified by a hashable ``req_id`
   across requests (a proposer must never draft one tenant's request from another tenant's data
   unless explicitly configured to). ``target_hidden`` (``[len(prompt_ids), H]``, only passed when
   ``requires_target_hidden`` is True) holds the target's final hidden state at each prompt position.
-  A proposer that sets ``accepts_sampling = True`` also gets ``sampling``: the request's own
-  :class:`~specdec.sampling.SamplingParams` (temperature 0 for greedy), so sampled drafts can follow
-  the distribution the target is verified against (the output law is exact either way).
+  A :class:`SamplingAwareProposer` (``accepts_sampling = True``) also gets ``sampling``: the
+  request's own :class:`~specdec.sampling.SamplingParams` (temperature 0 for greedy), so sampled
+  drafts can follow the distribution the target is verified against (the output law is exact
+  either way).
 * ``propose(req_ids, budget)`` returns one :class:`~specdec.DraftTree` per request, with at most
   ``budget`` nodes (an int for all, or one per request). It may return an empty tree when drafting
   is not worth it. ``propose`` may run speculative computation (a drafter's forward over drafted
@@ -96,12 +97,26 @@ class ScoredProposer(Proposer, Protocol):
     ``propose``). The decoder prefers it: calibrated per-node estimates let its cost model keep
     exactly the nodes that pay for their verify time (:mod:`specdec.control.sizer`).
 
-    Optionally it also defines ``observe_sized(req_id, tree, cost)``, which the decoder calls after
-    sizing each request's draft, before the verify: ``tree`` is the part of the draft it will verify
-    (a :class:`DraftTree`, parents first), ``cost`` its verify-cost curve
-    (:class:`~specdec.estimate.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
-    whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
-    verify of that part costs, which only the decoder's sizing knows.
+    A :class:`SizeObserver` is also shown what the decoder kept of each draft.
     """
 
     def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]: ...
+
+
+@runtime_checkable
+class SamplingAwareProposer(Proposer, Protocol):
+    """A proposer whose ``begin`` takes ``sampling=`` (the request's SamplingParams) when
+    ``accepts_sampling`` is True: a draft model sampling at the request's temperature."""
+
+    accepts_sampling: bool
+
+
+@runtime_checkable
+class SizeObserver(Protocol):
+    """A proposer the decoder shows, after sizing each request's draft and before the verify, the
+    part it will verify (``tree``, parents first) and its verify-cost curve (``cost``, a
+    :class:`~specdec.estimate.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
+    whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
+    verify of that part costs, which only the decoder's sizing knows."""
+
+    def observe_sized(self, req_id: Hashable, tree: DraftTree, cost) -> None: ...

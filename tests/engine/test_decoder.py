@@ -91,6 +91,26 @@ def test_suffix_proposer_is_exact(model, reference):
     assert sum(r.metrics.drafted for r in results) > 0
 
 
+def test_each_requests_tenant_reaches_the_proposer(model, reference):
+    """The Proposer protocol's isolation domain: the decoder passes each request's tenant to begin, so
+    the suffix proposer's global cache partitions by it (a default of one shared tenant otherwise)."""
+    seen = {}
+
+    class Recording(SuffixProposer):
+        def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None):
+            seen[req_id] = tenant
+            super().begin(req_id, prompt_ids, tenant=tenant, target_hidden=target_hidden)
+
+    prop = Recording(64, min_match_len=1, min_prob=0.0)
+    dec = SpeculativeDecoder(model, prop, max_budget=16, cost_model=cheap_cost())
+    dec.generate_batch(PROMPTS[:2], 4, stop_tokens=(), req_ids=["a", "b"], tenants=["t1", "t2"])
+    dec.generate(PROMPTS[0], 4, stop_tokens=(), req_id="c")
+    assert seen == {"a": "t1", "b": "t2", "c": None}
+    assert prop.global_stats("t1")["documents"] == prop.global_stats("t2")["documents"] == 1
+    with pytest.raises(ValueError, match="tenants must hold one entry per prompt"):
+        dec.generate_batch(PROMPTS[:2], 4, tenants=["t1"])
+
+
 def test_stop_tokens_and_max_new_tokens(model, reference):
     dec = SpeculativeDecoder(model, ReplayProposer({0: reference[0]}), max_budget=8, budget=8)
     stop = reference[0][6]
