@@ -56,8 +56,7 @@ def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int 
         ValueError: a tensor that is not 1-D, a negative id, or an id ``>= vocab_size``.
     """
     if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
+        _check_integer_tensor(ids, what)
         if ids.dim() != 1:
             raise ValueError(f"{what} must be a 1-D tensor, got shape {tuple(ids.shape)}")
         out = ids.tolist()
@@ -72,6 +71,40 @@ def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int 
     if vocab_size is not None and out and max(out) >= vocab_size:
         raise ValueError(f"{what} contains token id {max(out)}, outside the vocabulary [0, {vocab_size})")
     return out
+
+
+def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
+    """Token ids as a 1-D contiguous int32 numpy array, validated against ``[0, vocab_size)``.
+
+    Accepts a sequence of ints, an integer numpy array or an integer torch tensor (CPU).
+
+    Raises:
+        TypeError: floating-point / boolean / non-integer input.
+        ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
+    """
+    if isinstance(ids, torch.Tensor):
+        _check_integer_tensor(ids, what)
+        arr = ids.detach().cpu().numpy()
+    else:
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got shape {tuple(arr.shape)}")
+    if arr.size:
+        # Python's min/max are cheaper than numpy reductions on the few ids of a commit.
+        lo, hi = (min(ids), max(ids)) if isinstance(ids, list) else (int(arr.min()), int(arr.max()))
+        if lo < 0 or hi >= vocab_size:
+            bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
+            raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _check_integer_tensor(ids: torch.Tensor, what: str) -> None:
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
 
 
 def prob_tolerance(dtype: torch.dtype) -> float:

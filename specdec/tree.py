@@ -238,23 +238,18 @@ class DraftTree:
     def max_depth(self) -> int:
         return max(self.depth_list, default=0)
 
-    def cut(self, max_depth: int) -> "DraftTree":
-        """The nodes at depth ``<= max_depth``, in their order (``self`` when none is deeper).
+    def cut(self, max_depth: int) -> tuple["DraftTree", list[int] | None]:
+        """``(the nodes at depth <= max_depth, their indices in self)``; ``(self, None)`` when none is deeper.
 
         The kept set is closed under parents, and which nodes go depends only on their depth, never
-        on their tokens, so a cut sampled tree is what a proposer drafting fewer levels would have
-        drawn: exactness is kept (used where the model runs out of positions).
+        on their tokens (whole levels go), so a cut sampled tree is what a proposer drafting fewer
+        levels would have drawn: exactness is kept. The one rule for every depth limit: the model's
+        last position (``HFTarget.fit_positions``) and the tokens a request has left (the decoder).
         """
         if max_depth >= self.max_depth:
-            return self
+            return self, None
         keep = [i for i, d in enumerate(self.depth_list) if d <= max_depth]
-        new_index = {old: new for new, old in enumerate(keep)}
-        parents = torch.tensor([new_index.get(self.parent_list[i], -1) for i in keep], dtype=torch.int32,
-                               device=self.device)
-        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-        probs = None if self.draft_probs is None else self.draft_probs[idx]
-        return DraftTree.trusted(self.tokens[idx], parents, self.deterministic[idx], probs,
-                                 vocab_size=self.vocab_size)
+        return self.select(keep), keep
 
     @functools.cached_property
     def position_offsets(self) -> torch.Tensor:

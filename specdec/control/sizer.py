@@ -129,16 +129,6 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
     return tree.select(top_nodes(path_probs, k))
 
 
-def cap_depth(tree: DraftTree, depth: int) -> tuple[DraftTree, list[int] | None]:
-    """``(tree without the nodes deeper than depth, kept node indices)``, or ``(tree, None)`` when
-    none is deeper. Exact for sampled trees too: every kept node keeps all its sampled siblings
-    (whole levels go), and the token after the deepest kept level is the target's own."""
-    if tree.max_depth <= depth:
-        return tree, None
-    keep = [i for i, d in enumerate(tree.depth_list) if d <= depth]
-    return tree.select(keep), keep
-
-
 @dataclass
 class DraftOverhead:
     """Seconds a decoding step spends outside the verify forward only because it drafted.

@@ -39,7 +39,7 @@ from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
 from ..control.interface import BatchView, Outcome
-from ..control.sizer import DraftSizer, Ticket, cap_depth, check_draft
+from ..control.sizer import DraftSizer, Ticket, check_draft
 from ..estimate.verify_cost import VerifyCostModel
 
 
@@ -302,7 +302,7 @@ class SpeculativeDecoder:
         observe = self.proposer.observe_sized if isinstance(self.proposer, SizeObserver) else None
         for req_id, b, d, (tree, probs, source) in zip(ids, budgets, depth, drafts):
             check_draft(tree, probs, b)
-            tree, keep = cap_depth(tree, d)
+            tree, keep = tree.cut(d)
             probs = probs if keep is None or probs is None else [probs[i] for i in keep]
             sized.append(self.sizer.size(req_id, tree, probs, source))
             if observe is not None and probs is not None and self.sizer.live_cost is not None:

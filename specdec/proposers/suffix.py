@@ -40,41 +40,11 @@ from ..prompts import read_jsonl
 from .suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
-from ..checks import normalize_budgets
+from ..checks import as_token_array, normalize_budgets
 
 _MIN_CACHE_BYTES = 64 * 1024
 _DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds
 _MAX_BYTES_PER_TOKEN = 256  # generous bound on automaton + document bytes per indexed token
-
-
-def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
-    """Token ids as a 1-D contiguous int32 numpy array, validated against ``[0, vocab_size)``.
-
-    Accepts a sequence of ints, an integer numpy array or an integer torch tensor (CPU).
-
-    Raises:
-        TypeError: floating-point / boolean / non-integer input.
-        ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
-    """
-    if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
-        arr = ids.detach().cpu().numpy()
-    else:
-        arr = np.asarray(ids)
-        if arr.size == 0:
-            arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got shape {tuple(arr.shape)}")
-    if arr.size:
-        # Python's min/max are cheaper than numpy reductions on the few ids of a commit.
-        lo, hi = (min(ids), max(ids)) if isinstance(ids, list) else (int(arr.min()), int(arr.max()))
-        if lo < 0 or hi >= vocab_size:
-            bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
-            raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
-    return np.ascontiguousarray(arr, dtype=np.int32)
 
 
 def read_documents(path: str) -> list[list[int]]:

@@ -274,7 +274,7 @@ class HFTarget:
         """``trees`` cut to the depth each request's remaining positions allow (:meth:`DraftTree.cut`):
         a draft never reaches past the model's last position."""
         left = self.positions_left(state)
-        return list(trees) if left is None else [t.cut(max(d, 0)) for t, d in zip(trees, left)]
+        return list(trees) if left is None else [t.cut(max(d, 0))[0] for t, d in zip(trees, left)]
 
     def check_room(self, prompt_lens: Sequence[int], max_new_tokens: int) -> None:
         """Refuse, before any model work, a request whose prompt plus ``max_new_tokens`` needs more

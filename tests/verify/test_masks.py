@@ -79,7 +79,8 @@ def test_verify_refuses_a_tree_past_the_last_position_and_fit_cuts_it(model):
 def test_cut_keeps_parents_and_draft_rows():
     probs = torch.softmax(torch.randn(5, 16), -1)
     tree = DraftTree(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([-1, 0, 1, -1, 3]), probs)
-    cut = tree.cut(1)
+    cut, kept = tree.cut(1)
     assert cut.tokens.tolist() == [1, 4] and cut.parents.tolist() == [-1, -1]
     torch.testing.assert_close(cut.draft_probs, probs[[0, 3]])
-    assert tree.cut(3) is tree and tree.cut(0).num_nodes == 0
+    assert kept == [0, 3] and tree.cut(3)[0] is tree and tree.cut(3)[1] is None
+    assert tree.cut(0)[0].num_nodes == 0 and tree.cut(0)[1] == []
