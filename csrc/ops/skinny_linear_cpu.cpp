@@ -29,7 +29,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops/cpu_multiversion.h"
+#include "kernels/cpu/multiversion.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SPECDEC_X86_DISPATCH 1

@@ -18,7 +18,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/cpu_multiversion.h"
+#include "kernels/cpu/multiversion.h"
 #include "ops/tree_attention_checks.h"
 
 namespace specdec {

@@ -1,4 +1,5 @@
-// pybind11 bindings for the suffix automaton: class SuffixAutomaton and build_suffix_draft().
+// pybind11 bindings of the suffix automaton (csrc/suffix/): classes SuffixAutomaton and
+// MatchCalibration, build_suffix_draft(), and (through bind_rows) the engine-row classes.
 //
 // Token arrays are read in place (zero-copy) from any 1-D C-contiguous int32 buffer: numpy arrays
 // directly, CPU torch tensors through Tensor.numpy() (a view). Anything else is refused with a
@@ -12,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "bindings/to_numpy.h"
 #include "suffix/draft_tree.h"
 #include "suffix/suffix_automaton.h"
-#include "suffix/to_numpy.h"
 
 namespace py = pybind11;
-using specdec::suffix::to_numpy;
+using specdec::bindings::to_numpy;
 using specdec::suffix::Draft;
 using specdec::suffix::DraftParams;
 using specdec::suffix::DraftSource;
@@ -162,7 +163,7 @@ void bind_calibration(py::module_& m) {
 
 namespace specdec {
 
-void bind_rows(py::module_& m);  // csrc/suffix/bind_rows.cpp
+void bind_rows(py::module_& m);  // csrc/bindings/rows.cpp
 
 void bind_suffix(py::module_& m) {
   bind_calibration(m);

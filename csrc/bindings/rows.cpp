@@ -13,10 +13,10 @@
 
 #include "suffix/row_batch.h"
 #include "suffix/row_tracker.h"
-#include "suffix/to_numpy.h"
+#include "bindings/to_numpy.h"
 
 namespace py = pybind11;
-using specdec::suffix::to_numpy;
+using specdec::bindings::to_numpy;
 using specdec::suffix::DraftParams;
 using specdec::suffix::RowBatchParams;
 using specdec::suffix::RowTracker;

@@ -1,4 +1,4 @@
-// A std::vector copied into a new 1-D numpy array, for the suffix bindings (bind_suffix.cpp, bind_rows.cpp).
+// A std::vector copied into a new 1-D numpy array, for the suffix bindings (suffix.cpp, rows.cpp).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace specdec::suffix {
+namespace specdec::bindings {
 
 template <class T>
 pybind11::array_t<T> to_numpy(const std::vector<T>& v) {
@@ -15,4 +15,4 @@ pybind11::array_t<T> to_numpy(const std::vector<T>& v) {
   return a;
 }
 
-}  // namespace specdec::suffix
+}  // namespace specdec::bindings
