@@ -1,10 +1,12 @@
-// Declares the specdec operator library: the schema of every tensor op in torch.ops.specdec.
+// The specdec operator library: the schema of every tensor op in torch.ops.specdec and the ATen
+// launcher (csrc/ops/) that runs it on each device.
 //
 // This is the only TORCH_LIBRARY(specdec, ...) block in the extension (a namespace may be defined
-// once); other files add kernels with TORCH_LIBRARY_IMPL and other ops with TORCH_LIBRARY_FRAGMENT.
-// The fake (shape-only) implementations used by torch.compile live in Python, in the module named by
-// set_python_module, which torch imports on demand.
+// once). The fake (shape-only) implementations used by torch.compile live in Python, in the module
+// named by set_python_module, which torch imports on demand.
 #include <torch/library.h>
+
+#include "ops/launchers.h"
 
 TORCH_LIBRARY(specdec, m) {
   m.set_python_module("specdec.ops.fakes");
@@ -19,3 +21,14 @@ TORCH_LIBRARY(specdec, m) {
   // Semantics: specdec/ops/skinny_linear.py (skinny_linear_reference).
   m.def("skinny_linear(Tensor x, Tensor weight, Tensor? bias=None, str half_path=\"auto\") -> Tensor");
 }
+
+TORCH_LIBRARY_IMPL(specdec, CPU, m) {
+  m.impl("tree_attention", &specdec::tree_attention_cpu);  // csrc/ops/tree_attention_cpu.cpp
+  m.impl("skinny_linear", &specdec::skinny_linear_cpu);    // csrc/ops/skinny_linear_cpu.cpp
+}
+
+#ifdef SPECDEC_WITH_CUDA
+TORCH_LIBRARY_IMPL(specdec, CUDA, m) {
+  m.impl("tree_attention", &specdec::tree_attention_cuda);  // csrc/ops/tree_attention_cuda.cpp
+}
+#endif

@@ -8,7 +8,7 @@ Why: a verify step feeds ``1 + tree size`` rows per request through every linear
 target, and on a CPU the layer weights stream from DRAM, so that step should cost what a one-row
 decode step costs. BLAS small-M GEMM paths do not get there (2-9 rows cost 1.2-1.5x one row in a
 real forward, see ``benchmarks/bench_skinny_linear.py``); the compiled kernel
-(``csrc/ops/skinny_linear_cpu.cpp``) reads each weight row once for all rows. Results equal the
+(``csrc/kernels/cpu/skinny_linear.cpp``) reads each weight row once for all rows. Results equal the
 reference up to floating-point summation order (fixed, independent of the thread count).
 
 A float16 weight is widened to float32 as the kernel loads it and then takes the float32 path's

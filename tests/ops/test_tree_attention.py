@@ -103,6 +103,31 @@ def test_strided_views_and_scale():
     _check_against_float64(out, q, k, v, mask, prefix, scale=0.2)
 
 
+@needs_ext
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cpu_op_widens_and_narrows_half_types_as_torch_does(dtype):
+    """The CPU kernel converts fp16/bf16 itself (torch-free). With q = 0 both visible keys weigh 1/2,
+    so every output is (v0 + v1) * 0.5 in float32, narrowed once: for v drawn from all bit patterns
+    of the type (subnormals, infinities, NaNs; means that are round-half-even ties), it must equal
+    torch's own conversions bit for bit (NaNs: NaN where torch's are)."""
+    gen = torch.Generator().manual_seed(0)
+    heads, dim = 16, 256
+    v = torch.randint(-(1 << 15), 1 << 15, (1, 2, heads, dim), generator=gen, dtype=torch.int16).view(dtype)
+    v[:, 1, : heads // 2] = v[:, 0, : heads // 2]  # half the heads: the mean is v itself, every pattern round-trips
+    q = torch.zeros(1, 1, heads, dim, dtype=dtype)
+    k = torch.zeros(1, 2, heads, dim, dtype=dtype)
+    mask = torch.ones(1, 1, 1, dtype=torch.int64)  # one node, its own bit; key 0 is the prefix
+    out = torch.ops.specdec.tree_attention(q, k, v, mask, torch.tensor([1], dtype=torch.int32))
+    mean = (v[:, 0].float() + v[:, 1].float()) * 0.5
+    want = mean.to(dtype)
+    nan = want.isnan()
+    assert torch.equal(out[:, 0].isnan(), nan)
+    assert torch.equal(out[:, 0][~nan].view(torch.int16), want[~nan].view(torch.int16))
+    # the data met subnormals and means that had to be rounded
+    assert bool((want.abs() < torch.finfo(dtype).tiny).logical_and(want != 0).any())
+    assert bool((want.float() != mean).logical_and(mean.isfinite()).any())
+
+
 def _bad_inputs():
     q, k, v, mask, prefix = make_case(2, 5, 4, 2, 64, [3, 1], torch.float32, chain=True)
     good = dict(q=q, k=k, v=v, tree_mask=mask, prefix_lens=prefix)
