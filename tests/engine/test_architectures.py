@@ -8,26 +8,21 @@ batches, with random trees of many shapes and with fully accepted chains (compac
 
 import pytest
 import torch
+from architecture_cases import CASES as BASE_CASES, WINDOW
 from helpers_proposers import RandomTreeProposer
 
 from specdec import DraftTree, ReplayProposer
 from specdec.engine.decoder import SpeculativeDecoder
-from specdec.models import TINY_MODEL_TYPES, clean_generate, tiny_model
+from specdec.models import clean_generate, tiny_model
 from specdec.verify.hf import HFTarget
 
 PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5, 6], [8, 9], [10, 11, 12, 10, 11]]
 NEW = 10
-WINDOW = 4  # small enough to bind: prompts + NEW reach position 18
 ATOL = 1e-4
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CASES = {name: (name, {}) for name in TINY_MODEL_TYPES}
+CASES = dict(BASE_CASES)
 CASES.update({
-    "mistral-window": ("mistral", {"sliding_window": WINDOW}),
-    "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1}),
-    "gemma2-window": ("gemma2", {"sliding_window": WINDOW}),
-    "gemma3-window": ("gemma3_text", {"sliding_window": WINDOW}),
-    "phi3-window": ("phi3", {"sliding_window": WINDOW}),
     "granite-scaled": ("granite", {"logits_scaling": 4.0, "embedding_multiplier": 2.0, "residual_multiplier": 0.5,
                                    "attention_multiplier": 0.3}),
     "gemma3-softcap": ("gemma3_text", {"final_logit_softcapping": 5.0, "sliding_window": WINDOW}),

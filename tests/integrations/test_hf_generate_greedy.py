@@ -1,6 +1,6 @@
 """Greedy output through ``custom_generate`` equals plain ``model.generate``, for every architecture of
 the tiny-model matrix (``specdec.models.TINY_MODEL_TYPES`` plus the sliding-window variants of
-``tests/engine/test_architectures.py``), one request at a time and as a left-padded batch.
+``tests/architecture_cases.py``), one request at a time and as a left-padded batch.
 
 The drafter is an oracle tree whose right answer is never the leading chain (root child 0 is wrong,
 root child 1 starts the reference), so nearly every step accepts a non-leading path and moves KV rows:
@@ -10,24 +10,16 @@ batch stops rows at an EOS id (ragged lengths, pad-filled), a third uses the ``s
 
 import pytest
 import torch
+from architecture_cases import CASES
 from hf_generate_helpers import OracleTreeProposer, left_pad
 
 from specdec.integrations.hf import generate
-from specdec.models import TINY_MODEL_TYPES, tiny_model
+from specdec.models import tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5, 6], [8, 9], [10, 11, 12, 10, 11]]
 NEW = 10
-WINDOW = 4
-CASES = {name: (name, {}) for name in TINY_MODEL_TYPES}
-CASES.update({
-    "mistral-window": ("mistral", {"sliding_window": WINDOW}),
-    "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1}),
-    "gemma2-window": ("gemma2", {"sliding_window": WINDOW}),
-    "gemma3-window": ("gemma3_text", {"sliding_window": WINDOW}),
-    "phi3-window": ("phi3", {"sliding_window": WINDOW}),
-})
 
 
 def _generate(model, ids, mask=None, **kwargs):
