@@ -1,11 +1,8 @@
 """``specdec train heads|eagle|draft``: self-distil the target, train a proposer, save a bound artifact.
 
-One command does the whole refit (the recurring cost trained heads carry on every checkpoint
-release): fingerprint the target, generate (or reuse cached) self-distillation data, train, and
-write ``weights.safetensors`` + ``manifest.json`` naming the target fingerprint, the data, the
-hyper-parameters, the held-out metrics and the wall time of each stage.
-
-Usable without the top-level CLI: ``python -m specdec.cli train heads ...``.
+The whole refit in one command: fingerprint the target, build (or reuse) self-distillation data, train,
+and write ``weights.safetensors`` + ``manifest.json`` (target fingerprint, data, hyper-parameters,
+held-out metrics, wall time per stage).
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """SpeculativeDecoder: the propose -> verify -> accept -> commit loop over a batch of requests.
 
-The whole loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py`` is the same loop for
-one request, without the batching). One step:
-
-1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.control.sizer.DraftSizer`
-   keeps the nodes worth their verify time.
-2. **verify**: one target forward over every request's pending token + tree (:class:`HFTarget`).
-3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection.accept_step`)
-   picks the accepted path and one bonus/recovery token; stop tokens and ``max_new_tokens`` cut it.
-4. **commit**: the target's KV cache keeps the accepted rows; the proposer and the sizer learn what
-   was accepted.
-
-Requests progress raggedly: each accepts its own number of tokens per step, and finished requests
-leave the batch (their cache rows are dropped). Without a proposer the same loop is plain
-decoding (empty trees), which is how the speed of the engine itself is measured.
-
-One decoder serves one thread at a time (its learned state is not synchronised): a second thread
-entering :meth:`run` while another is inside gets ``RuntimeError``. Decoders may share one model.
+The loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py``: one request, no batching).
+Requests progress raggedly and leave the batch when finished; without a proposer it is plain decoding.
+One thread at a time per decoder (``RuntimeError`` otherwise); decoders may share one model.
 """
 
 from __future__ import annotations
@@ -88,16 +74,13 @@ class SpeculativeDecoder:
             that many nodes, no cost model: for experiments and tests).
         cost_model: a measured :class:`VerifyCostModel`; calibrated on first use when None.
         calibration_prefix: prefix length for that calibration.
-        generation_config: the transformers ``GenerationConfig`` to reproduce (default: the
-            model's own). Its logits processors are honoured exactly, its sampling defaults apply to
-            calls without ``sampling``, anything else that changes outputs is refused by name
-            (:mod:`specdec.sampling.processors`); ``GenerationConfig()`` means library defaults.
-        adapt: let the sizer learn while decoding (acceptance calibrations, the live cost curve,
-            the drafting overhead; default True). The output law is exact either way, but what is
-            drafted, hence which random draws a seeded generator feeds, depends on that state and
-            on measured timings: for bit-reproducible runs give a ``cost_model`` (or an int
+        generation_config: the ``GenerationConfig`` to reproduce (default: the model's own): its
+            logits processors are honoured exactly, its sampling defaults apply without ``sampling``,
+            anything else that changes outputs is refused by name (:mod:`specdec.sampling.processors`).
+        adapt: let the sizer learn while decoding (calibrations, live cost curve, drafting overhead).
+            Exact either way; for bit-reproducible seeded runs give a ``cost_model`` (or int
             ``budget``), ``adapt=False`` and a proposer without cross-request learning or timing
-            (``SuffixProposer(freeze_global=True)``; ``HybridProposer(..., model_gate=None)``).
+            (``SuffixProposer(freeze_global=True)``, ``HybridProposer(..., model_gate=None)``).
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",
@@ -156,11 +139,8 @@ class SpeculativeDecoder:
                             req_ids=ids, tenants=[tenant])
 
     def ensure_cost_model(self) -> VerifyCostModel:
-        """The verify cost model, measured now (a few seconds) if none was given.
-
-        The sizer keeps its own copy (``live_cost``), which single-request steps refine with their
-        measured verify times; the given or calibrated model is never modified.
-        """
+        """The verify cost model, measured now (seconds) if none was given; never modified (the sizer
+        refines its own copy, ``live_cost``)."""
         if self.cost_model is None:
             self.cost_model = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
         if self.sizer.live_cost is None:
@@ -172,15 +152,10 @@ class SpeculativeDecoder:
             *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
             req_ids: Sequence[Hashable] | None = None, tenants: Sequence[Hashable | None] | None = None,
             processors: Sequence[RowProcessors | None] | None = None) -> Iterator[StepEvent]:
-        """The propose -> verify -> accept -> commit loop; yields every request's tokens per step.
-
-        ``req_ids`` name the requests for the proposer (default: fresh unique ids); ``tenants`` their
-        isolation domains for state a proposer shares across requests (default: one for all; the
-        suffix proposer's global cache is partitioned by it). ``processors``:
-        one :class:`~specdec.sampling.processors.RowProcessors` (or None) per prompt, applied to every
-        verify row of that request *instead of* the generation config's, for a caller that prepared
-        its own (``specdec.integrations.hf`` passes the processors ``model.generate`` built).
-        """
+        """The loop; yields every request's tokens per step. ``req_ids``: proposer ids (default fresh);
+        ``tenants``: isolation domains for state a proposer shares across requests (default: one);
+        ``processors``: one :class:`~specdec.sampling.processors.RowProcessors` (or None) per prompt,
+        used instead of the generation config's (``specdec.integrations.hf`` passes ``generate``'s)."""
         reqs = self._admit(prompts, req_ids, processors, tenants)
         limit, sampling, stops = _check_limit(max_new_tokens), self._sampling(sampling), self._stop_tokens(stop_tokens)
         self.target.check_room([len(r.prompt) for r in reqs], limit)
@@ -250,8 +225,7 @@ class SpeculativeDecoder:
         ]
 
     def _begin(self, r: _Request, hidden: torch.Tensor, sampling: SamplingParams | None) -> None:
-        """Open the request in the proposer, with the target's hidden states and the request's
-        sampling for proposers that declare they read them."""
+        """Open the request in the proposer (with hidden states / sampling if it reads them)."""
         extra = (
             {"sampling": sampling or SamplingParams(temperature=0)}
             if isinstance(self.proposer, SamplingAwareProposer) and self.proposer.accepts_sampling
@@ -262,31 +236,22 @@ class SpeculativeDecoder:
         r.begun = True
 
     def _commit(self, r: _Request, ev: StepEvent, hidden, speculate: bool) -> None:
-        """Tell the proposer what the target emitted; ``hidden()`` gathers the target rows those tokens
-        were verified against, only for proposers that read them."""
+        """Tell the proposer what was emitted (``hidden()`` only for proposers that read it)."""
         if speculate and not ev.finished:
             h = hidden() if self.proposer.requires_target_hidden else None
             self.proposer.commit(r.req_id, ev.tokens, target_hidden=h)
 
     def _end(self, r: _Request) -> None:
-        """Close the request's proposer state (finished, a consumer that stops iterating, an
-        exception), so its req_id can be reused afterwards."""
+        """Close the request's proposer state (on finish, abandonment or error); its id is reusable."""
         if r.begun:
             r.begun = False
             self.proposer.end(r.req_id)
             self.sizer.end(r.req_id)
 
     def _propose(self, active: list[_Request], limit: int) -> tuple[list[DraftTree], list[Ticket | None]]:
-        """Draft for every active request, then keep what the sizer finds worth verifying.
-
-        A proposer offering ``propose_scored`` (:class:`~specdec.proposers.base.ScoredProposer`)
-        gives each node's acceptance estimate, which the sizer calibrates per source and request
-        (and is shown the sized tree and the cost curve when it is a
-        :class:`~specdec.proposers.base.SizeObserver`);
-        otherwise the sizer uses its per-depth acceptance rates for the proposer. Nodes deeper than
-        the tokens a request has left (minus the target's own token) could never be emitted: they
-        are not verified, and a request with one token left is not drafted for.
-        """
+        """Draft for every active request and keep what the sizer finds worth verifying (scored
+        proposers' estimates, else per-depth rates). Nodes deeper than the tokens left minus one are
+        never verified; a request with one token left is not drafted for."""
         ids = [r.req_id for r in active]
         depth = [limit - r.metrics.tokens - 1 for r in active]
         asks = self.sizer.decide(BatchView(len(ids), req_ids=tuple(ids))).budgets(len(ids))
@@ -315,8 +280,7 @@ class SpeculativeDecoder:
         return [toks[0] for toks in accept_step(empty, logits, sampling, generator=generator)[1]]
 
     def _processed(self, logits: torch.Tensor, active: list[_Request], trees) -> torch.Tensor:
-        """``logits [B, R, V]`` after the generation config's logits processors, each row with its own
-        context (``trees`` None: one root row per request, after the prompt)."""
+        """``logits [B, R, V]`` after the config's logits processors, each row in its own context."""
         if not any(r.processors for r in active):
             return logits
         out = logits.clone()
@@ -345,9 +309,8 @@ class SpeculativeDecoder:
 
     def _account(self, active: list[_Request], trees: list[DraftTree], paths, tickets, speculate: bool,
                  t0, t1, t2, t3) -> None:
-        """Tell the sizer the step's outcome (each draft's ticket and accepted path; a single-request
-        step's times refine its cost curve and drafting overhead) and charge the step's phases to
-        every request in it."""
+        """Tell the sizer the step's outcome (tickets and accepted paths; single-request steps refine its
+        costs) and charge the step's phases to every request in it."""
         self.sizer.observe(Outcome.of(
             [t.num_nodes for t in trees], [len(p) for p in paths],
             details={r.req_id: (tickets[row], paths[row]) for row, r in enumerate(active)} if speculate else {},
@@ -395,9 +358,7 @@ class SpeculativeDecoder:
 
 
 class _InUse:
-    """A run holds its decoder for its thread: runs may interleave in one thread (generators), but a
-    second thread is refused. The decoder's learned state (calibrations, cost curve) and its
-    proposer's are not synchronised: one decoder per thread; decoders may share one model."""
+    """A run holds its decoder for its thread (runs may interleave in one thread; another thread is refused)."""
 
     def __init__(self, decoder: SpeculativeDecoder):
         self.decoder = decoder

@@ -1,10 +1,8 @@
 """The one greedy replay loop: a proposer drafts along the target's cached greedy outputs.
 
-At each position the proposer drafts, the draft is compared with what the target produced next
-(greedy verification accepts exactly the matching prefix of the draft's best path), and the
-proposer is told the accepted tokens plus the target's next token. Exact for greedy decoding and
-needs no verify forwards; :func:`measure_by_replay` turns it into an
-:class:`~specdec.estimate.acceptance.AcceptanceDist`.
+Each step accepts the longest draft path matching the recorded continuation and commits it plus the
+target's next token: exact for greedy decoding, with no verify forwards. :func:`measure_by_replay`
+turns it into an :class:`~specdec.estimate.acceptance.AcceptanceDist`.
 """
 
 from __future__ import annotations
@@ -25,16 +23,9 @@ def greedy_accepted(tree, truth: Sequence[int]) -> int:
 def replay_with_hidden(
     proposer, hidden, tokens: Sequence[int], prompt_len: int, budget: int, req: Hashable = "replay"
 ) -> tuple[int, int, float]:
-    """Greedy replay of one recorded sequence through a proposer that reads target hidden states.
-
-    ``tokens`` is the prompt (``prompt_len`` tokens) followed by the target's greedy continuation,
-    ``hidden [len(tokens), H]`` the target's teacher-forced final hidden states at those positions.
-    Under greedy verification the target emits its greedy continuation whatever the draft, so each
-    step accepts the longest tree path matching it (:func:`greedy_accepted`) plus the bonus token,
-    and the proposer is committed exactly the rows the decoder would give it.
-
-    Returns ``(emitted tokens, verify steps, seconds spent in propose)``.
-    """
+    """Greedy replay of ``tokens`` (``prompt_len`` prompt tokens + the greedy continuation) through a
+    proposer reading ``hidden [len(tokens), H]`` (teacher-forced), committing exactly the rows the
+    decoder would. Returns ``(emitted tokens, verify steps, seconds in propose)``."""
     P = prompt_len
     if not 1 <= P < len(tokens):
         raise ValueError(f"prompt_len must be in [1, {len(tokens) - 1}], got {P}")
@@ -66,12 +57,8 @@ def measure_by_replay(
 ) -> AcceptanceDist:
     """Acceptance histogram of ``proposer`` on the target's greedy ``outputs`` (see module docstring).
 
-    Args:
-        proposer: any object following the Proposer protocol (must not need target hidden states;
-            such proposers are measured through the decoder instead).
-        prompts: request id -> prompt token ids.
-        outputs: request id -> the target's greedy continuation of that prompt.
-        budget: draft budget (tree nodes) per step; the histogram has ``budget + 1`` bins.
+    ``proposer``: a Proposer not needing hidden states; ``prompts`` / ``outputs``: request id -> prompt
+    ids / greedy continuation; ``budget``: nodes per step (``budget + 1`` bins).
     """
     if getattr(proposer, "requires_target_hidden", False):
         raise ValueError(

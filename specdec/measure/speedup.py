@@ -39,11 +39,8 @@ class Prompt:
 
 def load_prompts(path: str | Path, tokenizer, *, categories: Sequence[str] | None = None,
                  per_category: int | None = None) -> list[Prompt]:
-    """First turn of each selected Spec-Bench-format record, chat-templated and tokenized.
-
-    Raises:
-        ValueError: from :func:`specdec.prompts.read_prompt_records` (unknown category, nothing selected, ...).
-    """
+    """First turn of each selected Spec-Bench record, chat-templated and tokenized (ValueError from
+    :func:`specdec.prompts.read_prompt_records`)."""
     records = read_prompt_records(path, categories=categories, per_category=per_category)
     return [Prompt(r["category"], int(r.get("question_id", i)), r["turns"][0], encode_first_turn(tokenizer, r))
             for i, r in enumerate(records)]
@@ -163,12 +160,8 @@ def summarize(runs: Sequence[Run], baseline: str = "plain") -> dict[str, dict[st
 
 
 def baseline_of(method: str, rows: dict, baseline: str = "plain") -> str:
-    """The plain decoding each method is compared with: Hugging Face's assisted methods against
-    ``model.generate`` (``hf_generate``) when it was run, everything else against ``baseline``.
-
-    Each method's gain is measured over its own stack's plain decoding, so a faster plain path in
-    one stack (specdec's skinny-linear kernel) is not credited to, or charged against, speculation.
-    """
+    """Each method's baseline: HF assisted methods against ``hf_generate`` when run, the rest against
+    ``baseline`` (a faster plain path in one stack is not credited to speculation)."""
     if method.startswith("hf_") and method != "hf_generate" and "hf_generate" in rows:
         return "hf_generate"
     return baseline
@@ -215,14 +208,8 @@ def plot(table: dict[str, dict[str, Row]], path: str | Path) -> None:
 
 def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: int | str, max_new_tokens: int,
                    name: str = "speculative", max_budget: int = 16) -> dict:
-    """Same-run wall clock of plain decoding vs ``proposer`` through :class:`SpeculativeDecoder`
-    (greedy; a fixed ``budget``, or ``"auto"``: the cost-model budget up to ``max_budget``),
-    interleaved per prompt, after one warm-up generation each.
-
-    Raises:
-        AssertionError: when the speculative outputs differ from plain greedy decoding (they must
-            not: greedy verification is exact).
-    """
+    """Same-run wall clock of plain decoding vs ``proposer`` (greedy, ``budget`` int or ``"auto"`` up
+    to ``max_budget``), interleaved per prompt after a warm-up; AssertionError if outputs differ."""
     prompts = [list(p) for p in prompts]
     if not prompts:
         raise ValueError("online_speedup needs at least one prompt")
@@ -247,13 +234,8 @@ def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: in
 
 
 def load_note(load_start: float, load_end: float, cores: int) -> str:
-    """One line on the machine's state for a benchmark header: the 1-minute load average at the
-    start and end, and a warning when it clearly exceeded the core count.
-
-    Why: with more runnable threads than cores, OpenMP thread pools (torch's, MKL's, the extension's)
-    stall at every barrier, and a multi-threaded timing then measures the contention rather than
-    the code -- by up to 100x on a 2-core machine. Such a run should be repeated, not quoted.
-    """
+    """The 1-minute load average at start and end, with a warning when it exceeded the core count
+    (OpenMP pools then stall at every barrier: repeat such a run, do not quote it)."""
     text = f"load average {load_start:.1f} -> {load_end:.1f} on {cores} cores"
     # The end reading counts the benchmark's own threads: a run using every core reads about
     # `cores` by itself, so only a clear excess (half a runnable thread) means contention.

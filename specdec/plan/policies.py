@@ -1,15 +1,10 @@
 """Speculation policies: per step, the draft budget for the running batch.
 
-Each policy is a :class:`~specdec.control.interface.DraftController` with a report name. A policy is
-stateful across one run (a gate remembers whether it is on), so the simulator calls ``reset()``
-before each run. Per-request opt-out is applied on top of any policy by the caller:
-an opted-out request gets budget 0 whatever the policy says.
-
-* ``off`` -- plain decoding; the proposer is not even loaded (its memory is free for KV).
-* ``always`` -- fixed budget every step, whatever the load (what a single-stream benchmark tunes).
-* ``gated`` -- fixed budget while the batch is at or below a threshold, with hysteresis.
-* ``adaptive`` -- budget chosen per step by :class:`~specdec.control.load_gate.BudgetOptimizer`
-  (SmartSpec-style: maximise expected tokens per second of the batch), optionally load-gated too.
+Each policy is a :class:`~specdec.control.interface.DraftController` with a report name, stateful within
+a run (``reset()`` before each); opted-out requests get 0 whatever the policy says. ``off`` (proposer not
+loaded), ``always`` (fixed budget), ``gated`` (fixed budget at or below a batch threshold, with
+hysteresis), ``adaptive`` (per-step budget from :class:`~specdec.control.load_gate.BudgetOptimizer`,
+optionally gated).
 """
 
 from __future__ import annotations
@@ -101,9 +96,8 @@ def adaptive(
 
 
 def hysteresis_band(threshold: int) -> int:
-    """Default resume level for a gate that turns off above ``threshold``: a quarter below it, but
-    at least 1 -- a gate that resumes only at 0 running requests never reopens while any request
-    runs, so a threshold of 1 gets no band (off above 1, on at 1)."""
+    """Resume level for a gate off above ``threshold``: a quarter below it, at least 1 (a gate resuming
+    only at 0 never reopens while requests run)."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
     if threshold == 0:
