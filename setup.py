@@ -1,9 +1,11 @@
 """Build script for specdec and its compiled extension ``specdec._C``.
 
-The extension always contains the C++ sources (the suffix automaton, the CPU tree-attention
-kernel, the torch op registrations). CUDA sources are added only when a CUDA toolkit *and* a
-CUDA build of torch are present, because a CPU-only torch cannot link CUDA code;
-``SPECDEC_SKIP_CUDA=1`` forces the CPU-only build even then.
+The extension always contains the C++ sources, every ``csrc/**/*.cpp``: the torch-free CPU kernels
+(``csrc/kernels/cpu/``), their ATen launchers (``csrc/ops/``), the suffix automaton
+(``csrc/suffix/``) and the Python glue (``csrc/bindings/``: the module entry, the pybind11 classes,
+the torch op registrations). CUDA sources (``csrc/**/*.cu``: ``csrc/kernels/``) are added only when
+a CUDA toolkit *and* a CUDA build of torch are present, because a CPU-only torch cannot link CUDA
+code; ``SPECDEC_SKIP_CUDA=1`` forces the CPU-only build even then.
 
 Install with ``pip install --no-build-isolation -e .`` so the build uses the torch that is
 already installed (build isolation would download a different, multi-GB CUDA torch).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# CI stage: prove the whole extension (C++ + CUDA kernels + launchers) compiles and links against a
-# CUDA build of torch before it ever meets a GPU, then import it where CUDA is unavailable and run
-# the CPU op once against the reference.
+# CI stage: prove the whole extension (csrc/: the CUDA and CPU kernels, their launchers, the suffix
+# automaton, and the bindings that register the CUDA launcher) compiles and links against a CUDA
+# build of torch before it ever meets a GPU, then import it where CUDA is unavailable and run the
+# CPU op once against the reference.
 #
 # Uses the CUDA 13.0 build of torch 2.14.1 that lies on local disk, in a separate venv, installed
 # with --no-index (nothing is downloaded). Its CUDA libraries come from the local nvidia-* wheels

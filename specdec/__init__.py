@@ -14,7 +14,7 @@ from .sampling.rejection import (
     rejection_sample,
     rejection_sample_batch,
     rejection_sample_padded,
-    verify_logits,
+    accept_logits,
 )
 from .tree import DraftTree
 from .tree import TreeBatch, pack_trees
@@ -63,7 +63,7 @@ __all__ = [
     "rejection_sample",
     "rejection_sample_batch",
     "rejection_sample_padded",
-    "verify_logits",
+    "accept_logits",
     *_LAZY,
 ]
 

@@ -1,14 +1,8 @@
 """Imports that must stay cheap or optional: lazily re-exported names, and version floors.
 
-Why lazy: ``import specdec`` (and ``specdec.engine``, ``specdec.proposers``) must stay cheap and
-work before the compiled extension is built; the classes that need the extension or transformers
-load when they are first looked up.
-
-Why floors: transformers is an extra (``specdec[hf]``), not a dependency, so that specdec installs
-into an engine's environment (vLLM pins an older transformers) for the parts that need no Hugging
-Face model: the suffix proposer, the vLLM drafter, the sampler and the planning tools. The Hugging
-Face verify path needs a newer transformers than such an environment may hold; it says so on
-entry instead of failing deep inside a forward.
+Lazy, so ``import specdec`` stays cheap and works before the extension is built. Floors, because
+transformers is an extra (``specdec[hf]``) so specdec installs beside an engine's older pin; the HF
+verify path checks its floor on entry rather than failing inside a forward.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Fingerprints, manifests and compatibility checks: the lifecycle cost of a proposer, made explicit.
+"""Fingerprints, manifests and compatibility checks: when a proposer artifact must be rebuilt.
 
-A proposer artifact is bound to something, and that binding decides when it must be rebuilt:
-
-* trained heads (Medusa, EAGLE-style) read the target's hidden states and share its LM head, so
-  they are bound to **one target checkpoint**: any retrain invalidates them;
-* a draft model only has to speak the target's token ids, so it is bound to a **tokenizer**;
-* a lookup proposer is bound to nothing.
-
-This module computes the fingerprints those bindings name, writes an artifact as
-``<dir>/weights.safetensors`` + ``<dir>/manifest.json``, and refuses to load an artifact against
-something it was not built for (:class:`IncompatibleArtifactError`, naming both fingerprints),
-unless the caller passes an explicit override, which warns.
-
-Fingerprints are short hex digests with a kind prefix (``target-``, ``tok-``, ``weights-``) so a
-reader of a manifest can tell them apart.
+Trained heads (Medusa, EAGLE) read the target's hidden states, so they are bound to one target
+checkpoint; a draft model is bound to a tokenizer; a lookup proposer to nothing. An artifact is
+``<dir>/weights.safetensors`` + ``<dir>/manifest.json``; loading it against anything else raises
+:class:`IncompatibleArtifactError` naming both fingerprints unless explicitly overridden (which
+warns). Fingerprints are short hex digests with a kind prefix (``target-``, ``tok-``, ``weights-``).
 """
 
 from __future__ import annotations
@@ -33,16 +24,9 @@ BoundTo = Literal["nothing", "tokenizer", "target"]
 
 @dataclass(frozen=True)
 class Artifact:
-    """What a proposer is bound to, and the fingerprint of that binding.
-
-    Attributes:
-        name: human-readable proposer name ("suffix", "medusa", "draft:SmolLM2-...").
-        bound_to: ``"nothing"``, ``"tokenizer"`` or ``"target"``.
-        fingerprint: fingerprint of the tokenizer or target checkpoint it is bound to (None when
-            bound to nothing).
-        version: the artifact's own version string (weights fingerprint for trained artifacts).
-        details: free-form facts (training data, measured acceptance, ...).
-    """
+    """What a proposer (``name``) is ``bound_to`` (``"nothing"``, ``"tokenizer"``, ``"target"``), the
+    ``fingerprint`` of that binding (None when bound to nothing), its ``version`` (weights fingerprint
+    for trained artifacts) and free-form ``details``."""
 
     name: str
     bound_to: BoundTo = "nothing"
@@ -79,8 +63,7 @@ class IncompatibleArtifactError(ValueError):
 
 
 class DraftingOptionError(ValueError):
-    """A drafting option an artifact carries or a caller gave is not one the proposer takes: a bad
-    option, never a sign that the artifact's weights are broken."""
+    """A drafting option (carried by an artifact or given) that the proposer does not take."""
 
 
 def _digest(kind: str, h: "hashlib._Hash") -> str:
@@ -92,12 +75,8 @@ def _canonical_json(obj: Any) -> bytes:
 
 
 def tensor_checksum(t: torch.Tensor, samples: int = _SAMPLE_ELEMENTS) -> bytes:
-    """Cheap content summary of one tensor: shape, dtype, a strided element sample and checksums.
-
-    The strided sample (``samples`` evenly spaced elements, bytes hashed exactly) catches any
-    retrain; exact integer checksums over *all* elements' bits catch a change confined to a few
-    rows that the sample misses. Cost: one vectorised pass over the tensor.
-    """
+    """Shape, dtype, ``samples`` strided elements (catch any retrain) and an exact integer checksum
+    of all elements' bits (catches a change in a few rows); one vectorised pass."""
     flat = t.detach().reshape(-1)
     n = flat.numel()
     head = f"{tuple(t.shape)}|{t.dtype}|".encode()
@@ -113,11 +92,8 @@ _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _exact_moments(flat: torch.Tensor) -> bytes:
-    """Order-independent integer checksum of every element's bit pattern.
-
-    The sum of the raw bits in wrapping int64 arithmetic is exact, so it does not depend on device,
-    thread count or reduction order (a float sum would), and changing any single element changes it.
-    """
+    """Wrapping int64 sum of every element's bits: exact, so independent of device and reduction
+    order, and changed by any single element."""
     size = flat.element_size()
     if flat.dtype == torch.bool or size not in _INT_OF_SIZE:
         flat = flat.to(torch.int64)
@@ -142,11 +118,8 @@ def config_dict(config: Any) -> dict[str, Any]:
 
 
 def target_fingerprint(model: torch.nn.Module) -> str:
-    """Fingerprint of a target checkpoint: its config plus a checksum of every parameter/buffer.
-
-    Tied weights (the LM head sharing the embedding) are counted once. Changing any weight
-    materially, the architecture, or the dtype changes the fingerprint.
-    """
+    """Fingerprint of a target checkpoint: config plus every parameter/buffer (tied weights once);
+    changes with any weight, the architecture or the dtype."""
     h = hashlib.sha256()
     cfg = getattr(model, "config", None)
     h.update(_canonical_json(config_dict(cfg) if cfg is not None else {}))
@@ -164,13 +137,8 @@ def target_fingerprint(model: torch.nn.Module) -> str:
 
 @dataclass(frozen=True)
 class TokenizerInfo:
-    """What a tokenizer fingerprint covers: the id of every token string and the special tokens.
-
-    Attributes:
-        vocab: token string -> id (all ids the tokenizer can produce, added tokens included).
-        special: role (``"bos_token"``, ``"eos_token"``, ``"additional_special_tokens"``, ...)
-            -> token string(s).
-    """
+    """What a tokenizer fingerprint covers: ``vocab`` (token string -> id, added tokens included)
+    and ``special`` (role such as ``"eos_token"`` -> token string(s))."""
 
     vocab: Mapping[str, int]
     special: Mapping[str, Any]
@@ -203,11 +171,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def tokenizer_mismatch(a: Any, b: Any, *, max_listed: int = 10) -> list[str]:
-    """Human-readable differences between two tokenizers; an empty list means identical.
-
-    Lists the vocabulary sizes, up to ``max_listed`` ids whose token string differs (or is
-    missing on one side), and every special-token role that differs.
-    """
+    """Differences between two tokenizers (empty: identical): sizes, up to ``max_listed`` ids whose
+    string differs, and every differing special-token role."""
     ia, ib = tokenizer_info(a), tokenizer_info(b)
     out: list[str] = []
     if ia.size != ib.size:
@@ -226,10 +191,7 @@ def tokenizer_mismatch(a: Any, b: Any, *, max_listed: int = 10) -> list[str]:
 
 
 def check_tokenizers_identical(draft_tokenizer: Any, target_tokenizer: Any) -> None:
-    """Raise :class:`IncompatibleArtifactError` listing every mismatch unless both are identical.
-
-    There is deliberately no re-mapping: a draft token id must mean the same string to the target.
-    """
+    """Raise :class:`IncompatibleArtifactError` listing every mismatch unless identical (no re-mapping)."""
     problems = tokenizer_mismatch(draft_tokenizer, target_tokenizer)
     if problems:
         raise IncompatibleArtifactError(
@@ -240,19 +202,10 @@ def check_tokenizers_identical(draft_tokenizer: Any, target_tokenizer: Any) -> N
 
 @dataclass
 class Manifest:
-    """JSON manifest stored beside an artifact's safetensors weights.
-
-    Attributes:
-        kind: ``"medusa"``, ``"draft_model"``, ``"eagle"``.
-        name: human-readable name.
-        bound_to: ``"target"`` (fingerprint = target checkpoint) or ``"tokenizer"``.
-        fingerprint: the target or tokenizer fingerprint the artifact was built for.
-        weights_fingerprint: fingerprint of the artifact's own tensors (its version).
-        config: what is needed to rebuild the module (hidden size, number of heads, ...).
-        training: how it was trained (data, steps, seed, losses, wall time, command).
-        measured: measurements appended later (acceptance per step, with date and command).
-        created: ISO-8601 UTC timestamp.
-    """
+    """JSON manifest beside an artifact's weights: ``kind`` (``"medusa"``, ``"draft_model"``,
+    ``"eagle"``), ``name``, ``bound_to`` (``"target"`` or ``"tokenizer"``) and its ``fingerprint``,
+    ``weights_fingerprint`` (the version), ``config`` (to rebuild the module), ``training``,
+    ``measured`` (dated entries appended later), ``created`` (ISO-8601 UTC)."""
 
     kind: str
     name: str
@@ -281,15 +234,9 @@ class Manifest:
         return Artifact(self.name, self.bound_to, self.fingerprint, self.weights_fingerprint, details)
 
     def drafting_options(self, allowed: Sequence[str], given: Mapping[str, Any]) -> dict[str, Any]:
-        """The proposer options to build with: ``config["drafting"]`` (the options the artifact was
-        measured with), overridden by ``given``, where ``None`` means "not asked" (the manifest's value
-        stands). Why: an option a checkpoint carries must never be dropped silently, so an option this
-        proposer does not know is an error naming it, not a key left unread.
-
-        Raises:
-            DraftingOptionError: ``config["drafting"]`` is not a mapping, or it or ``given`` names an option
-                outside ``allowed``.
-        """
+        """``config["drafting"]`` overridden by ``given`` (``None``: not asked). Raises
+        :class:`DraftingOptionError` when it is not a mapping or either names an option outside
+        ``allowed`` (a carried option is never dropped silently)."""
         stored = self.config.get("drafting", {})
         if not isinstance(stored, Mapping):
             raise DraftingOptionError(f"manifest {self.name!r}: config['drafting'] must be a mapping, got {stored!r}")
@@ -323,11 +270,8 @@ def utc_now() -> str:
 
 
 def save_artifact(directory: str, tensors: Mapping[str, torch.Tensor], manifest: Manifest) -> Manifest:
-    """Write ``weights.safetensors`` and ``manifest.json`` into ``directory`` (created if needed).
-
-    The manifest's ``weights_fingerprint`` is (re)computed from ``tensors`` so it always
-    describes the file written beside it. Returns the manifest written.
-    """
+    """Write ``weights.safetensors`` and ``manifest.json`` into ``directory``, recomputing
+    ``weights_fingerprint`` from ``tensors``; returns the manifest."""
     from safetensors.torch import save_file
 
     os.makedirs(directory, exist_ok=True)
@@ -383,13 +327,9 @@ def load_artifact(directory: str, *, verify_weights: bool = True) -> tuple[dict[
 
 
 def check_compatible(manifest: Manifest, fingerprint: str, *, allow_mismatch: bool = False) -> bool:
-    """Check that ``manifest`` was built for ``fingerprint`` (a target or tokenizer fingerprint).
-
-    Returns True when they match. On a mismatch raises :class:`IncompatibleArtifactError` naming
-    both fingerprints, or, with ``allow_mismatch=True``, warns (``RuntimeWarning``) and returns
-    False: the caller has explicitly accepted drafts from a stale artifact (still exact, since
-    verification never trusts the drafter, but acceptance will usually collapse).
-    """
+    """True when ``manifest`` was built for ``fingerprint``; otherwise raise
+    :class:`IncompatibleArtifactError` naming both, or with ``allow_mismatch`` warn (``RuntimeWarning``)
+    and return False (still exact, acceptance usually collapses)."""
     expected_kind = "target-" if manifest.bound_to == "target" else "tok-"
     if not fingerprint.startswith(expected_kind):
         raise ValueError(
@@ -420,10 +360,8 @@ def refit_command(kind: str) -> str:
 
 
 def record_measurement(directory: str, **facts: Any) -> Manifest:
-    """Append a measurement (e.g. ``tokens_per_step=2.4, prompts=..., command=...``) to a manifest.
-
-    A ``date`` (UTC) is added when not given. Returns the updated manifest.
-    """
+    """Append a measurement (``tokens_per_step=..., command=...``; a UTC ``date`` is added unless
+    given) to a manifest; returns it."""
     if not facts:
         raise ValueError("record_measurement needs at least one fact (e.g. tokens_per_step=...)")
     manifest = read_manifest(directory)

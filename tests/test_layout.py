@@ -69,10 +69,10 @@ ALLOWED = {
     "conformance": LOW | {"verify", "sampling", "engine", "proposers"},
     "models": LOW | {"verify", "prompts"},
     "training": LOW | {"verify", "proposers", "artifacts", "models", "prompts"},
-    "plan": LOW | {"estimate", "control"},
+    "plan": LOW | {"estimate", "control", "prompts", "artifacts"},
     "measure": LOW | {"verify", "sampling", "proposers", "engine", "estimate", "control", "artifacts", "models",
                       "prompts", "training", "plan"},
-    "integrations": LOW | {"verify", "sampling", "proposers", "engine", "control", "estimate"},
+    "integrations": LOW | {"verify", "sampling", "proposers", "engine", "control", "estimate", "artifacts"},
 }
 
 
@@ -188,3 +188,55 @@ def test_no_import_cycles_between_modules():
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_draft_controller_implements_the_one_interface():
+    """docs/architecture.md: how much to draft is answered by one interface (specdec.control.interface)."""
+    from specdec.control.interface import Capped, DraftController, FixedBudget
+    from specdec.control.cost_gate import CostGate
+    from specdec.control.load_gate import LoadGate
+    from specdec.control.model_gate import ModelGate
+    from specdec.control.sizer import DraftSizer
+    from specdec.plan.policies import AlwaysOn, Off, gated
+    from specdec.plan.vllm.candidates import Candidate
+    from specdec.plan.vllm.schedule import SchedulePolicy
+
+    controllers = [FixedBudget(2), LoadGate(), CostGate(4), ModelGate(), DraftSizer(), Off(), AlwaysOn(3),
+                   gated(8, 4), Capped(LoadGate(), CostGate(4)), SchedulePolicy(Candidate("ngram:4", "ngram", 4))]
+    for c in controllers:
+        assert isinstance(c, DraftController), type(c).__name__
+        assert c.unit in ("tokens", "nodes")
+
+
+def test_the_tests_mirror_the_package():
+    """tests/<part>/ holds the tests of specdec/<part>/ (top-level modules' tests sit in tests/); the
+    other folders are data, the fuzzer, the vLLM engine stage, scripts and benchmarks."""
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    pkg = Path(specdec.__file__).parent
+    packages = {p.name for p in pkg.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders - packages <= {"data", "fuzz", "vllm", "scripts", "benchmarks"}, folders - packages
+    assert packages - folders == set(), f"packages without a tests folder: {packages - folders}"
+    modules = {p.stem.lstrip("_") for p in pkg.glob("*.py")} - {"init__"} | {"layout", "lint", "examples"}
+    stray = [p.name for p in tests.glob("test_*.py") if not any(p.stem[5:].startswith(m) for m in modules)]
+    assert not stray, f"top-level tests not named after a top-level module: {stray}"
+
+
+def test_at_most_three_module_names_repeat():
+    """One name per concept: a basename in two packages is two concepts under one name (issue 31), with
+    the subcommand modules' ``generate``/``review`` and the two ``report`` writers the allowed ones."""
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(p.name for p in Path(specdec.__file__).parent.rglob("*.py") if p.name != "__init__.py")
+    repeated = sorted(n for n, c in names.items() if c > 1)
+    assert len(repeated) <= 3, repeated
+
+
+def test_the_top_level_holds_at_most_eight_modules():
+    from pathlib import Path
+
+    modules = sorted(p.name for p in Path(specdec.__file__).parent.glob("*.py"))
+    assert len(modules) <= 8, modules

@@ -4,5 +4,5 @@
 answers: the JSONL file, cached plain-decoding outputs, teacher-forced hidden states),
 :mod:`.cost_curve` (a verify-cost curve given on the command line or measured), :mod:`.report`
 (paired bootstrap intervals, acceptance by depth, JSON output). The replay loop itself is the
-library's: :mod:`specdec.measure.replay`.
+library's: :mod:`specdec.measure.greedy_replay`.
 """

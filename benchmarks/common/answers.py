@@ -1,7 +1,7 @@
 """The target's greedy answers that the replays walk: a recorded JSONL file, or plain decoding cached as JSON.
 
 Also the target's teacher-forced hidden states over prompt + answer, for proposers that read them
-(the rows :func:`specdec.measure.replay.replay_sequence` commits).
+(the rows :func:`specdec.measure.greedy_replay.replay_sequence` commits).
 """
 
 from __future__ import annotations

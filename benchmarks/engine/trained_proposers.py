@@ -12,8 +12,9 @@ model (``--budget auto`` up to ``--max-budget`` nodes). Per category and overall
   (``vs_suffix``, > 1: faster than suffix, with ``vs_suffix_ci``): with 2-3 prompts a category, a
   difference inside the interval is noise, not a ranking;
 * ``replay@B``: tokens per step of an exact greedy replay at a *fixed* budget ``B``
-  (``--replay-budget``, default 32; :func:`specdec.measure.replay.replay_sequence`), and acceptance by depth from it
-  (``P(accepted >= d)``): what the drafts could give without the cost model's pruning.
+  (``--replay-budget``, default 32; :func:`specdec.measure.greedy_replay.replay_sequence`), and
+  acceptance by depth from it (``P(accepted >= d)``): what the drafts could give without the cost
+  model's pruning.
 
 ``--fixed-ask SPEC ...`` adds those proposers once more, asking for ``--max-budget`` nodes every
 step instead of the sizer's adaptive ask: the same-run A/B of what the adaptive ask saves.
@@ -21,9 +22,6 @@ step instead of the sizer's adaptive ask: the same-run A/B of what the adaptive 
 model gate. The replay always runs hybrids without the gate (it measures the drafts, not their cost).
 ``--bucket-gate SPEC ...`` adds hybrids whose model gate ignores each request's own evidence
 (``ModelGate(request_prior=inf)``: the lookup bucket's mean alone, the gate before 2026-12-02 21:50).
-``--drafting-only-gate SPEC ...`` adds hybrids whose gate prices EAGLE by its drafting time alone
-(``ModelGate(charge_verify=False)``, the gate before 2026-12-03), not also the verify time of its
-nodes the decoder kept.
 ``--fp32-head SPEC ...`` adds trained proposers whose LM-head rows stay float32 (method '<spec> [fp32
 head]'; the default rounds them to float16, ``specdec.proposers.reduced_vocab.DraftHead``), online
 and in the replay: the same-run A/B of what the rounding saves and what it costs in acceptance.
@@ -53,7 +51,7 @@ from specdec import SpeculativeDecoder
 from specdec.artifacts import target_fingerprint
 from specdec.cli.args import proposer_spec
 from specdec.control.model_gate import ModelGate
-from specdec.measure.replay import replay_sequence
+from specdec.measure.greedy_replay import replay_sequence
 from specdec.measure.speedup import load_prompts, run_benchmark, specdec_method
 from specdec.proposers.hybrid import HybridProposer
 from specdec.proposers.registry import make_proposer
@@ -81,16 +79,13 @@ VARIANTS = {
                     "adaptive ask (DraftSizer.ask_for)"),
     "--no-model-gate": (" [no gate]", ("hybrid",), "hybrids drafting EAGLE every step, beside the hybrid's model gate"),
     "--bucket-gate": (" [bucket gate]", ("hybrid",), "hybrids with a model gate that ignores per-request evidence"),
-    "--drafting-only-gate": (" [drafting-only gate]", ("hybrid",), "hybrids whose model gate prices EAGLE by its "
-                             "drafting time alone, not the verify of its kept nodes"),
     "--fp32-head": (" [fp32 head]", ("medusa", "eagle", "hybrid"), "trained proposers with float32 LM-head rows, "
                     "online and in the replay, beside the default float16-rounded rows"),
 }
 
 
 #: The hybrid's model gate in each gate variant (None: no gate).
-GATE_VARIANTS = {"--no-model-gate": lambda: None, "--bucket-gate": lambda: ModelGate(request_prior=math.inf),
-                 "--drafting-only-gate": lambda: ModelGate(charge_verify=False)}
+GATE_VARIANTS = {"--no-model-gate": lambda: None, "--bucket-gate": lambda: ModelGate(request_prior=math.inf)}
 
 
 def table(runs, prompts, plain_name="plain", pair_with="suffix") -> dict:

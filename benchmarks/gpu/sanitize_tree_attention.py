@@ -2,6 +2,7 @@
 multiple prefix splits, ragged prefixes, padded nodes, GQA 4, head dims 64 and 128, and the scalar
 fallback. Checks each result against the float32 reference so a run that "passes" the sanitizer
 also computed the right thing. Usage: compute-sanitizer --tool memcheck python3 <this file>
+(scripts/gpu/run.sh runs it with GPU_SANITIZER=1)
 """
 
 import importlib
@@ -11,7 +12,10 @@ from pathlib import Path
 import torch
 
 _ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(_ROOT), str(_ROOT / "tests")]
+_CASES = sorted((_ROOT / "tests").rglob("tree_attention_cases.py"))  # wherever the test layout keeps it
+if not _CASES:
+    sys.exit("sanitize_tree_attention: tests/**/tree_attention_cases.py not found")
+sys.path[:0] = [str(_ROOT), str(_CASES[0].parent)]
 from tree_attention_cases import make_case  # noqa: E402
 
 ta = importlib.import_module("specdec.ops.tree_attention")

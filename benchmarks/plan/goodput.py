@@ -1,6 +1,6 @@
 """Real load vs the simulator: the batched SpeculativeDecoder at several concurrency levels.
 
-What it checks: that the fleet simulator (``specdec.plan.simulator``), fed only with measurements taken *before*
+What it checks: that ``specdec.plan``'s simulator, fed only with measurements taken *before*
 the speculative runs (a step-time calibration of the target on this machine and acceptance
 histograms replayed on the target's own greedy outputs), predicts the goodput and median time
 per output token of real runs within 15%.
@@ -45,8 +45,9 @@ from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import load_default
 from specdec.proposers.suffix import SuffixProposer
 from specdec.estimate.acceptance import AcceptanceDist
-from specdec.measure.replay import measure_by_replay
+from specdec.measure.greedy_replay import measure_by_replay
 from specdec.measure.step_timing import calibrate_engine
+from specdec.control.interface import BatchView, Outcome
 from specdec.control.load_gate import BudgetOptimizer, LoadGate
 from specdec.plan.goodput import SLO, RequestRecord, summarize
 from specdec.plan.policies import AlwaysOn, Off, gated, hysteresis_band
@@ -69,7 +70,7 @@ def real_batch(
     step_drafted = step_accepted = 0
     if gate is not None:
         gate.reset()
-        decoder.budget = gate.decide(n).budget
+        decoder.budget = gate.decide(BatchView(n)).budget
     start = time.perf_counter()
     for ev in decoder.run(prompts, max_new):
         now = time.perf_counter() - start + t_offset
@@ -89,8 +90,8 @@ def real_batch(
             active -= done_in_step
             seen = done_in_step = 0
             if gate is not None and active:
-                gate.observe(step_drafted, min(step_accepted, step_drafted))
-                decoder.budget = gate.decide(active).budget
+                gate.observe(Outcome.of([step_drafted], [min(step_accepted, step_drafted)]))
+                decoder.budget = gate.decide(BatchView(active)).budget
             step_drafted = step_accepted = 0
     records = [RequestRecord(first_id + i, t_offset, first[i], finish[i], len(out[i])) for i in range(n)]
     return records, [out[i] for i in range(n)], time.perf_counter() - start, final_metrics

@@ -4,7 +4,7 @@ Each step the suffix proposer drafts from prompt + committed tokens (``propose_s
 ``--budget``), the decoder's own policy object (:class:`~specdec.control.sizer.DraftSizer`: the
 calibration of the drafting cache, then the verify-cost curve's best size) keeps part of the tree,
 the greedy target accepts the longest kept path that matches its recorded answer
-(:class:`specdec.measure.replay.AnswerReplay`), and the sizer
+(:class:`specdec.measure.greedy_replay.AnswerReplay`), and the sizer
 learns from it, as in :class:`~specdec.SpeculativeDecoder` (one ``tick`` per step). Under greedy
 verification this is what the decode loop accepts, without
 running the model; the step costs ``c(kept nodes) / c(0)``, from a verify-cost curve measured in
@@ -41,7 +41,7 @@ from benchmarks.common.answers import DEFAULT_DATA, VOCAB, read_rows
 from benchmarks.common.cost_curve import add_cost_args, cost_model
 from specdec.control.sizer import DraftSizer, ScoreCalibration
 from specdec.estimate.verify_cost import VerifyCostModel
-from specdec.measure.replay import AnswerReplay
+from specdec.measure.greedy_replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
 
 
@@ -83,7 +83,7 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibr
             tree, ticket = sizer.size(i, scored.tree, scored.node_probs.tolist(), scored.source)
             path = answer.step(tree).path
             a = len(path)
-            sizer.observe(ticket, path)
+            sizer.learn(ticket, path)
             sizer.tick()
             t["steps"] += 1
             t["tokens"] += a + 1

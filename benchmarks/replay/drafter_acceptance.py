@@ -3,7 +3,7 @@
 Under greedy verification the target emits its recorded greedy continuation whatever the draft, so
 the accepted length per step is the longest drafted path matching it; the real
 :class:`~specdec.proposers.draft_model.DraftModelProposer` is driven through begin/propose/commit
-(its KV-cache rollback included) by :func:`specdec.measure.replay.replay_sequence`. Tokens per step
+(its KV-cache rollback included) by :func:`specdec.measure.greedy_replay.replay_sequence`. Tokens per step
 counts the bonus token; a record's first response token comes from the prefill, as in the decoder.
 
     python -m benchmarks.replay.drafter_acceptance --artifact DIR \\
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 
-from specdec.measure.replay import replay_sequence
+from specdec.measure.greedy_replay import replay_sequence
 from specdec.models import load_default
 from specdec.proposers.draft_model import DraftModelProposer
 from specdec.training import data as sd

@@ -29,7 +29,7 @@ import sys
 import torch
 
 from specdec.artifacts import record_measurement
-from specdec.measure.replay import replay_sequence
+from specdec.measure.greedy_replay import replay_sequence
 from specdec.measure.speedup import online_speedup
 from specdec.proposers.eagle import EagleProposer
 from specdec.training import data as sd

@@ -29,7 +29,7 @@ import shlex
 import sys
 
 from specdec.artifacts import load_artifact, record_measurement
-from specdec.measure.replay import replay_sequence
+from specdec.measure.greedy_replay import replay_sequence
 from specdec.measure.speedup import online_speedup
 from specdec.proposers.heads import MedusaProposer
 from specdec.training import data as sd

@@ -3,7 +3,7 @@
 Replays ``benchmarks/data/greedy_smollm2.jsonl`` (made by ``benchmarks.datagen.greedy_outputs``): at each step
 the drafter proposes from prompt + committed tokens, the greedy target accepts the longest tree
 path that equals its own next tokens, and the accepted tokens plus the target's one token are
-committed (:class:`specdec.measure.replay.AnswerReplay`). Under greedy verification this is
+committed (:class:`specdec.measure.greedy_replay.AnswerReplay`). Under greedy verification this is
 exactly what the decode loop would accept, without running the model. Reported per category:
 mean accepted draft tokens per step and the share of steps that drafted anything, for
 
@@ -30,7 +30,7 @@ import torch
 
 from benchmarks.common.answers import DEFAULT_DATA, VOCAB, read_rows
 from specdec import DraftTree
-from specdec.measure.replay import AnswerReplay
+from specdec.measure.greedy_replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
 
 

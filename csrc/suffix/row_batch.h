@@ -3,11 +3,16 @@
 // best-first draft tree per row (build_draft) and its best root-to-leaf path as a chain of at most
 // k tokens (engines that verify chains only, e.g. vLLM V1).
 //
-// It reproduces SuffixProposer (specdec/proposers/suffix.py) request for request: the same request
-// automaton, the same global match rule (re-matched over the last rematch_window tokens when the
-// global automaton changed, advanced over committed tokens otherwise), the same "longest" or
-// "pool" choice of caches and priors, so a test can compare both paths draft for draft. What the
-// Python proposer does per call (begin/commit/propose/end), this does for a whole step in C++.
+// SuffixProposer (specdec/proposers/suffix.py) is the reference; this is its fast path for engines,
+// request for request: the same request automaton, the same global match rule (re-matched over the
+// last rematch_window tokens when the global automaton changed, advanced over committed tokens
+// otherwise), the same "longest" or "pool" choice of caches and priors, the same calibration
+// updates. What the Python proposer does per call (begin/commit/propose/end), this does for a whole
+// step in C++. tests/integrations/test_vllm_tracking.py
+// (test_batched_cpp_path_drafts_exactly_what_the_python_proposer_drafts) holds the two to the same
+// drafts, chain for chain, and the same learnt calibration; a rule changed in one must change in
+// both. Both draw their trees from one build_draft (draft_tree.h) and their chains from one
+// best_path (below; specdec.integrations.rows.best_chain calls it).
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,9 @@
 """The ``specdec`` command: one module per sub-command, each exposing ``register(subparsers)``.
 
-A command module's ``register`` adds its sub-parser and sets ``func`` (``func(args) -> int``) as the
-parser default. Adding a command means adding its module to :data:`COMMAND_MODULES`.
-
-Mistakes end in one line on stderr and exit status 2, never a traceback: argument values are checked
-while parsing (:mod:`specdec.cli.args`), before any model loads, and what a command finds wrong later
-(a file it cannot read, an artifact for another checkpoint, a setting it cannot reproduce) is a
-``ValueError`` / ``OSError`` printed the same way. ``SPECDEC_DEBUG=1`` re-raises it instead.
+``register`` adds the sub-parser and sets ``func(args) -> int``; commands are listed in
+:data:`COMMAND_MODULES`. Mistakes end in one line on stderr and exit status 2 (arguments are checked
+before any model loads; later ``ValueError`` / ``OSError`` print the same way; ``SPECDEC_DEBUG=1``
+re-raises).
 """
 
 from __future__ import annotations

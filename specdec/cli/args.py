@@ -1,10 +1,8 @@
 """Argument checks every ``specdec`` command shares: one line naming the problem, exit 2, before any
 model loads.
 
-Each check is an argparse ``type`` (so a bad value is refused while the command line is parsed) or
-runs at the top of a command, before its first expensive step. Errors the commands raise later
-(an unreadable artifact, a file that disappeared) are caught by :func:`specdec.cli.main`, which
-prints them the same way; ``SPECDEC_DEBUG=1`` shows the traceback instead.
+Checks are argparse ``type`` s or run first in a command; later errors are printed the same way by
+:func:`specdec.cli.main` (``SPECDEC_DEBUG=1``: the traceback).
 """
 
 from __future__ import annotations
@@ -67,8 +65,7 @@ def budget(text: str):
 
 
 def model_spec(text: str) -> str:
-    """``default`` (the embedded SmolLM2), a model directory or a ``.gguf`` file, which must exist, or
-    a model id (``org/name``) that :func:`specdec.models.load_target` looks up in the local cache."""
+    """``default``, an existing model directory or ``.gguf`` file, or a model id (``org/name``)."""
     if text == "default":
         return text
     if text.endswith(".gguf"):

@@ -1,8 +1,7 @@
 """``specdec check``: is this proposer artifact usable with this target, and how well did it do?
 
-Reports what the artifact is bound to (nothing, a tokenizer, a target checkpoint), the fingerprint
-it names against the one computed now, and the last acceptance measurement stored in its manifest.
-Exit status 0 when compatible, 1 when not (``--allow-mismatch`` reports but exits 0).
+Reports the binding, its fingerprint against the one computed now, and the last measurement in the
+manifest. Exit 0 when compatible, 1 when not (``--allow-mismatch``: 0).
 """
 
 from __future__ import annotations
@@ -20,11 +19,8 @@ _KINDS = {"medusa": "medusa", "eagle": "eagle", "draft": None}  # spec prefix ->
 
 
 def check(target_spec: str, proposer: str, *, device: str = "cpu") -> dict:
-    """Compatibility report (a JSON-able dict with ``compatible``) for ``proposer`` against the target.
-
-    ``proposer`` is any proposer spec the other commands take (``none``, ``suffix``,
-    ``suffix:<file>``, ``medusa:<dir>``, ``eagle:<dir>``, ``draft:<dir>``) or an artifact directory.
-    """
+    """JSON-able report with ``compatible`` for ``proposer`` (any proposer spec, ``none``, or an
+    artifact directory) against the target."""
     from ..models import load_target
 
     kind, sep, warm_file = proposer.partition(":")
@@ -120,8 +116,7 @@ def check_main(args) -> int:
 
 
 def refit_cost(training: dict) -> dict | None:
-    """Time from a new checkpoint to this artifact, as its manifest recorded it: teacher-forced
-    feature extraction (cached runs) plus target load, data and training, on the device it ran on."""
+    """Recorded time from a new checkpoint to this artifact (features, load, data, training)."""
     seconds = training.get("seconds")
     if not isinstance(seconds, dict) or "total" not in seconds:
         return None

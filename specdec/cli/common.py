@@ -36,9 +36,8 @@ def resolve_device(name: str) -> str:
 
 
 def warn_if_oversubscribed() -> None:
-    """Say so when other work already keeps the cores busy and torch would run a thread per core:
-    OpenMP thread pools then stall at every barrier (plain decoding ran 30x slower than with
-    ``--threads 1`` under one busy core of two)."""
+    """Warn when other work keeps the cores busy and torch would run a thread per core (OpenMP pools
+    then stall at every barrier)."""
     import torch
 
     cores, threads, load = os.cpu_count() or 1, torch.get_num_threads(), os.getloadavg()[0]
@@ -62,11 +61,8 @@ def load_target(args):
 
 
 def make_proposer(spec: str, model, tokenizer=None, *, allow_mismatch: bool = False):
-    """A fresh proposer from a spec (see :data:`PROPOSER_SPECS`; ``none`` = plain decoding, None).
-
-    ``allow_mismatch``: accept trained artifacts bound to another target or tokenizer, with a loud
-    warning (drafts stay exact; acceptance usually collapses).
-    """
+    """A fresh proposer from a spec (:data:`PROPOSER_SPECS`; ``none``: None); ``allow_mismatch`` loads
+    artifacts bound elsewhere with a warning."""
     if spec == "none":
         return None
     from ..proposers.registry import make_proposer as from_spec

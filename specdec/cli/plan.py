@@ -24,6 +24,7 @@ from ..plan.pools import Pool, load_pools
 from ..plan.report import write_report
 from ..plan.review import make_trigger
 from ..prompts import read_prompt_records
+from . import plan_vllm
 from .args import (UsageError, add_model_args, add_proposer_args, bounded, csv, positive, positive_int, probability,
                    proposers)
 from .common import log
@@ -35,6 +36,9 @@ def register(subparsers) -> None:
     """Add ``plan`` to an ``argparse`` subparsers object (``parser.add_subparsers()``)."""
     p = subparsers.add_parser("plan", help="measure, simulate load, and recommend a speculation setting per pool",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--engine", choices=("specdec", "vllm"), default="specdec",
+                   help="specdec: plan specdec's own decoding loop (default); vllm: measure vLLM servers and write "
+                        "each pool's speculative_config (specdec.cli.plan_vllm)")
     add_model_args(p)
     add_proposer_args(p, default=["suffix"])
     p.add_argument(
@@ -44,14 +48,16 @@ def register(subparsers) -> None:
     p.add_argument("--per-category", type=positive_int, default=2, help="prompts per category (default 2)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument(
-        "--pools", default=None, help="pool TOML (see specdec.plan.pools); default one pool from --ttft/--tpot"
+        "--pools", default=None, help="pool TOML (engine specdec: specdec.plan.pools, default one pool from "
+        "--ttft/--tpot; engine vllm: specdec.plan.vllm.pool_spec, required)"
     )
     p.add_argument("--ttft", type=positive, default=2.0, help="time-to-first-token SLO in seconds (single-pool mode)")
     p.add_argument(
         "--tpot", type=positive, default=0.15, help="time-per-output-token SLO in seconds (single-pool mode)"
     )
     p.add_argument(
-        "--memory-gb", type=positive, required=True, help="device memory budget for weights + KV cache (GiB)"
+        "--memory-gb", type=positive, default=None,
+        help="engine specdec (required there): device memory budget for weights + KV cache (GiB)"
     )
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype (default: the model's)")
     p.add_argument(
@@ -95,6 +101,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--seed", type=bounded(int), default=0)
     p.add_argument("--out", default="plan_report", help="output directory")
+    plan_vllm.add_plan_args(p)
     p.set_defaults(func=run_plan)
 
 
@@ -146,6 +153,12 @@ def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> 
 
 
 def run_plan(args) -> int:
+    if getattr(args, "engine", "specdec") == "vllm":
+        return plan_vllm.run_plan(args)
+    plan_vllm.check_flags(args, "specdec")
+    if args.memory_gb is None:
+        raise UsageError("the following arguments are required: --memory-gb (the device memory budget for weights + "
+                         "KV cache, GiB)")
     if args.threads:
         import torch
 

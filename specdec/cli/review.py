@@ -1,6 +1,7 @@
 """``specdec review``: re-measure a plan's basis; flag fingerprint changes and acceptance drift.
 
-    specdec review plan_report          # exit status 1 when the setting is stale
+    specdec review plan_report                  # exit status 1 when the setting is stale
+    specdec review --engine vllm plan_vllm      # keep / re-plan / turn off per pool (specdec.cli.plan_vllm)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from ..models import load_target
 from ..proposers.registry import make_proposer
 from ..measure.proposer_stats import artifact_dict, build_workload, fingerprints, measure_proposer
 from ..plan.review import compare, load_trigger, review_markdown
+from . import plan_vllm
 from .args import model_spec, probability
 from .common import log
 
@@ -23,6 +25,7 @@ def register(subparsers) -> None:
                    help="target to review against (default: the plan's)")
     r.add_argument("--tolerance", type=probability, default=None, help="override the plan's drift tolerance")
     r.add_argument("--out", default=None, help="directory to write review.md into (default: beside review.json)")
+    plan_vllm.add_review_args(r)
     r.set_defaults(func=run_review)
 
 
@@ -36,6 +39,9 @@ def review_path(out: str | None, base: Path) -> Path:
 
 
 def run_review(args) -> int:
+    if getattr(args, "engine", "specdec") == "vllm":
+        return plan_vllm.run_review(args)
+    plan_vllm.check_review_flags(args)
     trigger = load_trigger(args.report)
     target = args.model or trigger["target"]
     log(f"loading target {target}")

@@ -1,11 +1,8 @@
 """``specdec train heads|eagle|draft``: self-distil the target, train a proposer, save a bound artifact.
 
-One command does the whole refit (the recurring cost trained heads carry on every checkpoint
-release): fingerprint the target, generate (or reuse cached) self-distillation data, train, and
-write ``weights.safetensors`` + ``manifest.json`` naming the target fingerprint, the data, the
-hyper-parameters, the held-out metrics and the wall time of each stage.
-
-Usable without the top-level CLI: ``python -m specdec.cli train heads ...``.
+The whole refit in one command: fingerprint the target, build (or reuse) self-distillation data, train,
+and write ``weights.safetensors`` + ``manifest.json`` (target fingerprint, data, hyper-parameters,
+held-out metrics, wall time per stage).
 """
 
 from __future__ import annotations
@@ -267,8 +264,9 @@ def _synthetic_args(p) -> None:
 
 
 def register(subparsers) -> None:
-    """Add ``train heads | eagle | draft`` (self-distillation) and ``train features | eagle3 | heads-kd |
-    draft-kd`` (the feature cache) to a ``specdec`` argparse sub-parser collection."""
+    """Add ``train heads | eagle | draft`` (self-distillation), ``train features | eagle3 | heads-kd |
+    draft-kd`` (the feature cache) and ``train online`` (features computed during training) to a
+    ``specdec`` argparse sub-parser collection."""
     train = subparsers.add_parser("train", help="train a proposer artifact (self-distillation)")
     kinds = train.add_subparsers(dest="train_kind", required=True)
     h = kinds.add_parser("heads", help="Medusa heads bound to the target checkpoint")
@@ -304,7 +302,9 @@ def register(subparsers) -> None:
     from .train_eagle3 import add_parser as add_eagle3
     from .train_features import add_parser as add_features
     from .train_kd import add_parsers as add_kd
+    from .train_online import add_parser as add_online
 
     add_features(kinds)
     add_eagle3(kinds)
     add_kd(kinds)
+    add_online(kinds)  # the same trainers on features computed during training (no cache)

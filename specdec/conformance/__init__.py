@@ -1,15 +1,7 @@
-"""The statistical exactness suites, importable for anyone's sampler or decoder.
-
-* :mod:`~specdec.conformance.suite` -- cases, the lockstep Monte-Carlo loop, G tests, the report;
-* :mod:`~specdec.conformance.laws` -- small exact target/draft models and the exact output law;
-* :mod:`~specdec.conformance.mutants` -- deliberately broken samplers the suite must reject;
-* :mod:`~specdec.conformance.report` -- ``python -m specdec.conformance.report``: the power table;
-* :mod:`~specdec.conformance.decoder_law` -- the end-to-end law test of a whole decoder over a real
-  Hugging Face target;
-* :mod:`~specdec.conformance.targets` -- tiny targets whose law depends on the whole context;
-* :mod:`~specdec.conformance.engine_mutants` -- deliberately broken decoders (KV compaction,
-  positions, sampler inputs) the end-to-end test must reject (imports the verify engine: not
-  loaded by ``import specdec.conformance``).
+"""The statistical exactness suites, importable for anyone's sampler or decoder: the sampler suite
+(:mod:`.suite`, :mod:`.laws`, :mod:`.mutants`, :mod:`.report`) and the end-to-end decoder law test
+(:mod:`.decoder_law`, :mod:`.targets`, :mod:`.engine_mutants`; the latter imports the verify engine and
+is not loaded by ``import specdec.conformance``).
 """
 
 from .decoder_law import (WINDOWS, DecoderCase, DecoderStats, check_decoder, exact_decoder_law, run_decoder_suite,

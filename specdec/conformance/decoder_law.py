@@ -1,29 +1,13 @@
 """End-to-end law test of the whole decoder: proposer, verify forward, sampler, KV compaction.
 
-The sampler suite (:mod:`specdec.conformance.suite`) proves the rejection sampler exact on tables.
-This module tests everything around it at once: a :class:`~specdec.engine.decoder.SpeculativeDecoder`
-over a real Hugging Face target generates ``length`` tokens for many identical prompts in one
-ragged batch, and the empirical joint law of those tokens is compared with the exact law of
-sampling the target token by token, computed independently of the decoder by teacher-forcing the
-model over every continuation (:func:`exact_decoder_law`) and processing the logits with the same
-:func:`~specdec.sampling.params.process_logits`.
-
-What is tested (:data:`WINDOWS`): the joint law of the first ``k`` tokens for ``k = 3, 4, 5`` of a
-5-token generation, and the joint law of tokens 3-5 alone, by the suite's G test (sparse cells
-merged), one test per window with the prompts of a ragged batch as independent strata. Why 5
-tokens: the first token comes from the prefill, so a step that reads a *compacted* accepted row (the
-rows :meth:`HFTarget.commit` moved) needs an earlier verify step that accepted drafts, then another
-step: at 3 tokens no step ever reads one, and a KV-ordering bug passes unseen. Why joint laws and
-not per-position conditionals: the joint law is what the guarantee states, its G test needs no
-estimated conditioning (a conditional test given the observed prefix loses one degree of freedom
-per prefix), and the nested ``k`` show where an error enters. Why tokens 3-5 as well: the
-5-token law has ``V ** 5`` cells, most of them pooled at a few thousand trials, while the law of
-tokens 3-5 alone keeps its cells populated; against bugs in later steps it is the strongest of the
-four (docs/exactness.md). A case only proves something if drafts were accepted:
-:class:`DecoderStats` reports how many.
-
-Trials run as one batch of ``trials x len(prompts)`` requests (interleaved prompts, so the batch is
-ragged from the prefill on), with one seeded ``torch.Generator``: a few thousand trials take seconds.
+A :class:`~specdec.engine.decoder.SpeculativeDecoder` over a real HF target generates ``length``
+tokens for many prompts in one ragged batch (one seeded generator); their joint law is G-tested
+against the exact law of sampling the target token by token, computed without specdec by
+teacher-forcing every continuation (:func:`exact_decoder_law`). Windows (:data:`WINDOWS`): the first
+``k = 3, 4, 5`` tokens and tokens 3-5 alone (5 tokens, because reading a compacted row needs a step
+after one that accepted drafts; tokens 3-5 keep their cells populated). Prompts are independent
+strata. A case proves something only if drafts were accepted (:class:`DecoderStats`). Reasoning in
+docs/exactness.md.
 """
 
 from __future__ import annotations
@@ -45,17 +29,11 @@ class DecoderCase:
     """One end-to-end scenario.
 
     Attributes:
-        name: shown in reports.
-        decoder: builds a fresh decoder (fresh proposer state) over the target under test; the
-            target's model must be the model whose law is exact (a mutant may wrap it).
-        sampling: the sampling settings (temperature > 0).
-        prompts: the prompts of the ragged batch (distinct lengths exercise the prefill mask).
-        trials: generations per prompt.
-        length: tokens generated per trial (the largest tested ``k``).
-        batch: requests per ``generate_batch`` call (None: all trials in one batch). Small batches
-            keep the cache free of holes (every request the same length), which is what routes
-            ``attention="tree_op"`` verify steps through the tree-attention op; they cost a
-            decoder call per batch.
+        decoder: builds a fresh decoder over the target whose model's law is exact (a mutant may wrap it).
+        sampling: temperature > 0. ``prompts``: the ragged batch. ``trials``: generations per prompt.
+        length: tokens per trial (the largest tested ``k``).
+        batch: requests per ``generate_batch`` call (None: one); small batches keep the cache free of
+            holes, which routes ``attention="tree_op"`` steps through the tree op.
     """
 
     name: str
@@ -84,12 +62,8 @@ class DecoderStats:
 @torch.no_grad()
 def exact_decoder_law(model, prompt: Sequence[int], length: int, sampling: SamplingParams) -> torch.Tensor:
     """``float64 [V ** length]``: the law of ``length`` tokens sampled one at a time from the processed
-    target after ``prompt`` (index = base-``V`` number, first token most significant).
-
-    One teacher-forced forward of the plain model over all ``V ** (length - 1)`` continuations (no
-    cache, no specdec code): row ``j`` of continuation ``c`` is the law of token ``j + 1`` after
-    ``prompt + c[:j]``. Logits are processed in float32 exactly as the decoder processes its own.
-    """
+    target after ``prompt`` (base-``V`` index, first token most significant), from one teacher-forced
+    forward of the plain model over all continuations."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     M = vocab ** (length - 1)
     digits = vocab ** torch.arange(length - 2, -1, -1)
@@ -103,12 +77,8 @@ def exact_decoder_law(model, prompt: Sequence[int], length: int, sampling: Sampl
 
 def sample_decoder(decoder, prompts: Sequence[Sequence[int]], trials: int, length: int, sampling: SamplingParams,
                    *, seed: int = 0, batch: int | None = None) -> tuple[list[torch.Tensor], DecoderStats]:
-    """Generate ``length`` tokens ``trials`` times per prompt, prompts interleaved (a ragged batch),
-    ``batch`` requests per decoder call (None: one call), one seeded generator throughout.
-
-    Returns one ``LongTensor[trials, length]`` per prompt and the decoder's :class:`DecoderStats`.
-    Raises ValueError if a generation stopped early (stop tokens are disabled).
-    """
+    """``length`` tokens ``trials`` times per prompt (interleaved, ``batch`` per call, one generator):
+    one long ``[trials, length]`` per prompt and :class:`DecoderStats`; ValueError on an early stop."""
     requests = [list(p) for _ in range(trials) for p in prompts]
     step = batch or len(requests)
     gen = torch.Generator().manual_seed(seed)

@@ -1,38 +1,11 @@
 """Deliberately broken decoders: the end-to-end law test must reject every one of them.
 
-Each mutant is :class:`~specdec.verify.hf.HFTarget` (or a proposer wrapper) with one plausible
-mistake, made as a small override of one method, so that a pass of
-:mod:`specdec.conformance.decoder_law` is evidence that it can see that mistake. Use them as the
-decoder's target: ``SpeculativeDecoder(MUTANTS["kv_chain_rows"](model), proposer, ...)``.
-
-KV compaction (:meth:`HFTarget._compact`, which keeps the pending row and the accepted path's rows):
-
-* :class:`ChainRowsCompaction` keeps the first ``len(path)`` drafted rows, as if every tree were a
-  chain: a rejected node's row whenever the accepted path is not the tree's leading chain.
-* :class:`InPlaceCompaction` moves the kept rows one at a time in place; with ``reverse = True``
-  (:class:`ReverseInPlaceCompaction`, the wrong order) a row whose source slot an earlier move
-  already overwrote is lost and another row kept twice. A request's verify rows sit right behind its
-  prefix (pending token at ``L``, node ``i`` at ``L + 1 + i``), so path node ``path[i]`` moves to
-  ``L + 1 + i``. First row first is exact: a destination ``L + 1 + j`` is always below every later
-  source ``L + 1 + path[i] >= L + 1 + i`` (``i > j``), so :class:`InPlaceCompaction` itself must
-  pass, which tests the harness, not only the mutation.
-* :class:`ReversedPathCompaction` stores the accepted rows in reversed order. This one is an
-  *equivalent* mutant and must pass: attention reads the committed rows as a set (each key carries
-  its own rotary position), so a permutation inside the committed range changes no logit.
-
-Positions (:meth:`HFTarget._tree_inputs`):
-
-* :class:`NodeIndexPositions` gives node ``i`` the position ``L + 1 + i`` instead of ``L + depth(i)``
-  (right for chains, wrong for every later sibling).
-* :class:`CacheLengthPositions` counts positions from the shared cache length instead of the
-  request's own (right without holes, wrong in a ragged batch).
-
-Sampler inputs:
-
-* :class:`PreviousRowLogits` hands the sampler row ``i`` as the law after node ``i`` (the pending
-  token's row forgotten: every node row off by one).
-* :class:`MisreportedDraftProbs` (a proposer wrapper) reports each sampled node's ``q`` sharpened to
-  ``q^2 / sum(q^2)``, not the law its token was drawn from.
+Each mutant is :class:`~specdec.verify.hf.HFTarget` (or a proposer wrapper) with one plausible mistake
+in one overridden method, so a pass of :mod:`specdec.conformance.decoder_law` shows it sees that
+mistake. Use one as the decoder's target: ``SpeculativeDecoder(MUTANTS["kv_chain_rows"](model), ...)``.
+Two must pass (they test the harness): :class:`InPlaceCompaction` (first row first is exact, since a
+destination ``L + 1 + j`` lies below every later source) and :class:`ReversedPathCompaction`
+(attention reads committed rows as a set, each key carrying its own rotary position).
 """
 
 from __future__ import annotations
@@ -61,12 +34,8 @@ class ReversedPathCompaction(HFTarget):
 
 
 class InPlaceCompaction(HFTarget):
-    """Moves each kept row with its own in-place copy, in the order :attr:`reverse` says.
-
-    The copies run on the cache first; the moved rows are then written back to their source slots
-    (one simultaneous gather), so that HFTarget's own compaction, which runs next and does the
-    bookkeeping, moves exactly what the in-place copies left at the destinations.
-    """
+    """Moves each kept row with its own in-place copy, in :attr:`reverse` order (then restores the
+    sources so HFTarget's own compaction moves exactly what the copies left)."""
 
     reverse = False
 

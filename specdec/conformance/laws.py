@@ -1,10 +1,8 @@
 """Small-vocabulary target models, drafter specifications and the exact law they imply.
 
-Used by :mod:`specdec.conformance`. A *model* is any callable ``model(prefix) -> Tensor[V]``
-mapping a token prefix (a tuple of ints, the prompt included) to a probability vector. Models here
-are deterministic functions of the prefix (seeded from a hash of it), so the exact law of the
-emitted sequence is computable by enumeration while every prefix still gets its own distribution,
-which is what makes a wrong acceptance rule visible.
+A model is a callable ``model(prefix: tuple[int]) -> Tensor[V]`` of probabilities; models here are
+deterministic in the prefix (seeded by its hash), so exact laws can be enumerated while every prefix
+gets its own distribution.
 """
 
 from __future__ import annotations
@@ -22,16 +20,9 @@ Model = Callable[[tuple], torch.Tensor]
 
 @dataclass(frozen=True)
 class TableModel:
-    """Pseudo-random conditional distributions over ``vocab`` tokens, one per prefix.
-
-    Attributes:
-        vocab: vocabulary size ``V``.
-        seed: distinguishes models (target vs drafter).
-        scale: logit standard deviation; larger = peakier distributions.
-        zero_frac: fraction of tokens given probability exactly 0 in each row (never all of them).
-        one_hot_frac: fraction of prefixes whose distribution is a point mass.
-        logits: return raw logits instead of probabilities (to feed :class:`ProcessedModel`).
-    """
+    """Pseudo-random distributions over ``vocab`` tokens, one per prefix: ``seed`` (target vs drafter),
+    ``scale`` (logit std), ``zero_frac`` (tokens at exactly 0 per row, never all), ``one_hot_frac``
+    (point-mass prefixes), ``logits`` (raw logits, for :class:`ProcessedModel`)."""
 
     vocab: int
     seed: int
@@ -71,15 +62,9 @@ class ProcessedModel:
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """How the drafter builds its tree at every step.
-
-    Attributes:
-        model: the drafter's distribution ``q(prefix)``.
-        nodes: ``(parent, kind)`` per node in node order, parent ``-1`` = root. ``kind`` is
-            ``"sample"`` (token drawn from ``q`` at the parent's prefix, independently of everything
-            else: i.i.d. siblings) or ``"top"`` (deterministic: the ``r``-th most likely token under
-            ``q``, ``r`` = number of earlier ``"top"`` siblings, ties to the lower id).
-    """
+    """The drafter's tree at every step: ``model`` (``q(prefix)``) and ``nodes``, ``(parent, kind)`` in
+    node order (parent ``-1`` = root); ``kind`` ``"sample"`` (i.i.d. from ``q``) or ``"top"`` (the
+    ``r``-th most likely under ``q``, ``r`` = earlier ``"top"`` siblings, ties to the lower id)."""
 
     model: Model
     nodes: tuple[tuple[int, str], ...]
@@ -133,12 +118,8 @@ def _as_probs(row: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 class PrefixTable:
-    """Memoised model rows addressed by integer prefix codes (vectorised lookups for the runner).
-
-    A continuation ``c_1..c_L`` after the prompt has code ``sum_j (c_j + 1) * (V + 1) ** (j - 1)``;
-    appending token ``x`` to a code of length ``L`` adds ``(x + 1) * (V + 1) ** L``. The model is
-    called once per distinct prefix; rows live in a growing ``[M, V]`` tensor.
-    """
+    """Memoised model rows by prefix code (``c_1..c_L`` -> ``sum_j (c_j + 1) * (V + 1) ** (j - 1)``),
+    one model call per distinct prefix."""
 
     def __init__(self, model: Model, prompt: Sequence[int], vocab: int, dtype=torch.float32):
         self.model = model

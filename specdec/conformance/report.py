@@ -1,9 +1,7 @@
 """Print the conformance suite's verdict on the real samplers and its measured power on the mutants.
 
-``python -m specdec.conformance.report [--trials N]`` prints a Markdown table (the one in
-docs/exactness.md): for every sampler, how many of the suite's tests reject it at the Bonferroni
-level, the smallest p-value and the first failing test. Exact samplers must show 0 rejections;
-every mutant must show at least one.
+``python -m specdec.conformance.report [--trials N]``: per sampler, tests rejecting it at the Bonferroni
+level, the smallest p-value and the first failure (exact samplers: 0; every mutant: at least one).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Statistical exactness suite for speculative-decoding samplers (importable by users).
 
-What it checks: for a small vocabulary, the first ``K = 1, 2, 3`` tokens a sampler emits in a full
-mini decode loop (draft a tree with a :class:`DraftSpec`, verify it with the sampler, append what it
-emits, repeat) must follow the exact law of sampling the target token by token. That law is
-computed by enumeration (:func:`exact_law`); the empirical law of many independent trials is
-compared with it by a G test on the joint distribution of the first 1, 2 and 3 tokens, with sparse
-cells (expected count < 5) merged. Emitting a sequence of exact probability 0 fails immediately.
-
-Trials run in lockstep: every decode step drafts for all unfinished trials at once and calls the
-sampler once on the whole batch, so ``trials`` costs a few batched calls, not a Python loop.
+The first ``K = 1, 2, 3`` tokens a sampler emits in a mini decode loop (draft with a
+:class:`DraftSpec`, verify, append, repeat) must follow the exact law of sampling the target token by
+token, computed by enumeration (:func:`exact_law`). Many trials, run in lockstep as batched calls, are
+G-tested against it (sparse cells merged); a sequence of exact probability 0 fails at once.
 
 Use on your own sampler::
 
@@ -16,11 +11,9 @@ Use on your own sampler::
     report = run_suite(batch_sampler(my_rejection_sample_batch))
     assert report.passed, report.summary()
 
-Samplers are adapted to one protocol, ``sampler(batch: DraftBatch, generator) -> (tokens [B, M]
-padded with -1, num_emitted [B])``: :func:`padded_sampler` (signature of
-:func:`specdec.rejection_sample_padded`), :func:`batch_sampler` (of
-:func:`specdec.rejection_sample_batch`), :func:`single_sampler` (of :func:`specdec.rejection_sample`).
-α: see :data:`FAMILY_ALPHA` and docs/exactness.md.
+Adapters (:func:`padded_sampler`, :func:`batch_sampler`, :func:`single_sampler`) turn the public
+signatures into ``sampler(batch: DraftBatch, generator) -> (tokens [B, M] padded with -1,
+num_emitted [B])``. α: :data:`FAMILY_ALPHA` and docs/exactness.md.
 """
 
 from __future__ import annotations
@@ -44,13 +37,9 @@ MIN_EXPECTED = 5.0
 
 @dataclass(frozen=True)
 class DraftBatch:
-    """One decode step's drafts for ``B`` trials, padded to ``N`` nodes.
-
-    ``tokens [B, N]``, ``parents [B, N]``, ``sizes [B]``, ``draft_probs [B, N, V]`` (sampled nodes:
-    the q the token was drawn from; deterministic nodes: the point mass on their token),
-    ``deterministic [B, N]``, ``target_probs [B, N + 1, V]`` (row 0 after the prefix, row i + 1
-    after node i). All trials share one tree shape, so ``sizes`` is constant.
-    """
+    """One step's drafts for ``B`` trials sharing one tree shape: ``tokens``, ``parents``,
+    ``deterministic`` ``[B, N]``, ``sizes [B]``, ``draft_probs [B, N, V]`` (q, or the point mass),
+    ``target_probs [B, N + 1, V]`` (row 0 after the prefix, ``i + 1`` after node i)."""
 
     tokens: torch.Tensor
     parents: torch.Tensor
@@ -122,11 +111,8 @@ class Case:
 
 
 def simulate(sampler: BatchSamplerFn, case: Case, *, length: int = 3, seed: int = 0) -> torch.Tensor:
-    """Run ``case.trials`` independent decode loops until each emitted ``length`` tokens.
-
-    Returns ``LongTensor[trials, length]``: the first ``length`` emitted tokens of every trial.
-    Raises ValueError when the sampler returns malformed output (no token, out-of-range ids).
-    """
+    """The first ``length`` tokens of ``case.trials`` independent decode loops, long ``[trials, length]``;
+    ValueError for malformed sampler output."""
     V, T = case.vocab, case.trials
     gen = torch.Generator().manual_seed(seed)
     tgt = PrefixTable(case.target, case.prompt, V)
@@ -217,12 +203,9 @@ class GTestResult:
 def g_test(
     observed: torch.Tensor, probs: torch.Tensor, *, min_expected: float = MIN_EXPECTED
 ) -> tuple[float, int, float, int]:
-    """G test of counts ``observed [C]`` against cell probabilities ``probs [C]``.
-
-    Cells with expected count ``< min_expected`` are pooled into one cell (and that pool joins the
-    smallest remaining cell if it is still sparse). Any count in a cell of probability exactly 0
-    gives p-value 0. Returns ``(G, dof, p_value, impossible_count)``.
-    """
+    """G test of ``observed [C]`` against ``probs [C]``: cells expecting ``< min_expected`` are pooled
+    (joining the smallest cell if still sparse); any count in a probability-0 cell gives p 0. Returns
+    ``(G, dof, p_value, impossible_count)``."""
     observed = observed.double()
     probs = probs.double()
     n = float(observed.sum())
@@ -272,13 +255,9 @@ def prefix_law_tests(
 def window_law_tests(
     name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int, windows: Sequence[tuple[int, int]]
 ) -> list[GTestResult]:
-    """G tests of the joint law of tokens ``first..last`` (1-based, inclusive), one per window.
-
-    ``strata``: ``(seqs LongTensor[T_s, L], law float64 [V ** L])`` pairs, e.g. one per prompt of a
-    ragged batch; each stratum is tested against its own exact law (index = base-``V`` number,
-    first token most significant), marginalised to the window. The strata being independent
-    samples, their G statistics and degrees of freedom add up into one test per window.
-    """
+    """One G test per window ``first..last`` (1-based, inclusive). ``strata``: ``(seqs long [T_s, L],
+    law float64 [V ** L])`` pairs (law index: base-``V``, first token most significant); independent
+    strata add their G statistics and degrees of freedom."""
     results = []
     for first, last in windows:
         g_sum, dof_sum, impossible = 0.0, 0, 0

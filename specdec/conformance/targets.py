@@ -1,23 +1,11 @@
 """Tiny Hugging Face targets whose next-token law depends on the whole context.
 
-A statistical test can only see a bug that changes the law it measures. Bugs in KV compaction or
-in position ids corrupt what the model reads about *older* tokens, so they are visible only on a
-target whose next-token law moves when an older token (or its position) changes. A random tiny
-Llama is nearly a bigram model: its attention is almost uniform and the residual stream carries
-mostly the last token's embedding, so changing the token two back moves the next-token law by a
-total variation of about 0.02, and shifting a position by one moves it by 1e-4
-(:func:`context_dependence` measures both; docs/exactness.md has the numbers).
-
-:func:`context_target` builds a Llama (it runs through :class:`~specdec.verify.hf.HFTarget` like
-any Llama) with a small vocabulary, so that exact laws of a few tokens can be enumerated, and with
-scaled weights that make the law depend on the whole context:
-
-* query/key weights scaled up: sharp attention whose pattern depends on relative positions (RoPE),
-  so a token's position matters, not only its identity;
-* value/output weights scaled up: the attention output dominates the residual stream, so older
-  tokens move the law as much as the last one;
-* the LM head scaled so the law is peaked but far from a point mass (mean entropy 1.1 nats of the
-  ``log 8 = 2.08`` possible).
+KV-compaction and position-id bugs corrupt what the model reads about older tokens, so a law test
+sees them only on a target whose next-token law moves with older tokens and positions; a random tiny
+Llama is nearly a bigram model. :func:`context_target` is a small-vocabulary Llama (exact laws can be
+enumerated) with scaled weights: query/key (sharp, position-dependent attention), value/output
+(attention dominates the residual stream) and LM head (peaked, far from a point mass).
+:func:`context_dependence` measures it (figures in docs/exactness.md).
 """
 
 from __future__ import annotations
@@ -30,15 +18,8 @@ import torch
 
 def context_target(vocab: int = 8, *, hidden: int = 16, layers: int = 2, heads: int = 2, kv_heads: int = 1,
                    qk_scale: float = 30.0, vo_scale: float = 20.0, lm_scale: float = 25.0, seed: int = 0):
-    """A random fp32 Llama in eval mode whose next-token law depends strongly on the whole context.
-
-    The defaults give (:func:`context_dependence`, 300 random 8-token contexts): mean total
-    variation 0.27 / 0.28 / 0.28 between laws after contexts that differ only 2 / 3 / 4 tokens
-    back, 0.29 when the last token's position moves by one, mean entropy 1.11 nats (the old
-    ``tiny_model("llama", vocab_size=8, hidden_size=16, heads=2, kv_heads=1, seed=3)``: 0.023 /
-    0.026 / 0.023, 9e-5 and 1.94). Built under a forked RNG:
-    the caller's global torch seed is left as it was.
-    """
+    """A random fp32 Llama in eval mode whose next-token law depends strongly on the whole context
+    (built under a forked RNG: the caller's torch seed is untouched)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
@@ -72,15 +53,9 @@ def noisy_copy(model, *, std: float, seed: int = 0):
 
 @dataclass(frozen=True)
 class ContextDependence:
-    """How much a model's next-token law depends on its context.
-
-    Attributes:
-        tv: distance ``d`` -> mean total variation between the laws after two contexts that differ
-            only in the token ``d`` back (``d = 1`` is the last token).
-        position_tv: mean total variation when the last token's position id moves by one (a gap
-            before it), what a position-id bug does to a tree node.
-        entropy: mean entropy (nats) of the law after a random context.
-    """
+    """How much the next-token law depends on context: ``tv`` (distance ``d`` -> mean total variation
+    when only the token ``d`` back differs; ``d = 1`` is the last), ``position_tv`` (the last token's
+    position id moved by one) and ``entropy`` (mean, nats)."""
 
     tv: dict
     position_tv: float
@@ -90,11 +65,8 @@ class ContextDependence:
 @torch.no_grad()
 def context_dependence(model, *, distances: Sequence[int] = (1, 2, 3, 4), context: int = 8, samples: int = 300,
                        seed: int = 0) -> ContextDependence:
-    """Measure :class:`ContextDependence` on ``samples`` uniformly random contexts of ``context`` tokens.
-
-    For distance ``d`` each context gets a twin with token ``context - d`` replaced by a different
-    uniformly random token; the laws are the softmax of the last position's logits.
-    """
+    """:class:`ContextDependence` over ``samples`` random contexts of ``context`` tokens, each against
+    a twin differing at one position."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     g = torch.Generator().manual_seed(seed)
 

@@ -43,13 +43,13 @@ otherwise be fitted as one decode step and swing the budget for hundreds of step
 ``max_outliers`` such steps in a row are set aside; after them slow steps are fitted until one is
 within the ratio again (the engine itself got slower).
 
-Use (one per drafter; numbers are per engine step)::
+It is a :class:`~specdec.control.interface.DraftController` (budgets in chain tokens; one per drafter;
+numbers are per engine step)::
 
     gate = CostGate(k=4)
-    j = gate.budget(rows)                       # before drafting
-    floor = gate.floor(rows, j)                 # optional: per-token probability bar
-    ...                                         # draft chains of at most j tokens (cut below floor)
-    gate.step(seconds, rows, j, drafted, accepted, fit=..., offered=..., prefill=...)  # after the next step
+    d = gate.decide(BatchView(rows))            # before drafting: d.budget, d.floor
+    ...                                         # draft chains of at most d.budget tokens, cut below d.floor
+    gate.observe(Outcome.of(drafted, accepted, budget=d.budget, seconds=..., fit=..., offered=..., prefill=...))
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from collections import deque
 import numpy as np
 
 from ..estimate.fit import nonnegative_lstsq_gram
+from .interface import BatchView, Decision, Outcome
 
 # features of one step: intercept, rows, prefill rows, any drafts, drafted tokens
 _NFEAT = 5
@@ -82,6 +83,8 @@ class CostGate:
             fitted, unless more than ``max_outliers`` came in a row.
     """
 
+    unit = "tokens"
+
     def __init__(self, k: int, *, decay: float = 0.995, explore_every: int = 32, min_fitted: int = 32,
                  prior_steps: float = 2.0, outlier_ratio: float = 8.0, max_outliers: int = 8):
         if not isinstance(k, int) or k < 1:
@@ -98,6 +101,15 @@ class CostGate:
         self.k, self.decay, self.explore_every = k, decay, explore_every
         self.min_fitted, self.prior_steps = min_fitted, prior_steps
         self.outlier_ratio, self.max_outliers = float(outlier_ratio), max_outliers
+        self.reset()
+
+    @property
+    def max_budget(self) -> int:
+        return self.k
+
+    def reset(self) -> None:
+        """Forget the fit and the acceptance evidence (a new engine, or a new run)."""
+        k = self.k
         self._xtx = np.zeros((_NFEAT, _NFEAT))
         self._xty = np.zeros(_NFEAT)
         self._fitted = self._plain = self._drafting = 0
@@ -117,28 +129,20 @@ class CostGate:
         self.last_reason = "warming up"
 
     # ------------------------------------------------------------------ learning
-    def step(self, seconds: float, rows: int, budget: int, drafted, accepted, *, fit: bool, offered=None,
-             prefill: int = 0) -> None:
-        """One engine step that verified the drafts of the last :meth:`budget` call.
+    def observe(self, outcome: Outcome) -> None:
+        """One engine step that verified the drafts of the last :meth:`decide` (``outcome.budget``).
 
-        Args:
-            seconds: wall time of the step (between two drafter calls).
-            rows: rows the step ran.
-            budget: the budget those drafts were made with.
-            drafted / accepted: ``[rows]`` per-row chain lengths drafted into the step and how many
-                of each the engine accepted (an accepted token's prefix is accepted too).
-            fit: whether ``seconds`` is one step of these rows (False: a skipped drafter call).
-            offered: ``[rows]`` bool, the rows that could draft at ``budget`` (default: all); the
-                others (new, resumed, prefilling) say nothing about acceptance.
-            prefill: rows of the step that carried prefill work.
+        Uses ``drafted`` / ``accepted`` (per row chain lengths, accepted prefixes), ``offered`` (the
+        rows that could draft; the others, new, resumed or prefilling, say nothing about
+        acceptance), and, when ``seconds`` is measured and ``fit``, the step's time with its
+        ``prefill`` rows.
         """
-        drafted = np.asarray(drafted, dtype=np.int64)
-        accepted = np.asarray(accepted, dtype=np.int64)
-        if drafted.shape != accepted.shape or (accepted > drafted).any() or (accepted < 0).any():
-            raise ValueError("CostGate.step needs 0 <= accepted <= drafted, row by row, in arrays of one shape")
-        mask = np.ones(drafted.shape, dtype=bool) if offered is None else np.asarray(offered, dtype=bool)
+        drafted, accepted, budget, prefill = outcome.drafted, outcome.accepted, outcome.budget, outcome.prefill
+        rows = int(drafted.size)
+        seconds = float("nan") if outcome.seconds is None else float(outcome.seconds)
+        mask = np.ones(drafted.shape, dtype=bool) if outcome.offered is None else np.asarray(outcome.offered, bool)
         if mask.shape != drafted.shape:
-            raise ValueError(f"CostGate.step: offered must be [rows] like drafted, got {mask.shape}")
+            raise ValueError(f"CostGate.observe: offered must be [rows] like drafted, got {mask.shape}")
         if budget > 0 and mask.any():
             depth = self._depth                                       # [k, 1]
             within = depth <= budget                                  # [k, 1]
@@ -146,7 +150,7 @@ class CostGate:
             self._rows = self._rows * self.decay + within[:, 0] * d.size
             self._reach = self._reach * self.decay + ((d[None, :] >= depth) & within).sum(1)
             self._hit = self._hit * self.decay + ((a[None, :] >= depth) & within).sum(1)
-        if not fit or not np.isfinite(seconds) or seconds <= 0 or rows < 1:
+        if not outcome.fit or not np.isfinite(seconds) or seconds <= 0 or rows < 1:
             return
         total = int(drafted.sum())
         x = np.zeros(_NFEAT)
@@ -225,7 +229,7 @@ class CostGate:
         seconds = base + (drafted > 0) * (theta[_D] + theta[_C] * rows * drafted)
         return rows * (1.0 + gained) / seconds
 
-    def floor(self, rows: int, budget: int) -> float:
+    def _floor(self, rows: int, budget: int) -> float:
         """The acceptance probability below which one more drafted token lowers the predicted rate
         at ``budget``: ``c * rate(budget)`` (0 until the fit is trusted, and for budget 0)."""
         theta = self._coefficients() if budget > 0 else None
@@ -234,9 +238,14 @@ class CostGate:
         return float(min(1.0, theta[_C] * self._rates(theta, max(1, rows))[min(budget, self.k)]))
 
     # ------------------------------------------------------------------ deciding
-    def budget(self, rows: int, cap: int | None = None) -> int:
-        """This step's draft budget in ``0..min(k, cap)`` (the reason is kept in ``last_reason``);
-        ``cap``: a bound set by another controller (a load gate's probe budget)."""
+    def decide(self, batch: BatchView) -> Decision:
+        """This step's budget in ``0..min(k, batch.cap)`` and its floor: the acceptance probability a
+        drafted token needs to pay for its verify time (:meth:`_floor`; chains are cut below it)."""
+        rows = max(1, batch.rows)
+        j = self._budget(rows, batch.cap)
+        return Decision(j, floor=self._floor(rows, j), reason=self.last_reason)
+
+    def _budget(self, rows: int, cap: int | None) -> int:
         self._steps += 1
         top = self.k if cap is None else max(0, min(int(cap), self.k))
         if top == 0:

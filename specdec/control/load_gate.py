@@ -7,32 +7,23 @@ batch hovering at the threshold does not flap), can choose the draft budget each
 measured cost model and acceptance (SmartSpec-style: the budget that maximises expected tokens
 per second of the whole batch), and stops drafting when recent acceptance collapses.
 
-Use::
+It is a :class:`~specdec.control.interface.DraftController` (budgets in draft tokens per request)::
 
     gate = LoadGate(off_above=8, on_below=6, budget=4)
     for step in loop:
-        d = gate.decide(batch_size=len(running), context=mean_context)
+        d = gate.decide(BatchView(rows=len(running), context=mean_context))
         trees = proposer.propose(ids, d.budget) if d.speculate else None
         ...
-        gate.observe(drafted=n_drafted, accepted=n_accepted)
+        gate.observe(Outcome.of(drafted_per_row, accepted_per_row))
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from ..estimate.acceptance import AcceptanceDist
 from ..estimate.step_cost import StepCostModel
-
-
-@dataclasses.dataclass(frozen=True)
-class GateDecision:
-    """``speculate``: draft this step; ``budget``: draft tokens per request (0 when not); ``reason``."""
-
-    speculate: bool
-    budget: int
-    reason: str
+from .interface import BatchView, Decision, Outcome
 
 
 class BudgetOptimizer:
@@ -145,38 +136,44 @@ class LoadGate:
         """Moving average of per-token acceptance (accepted / drafted), None until enough was observed."""
         return self._rate if self._observed >= self.min_observed else None
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        """Record one step's drafted and accepted token counts (summed over the batch)."""
-        if drafted < 0 or accepted < 0 or accepted > drafted:
-            raise ValueError(f"observe needs 0 <= accepted <= drafted, got drafted={drafted}, accepted={accepted}")
+    unit = "tokens"
+
+    @property
+    def max_budget(self) -> int:
+        """The largest budget it returns (the optimizer's range bounds it when there is one)."""
+        return self.budget if self.optimizer is None else min(self.budget, self.optimizer.max_budget)
+
+    def observe(self, outcome: Outcome) -> None:
+        """Record one step's drafted and accepted tokens (the moving acceptance reads their sums)."""
+        drafted, accepted = int(outcome.drafted.sum()), int(outcome.accepted.sum())
         if drafted == 0:
             return
         r = accepted / drafted
         self._rate = r if self._rate is None else (1 - self.ema) * self._rate + self.ema * r
         self._observed += drafted
 
-    def decide(self, batch_size: int, context: float = 0.0) -> GateDecision:
-        """Whether to speculate this step, and the per-request draft budget."""
-        if batch_size < 0:
-            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    def decide(self, batch: BatchView) -> Decision:
+        """Whether to speculate this step, and the per-request draft budget (at most ``batch.cap``)."""
+        batch_size, context = batch.rows, batch.context
+        top = self.budget if batch.cap is None else min(self.budget, batch.cap)
         if self.on and batch_size > self.off_above:
             self.on, self.switches = False, self.switches + 1
         elif not self.on and batch_size <= self.on_below:
             self.on, self.switches = True, self.switches + 1
         if not self.on:
-            return GateDecision(
-                False, 0, f"batch {batch_size} above gate (off above {self.off_above}, on at <= {self.on_below})"
-            )
+            return Decision(0, reason=f"batch {batch_size} above gate (off above {self.off_above}, on at <= "
+                                      f"{self.on_below})")
         if batch_size == 0:
-            return GateDecision(False, 0, "empty batch")
+            return Decision(0, reason="empty batch")
         rate = self.accept_rate
         if rate is not None and rate < self.min_accept_rate:
             self._since_probe += 1
             if self._since_probe >= self.probe_every:
                 self._since_probe = 0
-                return GateDecision(True, 1, f"probing: acceptance {rate:.2f} below floor {self.min_accept_rate:.2f}")
-            return GateDecision(False, 0, f"acceptance {rate:.2f} below floor {self.min_accept_rate:.2f}")
+                return Decision(min(1, top), reason=f"probing: acceptance {rate:.2f} below floor "
+                                                    f"{self.min_accept_rate:.2f}")
+            return Decision(0, reason=f"acceptance {rate:.2f} below floor {self.min_accept_rate:.2f}")
         if self.optimizer is None:
-            return GateDecision(self.budget > 0, self.budget, "load below gate")
-        k, _ = self.optimizer.best(batch_size, context, self.budget)
-        return GateDecision(k > 0, k, f"optimal budget {k} at batch {batch_size}")
+            return Decision(top, reason="load below gate")
+        k, _ = self.optimizer.best(batch_size, context, top)
+        return Decision(k, reason=f"optimal budget {k} at batch {batch_size}")

@@ -1,58 +1,43 @@
 """Whether a hybrid's model part is worth drafting this step, learned in hindsight.
 
-A hybrid tree drafts from lookup (microseconds) and from a model (an EAGLE layer: about 10-16 ms a
-step on this CPU, a fifth of a verify step). Where lookup already drafts well (extraction,
-summaries of the prompt) the model's nodes rarely add an accepted token, and its drafting time is
-then a tax on every step. :class:`ModelGate` decides per request and step, before the model runs:
+A hybrid tree drafts from lookup (microseconds) and from a model (an EAGLE layer, a good part of a
+verify step on a CPU). Where lookup already drafts well the model's nodes rarely add an accepted
+token, and its drafting time is then a tax on every step. :class:`ModelGate` decides per request
+and step, before the model runs:
 
 * **What the model adds**, measured in hindsight at every commit where it drafted: the accepted
-  depth of the merged tree minus that of the lookup's own paths (tokens; 0 when lookup alone would
-  have done as well, negative when the model's nodes pushed accepted lookup nodes out of the tree).
-  It is kept as a running mean per *bucket* of the lookup's calibrated expected acceptance at
-  propose time (the sum of its candidates' estimates), since that is what the gate can see before
-  drafting.
-* **What the model costs**, in the same unit: its drafting seconds per request, plus the verify
-  seconds of its nodes the decoder kept (when the hybrid is told them; the kept nodes lookup did not
-  draft, priced by the decoder's cost curve), over the seconds between two propose calls (one
-  decoding step), times the tokens the whole batch emits per step (drafting for one request delays
-  every request of the step). On this CPU the verify part was a fifth of the drafting part (2.5 ms on 11.3 ms).
-* **What this request adds beyond its bucket**: a running mean, per request, of its gain less its
-  bucket's mean at the time (once that mean rests on ``min_samples`` gains), shrunk towards 0 by
-  ``request_prior`` pseudo-observations. The bucket
-  sees only the lookup side; whether the model predicts this text (prose it has learned, or code
-  it has not) is a property of the request, and its own drafts measure it.
+  depth of the merged tree minus that of the lookup's own paths (tokens; negative when the model's
+  nodes pushed accepted lookup nodes out of the tree), kept as a running mean per *bucket* of the
+  lookup's calibrated expected acceptance at propose time (what the gate can see before drafting).
+* **What the model costs**, in the same unit: its drafting seconds per request plus the verify
+  seconds of its kept nodes, over the seconds between two propose calls (one decoding step), times
+  the tokens the whole batch emits per step (drafting for one request delays every request).
+* **What this request adds beyond its bucket**: a running mean of its gain less its bucket's mean,
+  shrunk towards 0 by ``request_prior`` pseudo-observations.
 * The model drafts unless its bucket has ``min_samples`` observations and the bucket's mean plus the
-  request's shrunk residual is below the cost. A request skipped in a bucket still drafts on every
-  ``explore_every``-th of its decisions there (counted per request and bucket, so one request
-  drafting does not starve another's exploration), and a bucket or request that turned useful is
+  request's shrunk residual is below the cost; a skipped request still drafts on every
+  ``explore_every``-th of its decisions in a bucket, so a bucket or request that turned useful is
   found again.
 
-The merged tree is credited with its accepted draft (the emitted tokens less the target's own last
-one): a node the decoder's sizer cut earns no credit. Lookup's paths the merge offered are judged
-the same way; those the model's nodes pushed out of the tree are judged against every emitted token,
-since offered they would have been verified (``hybrid._gain``).
-
-Exploration stays at a fixed one in ``explore_every``: a back-off (interval doubled after each
-exploration that did not pay, up to 64) was measured on 2026-12-02 and taken out. The gain means
-move only on explorations, so a bucket learned on extraction prompts kept skipping on writing
-prompts, where EAGLE had added 0.4 tokens a step: the hybrid fell to suffix's tokens per step. A
-back-off per request and bucket (reset by an exploration that paid) was measured on 2026-12-03 and
-taken out too: 1.83x against 1.84x plain over 12 prompts, its saved drafting time (3.4 against 3.9 ms
-a step) spent by the writing tokens it stopped finding (1.83 against 1.92 a step).
-
-Exactness does not depend on it: it only chooses which deterministic nodes are offered. Its
-decisions depend on measured time, as the decoder's sizing does (a bit-reproducible run passes
-``HybridProposer(..., model_gate=None)``).
+It is a :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` reads the
+batch's request ids and, as ``BatchView.hints``, each request's lookup expectation, and gives each
+request ``BatchView.cap`` model nodes or 0; :meth:`observe` takes a commit (``details``: request
+id -> ``(bucket, gain, emitted)``) or a measured time (``timings``: ``model`` drafting seconds of
+one request, ``verify`` seconds of its kept nodes). Exactness does not depend on it: it only
+chooses which deterministic nodes are offered. Why these rules, and the variants measured and not
+kept: docs/design-notes.md ("The hybrid's model gate").
 """
 
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 from ..estimate.calibration import RunningMean
+from .interface import BatchView, Decision, Outcome
 
 
 @dataclass
@@ -66,17 +51,16 @@ class ModelGate:
         weight: floor of the running means' step size (older evidence fades).
         request_prior: pseudo-observations a request's own residual is shrunk by (0 trusts one draft
             fully; ``math.inf``: the bucket's mean alone).
-        charge_verify: count the verify time of the model's kept nodes in its price (False: drafting
-            time alone, the gate before 2026-12-03, kept for same-run comparisons).
         clock: seconds (``time.perf_counter``; tests pass a fake).
     """
+
+    unit = "nodes"
 
     edges: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     min_samples: int = 4
     explore_every: int = 8
     weight: float = 0.05
     request_prior: float = 4.0
-    charge_verify: bool = True
     clock: Callable[[], float] = time.perf_counter
     drafted: int = 0
     skipped: int = 0
@@ -123,11 +107,44 @@ class ModelGate:
         """Mean seconds between propose calls (None until two calls)."""
         return self._period.value
 
+    @property
+    def max_budget(self) -> int:
+        """No bound of its own: it gives a request the cap it is given, or nothing."""
+        return sys.maxsize
+
+    def reset(self) -> None:
+        """Forget everything learnt (a new run)."""
+        fresh = ModelGate(self.edges, self.min_samples, self.explore_every, self.weight, self.request_prior,
+                          clock=self.clock)
+        self.__dict__.update(fresh.__dict__)
+
+    def decide(self, batch: BatchView) -> Decision:
+        """A step begins: per request of ``batch.req_ids``, ``batch.cap`` model nodes if the model is
+        worth drafting for it (its lookup expectation ``batch.hints[req_id]`` picks the bucket), else 0."""
+        self._step_started()
+        batch_tokens = self.batch_tokens(batch.req_ids)
+        cap = batch.cap or 0
+        per = tuple(cap if cap > 0 and self._should_draft(self.bucket(batch.hints.get(r, 0.0)), batch_tokens, r) else 0
+                    for r in batch.req_ids)
+        return Decision(max(per, default=0), per_request=per, reason=f"model drafts for {sum(b > 0 for b in per)} "
+                                                                     f"of {len(per)} requests")
+
+    def observe(self, outcome: Outcome) -> None:
+        """Commits (``details``: request id -> ``(bucket or None, gain or None, emitted tokens)``) and
+        measured times (``timings``: ``model`` seconds one request's drafting took, ``verify`` seconds
+        its kept nodes cost the verify)."""
+        for req_id, (bucket, gain, emitted) in outcome.details.items():
+            self._observe_commit(req_id, bucket, gain, emitted)
+        if "model" in outcome.timings:
+            self._observe_model_time(outcome.timings["model"])
+        if "verify" in outcome.timings:
+            self._observe_verify_time(outcome.timings["verify"])
+
     def bucket(self, expected: float) -> int:
         """The bucket of a lookup draft whose calibrated estimates sum to ``expected``."""
         return bisect.bisect_right(self.edges, expected)
 
-    def step_started(self) -> None:
+    def _step_started(self) -> None:
         """A propose call began: the time since the previous one is one decoding step."""
         now = self.clock()
         if self._last_call is not None:
@@ -160,7 +177,7 @@ class ModelGate:
             return mean.value
         return mean.value + own.n / (own.n + self.request_prior) * own.value
 
-    def should_draft(self, bucket: int, batch_tokens: float, req_id: Hashable = None) -> bool:
+    def _should_draft(self, bucket: int, batch_tokens: float, req_id: Hashable = None) -> bool:
         """Draft the model for ``req_id`` in ``bucket`` now, in a step emitting ``batch_tokens``?
         (Counts the decision.)"""
         cost = self.cost_tokens(batch_tokens)
@@ -176,22 +193,20 @@ class ModelGate:
         self.skipped += 1
         return False
 
-    def observe_model_time(self, seconds: float) -> None:
+    def _observe_model_time(self, seconds: float) -> None:
         """One request's drafting time. The first is dropped: a cold first forward (and a first step
         asked for the full budget) ran long, and a skipping bucket draws too rarely to outweigh it."""
         if self._warm:
             self._model.add(seconds, self.weight)
         self._warm = True
 
-    def observe_verify_time(self, seconds: float) -> None:
-        """Verify seconds the decoder spent on the model's kept nodes in one drafted request's step
-        (ignored with ``charge_verify=False``)."""
+    def _observe_verify_time(self, seconds: float) -> None:
+        """Verify seconds the decoder spent on the model's kept nodes in one drafted request's step."""
         if not seconds >= 0:
             raise ValueError(f"verify time must be >= 0 s, got {seconds}")
-        if self.charge_verify:
-            self._verify.add(seconds, self.weight)
+        self._verify.add(seconds, self.weight)
 
-    def observe(self, req_id: Hashable, bucket: int | None, gain: float | None, emitted: int) -> None:
+    def _observe_commit(self, req_id: Hashable, bucket: int | None, gain: float | None, emitted: int) -> None:
         """One commit: ``emitted`` tokens; ``gain`` (tokens) when the model drafted this step."""
         self._tokens.setdefault(req_id, RunningMean()).add(float(emitted), self.weight)
         if bucket is not None and gain is not None:

@@ -22,6 +22,7 @@ from typing import Callable, Hashable, Sequence
 from ..tree import DraftTree
 from ..estimate.calibration import RequestCalibration, RunningMean, ScoreCalibration
 from ..estimate.verify_cost import VerifyCostModel
+from .interface import BatchView, Decision, Outcome
 
 
 @dataclass
@@ -126,16 +127,6 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
     if not bool(tree.deterministic.all()):
         raise ValueError("prune_tree only prunes deterministic trees: sampled siblings must be kept as drawn")
     return tree.select(top_nodes(path_probs, k))
-
-
-def cap_depth(tree: DraftTree, depth: int) -> tuple[DraftTree, list[int] | None]:
-    """``(tree without the nodes deeper than depth, kept node indices)``, or ``(tree, None)`` when
-    none is deeper. Exact for sampled trees too: every kept node keeps all its sampled siblings
-    (whole levels go), and the token after the deepest kept level is the target's own."""
-    if tree.max_depth <= depth:
-        return tree, None
-    keep = [i for i, d in enumerate(tree.depth_list) if d <= depth]
-    return tree.select(keep), keep
 
 
 @dataclass
@@ -244,6 +235,12 @@ class Ticket:
 class DraftSizer:
     """The decoder's draft-sizing policy: how many nodes to ask for, and which of them to verify.
 
+    A :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` gives each
+    request the nodes to ask of the proposer, :meth:`size` then keeps the nodes of each draft whose
+    expected acceptance pays for their verify time (the tree unit's floor), and :meth:`observe`
+    learns from the step (``Outcome.details``: request id -> ``(ticket, accepted path)``;
+    ``Outcome.timings``: a single-request step's ``verify`` and ``accept`` seconds).
+
     It owns everything the policy learns while decoding: the per-depth acceptance rates of
     proposers without estimates (:class:`AcceptanceEstimator`), one :class:`ScoreCalibration` per
     estimator a scored proposer names (``ScoredDraft.source``), one :class:`RequestCalibration` per
@@ -273,6 +270,7 @@ class DraftSizer:
     more nodes can be larger than twice the best among fewer (a cost curve with a step in it).
     """
 
+    unit = "nodes"
     ASK_FLOOR = 8  # never ask for fewer (an EAGLE tree's width is min(top_k, budget))
     ASK_DECAY = 0.9  # per-step fade of the remembered most-kept size
     ASK_EXPLORE = 16  # every this-many-th step of a request asks the full budget
@@ -320,6 +318,17 @@ class DraftSizer:
             return self.ask
         return min(self.ask, max(self.ASK_FLOOR, math.ceil(2 * state[0])))
 
+    def decide(self, batch: BatchView) -> Decision:
+        """Nodes to ask of the proposer for each of ``batch.req_ids`` (:meth:`ask_for`), at most ``batch.cap``."""
+        cap = self.ask if batch.cap is None else min(self.ask, batch.cap)
+        asks = tuple(min(self.ask_for(r), cap) for r in batch.req_ids)
+        return Decision(max(asks, default=0), per_request=asks, reason="adaptive ask" if self.adaptive_ask else "ask")
+
+    def reset(self) -> None:
+        """Forget what was learnt (estimates, calibrations, asks); the live cost curve restarts from nothing."""
+        self.__init__(self.budget, self.max_budget, calibration=self.make_calibration, per_request=self.per_request,
+                      adapt=self.adapt, adaptive_ask=self.adaptive_ask)
+
     def set_cost(self, cost: VerifyCostModel) -> None:
         """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
         self.live_cost = replace(cost, seconds=list(cost.seconds))
@@ -354,7 +363,20 @@ class DraftSizer:
             tree, raw = size_scored_draft(tree, raw, cal, self.live_cost, overhead)
         return tree, Ticket(tree, raw, cal)
 
-    def observe(self, ticket: Ticket | None, path: Sequence[int] | int) -> None:
+    def observe(self, outcome: Outcome) -> None:
+        """Learn from one step: each request's verified draft (``outcome.details``: request id ->
+        ``(ticket, accepted path)``), then the step passing (:meth:`tick`), then, for a
+        single-request step with ``outcome.timings``, its verify and accept times
+        (:meth:`observe_step`, with ``outcome.drafted[0]`` nodes)."""
+        if not self.adapt:
+            return
+        for ticket, path in outcome.details.values():
+            self.learn(ticket, path)
+        self.tick()
+        if outcome.timings and outcome.drafted.size == 1:
+            self.observe_step(int(outcome.drafted[0]), outcome.timings["verify"], outcome.timings["accept"])
+
+    def learn(self, ticket: Ticket | None, path: Sequence[int] | int) -> None:
         """Learn from one verified draft: its accepted node ``path`` (or, for a chain, its length)."""
         if ticket is None or not self.adapt:
             return

@@ -1,13 +1,5 @@
-"""The loop: propose -> verify -> accept -> commit over a batch of requests.
-
-* :mod:`~specdec.engine.decoder` -- :class:`SpeculativeDecoder`, the loop itself;
-* :mod:`~specdec.control.sizer` -- how many draft nodes to verify: acceptance estimates, their
-  calibration, pruning to the cost-optimal tree;
-* :mod:`~specdec.estimate.verify_cost` -- the measured verify-cost curve ``c(n)``;
-* :mod:`~specdec.engine.metrics` -- per-request metrics.
-
-Importing the package loads nothing heavy; the decoder needs transformers (through the verify
-adapter) and loads on first use.
+"""The loop (:mod:`~specdec.engine.decoder`) and its per-request metrics (:mod:`~specdec.engine.metrics`);
+the decoder needs transformers and loads on first use.
 """
 
 from .._imports import lazy_names

@@ -1,22 +1,8 @@
 """SpeculativeDecoder: the propose -> verify -> accept -> commit loop over a batch of requests.
 
-The whole loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py`` is the same loop for
-one request, without the batching). One step:
-
-1. **propose**: the proposer drafts a tree per active request; the :class:`~specdec.control.sizer.DraftSizer`
-   keeps the nodes worth their verify time.
-2. **verify**: one target forward over every request's pending token + tree (:class:`HFTarget`).
-3. **accept**: greedy (argmax walk) or exact rejection sampling (:func:`specdec.sampling.rejection.accept_step`)
-   picks the accepted path and one bonus/recovery token; stop tokens and ``max_new_tokens`` cut it.
-4. **commit**: the target's KV cache keeps the accepted rows; the proposer and the sizer learn what
-   was accepted.
-
-Requests progress raggedly: each accepts its own number of tokens per step, and finished requests
-leave the batch (their cache rows are dropped). Without a proposer the same loop is plain
-decoding (empty trees), which is how the speed of the engine itself is measured.
-
-One decoder serves one thread at a time (its learned state is not synchronised): a second thread
-entering :meth:`run` while another is inside gets ``RuntimeError``. Decoders may share one model.
+The loop is :meth:`SpeculativeDecoder.run` (``examples/custom_loop.py``: one request, no batching).
+Requests progress raggedly and leave the batch when finished; without a proposer it is plain decoding.
+One thread at a time per decoder (``RuntimeError`` otherwise); decoders may share one model.
 """
 
 from __future__ import annotations
@@ -25,19 +11,21 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Hashable, Iterator, Sequence
+from typing import Hashable, Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 from ..checks import as_token_list
-from ..proposers.base import ScoredProposer
+from ..proposers.base import SamplingAwareProposer, ScoredProposer, SizeObserver
 from ..sampling.params import SamplingParams
 from ..sampling.processors import GenerationSettings, RowProcessors
 from ..sampling.rejection import accept_step
 from ..tree import DraftTree
 from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
-from ..control.sizer import DraftSizer, Ticket, cap_depth, check_draft
+from ..control.interface import BatchView, Outcome
+from ..control.sizer import DraftSizer, Ticket, check_draft
 from ..estimate.verify_cost import VerifyCostModel
 
 
@@ -72,6 +60,7 @@ class _Request:
     processors: RowProcessors | None = None  # the generation config's logits processors, if any
     sequence: list[int] = field(default_factory=list)  # prompt + emitted tokens (what processors read)
     begun: bool = False  # the proposer holds state for it (closed on every exit)
+    tenant: Hashable | None = None  # the isolation domain of the proposer's shared state (Proposer.begin)
 
 
 class SpeculativeDecoder:
@@ -85,16 +74,13 @@ class SpeculativeDecoder:
             that many nodes, no cost model: for experiments and tests).
         cost_model: a measured :class:`VerifyCostModel`; calibrated on first use when None.
         calibration_prefix: prefix length for that calibration.
-        generation_config: the transformers ``GenerationConfig`` to reproduce (default: the
-            model's own). Its logits processors are honoured exactly, its sampling defaults apply to
-            calls without ``sampling``, anything else that changes outputs is refused by name
-            (:mod:`specdec.sampling.processors`); ``GenerationConfig()`` means library defaults.
-        adapt: let the sizer learn while decoding (acceptance calibrations, the live cost curve,
-            the drafting overhead; default True). The output law is exact either way, but what is
-            drafted, hence which random draws a seeded generator feeds, depends on that state and
-            on measured timings: for bit-reproducible runs give a ``cost_model`` (or an int
+        generation_config: the ``GenerationConfig`` to reproduce (default: the model's own): its
+            logits processors are honoured exactly, its sampling defaults apply without ``sampling``,
+            anything else that changes outputs is refused by name (:mod:`specdec.sampling.processors`).
+        adapt: let the sizer learn while decoding (calibrations, live cost curve, drafting overhead).
+            Exact either way; for bit-reproducible seeded runs give a ``cost_model`` (or int
             ``budget``), ``adapt=False`` and a proposer without cross-request learning or timing
-            (``SuffixProposer(freeze_global=True)``; ``HybridProposer(..., model_gate=None)``).
+            (``SuffixProposer(freeze_global=True)``, ``HybridProposer(..., model_gate=None)``).
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",
@@ -122,42 +108,39 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ public API
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
-                 *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
-                 req_id: Hashable | None = None) -> GenerationResult:
+                 *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
+                 req_id: Hashable | None = None, tenant: Hashable | None = None) -> GenerationResult:
         """Decode one prompt; ``sampling`` None decodes as the generation config says (greedy unless it
         sets ``do_sample``), temperature 0 is greedy."""
         ids = None if req_id is None else [req_id]
         return self.generate_batch([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens,
-                                   generator=generator, req_ids=ids)[0]
+                                   generator=generator, req_ids=ids, tenants=[tenant])[0]
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64,
-                       sampling: SamplingParams | None = None, *, stop_tokens: Sequence[int] | None = None,
-                       generator: torch.Generator | None = None,
-                       req_ids: Sequence[Hashable] | None = None) -> list[GenerationResult]:
+                       sampling: SamplingParams | None = None, *, stop_tokens: int | Sequence[int] | None = None,
+                       generator: torch.Generator | None = None, req_ids: Sequence[Hashable] | None = None,
+                       tenants: Sequence[Hashable | None] | None = None) -> list[GenerationResult]:
         """Decode a batch of prompts together (ragged progress); results in prompt order."""
         tokens: list[list[int]] = [[] for _ in prompts]
         results: list[GenerationResult | None] = [None] * len(prompts)
         for ev in self.run(prompts, max_new_tokens, sampling, stop_tokens=stop_tokens, generator=generator,
-                           req_ids=req_ids):
+                           req_ids=req_ids, tenants=tenants):
             tokens[ev.index].extend(ev.tokens)
             if ev.finished:
                 results[ev.index] = GenerationResult(tokens[ev.index], ev.finish_reason, ev.metrics)
         return results  # type: ignore[return-value]
 
     def stream(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
-               *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
-               req_id: Hashable | None = None) -> Iterator[StepEvent]:
+               *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
+               req_id: Hashable | None = None, tenant: Hashable | None = None) -> Iterator[StepEvent]:
         """Yield one :class:`StepEvent` per step for a single prompt (the last has ``finished=True``)."""
         ids = None if req_id is None else [req_id]
         yield from self.run([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens, generator=generator,
-                            req_ids=ids)
+                            req_ids=ids, tenants=[tenant])
 
     def ensure_cost_model(self) -> VerifyCostModel:
-        """The verify cost model, measured now (a few seconds) if none was given.
-
-        The sizer keeps its own copy (``live_cost``), which single-request steps refine with their
-        measured verify times; the given or calibrated model is never modified.
-        """
+        """The verify cost model, measured now (seconds) if none was given; never modified (the sizer
+        refines its own copy, ``live_cost``)."""
         if self.cost_model is None:
             self.cost_model = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
         if self.sizer.live_cost is None:
@@ -166,13 +149,14 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
-            *, stop_tokens: Sequence[int] | None = None, generator: torch.Generator | None = None,
-            req_ids: Sequence[Hashable] | None = None) -> Iterator[StepEvent]:
-        """The propose -> verify -> accept -> commit loop; yields every request's tokens per step.
-
-        ``req_ids`` name the requests for the proposer (default: fresh unique ids).
-        """
-        reqs = self._admit(prompts, req_ids)
+            *, stop_tokens: int | Sequence[int] | None = None, generator: torch.Generator | None = None,
+            req_ids: Sequence[Hashable] | None = None, tenants: Sequence[Hashable | None] | None = None,
+            processors: Sequence[RowProcessors | None] | None = None) -> Iterator[StepEvent]:
+        """The loop; yields every request's tokens per step. ``req_ids``: proposer ids (default fresh);
+        ``tenants``: isolation domains for state a proposer shares across requests (default: one);
+        ``processors``: one :class:`~specdec.sampling.processors.RowProcessors` (or None) per prompt,
+        used instead of the generation config's (``specdec.integrations.hf`` passes ``generate``'s)."""
+        reqs = self._admit(prompts, req_ids, processors, tenants)
         limit, sampling, stops = _check_limit(max_new_tokens), self._sampling(sampling), self._stop_tokens(stop_tokens)
         self.target.check_room([len(r.prompt) for r in reqs], limit)
         speculate = self.proposer is not None and self.max_budget > 0
@@ -207,12 +191,10 @@ class SpeculativeDecoder:
                     events = [self._emit(r, toks, stops, limit) for r, toks in zip(active, emitted)]
                     for row, (r, ev, path) in enumerate(zip(active, events, paths)):  # 4. commit
                         r.metrics.record_step(trees[row].num_nodes, min(len(path), len(ev.tokens)))  # emitted only
-                        if speculate:
-                            self.sizer.observe(tickets[row], path)
                         self._commit(r, ev, lambda: out.hidden[row, [0] + [1 + i for i in path]], speculate)
                     self.target.commit(state, paths, [e[-1] for e in emitted], validate=False)
                     t3 = time.perf_counter()
-                    self._account(active, trees, speculate, t0, t1, t2, t3)
+                    self._account(active, trees, paths, tickets, speculate, t0, t1, t2, t3)
                     yield from events
                     active = self._drop(state, active, events)
             finally:
@@ -220,7 +202,7 @@ class SpeculativeDecoder:
                     self._end(r)
 
     # ------------------------------------------------------------------ steps
-    def _admit(self, prompts, req_ids) -> list[_Request]:
+    def _admit(self, prompts, req_ids, processors=None, tenants=None) -> list[_Request]:
         """One :class:`_Request` per prompt, every prompt and id checked before any model work."""
         prompts = [_check_prompt(p, i, self.target.vocab_size) for i, p in enumerate(prompts)]
         if not prompts:
@@ -229,51 +211,51 @@ class SpeculativeDecoder:
             req_ids = [("specdec", next(self._ids)) for _ in prompts]
         elif len(req_ids) != len(prompts) or len(set(req_ids)) != len(req_ids):
             raise ValueError(f"req_ids must be {len(prompts)} distinct ids, one per prompt, got {list(req_ids)!r}")
+        if processors is None:
+            processors = [self.generation.for_request(len(p)) for p in prompts]
+        elif len(processors) != len(prompts):
+            raise ValueError(f"processors must hold one entry per prompt ({len(prompts)}), got {len(processors)}")
+        if tenants is None:
+            tenants = [None] * len(prompts)
+        elif len(tenants) != len(prompts):
+            raise ValueError(f"tenants must hold one entry per prompt ({len(prompts)}), got {len(tenants)}")
         return [
-            _Request(i, req_id, p, RequestMetrics(), self.generation.for_request(len(p)), list(p))
-            for i, (p, req_id) in enumerate(zip(prompts, req_ids))
+            _Request(i, req_id, p, RequestMetrics(), procs, list(p), tenant=tenant)
+            for i, (p, req_id, procs, tenant) in enumerate(zip(prompts, req_ids, processors, tenants))
         ]
 
     def _begin(self, r: _Request, hidden: torch.Tensor, sampling: SamplingParams | None) -> None:
-        """Open the request in the proposer, with the target's hidden states and the request's
-        sampling for proposers that declare they read them."""
+        """Open the request in the proposer (with hidden states / sampling if it reads them)."""
         extra = (
             {"sampling": sampling or SamplingParams(temperature=0)}
-            if getattr(self.proposer, "accepts_sampling", False)
+            if isinstance(self.proposer, SamplingAwareProposer) and self.proposer.accepts_sampling
             else {}
         )
         h = hidden if self.proposer.requires_target_hidden else None
-        self.proposer.begin(r.req_id, r.prompt, target_hidden=h, **extra)
+        self.proposer.begin(r.req_id, r.prompt, tenant=r.tenant, target_hidden=h, **extra)
         r.begun = True
 
     def _commit(self, r: _Request, ev: StepEvent, hidden, speculate: bool) -> None:
-        """Tell the proposer what the target emitted; ``hidden()`` gathers the target rows those tokens
-        were verified against, only for proposers that read them."""
+        """Tell the proposer what was emitted (``hidden()`` only for proposers that read it)."""
         if speculate and not ev.finished:
             h = hidden() if self.proposer.requires_target_hidden else None
             self.proposer.commit(r.req_id, ev.tokens, target_hidden=h)
 
     def _end(self, r: _Request) -> None:
-        """Close the request's proposer state (finished, a consumer that stops iterating, an
-        exception), so its req_id can be reused afterwards."""
+        """Close the request's proposer state (on finish, abandonment or error); its id is reusable."""
         if r.begun:
             r.begun = False
             self.proposer.end(r.req_id)
             self.sizer.end(r.req_id)
 
     def _propose(self, active: list[_Request], limit: int) -> tuple[list[DraftTree], list[Ticket | None]]:
-        """Draft for every active request, then keep what the sizer finds worth verifying.
-
-        A proposer offering ``propose_scored`` (:class:`~specdec.proposers.base.ScoredProposer`)
-        gives each node's acceptance estimate, which the sizer calibrates per source and request
-        (and is shown the sized tree and the cost curve when it defines ``observe_sized``);
-        otherwise the sizer uses its per-depth acceptance rates for the proposer. Nodes deeper than
-        the tokens a request has left (minus the target's own token) could never be emitted: they
-        are not verified, and a request with one token left is not drafted for.
-        """
+        """Draft for every active request and keep what the sizer finds worth verifying (scored
+        proposers' estimates, else per-depth rates). Nodes deeper than the tokens left minus one are
+        never verified; a request with one token left is not drafted for."""
         ids = [r.req_id for r in active]
         depth = [limit - r.metrics.tokens - 1 for r in active]
-        budgets = [self.sizer.ask_for(i) if d > 0 else 0 for i, d in zip(ids, depth)]
+        asks = self.sizer.decide(BatchView(len(ids), req_ids=tuple(ids))).budgets(len(ids))
+        budgets = [b if d > 0 else 0 for b, d in zip(asks, depth)]
         budget = budgets[0] if len(set(budgets)) == 1 else budgets
         if isinstance(self.proposer, ScoredProposer):
             drafts = [(d.tree, d.node_probs.tolist(), d.source) for d in self.proposer.propose_scored(ids, budget)]
@@ -282,10 +264,10 @@ class SpeculativeDecoder:
         if len(drafts) != len(ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(ids)} requests")
         sized = []
-        observe = getattr(self.proposer, "observe_sized", None)
+        observe = self.proposer.observe_sized if isinstance(self.proposer, SizeObserver) else None
         for req_id, b, d, (tree, probs, source) in zip(ids, budgets, depth, drafts):
             check_draft(tree, probs, b)
-            tree, keep = cap_depth(tree, d)
+            tree, keep = tree.cut(d)
             probs = probs if keep is None or probs is None else [probs[i] for i in keep]
             sized.append(self.sizer.size(req_id, tree, probs, source))
             if observe is not None and probs is not None and self.sizer.live_cost is not None:
@@ -298,8 +280,7 @@ class SpeculativeDecoder:
         return [toks[0] for toks in accept_step(empty, logits, sampling, generator=generator)[1]]
 
     def _processed(self, logits: torch.Tensor, active: list[_Request], trees) -> torch.Tensor:
-        """``logits [B, R, V]`` after the generation config's logits processors, each row with its own
-        context (``trees`` None: one root row per request, after the prompt)."""
+        """``logits [B, R, V]`` after the config's logits processors, each row in its own context."""
         if not any(r.processors for r in active):
             return logits
         out = logits.clone()
@@ -326,12 +307,14 @@ class SpeculativeDecoder:
             index=r.index, tokens=list(tokens), finished=reason is not None, finish_reason=reason, metrics=r.metrics
         )
 
-    def _account(self, active: list[_Request], trees: list[DraftTree], speculate: bool, t0, t1, t2, t3) -> None:
-        """Charge the step's phases to every request in it; a single-request step's times also
-        refine the sizer's cost curve and drafting overhead."""
-        self.sizer.tick()
-        if speculate and len(active) == 1:
-            self.sizer.observe_step(trees[0].num_nodes, t2 - t1, t3 - t2)
+    def _account(self, active: list[_Request], trees: list[DraftTree], paths, tickets, speculate: bool,
+                 t0, t1, t2, t3) -> None:
+        """Tell the sizer the step's outcome (tickets and accepted paths; single-request steps refine its
+        costs) and charge the step's phases to every request in it."""
+        self.sizer.observe(Outcome.of(
+            [t.num_nodes for t in trees], [len(p) for p in paths],
+            details={r.req_id: (tickets[row], paths[row]) for row, r in enumerate(active)} if speculate else {},
+            timings={"verify": t2 - t1, "accept": t3 - t2} if speculate else {}))
         for r in active:
             r.metrics.propose_s += t1 - t0
             r.metrics.verify_s += t2 - t1
@@ -356,17 +339,26 @@ class SpeculativeDecoder:
         return self.generation.sampling if sampling is None else _check_sampling(sampling)
 
     def _stop_tokens(self, stop_tokens) -> frozenset[int]:
-        """``stop_tokens``, or the generation config's EOS ids (as ``model.generate`` uses) when None."""
-        out = frozenset(int(t) for t in (self.generation.eos if stop_tokens is None else stop_tokens))
-        if any(t < 0 for t in out):
-            raise ValueError(f"stop_tokens must be non-negative token ids, got {sorted(out)}")
-        return out
+        """``stop_tokens``, or the generation config's EOS ids (as ``model.generate`` uses) when None.
+
+        Like Hugging Face's ``eos_token_id``: one int, or a sequence / 1-D tensor of ints (empty: no
+        stop token). Anything else (a float, a bool, a string, a negative id) is refused by name.
+        """
+        given = self.generation.eos if stop_tokens is None else stop_tokens
+        if isinstance(given, torch.Tensor):
+            given = given.reshape(1) if given.dim() == 0 else given
+        elif isinstance(given, (int, np.integer)) and not isinstance(given, (bool, np.bool_)):
+            given = [given]
+        elif isinstance(given, (str, bytes, bool, float)) or not isinstance(given, Iterable):
+            raise TypeError(f"stop_tokens must be a token id or a sequence of token ids (as Hugging Face's "
+                            f"eos_token_id), got {type(given).__name__} {given!r}")
+        else:
+            given = list(given)
+        return frozenset(as_token_list(given, "stop_tokens"))
 
 
 class _InUse:
-    """A run holds its decoder for its thread: runs may interleave in one thread (generators), but a
-    second thread is refused. The decoder's learned state (calibrations, cost curve) and its
-    proposer's are not synchronised: one decoder per thread; decoders may share one model."""
+    """A run holds its decoder for its thread (runs may interleave in one thread; another thread is refused)."""
 
     def __init__(self, decoder: SpeculativeDecoder):
         self.decoder = decoder

@@ -1,17 +1,9 @@
 """Per-request speculative-decoding metrics.
 
-Two rates, and only these two names, everywhere in specdec (tables, reports, manifests):
-
-* ``tokens_per_step`` -- tokens emitted per verify step, the bonus/recovery token included
-  (Spec-Bench's mean accepted tokens, tau);
-* ``accepted_drafts_per_step`` -- draft tokens accepted per verify step (``tokens_per_step - 1``
-  when no step was cut short).
-
-Only emitted tokens count: a step whose accepted drafts ran past ``max_new_tokens`` or a stop token
-counts the drafts it emitted, not the ones it verified (the decoder also stops drafting deeper than
-the tokens left to generate). Times are wall-clock seconds of the batch step the request took part
-in (a batched verify serves every active request at once, so each request is charged the whole
-step: what its latency saw).
+Two rates, by these names everywhere: ``tokens_per_step`` (emitted per verify step, bonus included;
+Spec-Bench's tau) and ``accepted_drafts_per_step`` (``tokens_per_step - 1`` when no step was cut).
+Only emitted tokens count (drafts past ``max_new_tokens`` or a stop token do not). Times are the
+wall-clock seconds of each batch step the request took part in (what its latency saw).
 """
 
 from __future__ import annotations
@@ -22,15 +14,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RequestMetrics:
-    """What one request's decoding cost and gained.
-
-    Attributes:
-        steps: verify forwards the request took part in (the prefill is not a step).
-        tokens: tokens emitted (the first, from the prefill, included).
-        drafted: draft nodes verified, summed over steps.
-        accepted_hist: ``accepted_hist[k]`` = steps that emitted exactly ``k`` accepted draft tokens.
-        prefill_s / propose_s / verify_s / accept_s: seconds in each phase.
-    """
+    """One request's ``steps`` (verify forwards, not the prefill), ``tokens`` (emitted, the prefill's
+    included), ``drafted`` (nodes verified), ``accepted_hist[k]`` (steps emitting exactly ``k``
+    accepted drafts) and seconds per phase (``prefill_s``, ``propose_s``, ``verify_s``, ``accept_s``)."""
 
     steps: int = 0
     tokens: int = 0

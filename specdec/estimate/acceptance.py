@@ -1,28 +1,9 @@
 """Per-proposer acceptance distributions: how many draft tokens the target accepts per step.
 
-Why: the value of speculation is ``E[tokens emitted per step]``, which depends on the proposer
-and the workload (a lookup proposer shines on summarisation, fails on translation). The
-simulator and the gate need the whole distribution, not an assumed rate.
-
-An :class:`AcceptanceDist` holds ``counts[a]`` = number of measured steps that accepted exactly
-``a`` drafted tokens, measured with a draft budget of ``max_budget`` chain tokens. For a smaller
-budget ``k`` the accepted count is ``min(a, k)``: chain drafts at budget ``k`` are the first
-``k`` tokens of the draft at budget ``max_budget`` (true for lookup and greedy drafters), so the
-target rejects them at the same place.
-
-Two ways to measure:
-
-* :func:`measure_by_replay` -- replays the target's cached greedy outputs through any
-  :class:`~specdec.Proposer`: at each position the proposer drafts, the draft is compared with
-  what the target actually produced next (greedy verification accepts exactly the matching
-  prefix of the chain's first path), and the proposer is told the accepted tokens plus the
-  target's next token. Exact for greedy decoding, and needs no verify forwards.
-* :func:`from_histogram` -- from a decoder's per-request metrics (accepted tokens per step).
-
-Proposers do not always fill their budget (a lookup proposer drafts nothing without a match), and
-what a verify step costs depends on how many nodes were drafted, so replay also records the
-*drafted* count per step: ``drafted[d]`` steps drafted ``d`` nodes. Without it every step is
-assumed to draft the full budget (the conservative choice for cost).
+The simulator and the gates need the whole distribution, not an assumed rate. At a budget ``k`` below
+the measured one a step accepts ``min(a, k)`` (chain drafts at ``k`` are prefixes of the full draft);
+without ``drafted`` the full budget is assumed drafted. Measured by greedy replay
+(:func:`specdec.measure.greedy_replay.measure_by_replay`) or from a decoder's metrics (:func:`from_histogram`).
 """
 
 from __future__ import annotations
@@ -168,13 +149,8 @@ class AcceptanceDist:
 
     @classmethod
     def load(cls, path: str | Path) -> "AcceptanceDist":
-        """A histogram saved as JSON with ``counts`` (and optionally ``drafted``, ``name``,
-        ``propose_s_per_req``): :meth:`to_dict`'s form, or what ``benchmarks/vllm/plan_vs_measured.py``
-        writes from an engine's ``vllm:spec_decode_*`` counters (its ``counters`` are provenance).
-
-        Raises:
-            ValueError: no such file, not JSON, or not a valid histogram (the message names the file).
-        """
+        """A JSON histogram (:meth:`to_dict`'s form, or ``benchmarks/vllm/plan_vs_measured.py``'s from
+        vLLM counters); ValueError naming the file when missing, not JSON or invalid."""
         path = Path(path)
         try:
             record = json.loads(path.read_text())

@@ -1,8 +1,5 @@
-"""Per-depth calibration of a proposer's own acceptance estimates (data only; imports nothing of specdec).
-
-It lives below both the engine (``engine.sizing.DraftSizer`` keeps one per source and request) and
-the proposers (``proposers.hybrid`` ranks two sources' candidates in one calibrated currency), so
-neither layer imports the other.
+"""Per-depth calibration of a proposer's own acceptance estimates (imports nothing of specdec, so the
+sizer and the hybrid proposer share it without importing each other).
 """
 
 from __future__ import annotations
@@ -13,9 +10,7 @@ from typing import Sequence
 
 @dataclass
 class RunningMean:
-    """A running mean: the plain mean of the first ``1 / weight`` values, then an exponential one
-    with step ``weight``, so early evidence is averaged and later evidence fades (the drafting
-    overhead of ``engine.sizing.DraftOverhead``, the model gate's gains and timings)."""
+    """The plain mean of the first ``1 / weight`` values, then an exponential one with step ``weight``."""
 
     value: float | None = None  # None until the first value
     n: int = 0
@@ -33,21 +28,11 @@ class ScoreCalibration:
 
         ratio[d] = (accepted[d] + prior_accepted) / (predicted[d] + prior_predicted)
 
-    ``predicted[d]`` sums the proposer's estimates for the verified nodes at depth ``d``;
-    ``accepted[d]`` counts the steps whose accepted path reached depth ``d`` (a step accepts at most
-    one node per depth). The ratios are capped at 1 and made non-increasing in depth (a running
-    minimum), so a child's calibrated estimate never exceeds its parent's and pruning stays
-    prefix-closed. The prior counts 0.5: estimates from a few lookup counts are unproven and a
-    wasted verify costs more than a missed speculation on CPUs.
-
-    Why per depth: most drafted mass sits deep in the tree, where estimates are least reliable (the
-    suffix proposer's depth-1 nodes were accepted at half their estimate, depth 3-8 at a quarter to a
-    fifth: ``benchmarks/replay/suffix_acceptance.py``, its table by depth). One scale for all nodes let
-    the deep misses drag the good shallow estimates under the
-    price of a node. Why ``decay`` (applied by :meth:`tick` once per decoding step, drafted or not):
-    an estimator that stopped drafting after a bad start would otherwise never be tried again; in
-    replay one wrong first answer ended all drafting for the decoder's lifetime. Both measured by
-    ``benchmarks/replay/draft_sizing.py``.
+    ``predicted[d]`` sums the estimates of verified nodes at depth ``d``; ``accepted[d]`` counts steps
+    whose accepted path reached ``d``. Ratios are capped at 1 and non-increasing in depth, so pruning
+    stays prefix-closed; the prior (0.5) distrusts unproven estimates. Per depth because estimates
+    degrade with depth; ``decay`` (:meth:`tick`, once per decoding step) lets an estimator that
+    stopped drafting after a bad start be tried again (docs/engine.md).
     """
 
     prior_predicted: float = 4.0
@@ -70,8 +55,7 @@ class ScoreCalibration:
         return self._shrunk([self.prior_accepted] * max_depth, self.prior_predicted)
 
     def _shrunk(self, prior_accepted: Sequence[float], prior_predicted: float) -> list[float]:
-        """``(accepted[i] + prior_accepted[i]) / (predicted[i] + prior_predicted)`` per depth, as a
-        running minimum from 1 (capped, non-increasing)."""
+        """``(accepted + prior_accepted) / (predicted + prior_predicted)`` per depth, running minimum from 1."""
         out, r = [], 1.0
         for i, prior in enumerate(prior_accepted):
             pred = self.predicted[i] if i < len(self.predicted) else 0.0
@@ -107,11 +91,9 @@ class RequestCalibration(ScoreCalibration):
     """One request's own acceptance evidence, shrunk toward its source's decoder-wide calibration.
 
     ``ratio[d] = (accepted[d] + strength * shared_ratio[d]) / (predicted[d] + strength)``, capped
-    and non-increasing like :class:`ScoreCalibration`; :meth:`update` feeds both. Why: requests
-    differ far more than the decoder-wide ratios can say (extraction answers accept 2-8 tokens per
-    step, code 0.17), and a request whose drafts keep missing should stop paying for them before
-    the shared evidence moves. ``tick`` decays the request's own evidence only; the shared one
-    ticks once per decoder step.
+    and non-increasing; :meth:`update` feeds both. Requests differ far more than decoder-wide ratios
+    say, so one whose drafts keep missing stops paying early. ``tick`` decays the request's own
+    evidence only.
     """
 
     shared: ScoreCalibration = field(default_factory=ScoreCalibration)

@@ -1,14 +1,9 @@
 """The one fitting routine of specdec's cost models: least squares with non-negative weights.
 
-Every cost model here predicts seconds as a weighted sum of work terms (a fixed overhead, rows,
-tokens, drafts), and none of those terms can make a step faster: a negative weight is a fit of
-noise or collinearity, and a model that predicts a negative or zero step time makes any rate
-computed from it meaningless. So weights are constrained to be >= 0.
-
-:func:`nonnegative_lstsq_gram` solves ``argmin_{w >= 0} w' G w - 2 w' h`` from the Gram matrix
-``G = X' W X`` and moment ``h = X' W y`` (what an online, exponentially weighted fit keeps), by the
-Lawson-Hanson active-set method; :func:`nonnegative_lstsq` is the same from rows ``X [n, p]`` and
-targets ``y [n]``.
+Cost models predict seconds as a weighted sum of work terms, none of which can make a step faster, so
+weights are >= 0. :func:`nonnegative_lstsq_gram` solves ``argmin_{w >= 0} w' G w - 2 w' h`` from
+``G = X' W X`` and ``h = X' W y`` (what an online fit keeps) by Lawson-Hanson;
+:func:`nonnegative_lstsq` does it from rows ``X [n, p]`` and ``y [n]``.
 """
 
 from __future__ import annotations
@@ -17,12 +12,8 @@ import numpy as np
 
 
 def nonnegative_lstsq_gram(gram: np.ndarray, moment: np.ndarray, *, ridge: float = 1e-9) -> np.ndarray:
-    """``w [p] >= 0`` minimising ``w' G w - 2 w' h`` (``G [p, p]`` positive semi-definite, ``h [p]``).
-
-    ``ridge``: added to the diagonal relative to ``trace(G)``, so a term never seen (a zero column)
-    gets weight 0 rather than a singular solve. Columns are rescaled to unit diagonal first, so
-    terms of very different magnitudes (rows vs tokens) converge alike.
-    """
+    """``w [p] >= 0`` minimising ``w' G w - 2 w' h`` (``G [p, p]`` PSD); ``ridge`` (relative to
+    ``trace(G)``) gives a never-seen term weight 0; columns are rescaled to unit diagonal."""
     gram = np.asarray(gram, dtype=np.float64)
     moment = np.asarray(moment, dtype=np.float64)
     p = moment.shape[0]

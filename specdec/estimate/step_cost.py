@@ -1,12 +1,8 @@
-"""Step-time cost model of a target model, fitted from short calibration runs on this machine.
+"""Step-time cost model of a target, fitted from short calibration runs on this machine.
 
-Why: whether speculation pays depends on what one more verified token costs at the current
-batch size and context length. On a GPU at small batch a verify step of 8 tokens costs about the
-same as a decode step of 1 (weights dominate); on a CPU, or at large batch, extra tokens cost
-nearly linearly. That ratio must be measured, not assumed.
-
-Model. One target forward over a batch of ``B`` sequences, each feeding ``n`` new tokens on top
-of ``C`` cached tokens, is predicted as a non-negative combination of six work terms::
+Whether speculation pays depends on what one more verified token costs at this batch and context,
+which differs between GPU and CPU, so it is measured. A forward of ``B`` sequences, each feeding ``n``
+new tokens over ``C`` cached ones, is a non-negative combination of six work terms::
 
     t(B, n, C) = w0                      # fixed per-step overhead (kernel launches, Python)
                + w1 * B                  # per-sequence overhead (cache bookkeeping, sampling)
@@ -15,15 +11,8 @@ of ``C`` cached tokens, is predicted as a non-negative combination of six work t
                + w4 * B * C              # reading the KV cache once per sequence
                + w5 * B * [n > 1]        # the jump from one row to several (multi-token kernels)
 
-The last term exists because one-row steps run different kernels: a single row per sequence is a
-memory-bound matrix-vector product (and a causal-free attention), several rows a compute-bound
-product, so the first drafted token costs more than each further one; without it a linear fit
-over-predicts plain decode steps and under-predicts short drafts.
-
-Prefill of a prompt of ``P`` tokens is the same formula with ``n = P`` and ``C = 0``. The weights
-are fitted by non-negative least squares on *relative* error (each row divided by its measured
-time), so short steps count as much as long ones; the fit's mean and worst relative error, and a
-leave-one-out error, are stored with the model so a report can say how far to trust it.
+Prefill of ``P`` tokens is ``n = P, C = 0``. Fitted by non-negative least squares on relative error;
+mean, worst and leave-one-out errors are kept with the model.
 """
 
 from __future__ import annotations
@@ -36,16 +25,14 @@ from typing import Sequence
 
 import numpy as np
 
+from .fit import nonnegative_lstsq
+
 FEATURE_NAMES = ("fixed", "per_seq", "per_token", "attention", "kv_read", "multi_token")
 
 
 def features(batch: float, tokens: float, context: float, multi_rows: float | None = None) -> np.ndarray:
-    """Work terms ``[6]`` of one forward (see the module docstring for their meaning).
-
-    ``multi_rows`` is how many of the ``batch`` rows feed more than one token (default: all of
-    them when ``tokens > 1``, else none). A step measured as an average over an engine's steps,
-    where only some rows carried drafts, sets it to the mean number of drafting rows.
-    """
+    """Work terms ``[6]`` of one forward; ``multi_rows``: rows feeding more than one token (default
+    all when ``tokens > 1``, else none; a mean for averaged engine steps)."""
     b, n, c = float(batch), float(tokens), float(context)
     m = b * (n > 1.0) if multi_rows is None else float(multi_rows)
     return np.array([1.0, b, b * n, b * n * (c + (n + 1.0) / 2.0), b * c, m])
@@ -53,11 +40,8 @@ def features(batch: float, tokens: float, context: float, multi_rows: float | No
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One timed forward: ``batch`` sequences x ``tokens`` new tokens on ``context`` cached ones.
-
-    ``tokens`` and ``context`` may be means over measured steps; ``multi_rows`` is then the mean
-    number of rows that fed more than one token (None: see :func:`features`).
-    """
+    """One timed forward: ``batch`` x ``tokens`` new tokens on ``context`` cached ones (may be means;
+    ``multi_rows``: see :func:`features`)."""
 
     batch: int
     tokens: float
@@ -72,12 +56,8 @@ class Sample:
 
 @dataclasses.dataclass(frozen=True)
 class StepSample:
-    """One timed engine step given by its work terms directly (``[6]``, :data:`FEATURE_NAMES` order).
-
-    Why: a packed engine's step mixes decode rows and prefill chunks of different lengths, which no
-    single ``(batch, tokens, context)`` describes; its work is the sum of its pieces'
-    (:func:`packed_features`), as :meth:`StepCostModel.packed_step_time` charges it.
-    """
+    """One timed engine step by its work terms (``[6]``, :data:`FEATURE_NAMES` order): a packed step
+    mixing decode rows and prefill chunks has no single ``(batch, tokens, context)``."""
 
     terms: tuple[float, ...]
     seconds: float
@@ -104,16 +84,9 @@ def packed_features(pieces: Sequence[tuple[float, float]], weights: Sequence[flo
 
 @dataclasses.dataclass
 class StepCostModel:
-    """Predicts target forward time in seconds; see the module docstring.
-
-    Attributes:
-        weights: the six non-negative coefficients, in :data:`FEATURE_NAMES` order.
-        mean_rel_error / max_rel_error: fit error on the calibration samples, as fractions.
-        loo_rel_error: mean leave-one-out relative error (error on points the fit did not see).
-        samples: the calibration measurements kept for the fit.
-        outliers: measurements dropped as disturbed (see the module docstring).
-        meta: where it was measured (model name, dtype, threads, host).
-    """
+    """Predicts target forward time in seconds from ``weights`` (six, :data:`FEATURE_NAMES` order);
+    keeps ``mean_rel_error`` / ``max_rel_error`` / ``loo_rel_error`` (fractions), ``samples``,
+    ``outliers`` (dropped as disturbed) and ``meta`` (model, dtype, threads, host)."""
 
     weights: np.ndarray
     mean_rel_error: float = float("nan")
@@ -147,30 +120,20 @@ class StepCostModel:
         return float(features(batch, tokens_per_seq, context) @ self.weights)
 
     def error_band(self, cap: float = 0.5) -> float:
-        """The fit's leave-one-out relative error capped at ``cap``, or 0 when it has none (NaN):
-        the default cost band of a plan (:func:`~specdec.plan.sweep.sweep`)."""
+        """Leave-one-out relative error capped at ``cap`` (0 if NaN): a plan's default cost band."""
         loo = self.loo_rel_error
         return min(cap, loo) if math.isfinite(loo) and loo >= 0 else 0.0
 
     def scaled(self, factor: float) -> "StepCostModel":
-        """The same model on a machine ``factor`` times as slow (every weight times ``factor``).
-
-        Why: a plan's goodput near saturation moves far more than its step costs do, so
-        :func:`~specdec.plan.sweep.sweep` re-simulates with costs scaled by ``1 +- band`` to show
-        how far a prediction can be trusted at each load."""
+        """Every weight times ``factor`` (a machine that much slower), for the plan's cost band."""
         if not factor > 0:
             raise ValueError(f"a cost scale factor must be > 0, got {factor}")
         return dataclasses.replace(self, weights=self.weights * float(factor),
                                    meta={**self.meta, "scaled": float(factor)})
 
     def packed_step_time(self, pieces: Sequence[tuple[int, float]]) -> float:
-        """Seconds for one *packed* forward: each piece is ``(new tokens, cached context)`` of one sequence.
-
-        Why: engines that flatten a batch into one token list (vLLM V1) mix decode rows and prefill
-        chunks in a step and pad nothing, so a step costs the sum of its sequences' work plus one
-        fixed overhead, not ``B`` times its widest row. Each piece is charged as a one-sequence
-        forward; the fixed term is counted once. Pieces with 0 new tokens cost nothing.
-        """
+        """Seconds for one packed forward (vLLM V1: no padding): the sum of one-sequence forwards
+        over pieces ``(new tokens, cached context)``, fixed term once, 0-token pieces free."""
         return float(packed_features(pieces) @ self.weights)
 
     def prefill_time(self, prompt_lens: Sequence[int]) -> float:
@@ -186,12 +149,8 @@ class StepCostModel:
     @classmethod
     def fit(cls, samples: Sequence[Sample | StepSample], meta: dict | None = None, *,
             trim: bool = True) -> "StepCostModel":
-        """Non-negative least squares on relative error, plus leave-one-out error.
-
-        With ``trim``, points slower than the first fit by more than ``max(0.25, 4 x median
-        relative error)`` are set aside as disturbed (at most a quarter of them) and the model is
-        refitted on the rest.
-        """
+        """NNLS on relative error plus leave-one-out error; ``trim`` sets aside (at most a quarter of)
+        points slower than the first fit by over ``max(0.25, 4 x median relative error)`` and refits."""
         samples = list(samples)
         if len(samples) < len(FEATURE_NAMES) + 1:
             raise ValueError(f"StepCostModel.fit needs at least {len(FEATURE_NAMES) + 1} samples, got {len(samples)}")
@@ -269,11 +228,5 @@ def _sample_from(d: dict) -> Sample | StepSample:
 
 
 def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2, with columns rescaled for conditioning."""
-    from scipy.optimize import nnls
-
-    A = X / y[:, None]
-    scale = np.abs(A).max(axis=0)
-    scale[scale == 0] = 1.0
-    w, _ = nnls(A / scale, np.ones_like(y), maxiter=50 * X.shape[1])
-    return w / scale
+    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2: relative error, by :mod:`specdec.estimate.fit`."""
+    return nonnegative_lstsq(X / y[:, None], np.ones_like(y))

@@ -1,11 +1,8 @@
 """The verify-cost curve ``c(n)``: seconds one target forward takes to verify ``n`` draft nodes.
 
-A verify step over ``n`` draft nodes costs ``c(n)`` seconds and emits ``1 + E[accepted]`` tokens;
-:mod:`specdec.control.sizer` weighs the two to choose how many nodes to verify. ``c`` is measured
-once per target with a short calibration (:meth:`VerifyCostModel.calibrate`) because its shape
-depends entirely on the hardware: on a 2-core CPU a 64-node verify costs ~3.4x a single-token step,
-on a GPU it costs about the same as one token. (The fleet-level step-time model, batch by batch, is
-:mod:`specdec.estimate.step_cost`.)
+A step over ``n`` nodes costs ``c(n)`` and emits ``1 + E[accepted]`` tokens; :mod:`specdec.control.sizer`
+weighs the two. ``c`` is calibrated per target (:meth:`VerifyCostModel.calibrate`) because its shape
+depends on the hardware. (Batch-level step times: :mod:`specdec.estimate.step_cost`.)
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ class VerifyCostModel:
         self.seconds = list(itertools.accumulate(self.seconds, max))
 
     def _segment(self, n: int) -> tuple[int, float]:
-        """``(i, t)``: ``n`` lies between ``sizes[i]`` and ``sizes[i + 1]`` at fraction ``t`` (``t``
-        may exceed 1 past the last size, where the last segment is extrapolated)."""
+        """``(i, t)``: ``n`` at fraction ``t`` between ``sizes[i]`` and ``sizes[i + 1]`` (``t > 1`` past the end)."""
         if n < 0:
             raise ValueError(f"tree size must be >= 0, got {n}")
         i = min(bisect.bisect_right(self.sizes, n) - 1, len(self.sizes) - 2)
@@ -76,14 +72,9 @@ class VerifyCostModel:
         return self.seconds[i] + (self.seconds[i + 1] - self.seconds[i]) * t
 
     def observe(self, n: int, seconds: float, weight: float = 0.05) -> None:
-        """Fold one measured verify of ``n`` nodes into the curve.
-
-        The start-up calibration runs on a random prefix with chain drafts; the decoder's real
-        steps (its context, its tree shapes, the machine's load now) can cost more or less. Each
-        observation scales the two calibrated sizes around ``n`` by ``(seconds / cost(n)) **
-        (weight * share)``, ``share`` being each one's linear-interpolation weight, so the curve
-        drifts toward what the steps really cost without one noisy step moving it much.
-        """
+        """Fold one measured verify of ``n`` nodes in: the two sizes around ``n`` scale by
+        ``(seconds / cost(n)) ** (weight * share)`` (``share``: interpolation weight), so the curve
+        drifts toward real step costs without one noisy step moving it much."""
         if n < 0 or seconds <= 0 or not 0 < weight <= 1:
             raise ValueError(f"observe needs n >= 0, seconds > 0 and weight in (0, 1], got {n}, {seconds}, {weight}")
         ratio = seconds / self.cost(n)
@@ -116,13 +107,9 @@ class VerifyCostModel:
     @classmethod
     def calibrate(cls, target, *, prefix_len: int = 256, sizes: Sequence[int] = CALIBRATION_SIZES,
                   repeats: int = 2, seed: int = 0) -> "VerifyCostModel":
-        """Time ``target.verify`` for chains of each size over a random ``prefix_len``-token prefix.
-
-        Each size keeps its fastest repeat: interference from other processes only ever adds
-        time, so the minimum is the least biased estimate of the forward's own cost.
-
-        Cost: ``len(sizes) * (repeats + 1)`` forwards (about 2 s for SmolLM2-135M on 2 idle CPU cores).
-        """
+        """Time ``target.verify`` for chains of each size over a random ``prefix_len``-token prefix,
+        keeping each size's fastest repeat (interference only adds time); ``len(sizes) * (repeats +
+        1)`` forwards."""
         limit = getattr(target, "max_positions", None)
         if limit is not None:  # the prefix and the longest chain must fit the model's positions
             prefix_len = max(1, min(prefix_len, limit - 1 - max(sizes)))

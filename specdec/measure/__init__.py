@@ -2,6 +2,6 @@
 
 :mod:`.speedup` (the ``specdec bench`` harness: plain against speculative decoding in one
 process), :mod:`.proposer_stats` (a workload's greedy outputs, each proposer's acceptance and
-memory), :mod:`.replay` (the one greedy replay loop over recorded answers),
-:mod:`.engine_calibration` (an engine's step times and acceptance seen from outside).
+memory), :mod:`.greedy_replay` (the one greedy replay loop over recorded answers),
+:mod:`.step_timing` (the target's step times, calibrated).
 """

@@ -1,9 +1,6 @@
-"""Measurements a plan is built on: the target, the workload, each proposer's acceptance and memory.
-
-Why a separate step: ``plan`` and ``review`` must measure the same things the same way -- review
-re-runs exactly this on the current target and artifacts and compares the numbers.
-
-Proposers come from spec strings (:mod:`specdec.proposers.registry`).
+"""Measurements a plan is built on: the target, the workload, each proposer's acceptance and memory
+(one module, so ``plan`` and ``review`` measure alike). Proposers come from spec strings
+(:mod:`specdec.proposers.registry`).
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from ..plan.memory import ProposerMemory, kv_bytes_per_token
 from ..plan.workload import WorkloadItem, items_from
 from ..prompts import encode_first_turn, read_prompt_records
 from ..proposers.registry import make_proposer
-from .replay import measure_by_replay
+from .greedy_replay import measure_by_replay
 
 
 def default_workload_path() -> Path:
@@ -89,12 +86,8 @@ def build_workload(
 def measure_with_decoder(
     model, proposer, prompts: Sequence[Sequence[int]], max_new_tokens: int, budget: int, name: str = ""
 ) -> AcceptanceDist:
-    """Acceptance histogram from the SpeculativeDecoder's per-request metrics (any proposer).
-
-    Requests run one at a time: a batched step charges its whole drafting time to every request in
-    it, which would overstate the per-request drafting cost the simulator multiplies again by the
-    number of drafting requests.
-    """
+    """Acceptance histogram from the decoder's per-request metrics (any proposer), one request at a
+    time (a batched step would charge its whole drafting time to every request)."""
     from ..engine.decoder import SpeculativeDecoder
 
     dec = SpeculativeDecoder(model, proposer, max_budget=budget, budget=budget)
@@ -138,13 +131,9 @@ def measure_proposer(
     spec: str, model, tokenizer, workload: Workload, budget: int, *, allow_mismatch: bool = False,
     acceptance: AcceptanceDist | None = None,
 ) -> ProposerMeasurement:
-    """Acceptance per category (replay when possible, else the decoder) and memory of one proposer.
-
-    ``acceptance``: a histogram measured elsewhere (an engine's own counters, e.g. vLLM verifying
-    this proposer's chains), used for every category instead of replaying here; memory is still
-    measured. Why: replay measures specdec's own verification (trees), which is not what a chain
-    engine accepts.
-    """
+    """Acceptance per category (replay when possible, else the decoder) and memory of one proposer;
+    ``acceptance``: a histogram measured elsewhere (e.g. vLLM's counters for a chain engine), used for
+    every category instead."""
     proposer = make_proposer(spec, model, tokenizer, allow_mismatch=allow_mismatch)
     first = next(iter(workload.prompts.values()))
     hidden = None
@@ -191,11 +180,8 @@ def target_memory(model, dtype: str | None = None) -> dict:
 
 
 def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None, progress=None) -> dict:
-    """The target's greedy continuation of each prompt (:func:`specdec.models.clean_generate`).
-
-    These are what a lookup/draft proposer is replayed against; with greedy verification the
-    speculative decoder emits exactly these tokens whatever the proposer.
-    """
+    """The target's greedy continuation of each prompt (:func:`specdec.models.clean_generate`), what
+    proposers are replayed against."""
     import torch
 
     from ..models import clean_generate
@@ -215,14 +201,9 @@ def greedy_outputs(model, prompts: dict, max_new_tokens: int, eos_token_id=None,
 def measure_proposer_memory(
     proposer, prompt_ids: Sequence[int], req_id: Hashable = "__memprobe__", target_hidden=None
 ) -> ProposerMemory:
-    """Measure a proposer's fixed and per-token memory with ``memory_bytes()`` around one request.
-
-    ``memory_bytes()`` before ``begin`` is the fixed part (weights, shared state); the growth
-    after ``begin(prompt)`` divided by the prompt length is the per-token part (its own KV cache).
-    Shared structures that keep data after ``end`` (a global suffix tree) show up as growth too,
-    which is what the budget should charge for them. ``target_hidden`` (``[len(prompt), H]``) is
-    passed to ``begin`` for proposers that need the target's hidden states (trained heads).
-    """
+    """A proposer's fixed memory (``memory_bytes()`` before ``begin``) and per-token memory (growth
+    over one request / prompt length; shared caches kept after ``end`` count as growth).
+    ``target_hidden`` ``[len(prompt), H]`` goes to proposers that need it."""
     if len(prompt_ids) == 0:
         raise ValueError("measure_proposer_memory needs a non-empty prompt")
     before = int(proposer.memory_bytes())

@@ -1,9 +1,14 @@
-"""End-to-end decoding benchmark: plain, specdec proposers and Hugging Face assisted generation.
+"""End-to-end decoding benchmarks: plain, specdec proposers and Hugging Face assisted generation.
 
 Every method decodes the same prompts in the same process, interleaved prompt by prompt (so
 machine-load drift hits all methods alike), greedy, with the same ``max_new_tokens``. Speedups are
 ratios of wall time against specdec's plain decoding measured in that run; greedy outputs of
 exact methods are compared token for token against plain decoding and mismatches are reported.
+
+The second half runs ``model.generate`` itself on left-padded batches (:func:`run_generate_benchmark`):
+plain, Hugging Face's prompt lookup and assisted decoding (batch 1 only, as Hugging Face runs them)
+and specdec through ``custom_generate``, with speedups over plain ``model.generate`` at the same
+batch size (``python -m benchmarks.engine.hf_generate``, ``specdec bench --custom-generate``).
 """
 
 from __future__ import annotations
@@ -34,11 +39,8 @@ class Prompt:
 
 def load_prompts(path: str | Path, tokenizer, *, categories: Sequence[str] | None = None,
                  per_category: int | None = None) -> list[Prompt]:
-    """First turn of each selected Spec-Bench-format record, chat-templated and tokenized.
-
-    Raises:
-        ValueError: from :func:`specdec.prompts.read_prompt_records` (unknown category, nothing selected, ...).
-    """
+    """First turn of each selected Spec-Bench record, chat-templated and tokenized (ValueError from
+    :func:`specdec.prompts.read_prompt_records`)."""
     records = read_prompt_records(path, categories=categories, per_category=per_category)
     return [Prompt(r["category"], int(r.get("question_id", i)), r["turns"][0], encode_first_turn(tokenizer, r))
             for i, r in enumerate(records)]
@@ -158,12 +160,8 @@ def summarize(runs: Sequence[Run], baseline: str = "plain") -> dict[str, dict[st
 
 
 def baseline_of(method: str, rows: dict, baseline: str = "plain") -> str:
-    """The plain decoding each method is compared with: Hugging Face's assisted methods against
-    ``model.generate`` (``hf_generate``) when it was run, everything else against ``baseline``.
-
-    Each method's gain is measured over its own stack's plain decoding, so a faster plain path in
-    one stack (specdec's skinny-linear kernel) is not credited to, or charged against, speculation.
-    """
+    """Each method's baseline: HF assisted methods against ``hf_generate`` when run, the rest against
+    ``baseline`` (a faster plain path in one stack is not credited to speculation)."""
     if method.startswith("hf_") and method != "hf_generate" and "hf_generate" in rows:
         return "hf_generate"
     return baseline
@@ -210,14 +208,8 @@ def plot(table: dict[str, dict[str, Row]], path: str | Path) -> None:
 
 def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: int | str, max_new_tokens: int,
                    name: str = "speculative", max_budget: int = 16) -> dict:
-    """Same-run wall clock of plain decoding vs ``proposer`` through :class:`SpeculativeDecoder`
-    (greedy; a fixed ``budget``, or ``"auto"``: the cost-model budget up to ``max_budget``),
-    interleaved per prompt, after one warm-up generation each.
-
-    Raises:
-        AssertionError: when the speculative outputs differ from plain greedy decoding (they must
-            not: greedy verification is exact).
-    """
+    """Same-run wall clock of plain decoding vs ``proposer`` (greedy, ``budget`` int or ``"auto"`` up
+    to ``max_budget``), interleaved per prompt after a warm-up; AssertionError if outputs differ."""
     prompts = [list(p) for p in prompts]
     if not prompts:
         raise ValueError("online_speedup needs at least one prompt")
@@ -242,13 +234,8 @@ def online_speedup(model, proposer, prompts: Sequence[Sequence[int]], budget: in
 
 
 def load_note(load_start: float, load_end: float, cores: int) -> str:
-    """One line on the machine's state for a benchmark header: the 1-minute load average at the
-    start and end, and a warning when it clearly exceeded the core count.
-
-    Why: with more runnable threads than cores, OpenMP thread pools (torch's, MKL's, the extension's)
-    stall at every barrier, and a multi-threaded timing then measures the contention rather than
-    the code -- by up to 100x on a 2-core machine. Such a run should be repeated, not quoted.
-    """
+    """The 1-minute load average at start and end, with a warning when it exceeded the core count
+    (OpenMP pools then stall at every barrier: repeat such a run, do not quote it)."""
     text = f"load average {load_start:.1f} -> {load_end:.1f} on {cores} cores"
     # The end reading counts the benchmark's own threads: a run using every core reads about
     # `cores` by itself, so only a clear excess (half a runnable thread) means contention.
@@ -257,3 +244,167 @@ def load_note(load_start: float, load_end: float, cores: int) -> str:
                  "unreliable: rerun on an idle machine before quoting them")
     return text
 
+
+
+# ---------------------------------------------------------------------------------------------------
+# model.generate, batched: plain, Hugging Face's speculation, and specdec through custom_generate
+
+
+@dataclass
+class GenerateMethod:
+    """A named way to call ``model.generate`` on a left-padded batch:
+    ``fn(input_ids, attention_mask, max_new_tokens) -> (sequences, metrics or None)``; ``max_batch``:
+    the largest batch it runs (Hugging Face's assisted decoding: 1)."""
+
+    name: str
+    fn: Callable
+    max_batch: int | None = None
+
+
+@dataclass
+class BatchRun:
+    """One method on one batch of one category: wall time, emitted tokens (EOS included, padding not),
+    verify steps and accepted drafts (specdec methods), each row's new tokens."""
+
+    method: str
+    category: str
+    batch: int
+    seconds: float
+    tokens: int
+    steps: int
+    accepted: int
+    rows: list
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``rows`` left-padded with ``pad_id``, as ``generate`` takes a batch."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (width - len(r)) + list(r) for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask
+
+
+def generate_method(name: str, model, eos_id: int | None, pad_id: int, *, max_batch: int | None = None,
+                    **generate_kwargs) -> GenerateMethod:
+    """``model.generate`` greedy under library-default settings (:func:`specdec.models.clean_generate`),
+    plus ``generate_kwargs`` (``prompt_lookup_num_tokens``, ``custom_generate``, ...)."""
+    specdec = "custom_generate" in generate_kwargs
+
+    def fn(ids, mask, n):
+        out = clean_generate(model, ids, max_new_tokens=n, pad_token_id=pad_id, eos_token_id=eos_id,
+                             attention_mask=mask, **({"return_dict_in_generate": True} if specdec else {}),
+                             **generate_kwargs)
+        return (out.sequences, out.metrics) if specdec else (out, None)
+
+    return GenerateMethod(name, fn, max_batch)
+
+
+def _emitted(row: list[int], eos_id: int | None) -> list[int]:
+    return row[: row.index(eos_id) + 1] if eos_id is not None and eos_id in row else row
+
+
+def run_generate_benchmark(methods_for: Callable[[int], Sequence[GenerateMethod]], prompts: Sequence[Prompt],
+                           batch_sizes: Sequence[int], max_new_tokens: int, eos_id: int | None, pad_id: int,
+                           progress: Callable[[Iterable], Iterable] = lambda x: x) -> list[BatchRun]:
+    """Per batch size ``b`` (methods fresh from ``methods_for(b)``): each category's prompts in batches
+    of ``b`` (in file order), every batch through every method in turn after one short warm-up call
+    per method. A method whose ``max_batch`` is below ``b`` is not run at ``b``."""
+    by_cat: dict[str, list[Prompt]] = defaultdict(list)
+    for p in prompts:
+        by_cat[p.category].append(p)
+    runs = []
+    for b in batch_sizes:
+        methods = [m for m in methods_for(b) if m.max_batch is None or m.max_batch >= b]
+        chunks = [(cat, ps[i:i + b]) for cat, ps in by_cat.items() for i in range(0, len(ps) - b + 1, b)]
+        if not chunks:
+            raise ValueError(f"batch size {b}: no category has {b} prompts (raise --per-category)")
+        ids, mask = left_padded([p.ids for p in chunks[0][1]], pad_id)
+        for m in methods:
+            m.fn(ids, mask, 4)
+        for cat, chunk in progress(chunks):
+            ids, mask = left_padded([p.ids for p in chunk], pad_id)
+            for m in methods:
+                t0 = time.perf_counter()
+                seqs, metrics = m.fn(ids, mask, max_new_tokens)
+                seconds = time.perf_counter() - t0
+                rows = [_emitted(r, eos_id) for r in seqs[:, ids.shape[1]:].tolist()]
+                runs.append(BatchRun(m.name, cat, b, seconds, sum(map(len, rows)),
+                                     sum(x.steps for x in metrics) if metrics else 0,
+                                     sum(x.accepted for x in metrics) if metrics else 0, rows))
+    return runs
+
+
+@dataclass
+class GenerateCell:
+    """One method, category and batch size in the summary."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+    accepted: int = 0
+    mismatches: int = 0
+    speedup: float = float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def summarize_generate(runs: Sequence[BatchRun], baseline: str = "hf_generate") -> dict:
+    """``{batch: {category (and "overall"): {method: GenerateCell}}}``; speedup = the method's tokens/s
+    over ``baseline``'s at the same batch size and category; mismatches = rows whose tokens differ
+    from ``baseline``'s rows of the same batch."""
+    index = _batch_index(runs)
+    reference = {(r.batch, r.category, i): r.rows for r, i in zip(runs, index) if r.method == baseline}
+    table: dict = defaultdict(lambda: defaultdict(dict))
+    for r, i in zip(runs, index):
+        ref = reference.get((r.batch, r.category, i))
+        for cat in (r.category, "overall"):
+            cell = table[r.batch][cat].setdefault(r.method, GenerateCell())
+            cell.tokens += r.tokens
+            cell.seconds += r.seconds
+            cell.steps += r.steps
+            cell.accepted += r.accepted
+            if ref is not None:
+                cell.mismatches += sum(a != b for a, b in zip(r.rows, ref))
+    for by_cat in table.values():
+        for cells in by_cat.values():
+            base = cells.get(baseline)
+            for cell in cells.values():
+                if base is not None and base.tokens_per_s:
+                    cell.speedup = cell.tokens_per_s / base.tokens_per_s
+    return {b: dict(cats) for b, cats in table.items()}
+
+
+def _batch_index(runs) -> list[int]:
+    """Each run's index among the runs of its method, batch size and category (which batch it was)."""
+    seen: dict = defaultdict(int)
+    out = []
+    for r in runs:
+        key = (r.method, r.batch, r.category)
+        out.append(seen[key])
+        seen[key] += 1
+    return out
+
+
+def generate_markdown(summary: dict, header: str = "") -> str:
+    """One table per batch size: a row per category (then overall), ``tokens/s (speedup)`` per method
+    (``n/a`` where a method did not run at that size: Hugging Face's speculation runs at batch 1)."""
+    lines = [header] if header else []
+    methods = list(dict.fromkeys(m for cats in summary.values() for cells in cats.values() for m in cells))
+    for b in sorted(summary):
+        cats = summary[b]
+        order = sorted(c for c in cats if c != "overall") + ["overall"]
+        lines += [f"\n### batch {b}\n", "| category | " + " | ".join(methods) + " |",
+                  "|---|" + "---:|" * len(methods)]
+        for cat in order:
+            cells = cats[cat]
+            lines.append(f"| {cat} | " + " | ".join(_cell(cells.get(m)) for m in methods) + " |")
+        extra = [f"{m}: {c.accepted / c.steps:.2f} accepted drafts/step, {c.mismatches} rows differ from hf_generate"
+                 for m, c in cats["overall"].items() if c.steps]
+        lines += [""] + [f"- {e}" for e in extra]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(cell: GenerateCell | None) -> str:
+    return "n/a" if cell is None else f"{cell.tokens_per_s:.1f} ({cell.speedup:.2f}x)"

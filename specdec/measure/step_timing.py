@@ -33,13 +33,9 @@ def calibrate(
     meta: dict | None = None,
     progress=None,
 ) -> StepCostModel:
-    """Time real forwards of a Hugging Face causal LM and fit a :class:`StepCostModel`.
-
-    For every ``(batch, context)`` the cache is prefilled once with random tokens, then each
-    ``tokens`` size is timed ``repeats`` times, cropping the cache back to
-    ``context`` after each forward so every timing sees the same prefix; the fastest of ``repeats``
-    timings is kept (the least disturbed by other processes). Prefill of single
-    prompts of each length in ``prefills`` is timed the same way (``context = 0``).
+    """Time real forwards of a Hugging Face causal LM and fit a :class:`StepCostModel`: per ``(batch,
+    context)`` each ``tokens`` size over the same random prefix, fastest of ``repeats`` kept, plus single
+    prefills of each length in ``prefills``.
 
     Args:
         model: a ``transformers`` causal LM (anything whose forward takes ``input_ids``,
@@ -111,20 +107,10 @@ def calibrate_engine(
     meta: dict | None = None,
     progress=None,
 ) -> StepCostModel:
-    """Like :func:`calibrate`, but timing the engine's own verify path (:class:`specdec.verify.hf.HFTarget`).
-
-    Why a second calibration: the engine verifies trees through a custom attention mask over a
-    right-padded cache and then compacts the cache, which costs more per step than the plain
-    causal forward; a model meant to predict the engine's step times must time the engine. Each
-    point verifies a chain of ``tokens - 1`` draft nodes (plus the pending token) for ``batch``
-    requests over ``context`` cached tokens and accepts none of them (the compaction still runs),
-    so the cache grows by one row per timing -- negligible next to ``context``.
-
-    Batches are *ragged*, as real traffic is: row ``b`` holds between ``context`` (row 0) and
-    ``context / 4`` (last row) tokens, so ``context`` is the longest row (what a padded cache
-    pays for) and any per-step work that grows with the spread of lengths (re-packing a
-    right-padded cache) is measured rather than missed.
-    """
+    """Like :func:`calibrate`, timing the engine's own verify path (:class:`specdec.verify.hf.HFTarget`:
+    mask, padded cache and compaction cost more than a plain forward). Each point verifies a
+    ``tokens - 1``-node chain for ``batch`` ragged requests (``context`` down to ``context / 4`` tokens)
+    and accepts none."""
     import torch
 
     from ..verify.hf import HFTarget
@@ -180,8 +166,7 @@ def calibrate_engine(
 
 
 def _fastest(fn, repeats: int, device) -> float:
-    """The fastest of ``repeats`` timed calls of ``fn`` (the least disturbed by other processes), in
-    seconds, synchronising ``device`` after each call when it is a GPU."""
+    """Seconds of the fastest of ``repeats`` calls of ``fn`` (synchronising a GPU ``device``)."""
     import torch
 
     best = math.inf

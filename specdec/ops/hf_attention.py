@@ -1,40 +1,11 @@
 """specdec's attention function for transformers' attention registry: grouped SDPA and tree attention.
 
-:func:`tree_attention_forward` is registered under :data:`ATTENTION_NAME` (``"specdec_tree"``) in
-``AttentionInterface``, with transformers' SDPA mask builder under the same name in
-``AttentionMaskInterface`` (:func:`register`). A model whose ``config._attn_implementation`` names it
-(transformers 5.x decoders call ``ALL_ATTENTION_FUNCTIONS.get_interface(...)``: Llama, Qwen2, ...)
-runs it in every layer. :class:`specdec.verify.patch.ForwardPatch` switches the model to it for the
-duration of specdec's own forwards only; :func:`enable` switches a model for good, for users who call
-the function from their own loop.
-
-Without tree kwargs (prefill, plain decoding, verify steps that pass their own 4-D mask) it is
-:func:`sdpa_forward`: transformers' SDPA attention, except that a mask with several query rows over
-grouped-query heads no longer copies every K/V head ``num_key_value_groups`` times (``repeat_kv``:
-the whole cache of the layer, every layer, every verify step that holds a draft). torch's SDPA
-computes the same attention from the grouped K/V with ``enable_gqa=True``, mask included (SmolLM2:
-9 query / 3 KV heads, so the copy moved 3x each layer's cache; ``benchmarks/kernels/verify_attention.py``).
-
-With tree kwargs (:func:`tree_kwargs`), for a verify step whose new K/V rows directly follow each
-request's committed prefix (request ``b``'s ``T`` new rows at ``[prefix_lens[b], prefix_lens[b] + T)``
-of the layer's cache, whatever the other requests' lengths: :mod:`specdec.verify.cache` writes ragged
-batches that way), every layer's attention becomes one ``specdec.ops.tree_attention`` call: new token
-i attends to rows ``[0, prefix_lens[b])`` and to the new rows of its ancestors and itself; rows after
-a request's new rows (holes) are never read. The mask is validated once in :func:`tree_kwargs`, not
-per layer; ``add_root_node=True`` prepends a root node (a pending token fed before the tree, the
-parent of every root of the tree), for adapters that feed ``1 + N`` tokens per step.
-
-The op has no window. A sliding-window layer runs it when no query of the step reaches past the
-window (``max_position < sliding_window``); otherwise, when the caller passed every sliding layer
-its dense windowed tree mask (``windowed_masks=True``, in the model's per-layer-type mask mapping),
-that layer attends with SDPA over its mask, and without such masks it raises. Every call with tree
-kwargs is recorded in the kwargs' ``specdec_tree_calls`` list, so the caller can check that no layer
-bypassed the function.
-
-In tree mode the model still builds its causal mask (the SDPA builder); it is not used, because the
-tree kwargs define visibility. Dropout (training), soft-capping and sinks are not supported in tree
-mode and raise ValueError rather than being dropped. Where the compiled op is missing,
-``specdec.ops.tree_attention`` runs its plain-torch reference.
+:func:`register` puts :func:`tree_attention_forward` under :data:`ATTENTION_NAME` in transformers'
+``AttentionInterface``; :class:`specdec.verify.patch.ForwardPatch` switches a model to it only during
+specdec's forwards, :func:`enable` for good. With :func:`tree_kwargs` each layer is one
+``specdec.ops.tree_attention`` call (a sliding layer whose window binds uses its dense mask or raises;
+every call is recorded so bypassing layers are caught); without, :func:`sdpa_forward`. Dropout,
+soft-capping and sinks raise ValueError in tree mode.
 """
 
 from __future__ import annotations
@@ -59,15 +30,10 @@ _UNSUPPORTED = ("softcap", "s_aux", "sinks")
 
 
 def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """Attention function for transformers' ``AttentionInterface``.
-
-    Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S + T, D]`` (cache after update).
-    With ``specdec_tree_mask`` (``int64 [B, T, ceil(T/64)]``) and ``specdec_prefix_lens``
-    (``int32 [B]``) in kwargs, runs the tree-attention op and returns ``([B, T, Hq, D], None)``, or
-    SDPA with ``attention_mask`` when the layer was given one; without them, delegates to
-    :func:`specdec.ops.hf_attention.sdpa_forward` (transformers' SDPA attention, minus its K/V head
-    copy when a mask comes with several query rows).
-    """
+    """``AttentionInterface`` function: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S + T, D]``.
+    With ``specdec_tree_mask`` (int64 ``[B, T, ceil(T/64)]``) and ``specdec_prefix_lens`` (int32 ``[B]``)
+    runs the tree op (or SDPA over the layer's own mask), returning ``([B, T, Hq, D], None)``; else
+    :func:`sdpa_forward`."""
     tree_mask = kwargs.pop(TREE_MASK_KWARG, None)
     prefix_lens = kwargs.pop(PREFIX_LENS_KWARG, None)
     max_position = kwargs.pop(MAX_POSITION_KWARG, None)
@@ -115,18 +81,12 @@ def add_root(tree_mask: torch.Tensor) -> torch.Tensor:
 
 
 def tree_kwargs(ancestor_mask, prefix_lens, *, add_root_node=False, total_rows=None, windowed_masks=False) -> dict:
-    """Model-forward kwargs that switch every layer to tree attention for one verify step.
+    """Forward kwargs switching every layer to tree attention for one verify step (mask validated once).
 
-    ``ancestor_mask``: ``int64 [B, N, ceil(N/64)]`` (e.g. ``TreeBatch.ancestor_mask``);
-    ``prefix_lens``: committed K/V rows per request (sequence or ``int32 [B]``); the step's new rows
-    of request ``b`` must sit at ``[prefix_lens[b], prefix_lens[b] + nodes)`` of the cache after the
-    update. ``add_root_node``: prepend the pending token as node 0. ``total_rows``: if given, the
-    cache length after the step, to check ``prefix_lens + nodes <= total_rows``. The mask is
-    validated here, once per step. The kwargs also carry the step's largest query position
-    (``prefix_lens[b] + depth``, for the sliding-window check) and an empty list that collects one
-    entry per layer that ran the function. ``windowed_masks``: the forward's ``attention_mask`` gives
-    every sliding-window layer its dense windowed tree mask (a per-layer-type mapping), which those
-    layers use when their window binds in this step; without it such a layer raises.
+    ``ancestor_mask``: int64 ``[B, N, ceil(N/64)]``; ``prefix_lens``: committed rows per request (new
+    rows at ``[prefix_lens[b], prefix_lens[b] + nodes)``); ``add_root_node``: prepend the pending token
+    as node 0; ``total_rows``: cache length after the step, checked; ``windowed_masks``: the forward's
+    ``attention_mask`` gives each sliding layer its dense windowed mask.
     """
     mask = add_root(ancestor_mask) if add_root_node else ancestor_mask
     lens = torch.as_tensor(prefix_lens, dtype=torch.int32, device=mask.device)
@@ -165,12 +125,8 @@ def _hf_sdpa():
 
 
 def sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """Attention function for transformers' ``AttentionInterface``.
-
-    Shapes: ``query [B, Hq, T, D]``, ``key``/``value`` ``[B, Hkv, S, D]``, ``attention_mask``
-    broadcastable to ``[B, Hq, T, S]`` (additive or boolean) or None. Returns
-    ``([B, T, Hq, D], None)`` as transformers' SDPA function does.
-    """
+    """Transformers' SDPA attention on grouped K/V: ``query [B, Hq, T, D]``, ``key``/``value``
+    ``[B, Hkv, S, D]``, mask broadcastable to ``[B, Hq, T, S]`` or None; returns ``([B, T, Hq, D], None)``."""
     groups = getattr(module, "num_key_value_groups", 1)
     special = any(kwargs.get(k) is not None for k in ("softcap", "position_bias")) or kwargs.get("output_attentions")
     if attention_mask is None or groups == 1 or query.shape[2] == 1 or special:

@@ -4,16 +4,10 @@ Shapes: ``x [M, K]``, ``weight [N, K]``, ``bias [N]`` or None, on the CPU; ``x``
 float32, ``weight`` float32 or float16; returns float32 ``y [M, N]``. :func:`skinny_linear_reference`
 (``torch.nn.functional.linear`` on the weight widened to float32) defines the meaning.
 
-Why: a verify step feeds ``1 + tree size`` rows per request through every linear layer of the
-target, and on a CPU the layer weights stream from DRAM, so that step should cost what a one-row
-decode step costs. BLAS small-M GEMM paths do not get there (2-9 rows cost 1.2-1.5x one row in a
-real forward, see ``benchmarks/kernels/skinny_linear.py``); the compiled kernel
-(``csrc/ops/skinny_linear_cpu.cpp``) reads each weight row once for all rows. Results equal the
-reference up to floating-point summation order (fixed, independent of the thread count).
-
-A float16 weight is widened to float32 as the kernel loads it and then takes the float32 path's
-FMAs in the same order, so for a float32 weight that float16 holds exactly (:func:`exact_half`: a
-draft layer stored in fp16) the float16 copy gives bitwise the same result from half the bytes.
+On a CPU weights stream from DRAM, so a verify step's few rows should cost what one row costs; the
+kernel (``csrc/kernels/cpu/skinny_linear.cpp``) reads each weight row once for all rows. Results equal
+the reference up to a fixed summation order (independent of thread count). A float16 weight is widened
+as loaded and takes the same FMAs, so an :func:`exact_half` copy gives bitwise the float32 result.
 """
 
 from __future__ import annotations
@@ -37,11 +31,7 @@ def skinny_linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.T
 
 
 def exact_half(weight: torch.Tensor) -> torch.Tensor | None:
-    """A float16 copy of a float32 CPU ``weight`` when float16 holds every value exactly, else None.
-
-    The kernel reads it at half the bytes and computes bitwise what it computes from ``weight``
-    (module docstring); a weight that fp16 would round gets no copy, so nothing is approximated.
-    """
+    """A float16 copy of a float32 CPU ``weight`` when float16 holds every value exactly, else None."""
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         return None
     with torch.no_grad():
@@ -85,12 +75,8 @@ def skinny_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, impl: str = "auto",
     half_path: str = "auto",
 ) -> torch.Tensor:
-    """``x @ weight^T + bias`` (shapes in the module docstring).
-
-    ``impl``: ``"auto"`` (compiled kernel when available, else the reference), ``"op"`` (the
-    kernel; error when missing) or ``"reference"``. ``half_path``: how the kernel widens a float16
-    weight (:data:`HALF_PATHS`; a named path this CPU cannot run is refused).
-    """
+    """``x @ weight^T + bias``; ``impl``: ``"auto"``, ``"op"`` (error when missing) or ``"reference"``;
+    ``half_path``: float16 widening (:data:`HALF_PATHS`; one this CPU cannot run is refused)."""
     if impl not in ("auto", "op", "reference"):
         raise ValueError(f"skinny_linear: impl must be 'auto', 'op' or 'reference', got {impl!r}")
     check_inputs(x, weight, bias, half_path)
@@ -108,13 +94,9 @@ def eligible_linear(module: nn.Module) -> bool:
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
                 kernel_weight: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` for ``x [..., K]``, through the skinny kernel when the number of
-    rows is in :data:`~specdec.ops.skinny_linear.FAST_ROWS`, ``x`` and ``weight`` are float32 on the
-    CPU and no gradient is being recorded (the op has no backward).
-
-    ``kernel_weight``: what the kernel reads instead of ``weight``, an :func:`exact_half` copy of
-    it (the same result from half the bytes); ``F.linear`` always takes ``weight``.
-    """
+    """``F.linear(x, weight, bias)`` for ``x [..., K]``, through the kernel when the row count is in
+    :data:`FAST_ROWS`, float32 on CPU and no grad is recorded; ``kernel_weight``: an :func:`exact_half`
+    copy the kernel reads instead."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if (
         rows in FAST_ROWS

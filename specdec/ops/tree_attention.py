@@ -1,25 +1,15 @@
-"""Tree attention: every draft-tree node attends to its request's committed KV prefix and to its own
-ancestors (and itself) in the tree, for a whole batch of trees in one call.
+"""Tree attention: each draft node attends to its request's committed KV prefix and to its ancestors
+and itself, for a batch of trees in one call (docs/tree_attention.md).
 
-Shapes (the contract; docs/tree_attention.md and docs/architecture.md):
+* ``q``: ``[B, N, Hq, D]``, N nodes per request (padded).
+* ``k``, ``v``: ``[B, S, Hkv, D]``: prefix rows ``[0, prefix_lens[b])``, node j at ``prefix_lens[b] + j``,
+  later rows ignored; ``Hq`` a multiple of ``Hkv`` (query head h reads KV head ``h // (Hq // Hkv)``).
+* ``tree_mask``: ``int64 [B, N, ceil(N/64)]`` (``DraftTree.ancestor_mask``); an all-zero row is padding.
+* ``prefix_lens``: ``int32 [B]``, ``0 <= prefix_lens[b] <= S - N``; ``scale`` default ``D ** -0.5``.
+* returns ``[B, N, Hq, D]`` in q's dtype, zeros for padded nodes.
 
-* ``q``: ``[B, N, Hq, D]`` -- N tree nodes per request (padded to the batch's largest tree).
-* ``k``, ``v``: ``[B, S, Hkv, D]`` -- rows ``[0, prefix_lens[b])`` hold the committed prefix, rows
-  ``[prefix_lens[b], prefix_lens[b] + N)`` the tree nodes' own keys/values (node j at
-  ``prefix_lens[b] + j``); rows past that are ignored. ``Hq`` is a multiple of ``Hkv`` (GQA: query
-  head h reads KV head ``h // (Hq // Hkv)``).
-* ``tree_mask``: ``int64 [B, N, ceil(N/64)]`` -- bit ``j % 64`` of word ``j // 64`` in row i is set
-  when node j is node i itself or one of its ancestors (``DraftTree.ancestor_mask``). An all-zero row
-  marks a padded node.
-* ``prefix_lens``: ``int32 [B]`` with ``0 <= prefix_lens[b] <= S - N``.
-* ``scale``: softmax scale, default ``D ** -0.5``.
-* returns ``out``: ``[B, N, Hq, D]`` in q's dtype; padded nodes get zeros.
-
-:func:`tree_attention_reference` is the plain-torch definition (dense mask, float32 softmax);
-:func:`tree_attention` dispatches to the registered op ``torch.ops.specdec.tree_attention`` (C++ on
-CPU, CUDA kernel on GPU) when the compiled extension has a kernel for the inputs' device, and to the
-reference otherwise. The ancestor bitmask must describe a forest whose parents precede children:
-see :func:`validate_tree_mask` for exactly what is checked.
+:func:`tree_attention_reference` defines the meaning; :func:`tree_attention` dispatches to the
+compiled ``torch.ops.specdec.tree_attention`` where it has a kernel for the device, else the reference.
 """
 
 from __future__ import annotations
@@ -32,10 +22,8 @@ _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def check_inputs(q, k, v, tree_mask, prefix_lens, scale=None, *, allow_float64=False) -> None:
-    """Raise ValueError/TypeError naming the first argument that breaks the contract (no device sync).
-
-    ``allow_float64`` admits float64 inputs (the reference's test-oracle mode; kernels never take it).
-    """
+    """ValueError/TypeError naming the first argument breaking the contract (no device sync);
+    ``allow_float64``: the reference's test-oracle mode."""
     tensors = {"q": q, "k": k, "v": v, "tree_mask": tree_mask, "prefix_lens": prefix_lens}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -86,17 +74,10 @@ def unpack_bits(tree_mask: torch.Tensor) -> torch.Tensor:
 
 
 def validate_tree_mask(tree_mask: torch.Tensor, prefix_lens: torch.Tensor, seq_len: int) -> None:
-    """Check that ``tree_mask`` ``int64 [B, N, W]`` is an ancestor relation and prefix_lens fits.
-
-    Checked, all in O(B N^2) bit work (one host sync):
-    * a row is either all zero (padding) or has its own bit i set;
-    * no bit j > i (parents precede children; bits past N in the last word are zero);
-    * each real row equals its parent's row plus its own bit, where the parent is the highest set bit
-      below i (so the relation is transitive, a padded node is never an ancestor, and every row is one
-      root-to-node path);
-    * ``0 <= prefix_lens[b] <= seq_len - N``.
-    Raises ValueError naming the first offending batch row / node.
-    """
+    """ValueError naming the first offending row unless ``tree_mask`` int64 ``[B, N, W]`` is an ancestor
+    relation: each row all zero (padding) or holding its own bit; no bit above i; each real row = its
+    parent's row (highest set bit below i) plus its own bit. Also ``0 <= prefix_lens <= seq_len - N``.
+    O(B N^2) bit work, one host sync."""
     b, n, _ = tree_mask.shape
     bits = unpack_bits(tree_mask)  # [B, N, 64W]
     cols = torch.arange(bits.shape[-1], device=bits.device)
@@ -140,12 +121,8 @@ def dense_mask(tree_mask: torch.Tensor, prefix_lens: torch.Tensor, seq_len: int)
 
 
 def tree_attention_reference(q, k, v, tree_mask, prefix_lens, *, scale=None, compute_dtype=torch.float32):
-    """Plain-torch tree attention defining the op's meaning (shapes in the module docstring).
-
-    Materialises the dense ``[B, N, S]`` mask and the ``[B, Hq, N, S]`` scores in ``compute_dtype``
-    (float32 by default; float64 inputs with float64 compute give the test oracle). Returns
-    ``[B, N, Hq, D]`` in q's dtype, zeros for padded nodes (rows whose own bit is clear).
-    """
+    """Plain-torch tree attention defining the op: dense ``[B, N, S]`` mask, scores in ``compute_dtype``
+    (float64 in and out: the test oracle); zeros for padded nodes."""
     check_inputs(q, k, v, tree_mask, prefix_lens, scale, allow_float64=True)
     b, n, hq, d = q.shape
     s, hkv = k.shape[1], k.shape[2]
@@ -176,14 +153,9 @@ def op_available(device: torch.device) -> bool:
 
 
 def tree_attention(q, k, v, tree_mask, prefix_lens, *, scale=None, validate=True, impl="auto"):
-    """Tree attention for a batch of draft trees (shapes in the module docstring).
-
-    ``impl``: ``"auto"`` (the compiled op when it has a kernel for the device, else the reference),
-    ``"op"`` (the compiled op, error when missing) or ``"reference"``. ``validate``: check the bitmask
-    and prefix lengths (:func:`validate_tree_mask`; one host sync on GPU). The CPU op always validates
-    in C++; the CUDA op checks shapes/dtypes only, so skip ``validate`` on GPU only for masks built
-    by ``DraftTree`` and already checked once per step.
-    """
+    """Tree attention for a batch of trees. ``impl``: ``"auto"``, ``"op"`` (error when missing) or
+    ``"reference"``. ``validate``: :func:`validate_tree_mask` (one host sync on GPU); the CPU op always
+    validates in C++, the CUDA op checks only shapes and dtypes, so skip it only for trusted masks."""
     if impl not in ("auto", "op", "reference"):
         raise ValueError(f"tree_attention: impl must be 'auto', 'op' or 'reference', got {impl!r}")
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")

@@ -1,9 +1,7 @@
 """Serving metrics from per-request timing records: goodput, throughput, latency percentiles.
 
-Goodput is the number of requests per second that met *both* service-level objectives: time to
-first token (arrival -> first token) and time per output token (mean gap between output tokens
-after the first). It is the number a fleet is sized by: throughput counts tokens nobody waited
-for; single-stream speedup ignores everyone else in the batch.
+Goodput: requests per second meeting both objectives, time to first token (arrival -> first token)
+and time per output token (mean gap after the first); what a fleet is sized by.
 """
 
 from __future__ import annotations
@@ -52,14 +50,9 @@ class RequestRecord:
 
 
 def summarize(records: Sequence[RequestRecord], slo: SLO, busy_s: float | None = None) -> dict:
-    """Aggregate metrics of one run.
-
-    Returns a dict with ``requests``, ``goodput_rps`` (SLO-meeting requests / makespan),
-    ``slo_attainment`` (fraction meeting both SLOs), ``throughput_tok_s``, ``ttft_p50/p99``,
-    ``tpot_p50/p99``, ``latency_p50/p99`` (end to end), ``makespan_s`` (first arrival -> last
-    finish) and, when ``busy_s`` (seconds the model was computing) is given, ``busy_s_per_mtok``:
-    compute-seconds per million emitted tokens, the cost that speculation raises.
-    """
+    """``requests``, ``goodput_rps`` (SLO-meeting requests / makespan), ``slo_attainment``,
+    ``throughput_tok_s``, ``ttft_p50/p99``, ``tpot_p50/p99``, ``latency_p50/p99``, ``makespan_s`` and,
+    given ``busy_s``, ``busy_s_per_mtok`` (compute seconds per million tokens)."""
     if not records:
         raise ValueError("summarize needs at least one finished request")
     arr = np.array([r.arrival for r in records])

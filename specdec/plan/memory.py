@@ -1,11 +1,6 @@
-"""Memory accounting: how many sequences fit, with and without a proposer.
-
-Why: at high load a server is limited by KV-cache memory, not compute. A drafter's weights and
-its own per-request KV cache come out of the same budget, so speculation can lower the number of
-requests admitted at once -- a cost the single-stream speedup never shows.
-
-All quantities are bytes. ``KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x
-dtype bytes``, read from a Hugging Face config.
+"""Memory accounting: how many sequences fit, with and without a proposer (a drafter's weights and KV
+come out of the KV budget, lowering admitted concurrency). Bytes throughout; ``KV bytes per token =
+2 x layers x kv_heads x head_dim x dtype bytes``.
 """
 
 from __future__ import annotations
@@ -34,12 +29,8 @@ def dtype_bytes(dtype) -> int:
 
 
 def kv_bytes_per_token(config, dtype="float32") -> int:
-    """KV-cache bytes one token occupies in a decoder-only model described by a HF ``config``.
-
-    Uses ``num_hidden_layers``, ``num_key_value_heads`` (falls back to ``num_attention_heads``:
-    plain multi-head attention) and ``head_dim`` (falls back to ``hidden_size / heads``). GPT-2
-    style names (``n_layer``, ``n_head``, ``n_embd``) are accepted too.
-    """
+    """KV bytes per token of a HF ``config`` (``num_key_value_heads`` else ``num_attention_heads``,
+    ``head_dim`` else ``hidden_size / heads``; GPT-2 names accepted)."""
     get = (lambda k: config.get(k)) if isinstance(config, dict) else (lambda k: getattr(config, k, None))
     layers = get("num_hidden_layers") or get("n_layer")
     heads = get("num_attention_heads") or get("n_head")
@@ -62,10 +53,7 @@ def kv_bytes_per_token(config, dtype="float32") -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ProposerMemory:
-    """A proposer's memory: fixed bytes (weights, shared tables) + bytes per cached token per request.
-
-    Measured through the Proposer protocol by :func:`measure_proposer_memory`.
-    """
+    """Fixed bytes (weights, shared tables) + bytes per cached token per request."""
 
     fixed_bytes: int = 0
     bytes_per_token: float = 0.0
@@ -96,13 +84,9 @@ def admitted_concurrency(
     proposer: ProposerMemory | None = None,
     draft_budget: int = 0,
 ) -> Admission:
-    """How many concurrent sequences of ``tokens_per_seq`` cached tokens fit in ``budget_bytes``.
-
-    Each sequence needs ``(tokens_per_seq + draft_budget) x kv_bytes_token`` for the target (the
-    verify step writes up to ``draft_budget`` tree tokens before compaction) plus
-    ``tokens_per_seq x proposer.bytes_per_token`` for the drafter; weights and the proposer's fixed
-    memory come off the top.
-    """
+    """Concurrent sequences of ``tokens_per_seq`` tokens fitting in ``budget_bytes`` after weights and
+    the proposer's fixed memory: each needs ``(tokens_per_seq + draft_budget) x kv_bytes_token`` plus
+    ``tokens_per_seq x proposer.bytes_per_token``."""
     for name, v in (
         ("budget_bytes", budget_bytes),
         ("weights_bytes", weights_bytes),

@@ -1,13 +1,9 @@
 """``specdec plan``: measure, simulate every policy at every load, and recommend a setting per pool.
 
-The recommendation rule, per pool and proposer: each policy's goodput curve is compared, level by
-level, with the best policy at that level; the policy whose *worst* ratio is highest wins (ties go
-to the simpler policy: off, gated, adaptive, always). Across proposers, speculation is recommended
-only when it loses no more than 2% goodput at any load and gains somewhere: more than
-``min_gain`` (default 3%) goodput, or ``min_tpot_gain`` (default 10%) lower median time per output
-token (at light load every policy meets loose objectives, so latency is what speculation buys
-there); otherwise the pool is told to leave it off -- a proposer that does not clearly pay is
-still a lifecycle cost (a second artifact to version, heads to refit on every release).
+Per pool and proposer the policy whose worst goodput ratio to the best policy at each load is highest
+wins (ties to the simpler: off, gated, adaptive, always). Speculation is recommended only when it loses
+at most 2% goodput at every load and gains ``min_gain`` goodput or ``min_tpot_gain`` lower median TPOT
+somewhere; otherwise off, since a proposer that does not clearly pay still costs an artifact to keep.
 """
 
 from __future__ import annotations
@@ -167,13 +163,8 @@ def plan_proposer(pool: Pool, spec: str, acceptance: Mapping[str, AcceptanceDist
 
 
 def recommend_policy(rows: Sequence[dict], settings: PlanSettings) -> tuple[str, dict[str, float], tuple[float, float]]:
-    """``(policy, worst goodput ratio per policy, its (goodput gain, TPOT reduction) over off)``.
-
-    :func:`choose` ranks by worst-case goodput; its ties (every policy meets loose objectives) go to
-    "off". A speculative policy that loses at most 2% goodput at every load and buys what the plan
-    asks for (``min_gain`` goodput or ``min_tpot_gain`` lower median time per token somewhere) still
-    wins such a tie: latency is what speculation sells at light load.
-    """
+    """``(policy, worst goodput ratio per policy, its (goodput gain, TPOT reduction) over off)``; a
+    speculative policy within 2% everywhere that buys ``min_gain`` or ``min_tpot_gain`` wins a tie."""
     chosen, worst = choose(rows)
     gains = {p: policy_gains(rows, p) for p in worst}
     if chosen == "off":
@@ -273,15 +264,9 @@ def tune_threshold(
     crossover: int,
     spread: int = 2,
 ) -> int:
-    """The gate's threshold (off above it): the cost model's ``crossover`` batch, or a neighbour
-    within ``spread`` when that one keeps goodput closer to max(off, always) at its worst load level.
-
-    The crossover comes from step costs alone; where the gate should switch also depends on
-    queueing, admission and the objectives, which only the simulation sees. The candidates are
-    compared (:func:`threshold_scores`) on arrival sequences independent of the plan's own sweep
-    (seed + 1), so the reported curves are not fitted to their own noise. Ties go to the candidate
-    nearest the crossover. Returns ``crossover`` unchanged when it is 0 (drafting never pays).
-    """
+    """The gate's threshold (off above it): the cost model's ``crossover`` batch, or a neighbour within
+    ``spread`` whose worst-load goodput is closer to max(off, always) on independent arrivals
+    (:func:`threshold_scores`; ties to the crossover). ``crossover`` 0 is returned unchanged."""
     if crossover < 1:
         return crossover
     scores = threshold_scores(

@@ -1,10 +1,5 @@
-"""Per-pool speculation policy from a TOML file, validated with errors that say what to fix.
-
-Why: one fleet usually serves traffic with different objectives -- an interactive pool whose
-users wait on every token, a batch pool that only cares about cost. Speculation is the right
-purchase for the first and a tax on the second, so the setting lives per pool.
-
-Format::
+"""Per-pool speculation policy from a TOML file (pools differ in objectives, so speculation is set per
+pool), validated with errors that say what to fix. Format::
 
     [pools.interactive]
     ttft_s = 1.0            # time-to-first-token objective (seconds)

@@ -1,9 +1,7 @@
 """Plan reports: markdown a person can act on, PNG plots of goodput vs load, and the review trigger.
 
-The review trigger (``review.json``) records what the recommendation was based on -- the target
-and tokenizer fingerprints, each proposer's artifact fingerprint and version, the measured mean
-accepted tokens per step by category, and how the workload was selected -- so ``specdec review``
-can re-measure the same thing later and say when the setting has gone stale.
+``review.json`` records the basis (fingerprints, artifact versions, accepted drafts per step by
+category, workload selection) for ``specdec review`` to re-measure.
 """
 
 from __future__ import annotations
@@ -113,8 +111,7 @@ FRAGILE = 0.2  # a row whose goodput band spans more than this fraction of its g
 
 
 def _band(row: dict) -> str:
-    """`` (lowest-highest)`` of a row's goodput with step costs off by the band (either order: goodput
-    need not fall monotonically with step cost), or nothing for a sweep without a band."""
+    """`` (lowest-highest)`` goodput under the cost band, or "" without a band."""
     if "goodput_lo" not in row:
         return ""
     lo, hi = sorted((row["goodput_lo"], row["goodput_hi"]))

@@ -1,15 +1,10 @@
 """``specdec review``: is a plan's speculation setting still valid?
 
-A speculation setting is a bet on one target checkpoint, one tokenizer, one proposer artifact
-and one traffic mix. When any of them changes silently, a setting that paid can become a
-permanent tax. Review re-measures what the plan measured (same prompts, same budget) and flags:
-
-* ``target-changed`` / ``tokenizer-changed`` -- fingerprints differ from the plan's;
-* ``artifact-changed`` -- a proposer's artifact fingerprint or version differs;
-* ``artifact-stale`` -- a proposer bound to the target (or tokenizer) whose binding no longer
-  matches the current target (or tokenizer): it must be refit before use;
-* ``acceptance-drift`` -- mean accepted tokens per step moved more than the tolerance (relative)
-  overall or in a category.
+A setting bets on one target, tokenizer, artifact and traffic mix; review re-measures what the plan
+measured and flags ``target-changed`` / ``tokenizer-changed`` (fingerprints), ``artifact-changed``
+(fingerprint or version), ``artifact-stale`` (binding no longer matches: refit) and
+``acceptance-drift`` (accepted drafts per step moved beyond the relative tolerance, overall or in a
+category).
 """
 
 from __future__ import annotations

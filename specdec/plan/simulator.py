@@ -1,34 +1,15 @@
 """Discrete-event simulation of a continuous-batching server with optional speculation.
 
-Why: whether speculation pays for a fleet is a question about load -- queueing, batch size,
-memory -- that a single-stream benchmark cannot answer and a real load test on every candidate
-is too expensive to answer. The simulator replays a workload against a *measured* cost model and
-*measured* acceptance distributions, so each policy can be compared at every load level.
-
-Server model (iteration-level scheduling, as in vLLM/Orca):
-
-* Requests wait in FCFS order. A request is admitted when the KV cache can hold its prompt, its
-  whole output and the policy's largest draft (the verify step writes tree tokens before
-  compaction), plus the proposer's own per-token memory when the policy uses a proposer; and
-  the running batch is below ``max_batch``. Reserving the whole output up front stands in for a
-  real server's paging + preemption: it admits the same steady-state concurrency without
-  simulating evictions.
-* An iteration either prefills all newly admitted requests in one padded forward (each emits its
-  first token at the end: time to first token), or runs one decode step for the whole running
-  batch: the policy picks a budget ``k`` (opted-out requests get 0); each drafting request drafts
-  ``d`` nodes and the target accepts ``a <= d`` of them, both drawn from its category's measured
-  histograms truncated at ``k`` (coupled through one uniform draw, so long drafts go with long
-  acceptances); the step costs ``t_target(B, 1 + max d, mean context)`` (trees are padded to the
-  widest) plus the proposer's time for each drafting request; each request emits ``1 + a`` tokens.
-* The clock jumps to the next arrival when nothing is running.
-
-``scheduler="packed"`` models an engine that flattens each step into one token list (vLLM V1):
-no separate prefill iterations. Every step runs all decoding requests (``1 + d`` tokens each,
-``d`` drawn as above) and, in the same forward, prefill chunks of newly admitted requests in
-arrival order, within ``max_batched_tokens`` (a prompt longer than what is left is split across
-steps: chunked prefill). A request emits its first token at the end of the step that completes
-its prompt. The step costs :meth:`StepCostModel.packed_step_time` of its pieces: the sum of each
-sequence's own work and one fixed overhead, with nothing padded.
+Whether speculation pays depends on load (queueing, batch, memory), so a workload is replayed against
+a measured cost model and measured acceptance. Server model (iteration-level, as vLLM/Orca): FCFS
+admission while the KV cache holds prompt + whole output + the policy's largest draft (+ proposer
+memory per token; reserving the output stands in for paging and preemption) and the batch is under
+``max_batch``. An iteration either prefills all newly admitted requests in one padded forward, or runs
+one decode step: the policy picks a budget ``k``; each drafting request drafts ``d`` and accepts
+``a <= d``, drawn from its category's histograms truncated at ``k`` (one coupled uniform); the step
+costs ``t_target(B, 1 + max d, context)`` plus drafting time and emits ``1 + a`` tokens per request.
+``scheduler="packed"`` (vLLM V1) instead runs prefill chunks inside decode steps within
+``max_batched_tokens`` (chunked prefill), charged by :meth:`StepCostModel.packed_step_time`.
 """
 
 from __future__ import annotations
@@ -42,6 +23,7 @@ import numpy as np
 from ..estimate.acceptance import AcceptanceDist
 from ..estimate.step_cost import StepCostModel
 from .goodput import RequestRecord
+from ..control.interface import BatchView, Outcome
 from .policies import Policy
 from .workload import SimRequest
 
@@ -51,28 +33,16 @@ class ServerConfig:
     """What the simulated server is made of.
 
     Attributes:
-        cost: target step-time model.
-        acceptance: one distribution for all requests, or one per category (a category missing
-            from the mapping falls back to key ``"all"``, else is an error).
-        kv_capacity_tokens: target KV tokens that fit in memory with the proposer loaded
-            (None: unlimited). See :mod:`specdec.plan.memory`.
-        kv_capacity_tokens_off: the same without the proposer (used by policies that never
-            draft, which do not load it); defaults to ``kv_capacity_tokens``.
-        proposer_token_overhead: proposer bytes per cached token / target KV bytes per token
-            (a draft model's own KV cache); charged only when the policy uses a proposer.
-        max_batch: cap on running requests (None: memory is the only limit).
-        seed: RNG seed for acceptance draws.
-        padded_context: the engine pads every sequence to the longest in the batch (as the
-            Hugging Face adapter's right-padded cache does), so a step reads the *longest*
-            context; otherwise (a paged cache) the mean context is charged.
-        scheduler: ``"phased"`` (prefill iterations apart from decode steps, padded trees) or
-            ``"packed"`` (vLLM V1: prefill chunks ride in decode steps; see the module docstring).
-        max_batched_tokens: the packed scheduler's token budget per step (None: unlimited);
-            decode rows are scheduled first, prefill chunks fill what is left.
-        cost_off: the step-time model of the engine as policies that never draft run it (None:
-            ``cost``). An engine may run differently with a drafter configured at all: vLLM turns
-            async scheduling off for a ``custom_class`` drafter, so its plain steps cost more
-            than those of an engine without speculation.
+        cost: target step-time model; ``cost_off``: the one never-drafting policies run on (None:
+            ``cost``; vLLM with a ``custom_class`` drafter turns async scheduling off).
+        acceptance: one distribution, or one per category (missing ones fall back to ``"all"``).
+        kv_capacity_tokens: KV tokens that fit with the proposer loaded (None: unlimited);
+            ``kv_capacity_tokens_off``: without it (default: the same). See :mod:`specdec.plan.memory`.
+        proposer_token_overhead: proposer bytes per cached token / target KV bytes per token.
+        max_batch: cap on running requests (None: memory only). ``seed``: acceptance draws.
+        padded_context: charge the longest context in the batch (right-padded cache), else the mean.
+        scheduler: ``"phased"`` or ``"packed"``; ``max_batched_tokens``: the packed step's token
+            budget (None: unlimited; decode rows first, prefill chunks fill the rest).
     """
 
     cost: StepCostModel
@@ -148,12 +118,8 @@ class _Running:
 
 
 class _Sampler:
-    """Draws ``(drafted, accepted)`` per request-step with cached CDFs per (distribution, budget).
-
-    One uniform ``u`` feeds both inverse CDFs (a comonotone coupling): since every measured step
-    has ``accepted <= drafted``, the accepted CDF lies above the drafted one and the coupled
-    draw keeps ``accepted <= drafted``.
-    """
+    """Draws ``(drafted, accepted)`` per request-step from cached CDFs; one uniform feeds both inverse
+    CDFs, which keeps ``accepted <= drafted``."""
 
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
@@ -176,11 +142,8 @@ class _Sampler:
 
 
 def _prepare(reqs: Sequence[SimRequest], policy: Policy, server: ServerConfig):
-    """What both schedulers set up per run: ``(cost, sampler, KV capacity, dists, need)``; resets ``policy``.
-
-    ``need(request)`` is the KV tokens a request reserves on admission: prompt + output (plus
-    the proposer's per-token memory when the policy uses one) + the policy's largest draft.
-    """
+    """``(cost, sampler, KV capacity, dists, need)`` for a run (resets ``policy``); ``need(request)``:
+    KV tokens reserved on admission."""
     policy.reset()
     on = policy.uses_proposer
     capacity = server.kv_capacity_tokens if on else (server.kv_capacity_tokens_off or server.kv_capacity_tokens)
@@ -196,8 +159,8 @@ def _prepare(reqs: Sequence[SimRequest], policy: Policy, server: ServerConfig):
 
 def _arrive(reqs: Sequence[SimRequest], nxt: int, t: float, waiting: collections.deque, *,
             idle: bool) -> tuple[float, int]:
-    """Queue every request arrived by ``t`` (jumping the clock to the next arrival when the server
-    is idle with nothing waiting); returns the clock and the next request not yet arrived."""
+    """Queue requests arrived by ``t`` (jumping to the next arrival when idle); returns the clock and
+    the next request not yet arrived."""
     if idle and not waiting:
         t = max(t, reqs[nxt].arrival)
     while nxt < len(reqs) and reqs[nxt].arrival <= t:
@@ -265,7 +228,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         B = len(running)
         contexts = [r.context for r in running]
         ctx = float(max(contexts) if server.padded_context else np.mean(contexts))
-        k = int(policy.decide(B, ctx))
+        k = int(policy.decide(BatchView(B, ctx)).budget)
         if not 0 <= k <= reserve_draft:
             raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
         budgets = [0 if r.req.opt_out else k for r in running]
@@ -293,7 +256,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         running = still
         drafted_total += drafted
         accepted_total += accepted
-        policy.observe(drafted, accepted)
+        policy.observe(Outcome.of([drafted], [accepted]))
     return SimResult(
         records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total, policy.switches
     )
@@ -331,7 +294,7 @@ def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfi
             running.append(_Packed(waiting.popleft(), n))
         decoding = [r for r in running if r.prefilled == r.req.item.prompt_len]
         ctx = float(np.mean([r.req.item.prompt_len + r.generated for r in decoding])) if decoding else 0.0
-        k = int(policy.decide(len(running), ctx)) if decoding else 0
+        k = int(policy.decide(BatchView(len(running), ctx)).budget) if decoding else 0
         if not 0 <= k <= reserve_draft:
             raise ValueError(f"policy {policy!r} returned budget {k}, outside [0, {reserve_draft}] (its max_budget)")
         draws = {id(r): sampler.draw(dists[r.req.item.category], 0 if r.req.opt_out else k) if k else (0, 0)
@@ -374,6 +337,6 @@ def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfi
             max_b = max(max_b, len(decoding))
             drafted_total += drafted
             accepted_total += accepted
-            policy.observe(drafted, accepted)
+            policy.observe(Outcome.of([drafted], [accepted]))
     return SimResult(records, busy, steps, batch_sum / steps if steps else 0.0, max_b, drafted_total, accepted_total,
                      policy.switches)

@@ -1,8 +1,5 @@
-"""Load sweeps: every policy at every arrival rate, on the same arrivals (common random numbers).
-
-Why: the decision "speculate or not" flips with load, so it has to be read off a curve, from idle
-to past saturation. Using the same arrival sequence for every policy at a given rate makes the
-comparison between policies far less noisy than independent runs would be.
+"""Load sweeps: every policy at every arrival rate (the decision flips with load), on the same
+arrivals per rate (common random numbers make the comparison far less noisy).
 """
 
 from __future__ import annotations
@@ -45,25 +42,12 @@ def capacity_rps(items: Sequence[WorkloadItem], server: ServerConfig, rounds: in
 def sweep(items: Sequence[WorkloadItem], policies: Mapping[str, Policy], server: ServerConfig, rates: Sequence[float],
           n_requests: int, slo: SLO, seed: int = 0, opt_out_fraction: float = 0.0, replications: int = 1,
           cost_band: float = 0.0) -> list[dict]:
-    """Simulate each policy at each Poisson arrival ``rate``; one row of metrics per (rate, policy).
-
-    Each row is the mean over ``replications`` independent arrival sequences and acceptance
-    draws (near saturation a single finite run is noisy: a few requests more or less meet the
-    objectives depending on the transient queue).
-
-    Rows carry everything :func:`~specdec.plan.goodput.summarize` returns plus ``policy``,
-    ``rate``, ``mean_batch``, ``max_batch``, ``switches``, ``drafted`` and ``accepted`` (draft
-    tokens, summed over the run) and ``cost_rel_off`` (compute seconds per token relative to the
-    ``"off"`` policy at the same
-    rate, when one is in ``policies``; NaN otherwise).
-
-    ``cost_band`` > 0 also simulates every run with target step costs ``1 + cost_band`` and
-    ``1 - cost_band`` times the model's (the same arrivals and acceptance seed; drafting time is not
-    scaled) and adds ``goodput_lo`` / ``goodput_hi`` and ``tpot_p50_lo`` / ``tpot_p50_hi``: what the
-    row would read on a machine that slow or that fast. It triples the simulation time.
-    Why: near saturation goodput moves many times more than step time does (queues build), so a
-    cost model with a 10% error can be right below the knee and far off at it; the band says
-    which rows to trust (``specdec plan --cost-band``).
+    """One row per (Poisson ``rate``, policy), the mean over ``replications`` arrival sequences: what
+    :func:`~specdec.plan.goodput.summarize` returns plus ``policy``, ``rate``, ``mean_batch``,
+    ``max_batch``, ``switches``, ``drafted``, ``accepted`` and ``cost_rel_off`` (compute per token vs
+    ``"off"`` at that rate, NaN without it). ``cost_band > 0`` reruns with target step costs times
+    ``1 +- cost_band`` (same arrivals; triple the time) and adds ``goodput_lo`` / ``goodput_hi`` /
+    ``tpot_p50_lo`` / ``tpot_p50_hi``: near saturation goodput moves far more than step time.
     """
     if not policies:
         raise ValueError("sweep needs at least one policy")

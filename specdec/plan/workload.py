@@ -1,10 +1,7 @@
 """Workloads: what requests look like (prompt and output lengths, category) and when they arrive.
 
-Why: speculation's value and cost both depend on the traffic -- output length sets how many
-decode steps there are to shorten, prompt length sets the KV footprint and prefill cost, and the
-category sets the acceptance (lookup drafts shine on summarisation, not on translation). A plan
-must be made for *this* workload, so the simulator draws requests from measured items, not from
-assumed averages.
+Speculation's value depends on output length, prompt length and category, so the simulator draws
+requests from measured items, not averages.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Propose: the drafters that produce DraftTrees (see :mod:`~specdec.proposers.base` for the contract).
 
-One module per proposer: ``suffix`` (lookup in the C++ suffix automata of ``suffix_automaton``),
-``draft_model``, ``heads`` (Medusa), ``eagle`` (with its EAGLE-1 and EAGLE-3 layers in
-``eagle_layer`` and ``eagle3_layer``), ``hybrid`` (suffix + EAGLE merged into one calibrated tree),
-``replay`` (the reference proposer for tests). Every proposer is importable from here; those that
-need the compiled extension or transformers load on first use, so ``import specdec.proposers``
-needs neither.
+One module per proposer (``suffix``, ``draft_model``, ``heads``, ``eagle`` with its layers, ``hybrid``,
+``replay`` for tests); all importable from here, loaded on first use.
 """
 
 from .._imports import lazy_names

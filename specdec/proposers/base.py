@@ -1,39 +1,20 @@
 """The Proposer protocol: what every drafter (draft model, trained heads, lookup) implements.
 
-State contract
---------------
-A proposer serves many requests at once, each identified by a hashable ``req_id``.
+A proposer serves many requests, each named by a hashable ``req_id``:
 
-* ``begin(req_id, prompt_ids, *, tenant=None, target_hidden=None)`` opens a request. The proposer
-  may keep per-request state from here until ``end``: the committed token sequence, its own KV
-  cache, indices into shared caches. ``tenant`` names the isolation domain for any state shared
-  across requests (a proposer must never draft one tenant's request from another tenant's data
-  unless explicitly configured to). ``target_hidden`` (``[len(prompt_ids), H]``, only passed when
-  ``requires_target_hidden`` is True) holds the target's final hidden state at each prompt position.
-  A proposer that sets ``accepts_sampling = True`` also gets ``sampling``: the request's own
-  :class:`~specdec.sampling.SamplingParams` (temperature 0 for greedy), so sampled drafts can follow
-  the distribution the target is verified against (the output law is exact either way).
-* ``propose(req_ids, budget)`` returns one :class:`~specdec.DraftTree` per request, with at most
-  ``budget`` nodes (an int for all, or one per request). It may return an empty tree when drafting
-  is not worth it. ``propose`` may run speculative computation (a drafter's forward over drafted
-  tokens) but the *committed* state it keeps must stay what the last ``commit`` established:
-  calling ``propose`` twice without a commit is allowed and must not corrupt anything.
-* ``commit(req_id, accepted_ids, *, target_hidden=None)`` tells the proposer which tokens the
-  target emitted this step, in order: the accepted draft tokens followed by exactly one token
-  sampled by the target (bonus or recovery token). The proposer appends them to its committed
-  sequence and **rolls back** everything speculative that disagrees with them (for example it
-  truncates a drafter's KV cache to the committed length and re-feeds the tokens it has not
-  seen). ``target_hidden`` (``[len(accepted_ids), H]``) holds, in row ``j``, the target hidden state
-  that produced the distribution ``accepted_ids[j]`` was verified against.
-* ``end(req_id)`` releases all per-request state. Unknown request ids raise ``KeyError``.
-
-Accounting and lifecycle
-------------------------
-* ``memory_bytes()`` is the device memory the proposer holds now (weights + caches), so serving
-  code and the planner can subtract it from what the target may use for KV cache.
-* ``artifact`` is an :class:`Artifact` manifest saying what the proposer is bound to: nothing (a
-  lookup proposer survives every checkpoint swap), a tokenizer (a draft model), or one target
-  checkpoint (trained heads must be refit on every release).
+* ``begin(req_id, prompt_ids, *, tenant=None, target_hidden=None)`` opens a request. ``tenant`` is the
+  isolation domain for state shared across requests (never draft from another tenant's data unless
+  configured to). ``target_hidden`` ``[len(prompt_ids), H]`` comes only when ``requires_target_hidden``;
+  a :class:`SamplingAwareProposer` (``accepts_sampling = True``) also gets the request's ``sampling``.
+* ``propose(req_ids, budget)``: one :class:`~specdec.DraftTree` per request, at most ``budget`` nodes
+  (an int, or one per request), possibly empty. It must leave the committed state as the last
+  ``commit`` set it (two proposes without a commit are allowed).
+* ``commit(req_id, accepted_ids, *, target_hidden=None)``: the emitted tokens (accepted drafts, then one
+  target token); the proposer appends them and rolls back anything speculative that disagrees.
+  ``target_hidden[j]`` is the target state whose distribution ``accepted_ids[j]`` was verified against.
+* ``end(req_id)`` releases the request. Unknown ids raise ``KeyError``.
+* ``memory_bytes()``: device memory held now (weights + caches), which the planner subtracts from KV.
+* ``artifact``: what the proposer is bound to (nothing, a tokenizer, or one target checkpoint).
 """
 
 from __future__ import annotations
@@ -69,18 +50,9 @@ class Proposer(Protocol):
 
 @dataclass(frozen=True)
 class ScoredDraft:
-    """A draft tree with the proposer's acceptance estimate for each node.
-
-    Attributes:
-        tree: the :class:`DraftTree` (deterministic nodes: an estimate can only prune those).
-        node_probs: ``FloatTensor[n]``, estimated probability that node ``i`` is accepted
-            (product of estimated conditional probabilities along its path).
-        expected_accepted: ``node_probs.sum()``, the expected number of accepted draft tokens
-            (the target always adds one more token per step on top of this).
-        source: which of the proposer's estimators scored this draft (e.g. the suffix proposer's
-            ``"request"`` or ``"global"`` cache). Estimators err differently, so the decoder
-            calibrates each source against its own observed acceptance.
-    """
+    """A draft ``tree`` with ``node_probs`` (float ``[n]``: estimated probability node ``i`` is accepted,
+    the product along its path), ``expected_accepted`` (their sum, excluding the target's own token)
+    and ``source`` (which estimator scored it, e.g. ``"request"``; the decoder calibrates each apart)."""
 
     tree: DraftTree
     node_probs: torch.Tensor
@@ -90,18 +62,27 @@ class ScoredDraft:
 
 @runtime_checkable
 class ScoredProposer(Proposer, Protocol):
-    """A proposer that also says how likely each drafted node is to be accepted.
-
-    ``propose_scored`` returns one :class:`ScoredDraft` per request (same budget rules as
-    ``propose``). The decoder prefers it: calibrated per-node estimates let its cost model keep
-    exactly the nodes that pay for their verify time (:mod:`specdec.control.sizer`).
-
-    Optionally it also defines ``observe_sized(req_id, tree, cost)``, which the decoder calls after
-    sizing each request's draft, before the verify: ``tree`` is the part of the draft it will verify
-    (a :class:`DraftTree`, parents first), ``cost`` its verify-cost curve
-    (:class:`~specdec.estimate.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
-    whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
-    verify of that part costs, which only the decoder's sizing knows.
-    """
+    """A proposer whose ``propose_scored`` returns one :class:`ScoredDraft` per request (``propose``'s
+    budget rules), so the sizer keeps exactly the nodes worth their verify time. A :class:`SizeObserver`
+    is also shown what the decoder kept of each draft."""
 
     def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]: ...
+
+
+@runtime_checkable
+class SamplingAwareProposer(Proposer, Protocol):
+    """A proposer whose ``begin`` takes ``sampling=`` (the request's SamplingParams) when
+    ``accepts_sampling`` is True: a draft model sampling at the request's temperature."""
+
+    accepts_sampling: bool
+
+
+@runtime_checkable
+class SizeObserver(Protocol):
+    """A proposer the decoder shows, after sizing each request's draft and before the verify, the
+    part it will verify (``tree``, parents first) and its verify-cost curve (``cost``, a
+    :class:`~specdec.estimate.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
+    whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
+    verify of that part costs, which only the decoder's sizing knows."""
+
+    def observe_sized(self, req_id: Hashable, tree: DraftTree, cost) -> None: ...

@@ -1,30 +1,13 @@
 """Draft-model proposer: any Hugging Face causal LM drafts for the target, with its own KV cache.
 
-A draft model is a second versioned artifact bound to the target's *tokenizer*: its token ids must
-mean exactly what the target's mean, so construction refuses any tokenizer that differs (listing
-size, differing ids and special tokens) — there is no silent re-mapping.
-
-Per request the proposer keeps the committed token sequence and a ``DynamicCache`` holding the
-drafter's keys/values for a prefix of it. ``propose`` first feeds the committed tokens the cache
-has not seen (at least the last one, to get the distribution after the committed prefix), then
-drafts. ``commit`` rolls the cache back to the longest prefix that is still valid (committed
-tokens plus the drafted chain tokens the target accepted) by cropping, and leaves the rest to be
-fed by the next ``propose``.
-
-Three drafting modes:
-
-* ``"greedy"``: a chain of argmax tokens, deterministic nodes (point masses).
-* ``"sample"``: a chain sampled from ``q = sampling.process(draft logits)`` with the target's
-  :class:`~specdec.sampling.SamplingParams` (temperature / top-k / top-p, processed exactly as the
-  target's distribution is); each node carries the exact ``q`` row it was drawn from, so the exact
-  rejection sampler applies.
-* ``"tree"``: a dynamic top-k tree (EAGLE-2 style reranking by path probability): each level
-  expands the ``width`` most probable frontier nodes into their ``width`` most probable children in
-  one drafter forward (tree attention through a 4-D additive mask), then the ``budget`` nodes
-  with the highest path probability are kept. Nodes are deterministic (chosen, not sampled).
-
-Depth is chosen per step by draft confidence: a node is only drafted while the cumulative draft
-probability of its path stays at or above ``min_path_prob`` (0 = always use the whole budget).
+Bound to the target's tokenizer: construction refuses any tokenizer that differs (no re-mapping).
+Per request a ``DynamicCache`` holds the drafter's K/V for a prefix of the committed tokens;
+``propose`` feeds what it has not seen (at least the last token), ``commit`` crops it to the longest
+still-valid prefix. Modes: ``"greedy"`` (argmax chain, point masses), ``"sample"`` (a chain drawn from
+``q = sampling.process(draft logits)``, each node carrying its exact ``q`` row) and ``"tree"`` (dynamic
+top-k: each level expands the ``width`` best frontier nodes in one forward under a 4-D mask; the
+``budget`` best by path probability are kept; point masses). A path stops once its cumulative draft
+probability falls below ``min_path_prob``.
 """
 
 from __future__ import annotations
@@ -75,14 +58,11 @@ class DraftModelProposer:
         target_tokenizer, draft_tokenizer: Hugging Face tokenizers or
             :class:`~specdec.artifacts.TokenizerInfo`; they must be identical.
         mode: ``"greedy"``, ``"sample"`` or ``"tree"`` (see module docstring).
-        sampling: the default :class:`~specdec.sampling.SamplingParams` of ``"sample"`` mode
-            (temperature > 0), so that q is processed like the target distribution (and is exactly
-            what is sampled from); refused in the other modes. Each request may bring its own
-            (``begin(..., sampling=...)``: the decoder passes the request's), and a greedy request
-            drafts the argmax chain.
+        sampling: ``"sample"`` mode's default :class:`~specdec.sampling.SamplingParams` (temperature
+            > 0; refused in other modes); a request's own (``begin(..., sampling=...)``) wins, and a
+            greedy request drafts the argmax chain.
         width: tree mode: children per expanded node and nodes expanded per level.
-        min_path_prob: stop drafting a path once its cumulative draft probability would fall
-            below this (0 = fixed depth = budget).
+        min_path_prob: stop a path below this cumulative draft probability (0: depth = budget).
         max_depth: cap on the depth of any draft (None = the budget).
         target_vocab_size: the target's logits width; checked against the drafter's.
         generator: torch.Generator for ``"sample"`` mode (reproducible drafts).
@@ -167,8 +147,7 @@ class DraftModelProposer:
         return 2 * cfg.num_hidden_layers * kv_heads * head_dim * elem
 
     def memory_bytes(self, batch: int | None = None, context: int | None = None) -> int:
-        """Weights plus KV cache: at ``batch`` requests of ``context`` tokens when both are given,
-        otherwise the caches held now (the protocol's "memory held now")."""
+        """Weights plus KV cache: for ``batch`` x ``context`` tokens when given, else the caches held now."""
         if (batch is None) != (context is None):
             raise ValueError("memory_bytes needs both batch and context, or neither")
         if batch is not None:
@@ -180,8 +159,8 @@ class DraftModelProposer:
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, req_id, prompt_ids, *, tenant=None, target_hidden=None, sampling=None) -> None:
-        """Open ``req_id``; ``sampling`` (``"sample"`` mode) is the request's own target processing,
-        which its sampled drafts then follow (default: the constructor's; greedy: argmax drafts)."""
+        """Open ``req_id``; ``sampling``: the request's processing for ``"sample"`` drafts (default: the
+        constructor's; greedy: argmax)."""
         if req_id in self._requests:
             raise ValueError(f"request {req_id!r} already begun")
         if target_hidden is not None:
@@ -353,8 +332,7 @@ class DraftModelProposer:
         return mask[None, None]
 
     def _select(self, tokens, parents, scores, budget) -> DraftTree:
-        """Keep the ``budget`` highest-scoring nodes (ancestor-closed: a child never outscores its
-        parent, ties broken toward lower index), renumbered in original order."""
+        """The ``budget`` best nodes (ancestor-closed; ties to the lower index), renumbered in order."""
         order = sorted(range(len(tokens)), key=lambda i: (-scores[i], i))
         keep: set[int] = set()
         for i in order:

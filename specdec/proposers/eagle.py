@@ -1,30 +1,17 @@
 """EAGLE-style proposer: one draft layer in feature space, EAGLE-2 dynamic trees within a node budget.
 
-Per request the proposer keeps the draft layer's KV cache over the committed sequence. Position
-``t`` of that cache holds the keys/values of the pair ``(f_t, x_{t+1})``: the target's *true*
-feature at ``t`` and the token that followed. ``begin`` builds it from the prompt's hidden states
-and the prompt shifted by one; every ``commit`` appends the pairs ``(target_hidden[j],
-accepted_ids[j])`` (row ``j`` is the feature that produced ``accepted_ids[j]``), so drafted
-features never enter the committed cache. The *root feature* is what depth 1 is drafted from:
-after ``begin`` it is the target's own last prompt feature (its LM head gives the target's exact
-next-token ranking); after a ``commit`` it is the draft layer's output at the last committed pair.
+Per request the draft layer's KV cache holds, at position ``t``, the pair ``(f_t, x_{t+1})``: the
+target's true feature and the next token (``commit`` appends ``(target_hidden[j], accepted_ids[j])``;
+drafted features never enter it). Depth 1 is drafted from the root feature: the target's last prompt
+feature after ``begin``, the layer's output at the last committed pair after ``commit``. Committed
+pairs are queued and fed in one causal pass when the request next drafts (or its cache is read, or
+:data:`MAX_QUEUED` wait), so a request that skips drafting pays nothing per step.
 
-Committed pairs are fed lazily: ``begin`` and ``commit`` check their input and queue it, and the
-queue goes through the draft layer in one causal pass when the request next drafts (or its cache
-is read, or :data:`MAX_QUEUED` pairs wait). On a CPU a pass over a few rows costs what reading the
-layer's weights costs, so a request that does not draft every step (a hybrid whose model gate
-skips EAGLE) pays one pass per draft instead of one per step, and one that never drafts pays none
-for a prompt shorter than the cap.
-
-Drafting (EAGLE-2): depth 1 takes the ``top_k`` tokens of the root feature's draft distribution.
-At each further depth the ``top_k`` frontier nodes with the highest cumulative draft probability
-(product of draft softmax probabilities along the path) run through the draft layer in one batch,
-each attending to the committed cache plus its own ancestors' draft keys/values (an explicit tree
-mask), and each contributes its ``top_k`` children as candidates. Expansion stops at ``max_depth``,
-when the best frontier path probability drops below ``min_prob``, or when no new candidate could
-enter the final selection. The tree is the ``budget`` candidates with the highest cumulative
-probability (ties to the earlier node, so a kept node's parent is always kept). Nodes are chosen,
-not sampled: they are deterministic (point masses) and verification stays exact at any temperature.
+EAGLE-2 drafting: depth 1 is the root's ``top_k`` tokens; each further depth expands the ``top_k``
+frontier nodes of highest cumulative draft probability in one batch (tree mask over cache plus
+ancestors), until ``max_depth``, ``min_prob`` or no candidate can still be selected. The tree is the
+``budget`` best candidates (ties to the earlier node, so parents are kept). Nodes are point masses:
+verification is exact at any temperature.
 """
 
 from __future__ import annotations
@@ -137,11 +124,8 @@ class EagleProposer:
 
     @classmethod
     def load(cls, directory: str, target_model, *, allow_mismatch: bool = False, **draft_options) -> "EagleProposer":
-        """Load an artifact saved by ``specdec train eagle``; refuses another checkpoint unless overridden.
-
-        ``draft_options`` (:data:`DRAFT_OPTIONS`) override the manifest's ``config["drafting"]``; None
-        leaves the manifest's value (or the default) in place.
-        """
+        """Load a ``specdec train eagle`` artifact (another checkpoint is refused unless overridden);
+        ``draft_options`` (:data:`DRAFT_OPTIONS`, None: not given) override ``config["drafting"]``."""
         tensors, manifest = load_artifact(directory)
         if manifest.kind != "eagle":
             raise ValueError(f"{directory} holds a {manifest.kind!r} artifact, not 'eagle'")
@@ -218,9 +202,8 @@ class EagleProposer:
         del self._reqs[req_id]
 
     def memory_bytes(self) -> int:
-        """Draft-layer weights (and their fp16 copies), the gathered LM-head rows of a reduced
-        vocabulary (the full LM head and the embedding belong to the target) and every request's
-        draft KV cache and queued pairs."""
+        """Draft-layer weights (with fp16 copies), reduced-vocabulary head rows, and every request's
+        draft KV cache and queued pairs (the target's head and embedding are not counted)."""
         own = sum(p.numel() * p.element_size() for p in self.layer.parameters()) + self._linears.extra_bytes
         if self.layer.vocab_ids is not None:
             own += self.layer.vocab_ids.numel() * 8 + self.head.nbytes
@@ -236,8 +219,7 @@ class EagleProposer:
         return r.k[: r.length], r.v[: r.length]
 
     def feed_queued(self, req_id) -> None:
-        """Feed the request's queued pairs through the draft layer now (drafting would do it first): the
-        hybrid's model gate feeds a request's prompt this way before it times the first draft."""
+        """Feed the request's queued pairs now (so a first draft can be timed without them)."""
         self._flush(self._state(req_id))
 
     def root(self, req_id) -> torch.Tensor | None:
@@ -287,9 +269,7 @@ class EagleProposer:
     @torch.no_grad()
     def propose_scored(self, req_ids: Sequence[Hashable], budget) -> list[ScoredDraft]:
         """Like :meth:`propose`, with each node's cumulative draft probability as its acceptance
-        estimate (EAGLE-2's observation: draft confidence tracks acceptance). The decoder's
-        ``budget="auto"`` uses it to keep the cost-optimal part of each tree, after calibrating
-        it against the acceptance actually observed."""
+        estimate (draft confidence tracks acceptance; the decoder calibrates it)."""
         budgets = normalize_budgets(req_ids, budget)
         out = []
         for req_id, b in zip(req_ids, budgets):
@@ -375,18 +355,15 @@ class EagleProposer:
         return tree, score[idx]
 
     def scored(self, req_id, budget: int) -> tuple[DraftTree, torch.Tensor]:
-        """``(tree, path_probs [n])`` for one request: each node's cumulative draft probability
-        (for tests and analysis; the decoder reads the drafting pass's own estimates through
-        :meth:`propose_scored`)."""
+        """``(tree, path_probs [n])`` for one request (tests and analysis)."""
         req = self._state(req_id)
         tree, _ = self._draft(req, budget)
         return tree, self._path_probs(req, tree)
 
     @torch.no_grad()
     def _path_probs(self, req: _Request, tree: DraftTree) -> torch.Tensor:
-        """Cumulative draft probability of every node of ``tree``, recomputed node by node (one
-        forward per node over the cache plus its ancestors), independently of the batched drafting
-        bookkeeping so tests can check it. Returns ``float64 [n]``."""
+        """``float64 [n]`` cumulative draft probabilities recomputed one node per forward, independent
+        of the batched bookkeeping (a test reference)."""
         self._flush(req)
         n, dev, S = tree.num_nodes, self.lm_weight.device, req.length
         par = tree.parents.tolist()

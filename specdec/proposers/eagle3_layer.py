@@ -1,21 +1,11 @@
 """The EAGLE-3 draft layer: fused low/middle/high target features, trained on its own predictions.
 
-Differences from the EAGLE-1 layer (:mod:`.eagle_layer`), after EAGLE-3 (Li et al. 2025):
-
-* **Fused features.** The target hands over the hidden states entering ``F`` of its layers (low,
-  middle, high; ``F * H`` wide, see :class:`~specdec.training.features.FeatureSpec`), and
-  ``fc: Linear(F*H -> H)`` fuses them into one ``H``-wide feature ``g_t``. The final layer alone
-  says mostly which token comes next; lower layers still carry what comes after it.
-* **Wider attention input.** The decoder layer reads ``concat(norm(e_{t+1}), norm(g_t))`` (``2H``)
-  for its query/key/value projections; the residual stream starts from ``g_t``.
-* **No feature regression.** The output is not asked to equal any target feature: it only has to
-  make good tokens, through the layer's own final RMSNorm and the target's (frozen, shared) LM-head
-  rows. Deeper draft steps read the layer's *own* output in place of ``g`` (training-time test:
-  :mod:`specdec.training.eagle3` trains depth 2..k exactly so).
-
-Per position the cost is that of one Llama layer with 2H-wide QKV plus the reduced LM head; the
-drafting code (:class:`~specdec.proposers.eagle.EagleProposer`) is shared with EAGLE-1 through
-:meth:`embed_features` (target features -> layer input) and :meth:`head_input` (output -> LM head).
+Unlike EAGLE-1 (:mod:`.eagle_layer`), after EAGLE-3 (Li et al. 2025): ``fc: Linear(F*H -> H)`` fuses
+the hidden states entering ``F`` target layers (low, middle, high) into ``g_t``, since lower layers
+still carry what comes after the next token; QKV read ``concat(norm(e_{t+1}), norm(g_t))`` (``2H``);
+no feature regression: the output only has to score well through the layer's final norm and the
+target's LM-head rows, and deeper steps read the layer's own output in place of ``g``. Drafting is
+shared with EAGLE-1 through :meth:`embed_features` and :meth:`head_input`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The EAGLE draft layer: ``fc(concat(f_t, e_{t+1}))`` through one Llama-style decoder layer.
 
-EAGLE (Li et al. 2024) drafts in *feature space*: the input at position ``t`` is the target's final
-post-norm hidden state ``f_t`` (what its LM head reads) concatenated with the target's input
-embedding ``e_{t+1}`` of the token that followed, projected back to ``H`` by ``fc``; one decoder
-layer (RMSNorm, grouped-query attention with RoPE over the draft's own KV cache of earlier
-positions, SwiGLU MLP) turns it into the predicted feature ``f_{t+1}``. Token logits are the
-target's own (frozen, shared) LM head applied to the predicted feature, with **no extra norm**:
-the layer is trained to regress onto post-norm features, which are already what the LM head
-expects. The embedding table and the LM head belong to the target and are never stored here.
-
-Written in plain torch (not transformers' ``LlamaDecoderLayer``) because drafting needs an explicit
-tree mask over a cache of the draft's own keys/values, and training needs the same weights over
-whole causal sequences; both paths share :meth:`EagleLayer.qkv` and :meth:`EagleLayer.finish`.
-
-An optional reduced drafting vocabulary (``vocab_ids``, FR-Spec) limits the rows of the LM head
-the layer scores; it narrows what is drafted, never what is verified.
+EAGLE (Li et al. 2024) drafts in feature space: ``fc`` projects the target's post-norm feature ``f_t``
+concatenated with the next token's embedding ``e_{t+1}`` to ``H``; one decoder layer (RMSNorm, GQA with
+RoPE over the draft's own KV cache, SwiGLU) predicts ``f_{t+1}``, scored by the target's frozen LM head
+with no extra norm. Embedding and head belong to the target and are not stored. Plain torch, because
+drafting needs an explicit tree mask over the draft cache (training shares :meth:`EagleLayer.qkv` and
+:meth:`EagleLayer.finish`). ``vocab_ids`` (FR-Spec) narrows what is drafted, never what is verified.
 """
 
 from __future__ import annotations
@@ -150,10 +141,8 @@ class EagleLayer(nn.Module):
 
     # ------------------------------------------------------------------ shared pieces
     def qkv(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):
-        """``feats, embeds [..., T, H]``, ``positions [T]`` -> ``(x, q [..., T, Hq, D], k, v [..., T, Hkv, D])``.
-
-        ``x = fc(concat(f, e))`` is the residual stream; ``q``/``k`` carry RoPE at ``positions``.
-        """
+        """``feats, embeds [..., T, H]``, ``positions [T]`` -> ``(x, q [..., T, Hq, D], k, v [..., T, Hkv, D])``;
+        ``x = fc(concat(f, e))`` is the residual stream, ``q``/``k`` carry RoPE."""
         c = self.config
         x = self.fc(torch.cat([feats, embeds], -1))
         h = self.input_norm(x)
@@ -175,11 +164,8 @@ class EagleLayer(nn.Module):
 
     # ------------------------------------------------------------------ training: whole sequences
     def forward(self, feats: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced causal pass: ``feats, embeds [B, T, H]`` -> predicted features ``[B, T, H]``.
-
-        Position ``t`` of row ``b`` attends to positions ``<= t`` (right padding never leaks into
-        real positions); positions are ``0..T-1`` (RoPE depends only on distances).
-        """
+        """Teacher-forced causal pass: ``feats, embeds [B, T, H]`` -> predicted features ``[B, T, H]``
+        (positions ``0..T-1``; right padding never leaks into real positions)."""
         B, T, _ = feats.shape
         pos = torch.arange(T, device=feats.device)
         x, q, k, v = self.qkv(feats, embeds, pos)
@@ -192,18 +178,10 @@ class EagleLayer(nn.Module):
     # ------------------------------------------------------------------ drafting: cache + tree mask
     def step(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, past_k: torch.Tensor,
              past_v: torch.Tensor, mask: torch.Tensor):
-        """New positions over a KV cache with an explicit mask.
-
-        Args:
-            feats, embeds: ``[N, H]`` inputs of the ``N`` new positions.
-            positions: ``LongTensor[N]`` absolute positions (for RoPE).
-            past_k, past_v: ``[S, Hkv, D]`` cached keys/values the new positions may attend to.
-            mask: ``bool [N, S + N]``: True where new position ``i`` attends to cache row ``j < S``
-                or new position ``j - S``. Every row must allow at least itself.
-
-        Returns:
-            ``(out [N, H], k [N, Hkv, D], v [N, Hkv, D])``: predicted features and the new keys/values.
-        """
+        """``N`` new positions (``feats, embeds [N, H]``, ``positions`` long ``[N]``) over cached
+        ``past_k, past_v [S, Hkv, D]`` under ``mask`` bool ``[N, S + N]`` (row ``i`` sees cache row
+        ``j < S`` or new position ``j - S``; each row must allow itself). Returns ``(out [N, H],
+        k [N, Hkv, D], v [N, Hkv, D])``."""
         N = feats.shape[0]
         x, q, k, v = self.qkv(feats, embeds, positions)
         # Grouped heads read their K/V head in place (enable_gqa), not a num_heads-wide copy of the cache,

@@ -1,20 +1,11 @@
 """Medusa heads: extra next-next-token predictors on the target's last hidden state.
 
-Head ``i`` (0-based) maps the target's final post-norm hidden state ``h_t`` (the LM head's input at
-position ``t``) through a residual block ``x + SiLU(W x + b)`` (``W`` zero-initialised, so an
-untrained head starts as the LM head itself) and the target's own LM head, to predict the token
-at ``t + 2 + i``. The LM head is *shared* with the target, never stored in the artifact, which is
-why the heads are bound to one target checkpoint (see :mod:`specdec.artifacts`).
-
-Drafting uses a **static tree** built once per budget from the heads' measured rank accuracies:
-``acc[d][r]`` = probability that head ``d``'s ``r``-th candidate is the right token (held-out data).
-The tree holds the ``budget`` index paths ``(r_1, ..., r_d)`` with the largest product of
-accuracies (Medusa's sparse tree). Every node is chosen, not sampled, so nodes are deterministic
-(point masses) and verification stays exact.
-
-An optional **reduced drafting vocabulary** (``vocab_ids``: the most frequent tokens of the
-target's own outputs, as in FR-Spec) makes the heads score ``R << V`` tokens; it only narrows what
-is drafted, never what is verified, so it cannot change the output.
+Head ``i`` maps the target's post-norm hidden state ``h_t`` through residual blocks ``x + SiLU(W x + b)``
+(``W`` starts at zero: an untrained head is the LM head) and the target's shared LM head (not stored, so
+heads are bound to one checkpoint) to predict the token at ``t + 2 + i``. Drafting uses a static tree
+per budget: the ``budget`` index paths with the largest product of held-out rank accuracies (Medusa's
+sparse tree); nodes are point masses, so verification is exact. ``vocab_ids`` (FR-Spec) narrows what
+is drafted, never what is verified.
 """
 
 from __future__ import annotations
@@ -103,11 +94,8 @@ class MedusaHeads(nn.Module):
 
 
 def static_tree(rank_acc: Sequence[Sequence[float]], budget: int) -> list[tuple[int, ...]]:
-    """The ``budget`` candidate-index paths with the largest product of rank accuracies.
-
-    ``rank_acc[d][r]``: probability that level ``d``'s ``r``-th candidate is correct. Returns paths
-    in an order where every path's prefix comes before it (parents precede children).
-    """
+    """The ``budget`` index paths with the largest product of ``rank_acc[d][r]`` (probability level
+    ``d``'s ``r``-th candidate is correct), every path after its prefix."""
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     levels = [list(map(float, row)) for row in rank_acc]
@@ -210,8 +198,7 @@ class MedusaProposer:
         del self._hidden[req_id], self._next_known[req_id]
 
     def memory_bytes(self) -> int:
-        """The heads' own weights (the LM head belongs to the target), the gathered rows of a reduced
-        drafting vocabulary, and one hidden row per request."""
+        """Head weights, reduced-vocabulary head rows and one hidden row per request (not the LM head)."""
         own = sum(p.numel() * p.element_size() for p in self.heads.parameters())
         if self.heads.vocab_ids is not None:
             own += self.heads.vocab_ids.numel() * 8 + self.head.nbytes

@@ -1,35 +1,14 @@
 """Hybrid trees: one draft per step merging suffix-lookup candidates and EAGLE candidates.
 
-Peers choose one proposer per step (ArcticInference) or let one override the other
-(TensorRT-LLM). Here both draft every step and their candidates are merged into **one** tree,
-ranked in one currency: each node's *calibrated* probability of being accepted.
-
-* **Drafts.** The suffix proposer drafts from its automata (microseconds), the EAGLE proposer
-  (EAGLE-1 or EAGLE-3 layer) from the target's features; each returns raw path estimates (lookup
-  frequencies; draft-model path probabilities).
-* **One currency.** Raw estimates err differently (lookup counts of contexts seen twice read as
-  certain; a small draft layer is over- or under-confident by depth), so each source keeps its own
-  :class:`~specdec.estimate.calibration.ScoreCalibration` (per-depth ratio of accepted to predicted). It is
-  fed *in hindsight* at every commit: a drafted node would have been accepted exactly when its
-  path is a prefix of the tokens the target emitted (the accepted draft plus the bonus token), so
-  every drafted node up to that depth is evidence, whether or not the decoder verified it.
-* **Merge.** Candidates are inserted into one trie by token path; a path both sources drafted
-  keeps the larger calibrated estimate. Path estimates are non-increasing along every path, so
-  the ``budget`` best nodes form a prefix-closed tree; the decoder then sizes it with its verify
-  cost model (``propose_scored``; source ``"hybrid"``).
-* **Exact.** Every node of both sources is deterministic (chosen, not sampled), so the merged
-  tree verifies exactly at any temperature.
-
-Where lookup matches long (extraction, summarisation, RAG) its calibrated estimates are near 1
-and fill the tree; where it matches nothing it drafts nothing and EAGLE's nodes take the budget.
-
-* **Skipping the model.** EAGLE's drafting costs a fifth of a verify step on a CPU, lookup's almost
-  nothing. A :class:`~specdec.control.model_gate.ModelGate` learns in hindsight how many accepted
-  tokens EAGLE's nodes added on top of lookup's (verified and accepted, so nodes the decoder's sizer
-  cut count for nothing), by how confident lookup was, and skips EAGLE for a
-  request and step when that gain is below EAGLE's price in tokens: its measured drafting time plus
-  the verify time of those of its nodes the decoder kept (``observe_sized``, the decoder's cost curve)
-  (``model_gate=None``: always draft both).
+Both sources draft every step and their candidates merge into one tree ranked by calibrated
+acceptance probability. Each source (suffix lookup; EAGLE-1/3) keeps its own
+:class:`~specdec.estimate.calibration.ScoreCalibration`, fed in hindsight at every commit (a drafted
+node would have been accepted iff its path is a prefix of the emitted tokens). Candidates merge into
+one trie by token path (the larger estimate wins); estimates never increase along a path, so the
+``budget`` best nodes are prefix-closed (source ``"hybrid"`` for the decoder's sizer). All nodes are
+point masses: exact at any temperature. A :class:`~specdec.control.model_gate.ModelGate` skips EAGLE
+for a request and step when its hindsight gain over lookup is below its price in tokens (drafting
+time plus the verify time of its kept nodes); ``model_gate=None`` always drafts both.
 """
 
 from __future__ import annotations
@@ -43,14 +22,14 @@ from ..checks import normalize_budgets
 from ..estimate.calibration import ScoreCalibration
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
+from ..control.interface import BatchView, Outcome
 from ..control.model_gate import ModelGate
 
 
 @dataclass
 class _Step:
-    """What one request's last draft needs at its commit: each source's paths and raw estimates
-    (calibration), the paths offered, the gate's bucket when the model drafted (else None), and what
-    verifying the model's nodes the decoder kept costs (when the decoder said, else None)."""
+    """A request's last draft, for its commit: each source's paths and raw estimates, the paths offered,
+    the gate's bucket (None: model did not draft), the kept model nodes' verify cost (None: unknown)."""
 
     sources: list[tuple[str, list[tuple[int, ...]], list[float]]] = field(default_factory=list)
     lookup_paths: list[tuple[int, ...]] = field(default_factory=list)
@@ -114,12 +93,10 @@ class HybridProposer:
         for source, paths, probs in step.sources:
             self._learn(source, paths, probs, emitted)
         if self.model_gate is not None and step.sources:
-            gain = None
-            if step.bucket is not None:
-                gain = _gain(step, emitted)
-            self.model_gate.observe(req_id, step.bucket, gain, len(emitted))
-            if step.verify_extra is not None:
-                self.model_gate.observe_verify_time(step.verify_extra)
+            gain = None if step.bucket is None else _gain(step, emitted)
+            self.model_gate.observe(Outcome.of(
+                [0], [0], details={req_id: (step.bucket, gain, len(emitted))},
+                timings={} if step.verify_extra is None else {"verify": step.verify_extra}))
         self._last[req_id] = _Step()
 
     def end(self, req_id) -> None:
@@ -142,10 +119,8 @@ class HybridProposer:
         return self._last[req_id]
 
     def observe_sized(self, req_id, tree: DraftTree, cost) -> None:
-        """The decoder kept ``tree`` of this request's draft (``cost``: its verify-cost curve). When the
-        model drafted, the gate is charged the verify time of the kept nodes lookup did not draft:
-        ``cost(kept) - cost(kept lookup nodes)``. Drafting time alone undercounts the model's price,
-        since the sizer verifies some of its nodes (on this CPU a fifth more: 2.5 ms on 11.3 ms)."""
+        """The decoder kept ``tree`` (``cost``: its verify-cost curve); when the model drafted, the gate
+        is charged ``cost(kept) - cost(kept lookup nodes)`` on top of the drafting time."""
         step = self._state(req_id)
         if step.bucket is None or self.model_gate is None:
             return
@@ -161,8 +136,7 @@ class HybridProposer:
         return self.calibrations[source]
 
     def _learn(self, source: str, paths: list[tuple[int, ...]], probs: list[float], emitted: tuple[int, ...]) -> None:
-        """Hindsight evidence: nodes no deeper than the emitted tokens are observed; the accepted
-        depth is the longest drafted path that is a prefix of them."""
+        """Hindsight evidence: nodes up to the emitted depth; accepted depth = longest prefix path."""
         seen = [(p, len(path)) for path, p in zip(paths, probs) if len(path) <= len(emitted)]
         if not seen:
             return
@@ -179,19 +153,24 @@ class HybridProposer:
         budgets = normalize_budgets(req_ids, budget)
         for r in req_ids:
             self._state(r)
-        gate = self.model_gate
-        if gate is not None:
-            gate.step_started()
-            batch_tokens = gate.batch_tokens(req_ids)
-        out = []
+        steps, expected = [], {}
         for req_id, b, look in zip(req_ids, budgets, self.suffix.propose_scored(req_ids, budgets)):
             step, candidates = _Step(), {}
             self._add(step, candidates, f"suffix:{look.source or 'none'}", look)
             step.lookup_paths = list(candidates)
-            bucket = None if gate is None else gate.bucket(sum(sorted(candidates.values(), reverse=True)[:b]))
-            if b > 0 and (gate is None or gate.should_draft(bucket, batch_tokens, req_id)):
+            steps.append((step, candidates))
+            expected[req_id] = sum(sorted(candidates.values(), reverse=True)[:b])
+        wanted = [r for r, b in zip(req_ids, budgets) if b > 0]
+        gate = self.model_gate
+        if gate is not None and wanted:  # which requests' model part is worth its price this step
+            decision = gate.decide(BatchView(len(wanted), req_ids=tuple(wanted), cap=max(budgets), hints=expected))
+            wanted = [r for r, n in zip(wanted, decision.per_request) if n > 0]
+        model = set(wanted)
+        out = []
+        for req_id, b, (step, candidates) in zip(req_ids, budgets, steps):
+            if req_id in model:
                 self._add(step, candidates, "eagle", self._model_draft(req_id, b))
-                step.bucket = bucket
+                step.bucket = None if gate is None else gate.bucket(expected[req_id])
             draft, step.offered = _merge(candidates, b, self.vocab_size)
             self._last[req_id] = step
             out.append(draft)
@@ -210,12 +189,11 @@ class HybridProposer:
             self._model_drafted.add(req_id)
         t0 = self.model_gate.clock()
         (draft,) = self.eagle.propose_scored([req_id], [budget])
-        self.model_gate.observe_model_time(self.model_gate.clock() - t0)
+        self.model_gate.observe(Outcome.of([0], [0], timings={"model": self.model_gate.clock() - t0}))
         return draft
 
     def _add(self, step: _Step, candidates: dict[tuple[int, ...], float], source: str, draft: ScoredDraft) -> None:
-        """Record one source's draft and merge its calibrated paths into ``candidates`` (the larger
-        estimate wins where both sources drafted a path)."""
+        """Record one source's draft and merge its calibrated paths into ``candidates`` (larger wins)."""
         paths = _paths(draft.tree)
         raw = draft.node_probs.tolist()
         step.sources.append((source, paths, raw))
@@ -225,19 +203,9 @@ class HybridProposer:
 
 
 def _gain(step: _Step, emitted: tuple[int, ...]) -> int:
-    """Accepted tokens the model's nodes added on top of lookup's in one step (negative when they cost some).
-
-    The merged tree accepted the accepted draft (``emitted`` less the target's own last token). What
-    lookup alone would have accepted depends on where its paths went:
-
-    * a lookup path the merge offered counts against the accepted draft only: one matching the last
-      emitted token too was offered and not verified (the decoder's sizer cut it), so a lookup-only
-      tree's sizer would have cut it as well;
-    * a lookup path the model's nodes pushed out of the tree counts against every emitted token: had
-      it been offered, its match of the target's own token would have been accepted. Without this
-      side, the gain could never fall below 0, and a bucket where the model's nodes displace good
-      lookup nodes would read as one where they merely add nothing.
-    """
+    """Accepted tokens the model's nodes added over lookup's in one step (negative when they displaced
+    better lookup nodes). Offered lookup paths count against the accepted draft only (the sizer cut
+    the rest); lookup paths pushed out of the tree count against every emitted token."""
     accepted = emitted[:-1]
     offered = set(step.offered)
     kept = [p for p in step.lookup_paths if p in offered]

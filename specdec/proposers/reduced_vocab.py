@@ -46,18 +46,11 @@ class HeadDtypeError(ValueError):
 class DraftHead:
     """The LM-head rows a drafter scores with, and the copy the skinny kernel reads.
 
-    ``head_dtype="float16"`` rounds the gathered rows to float16 values once. Why: a draft step reads
-    them at every depth, and on a CPU drafting is bound by the bytes it reads (a 4,096-row head of
-    SmolLM2 is 9.4 MB in float32, more than the draft layer's float16 weights). The rounded rows are
-    held in float32 for ``F.linear`` and as an exact float16 copy for the kernel, which computes
-    bitwise the same products from it, so every path scores with the same rows. It moves draft
-    probabilities by float16 rounding of the weights; which tokens are accepted is still decided by
-    the target's verification, so the output is unchanged. EAGLE and Medusa draft in float16 on GPUs.
-    ``"float32"`` keeps float32 rows as gathered (a kernel copy only where float16 holds them exactly)
-    and is refused for a target whose head is another dtype.
-    The default rounds only where the kernel reads the copy (on a GPU, or without the compiled op,
-    rounding would change the drafts and save nothing). A full-vocabulary head is the target's own
-    tensor, shared, so it is never rounded.
+    ``"float16"`` rounds the gathered rows to float16 once (CPU drafting is bound by bytes read),
+    held in float32 for ``F.linear`` and as an exact float16 copy for the kernel, so every path scores
+    alike; drafts move by the rounding, outputs do not. ``"float32"`` keeps the rows as gathered. The
+    default rounds only where the kernel reads the copy; a full-vocabulary head (the target's own
+    tensor) is never rounded.
 
     Args:
         lm_weight: the target's LM-head weight ``[V, H]``.

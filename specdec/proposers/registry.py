@@ -1,18 +1,9 @@
 """Proposers by spec string: the one factory the CLI, the planner and the integrations share.
 
-Specs:
-
-* ``suffix`` -- :class:`~specdec.proposers.suffix.SuffixProposer` (bound to nothing);
-  ``suffix:<responses .jsonl>`` -- the same with its global cache warmed from earlier responses
-  (:meth:`~specdec.proposers.suffix.SuffixProposer.warm`; the ids must come from this tokenizer);
-* ``draft:<model path>`` -- :class:`~specdec.proposers.draft_model.DraftModelProposer` over a
-  Hugging Face checkpoint sharing the target's tokenizer (bound to the tokenizer);
-* ``medusa:<artifact dir>`` -- trained heads (bound to the target checkpoint); measured through
-  the :class:`~specdec.SpeculativeDecoder` because they need the target's hidden states;
-* ``eagle:<artifact dir>`` -- the EAGLE-style draft layer (bound to the target checkpoint, needs its
-  hidden states too), measured the same way.
-* ``hybrid:suffix+eagle:<artifact dir>`` -- suffix lookup and the EAGLE layer merged in one tree
-  (:class:`~specdec.proposers.hybrid.HybridProposer`; bound to the target checkpoint).
+Specs: ``suffix`` (:class:`~specdec.proposers.suffix.SuffixProposer`), ``suffix:<responses .jsonl>``
+(its global cache warmed, ids from this tokenizer), ``draft:<model path>`` (a draft model sharing the
+tokenizer), ``medusa:<artifact dir>``, ``eagle:<artifact dir>`` and ``hybrid:suffix+eagle:<artifact
+dir>`` (bound to the target checkpoint; they read its hidden states).
 """
 
 from __future__ import annotations
@@ -21,10 +12,8 @@ from pathlib import Path
 
 
 def make_proposer(spec: str, model, tokenizer, *, allow_mismatch: bool = False, head_dtype: str | None = None):
-    """A fresh proposer from a spec string (see the module docstring); ``allow_mismatch`` lets
-    trained artifacts bound to another checkpoint load (with a warning). ``head_dtype``: how trained
-    heads hold their LM-head rows (:class:`~specdec.proposers.reduced_vocab.DraftHead`); refused for
-    proposers without one."""
+    """A fresh proposer from a spec string; ``allow_mismatch`` loads artifacts of another checkpoint
+    (warning); ``head_dtype``: :class:`~specdec.proposers.reduced_vocab.DraftHead` (refused without one)."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     kind, _, arg = spec.partition(":")
     if head_dtype is not None:  # refused before any artifact is read

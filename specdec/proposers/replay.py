@@ -12,13 +12,8 @@ from .base import Artifact
 
 
 class ReplayProposer:
-    """Reference proposer for tests: drafts the next tokens of a fixed script as a chain.
-
-    ``scripts[req_id]`` is the full token sequence the request is expected to produce after its
-    prompt. While the committed output agrees with the script, ``propose`` drafts the next
-    ``budget`` script tokens (deterministic nodes); once the output diverges it drafts nothing.
-    With the target's own greedy output as script, every draft is accepted.
-    """
+    """Drafts the next ``budget`` tokens of ``scripts[req_id]`` (the expected output after the prompt)
+    as a deterministic chain while the output agrees with it, nothing once it diverges."""
 
     requires_target_hidden = False
 

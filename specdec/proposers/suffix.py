@@ -1,30 +1,13 @@
 """SuffixProposer: draft trees by lookup in suffix automata of the request and of past responses.
 
-No weights, no training, no tokenizer binding: the proposer survives every checkpoint swap.
-Two caches are consulted at every step:
-
-* the **request cache**: one automaton over the request's prompt + committed tokens, extended on
-  every ``commit``; its lookup is the longest suffix of the context that occurred earlier in it.
-* the **global cache**: per tenant partition, an automaton over the responses (and optionally the
-  prompts) of finished requests, one document each (documents are separated, so a match never
-  spans two of them), under a hard byte cap. When a partition exceeds its cap it is rebuilt from
-  its most recent documents filling half the cap (amortised O(1) per indexed token).
-
-Drafting (C++, ``build_suffix_draft``) expands a tree best-first by estimated acceptance
-probability: each child's probability is its continuation count over its parent's continuation
-counts, multiplied along the path. By default the cache with the longer current match drafts
-alone (``combine="longest"``; ties go to the request cache): pooling the counts of both
-(``combine="pool"``) lets the global cache's many occurrences of a short context outvote the
-request's longer, more specific match, and on SmolLM2's greedy answers to the 384 dev prompts
-it accepted 0.88 draft tokens per step at budget 4 where the longest match accepts 1.23 (1.44
-vs 1.70 at budget 16; ``benchmarks/replay/suffix_acceptance.py``). Nodes below ``min_prob`` are not
-drafted, caches matching fewer than ``min_match_len`` tokens contribute nothing, and the depth is
-capped at ``ceil(depth_factor * match length)``, so short matches draft little or nothing. Every
-node is deterministic (a point-mass draft), so exact verification applies at any temperature.
-
-Tenancy: a request only drafts from its tenant's partition unless ``share_across_tenants=True``.
-Verification keeps outputs exact either way, but acceptance (and so latency) would otherwise
-reveal whether another tenant's responses contain a given text; see docs/proposers/suffix.md.
+No weights and no tokenizer binding. Two caches: the request cache (prompt + committed tokens) and
+the global cache (per tenant partition: finished responses, one document each so a match never spans
+two, under a byte cap; an over-cap partition is rebuilt from its newest documents filling half the
+cap, amortised O(1) per indexed token). Drafting (C++ ``build_suffix_draft``) grows a tree best-first
+by estimated acceptance (count over parent count, multiplied along the path). Every node is a point
+mass, so verification is exact at any temperature. Requests draft only from their tenant's partition
+unless ``share_across_tenants``: acceptance timing would otherwise leak other tenants' text
+(docs/proposers/suffix.md).
 """
 
 from __future__ import annotations
@@ -40,62 +23,22 @@ from ..prompts import read_jsonl
 from .suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
-from ..checks import normalize_budgets
+from ..checks import as_token_array, normalize_budgets
 
 _MIN_CACHE_BYTES = 64 * 1024
 _DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds
 _MAX_BYTES_PER_TOKEN = 256  # generous bound on automaton + document bytes per indexed token
 
 
-def as_token_array(ids, vocab_size: int, what: str) -> np.ndarray:
-    """Token ids as a 1-D contiguous int32 numpy array, validated against ``[0, vocab_size)``.
-
-    Accepts a sequence of ints, an integer numpy array or an integer torch tensor (CPU).
-
-    Raises:
-        TypeError: floating-point / boolean / non-integer input.
-        ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
-    """
-    if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"{what} must hold integer token ids, got a {ids.dtype} tensor")
-        arr = ids.detach().cpu().numpy()
-    else:
-        arr = np.asarray(ids)
-        if arr.size == 0:
-            arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got shape {tuple(arr.shape)}")
-    if arr.size:
-        # Python's min/max are cheaper than numpy reductions on the few ids of a commit.
-        lo, hi = (min(ids), max(ids)) if isinstance(ids, list) else (int(arr.min()), int(arr.max()))
-        if lo < 0 or hi >= vocab_size:
-            bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
-            raise ValueError(f"{what} contains token id {bad}, expected ids in [0, {vocab_size})")
-    return np.ascontiguousarray(arr, dtype=np.int32)
-
-
 def read_documents(path: str) -> list[list[int]]:
-    """Response token lists from a JSONL file, for :meth:`SuffixProposer.warm`.
-
-    Each non-empty line is an object with ``response_ids`` (the self-distillation files of
-    ``specdec train``) or ``output_ids`` (``benchmarks/datagen/greedy_outputs.py``).
-
-    Raises:
-        ValueError: a missing file, a line that is not JSON, or a row without either field.
-    """
+    """Response token lists of a JSONL file (one :func:`row_response_ids` per line), for
+    :meth:`SuffixProposer.warm`. Raises ValueError for a missing file, bad JSON or a bad row."""
     return [row_response_ids(row, f"{path}:{n}") for n, row in read_jsonl(path, "responses file")]
 
 
 def row_response_ids(row, where: str) -> list:
-    """The response of one JSONL row: its ``response_ids`` (``specdec train`` caches) or
-    ``output_ids`` (``benchmarks/datagen/greedy_outputs.py``) list.
-
-    Raises:
-        ValueError: naming ``where`` when the row is not an object with either list.
-    """
+    """A row's ``response_ids`` (``specdec train`` caches) or ``output_ids`` (greedy-output files);
+    ValueError naming ``where`` if it has neither list."""
     ids = row.get("response_ids", row.get("output_ids")) if isinstance(row, dict) else None
     if not isinstance(ids, list):
         raise ValueError(f"{where}: expected an object with a 'response_ids' or 'output_ids' list")
@@ -135,12 +78,8 @@ class _Partition:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        """Keep the most recent documents that fill about half the cap, and re-index them.
-
-        Rebuilding to half the cap means the next rebuild is at least half a cap of insertions
-        away, so the rebuild cost is amortised O(1) per indexed token. If the byte estimate was
-        optimistic the oldest kept documents are dropped until the cap holds.
-        """
+        """Re-index the newest documents filling about half the cap (amortised O(1) per token);
+        drop the oldest kept ones while the cap is still exceeded."""
         per_token = self.sam.memory_bytes() / max(1, self.sam.num_tokens) + _DOC_BYTES_PER_TOKEN
         budget_tokens = int(self.cap_bytes // 2 / per_token)
         kept: deque[np.ndarray] = deque()
@@ -203,46 +142,26 @@ class _Request:
 class SuffixProposer:
     """Lookup proposer over suffix automata of the request and of past responses (per tenant).
 
-    The drafting defaults were chosen by replaying SmolLM2 greedy outputs on the dev prompts
-    (``benchmarks/replay/suffix_acceptance.py``; see docs/proposers/suffix.md).
-
     Args:
         vocab_size: token ids must lie in ``[0, vocab_size)``.
         min_match_len: a cache whose current match is shorter than this drafts nothing (>= 1).
-        min_prob: nodes whose estimated acceptance probability is below this are not drafted.
-        max_depth: hard cap on draft depth.
-        depth_factor: depth is also capped at ``ceil(depth_factor * match length)``; ``<= 0``
-            disables the adaptive cap.
-        use_global: consult and fill the global (cross-request) cache.
-        freeze_global: consult the global cache but stop filling it from ended requests (``warm``
-            still adds): later runs then draft exactly as earlier ones did, which seeded sampling
-            needs to be bit-reproducible across runs (the output law is exact either way).
-        global_cache_bytes: hard byte cap of each tenant partition of the global cache.
-        max_partitions: tenant partitions kept; the least recently used one is dropped beyond it,
-            so the global cache holds at most ``global_cache_bytes * max_partitions`` bytes.
-        index_prompts: also index prompts (as part of their request's document) in the global cache.
-        share_across_tenants: all tenants draft from one shared partition (opt-in; see the module
-            docstring for the latency side channel this opens).
-        combine: ``"longest"`` (the cache with the longer current match drafts alone; ties go to
-            the request cache) or ``"pool"`` (continuation counts of both caches added).
-        count_prior: pseudo-count added to every continuation total when the request cache (or
-            the pooled caches) drafts: a continuation seen once is estimated at
-            ``1 / (1 + count_prior)`` instead of certain.
-        global_count_prior: the same when the global cache drafts alone. Both default to 0 (plain
-            frequencies): the raw estimates are over-confident (about 4x on SmolLM2's answers),
-            0.5 / 8 make them roughly calibrated, yet the decoder's acceptance calibration already
-            corrects the scale and the calibrated estimates did not decode faster
-            (docs/proposers/suffix.md).
-        calibrate: ``"online"`` scales every node's conditional by how nodes of its cell (cache,
-            matched context length, evidence, share; ``csrc/suffix/match_calibration.h``) fared,
-            learnt from the tokens each step commits; ``"frozen"`` drafts with the table learnt so
-            far without updating it; ``"off"`` drafts with the raw frequencies. ``None`` (default):
-            ``"frozen"`` under ``freeze_global`` (whose runs must draft alike), else ``"online"``.
-            Why: frequencies ignore how long the match they were counted under is, and a single
-            continuation after a 16-token match is accepted several times as often as after a
-            1-token one (docs/proposers/suffix.md, "Match-length calibration").
-        calibration_prior: pseudo-observations behind each cell's ratio (> 0): a cell keeps the
-            raw estimate until evidence outweighs it.
+        min_prob: nodes with estimated acceptance below this are not drafted.
+        max_depth: hard cap on draft depth; depth is also capped at ``ceil(depth_factor * match
+            length)`` (``depth_factor <= 0`` disables that cap).
+        use_global: consult and fill the global cache; ``freeze_global``: stop filling it from ended
+            requests (``warm`` still adds), so seeded runs draft alike; ``index_prompts``: index prompts too.
+        global_cache_bytes: cap per tenant partition; ``max_partitions`` (LRU) bounds the partitions.
+        share_across_tenants: one partition for all tenants (acceptance timing then leaks across them).
+        combine: ``"longest"`` (the cache with the longer match drafts alone; ties go to the request
+            cache) or ``"pool"`` (counts of both caches added).
+        count_prior, global_count_prior: pseudo-count added to every continuation total when the
+            request (or pooled) / global cache drafts: a continuation seen once reads
+            ``1 / (1 + prior)``. Default 0 (plain frequencies).
+        calibrate: ``"online"`` scales each conditional by how its cell (cache, match length,
+            evidence, share) fared on committed tokens (frequencies ignore match length); ``"frozen"``
+            reads the table without updating; ``"off"``: raw. None: ``"frozen"`` under
+            ``freeze_global``, else ``"online"``.
+        calibration_prior: pseudo-observations behind each cell's ratio (> 0).
 
     Raises:
         ValueError: for out-of-range arguments.
@@ -362,13 +281,9 @@ class SuffixProposer:
             self._partition(req.partition, create=True).add(doc)
 
     def warm(self, documents, *, tenant: Hashable | None = None) -> int:
-        """Index past responses into ``tenant``'s global cache, as if requests producing them had ended.
-
-        A serving process that restarts loses its global cache; warming it from responses the
-        same target produced earlier (a log, a replay file) restores the steady state instead of
-        re-learning it request by request. Each document is one token sequence (ints, int array
-        or tensor), kept separate from the others like any ended request. The partition's byte
-        cap applies as usual (the most recent documents are kept). Returns the tokens indexed.
+        """Index past responses into ``tenant``'s global cache, as if their requests had ended
+        (restores a restarted server's steady state). Each document is one token sequence (ints,
+        int array or tensor); the byte cap applies as usual. Returns the tokens indexed.
 
         Raises:
             ValueError: ``use_global=False``, or a document with ids outside the vocabulary.
@@ -390,11 +305,8 @@ class SuffixProposer:
         return [d.tree for d in self.propose_scored(req_ids, budget)]
 
     def propose_scored(self, req_ids: Sequence[Hashable], budget: int | Sequence[int]) -> list[ScoredDraft]:
-        """Like :meth:`propose`, with each node's estimated acceptance probability.
-
-        ``ScoredDraft.expected_accepted`` (sum of node probabilities) is the cost model's input
-        for choosing the budget: the expected accepted draft tokens per step.
-        """
+        """Like :meth:`propose`, with each node's estimated acceptance probability
+        (``expected_accepted``: their sum, the cost model's input)."""
         budgets = normalize_budgets(req_ids, budget)
         out = []
         for req_id, b in zip(req_ids, budgets):
@@ -409,9 +321,8 @@ class SuffixProposer:
         return out
 
     def match_sources(self, req_id: Hashable) -> dict[str, tuple]:
-        """The caches the next draft of ``req_id`` reads and its current match in each:
-        ``{"request" | "global": (automaton, match length, match state)}`` (only caches matching at
-        least ``min_match_len`` tokens). Re-matches the global cache first if it was rebuilt."""
+        """``{"request" | "global": (automaton, match length, match state)}`` for the caches matching
+        at least ``min_match_len`` tokens (re-matches a rebuilt global cache first)."""
         return self._sources(self._get(req_id))
 
     def _sources(self, req: _Request) -> dict[str, tuple]:
@@ -457,9 +368,8 @@ class SuffixProposer:
         return sum(p.memory_bytes() for p in self._partitions.values())
 
     def global_stats(self, tenant: Hashable | None = None) -> dict:
-        """Size facts for ``tenant``'s partition (zeros if none): ``tokens`` and ``documents`` kept,
-        ``bytes`` held (automaton + documents), ``rebuilds``, and the automaton's own
-        ``automaton_bytes``, ``states`` and ``indexed_tokens`` (separators included)."""
+        """``tenant``'s partition sizes (zeros if none): ``tokens``, ``documents``, ``bytes``, ``rebuilds``,
+        ``automaton_bytes``, ``states``, ``indexed_tokens`` (separators included)."""
         part = self._partitions.get(self._partition_key(tenant))
         if part is None:
             return dict.fromkeys(("tokens", "documents", "bytes", "rebuilds", "automaton_bytes", "states",
@@ -473,18 +383,15 @@ class SuffixProposer:
         return len(self._requests)
 
     def row_batch(self, *, tree_budget: int = 16, tracking=None):
-        """A :class:`~specdec.proposers.suffix_rows.SuffixRowBatch`: this proposer's drafting for engines
-        that pass batch rows, one C++ call a step (``tracking``: a
-        :class:`~specdec.proposers.suffix_rows.RowTracking`, default settings when None)."""
+        """A :class:`~specdec.proposers.suffix_rows.SuffixRowBatch` (one C++ call a step over batch rows;
+        ``tracking``: a ``RowTracking``, defaults when None)."""
         from .suffix_rows import RowTracking, SuffixRowBatch
 
         return SuffixRowBatch(self, tree_budget=tree_budget, tracking=tracking or RowTracking())
 
     def shared_cache(self, tenant: Hashable | None = None):
-        """``(automaton, generation)`` of ``tenant``'s global cache, or None (off, or nothing indexed yet).
-
-        ``generation`` changes whenever the automaton object is replaced (a rebuild), so a holder of a
-        match into it knows when to match again."""
+        """``(automaton, generation)`` of ``tenant``'s global cache, or None (off, or empty);
+        ``generation`` changes when a rebuild replaces the automaton (a held match must be redone)."""
         if not self.use_global:
             return None
         part = self._partitions.get(self._partition_key(tenant))

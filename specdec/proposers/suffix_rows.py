@@ -19,13 +19,8 @@ from .._ext import load
 
 @dataclasses.dataclass(frozen=True)
 class RowTracking:
-    """How long a request that left the batch is kept.
-
-    A parked request (held by no row) is ended after ``park_steps`` steps or ``park_seconds``
-    seconds without a row, or, oldest first, while more than ``max_parked`` requests or
-    ``max_parked_tokens`` tokens are parked (each parked token also holds its automaton's share;
-    docs/vllm.md gives the bytes per token).
-    """
+    """How long a request held by no row is kept: ended after ``park_steps`` steps or ``park_seconds``,
+    or oldest first while over ``max_parked`` requests or ``max_parked_tokens`` tokens."""
 
     park_steps: int = 64
     max_parked: int = 1024
@@ -47,19 +42,11 @@ class RowTracking:
 
 
 class SuffixRowBatch:
-    """The proposer's bookkeeping and drafting of a whole engine step in one C++ call.
-
-    ``token_ids [rows_max, stride]`` int32, ``num_tokens [>= rows]`` committed tokens per row,
-    ``num_sampled [rows]`` tokens sampled this step. Each request's automaton and global-cache
-    match follow :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (begin with the prompt,
-    commit what the engine committed, draft with ``tree_budget`` nodes, end into the proposer's
-    global cache under the default tenant, its response only unless ``index_prompts``), so both
-    paths draft the same trees; each drafted row gets the tree's best root-to-leaf path (largest
-    summed node probability), at most ``k`` tokens. The requests live in this object, not in the
-    proposer's ``begin``/``commit`` table; the global cache is the proposer's. The match-length
-    calibration is the batch's own (:attr:`calibration`), learnt from its rows' commits under the
-    proposer's ``calibrate`` mode.
-    """
+    """A whole engine step's bookkeeping and drafting in one C++ call, under
+    :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (same trees; ended requests join the
+    proposer's global cache under the default tenant). Each drafted row gets the tree's best path
+    (largest summed node probability), at most ``k`` tokens. Requests live here, not in the proposer's
+    table; the match calibration is the batch's own (:attr:`calibration`)."""
 
     def __init__(self, proposer, *, tree_budget: int, tracking: RowTracking):
         if not isinstance(tree_budget, int) or tree_budget < 0:
@@ -79,18 +66,13 @@ class SuffixRowBatch:
 
     def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled: np.ndarray, k: int,
              min_prob: float = 0.0, *, max_unseen: int = 0, now: float = 0.0, strict: bool = True):
-        """One step: ``(offsets int32[rows + 1], chains int32[total], probs float32[total])``; row ``r``'s
-        chain is ``chains[offsets[r]:offsets[r + 1]]``, empty for rows that sampled nothing, for
-        refused rows, or when ``k == 0``. ``min_prob``: each chain stops before its first token whose
-        path probability is below it (a cost gate's floor). ``now``: the caller's clock (seconds),
-        for ``park_seconds``. ``strict=False``: a row whose lengths or token ids are out of range is
-        refused alone (kind 3 in :meth:`events`, reason in :attr:`refusal`) instead of the whole step.
-
-        Raises:
-            TypeError / ValueError: arrays of the wrong dtype, shape or layout; with ``strict``, a row
-                whose lengths or token ids are out of range (the step is then refused whole,
-                nothing is changed).
-        """
+        """One step over ``token_ids`` int32 ``[rows_max, stride]``, ``num_tokens`` (committed per row)
+        and ``num_sampled [rows]``: ``(offsets int32[rows + 1], chains int32[total], probs
+        float32[total])``, row ``r``'s chain at ``offsets[r]:offsets[r + 1]`` (empty when nothing was
+        sampled, the row was refused, or ``k == 0``). ``min_prob``: stop before the first token below
+        it. ``now``: the clock for ``park_seconds``. ``strict=False``: refuse a bad row alone (kind 3
+        in :meth:`events`, :attr:`refusal`); with ``strict`` it raises and nothing changes.
+        TypeError / ValueError for wrong dtype, shape or layout."""
         shared = self.proposer.shared_cache()
         out = self._batch.step(token_ids, num_tokens, num_sampled, int(k), None if shared is None else shared[0],
                                -1 if shared is None else shared[1], float(min_prob), int(max_unseen), float(now),

@@ -1,23 +1,11 @@
 """Vectorised verification kernels (pure torch) behind :mod:`specdec.sampling`.
 
-Everything here works on a batch of ``B`` padded drafts: ``tokens [B, N]``, ``parents [B, N]``
-(``-1`` = root), ``sizes [B]`` and ``deterministic [B, N]``. Target rows and draft rows are read
-through :class:`Rows`, which hides whether they arrive as one padded tensor (the engine's batched
-verify output, zero copies) or as one tensor per request (no padding copy of ``[B, N, V]``).
-
-Three kernels:
-
-* :func:`chain_speculative` — chains. All acceptance tests at once, first rejection by cumprod,
-  then one batched residual/bonus draw. No Python loop over tokens.
-* :class:`TreeSpeculative` — trees (SpecInfer multi-step speculative sampling, deterministic
-  siblings, mixtures). One Python iteration per *test* (at most ``N + 1``), each vectorised over
-  the batch and the vocabulary. Its steps are methods so that the conformance suite's deliberately
-  broken samplers can override exactly one step (see :mod:`specdec.conformance.mutants`).
-* :func:`greedy_verify` — argmax rule for chains and trees (one rule: :func:`greedy_walk`, which the
-  engine's trusted path runs on its trees directly, and :func:`checked_argmax`).
-
-All randomness comes from ``torch.rand`` on the given generator, so a seeded generator gives
-bit-identical results for identical inputs.
+Inputs are ``B`` padded drafts (``tokens [B, N]``, ``parents [B, N]`` with ``-1`` = root, ``sizes [B]``,
+``deterministic [B, N]``); target and draft rows come through :class:`Rows` (one padded tensor or one
+tensor per request, no padding copy). Kernels: :func:`chain_speculative` (no loop over tokens),
+:class:`TreeSpeculative` (one vectorised iteration per test, at most ``N + 1``; its steps are methods so
+conformance mutants can override one) and :func:`greedy_verify` (:func:`greedy_walk`). All randomness is
+``torch.rand`` on the given generator: seeded runs are bit-identical.
 """
 
 from __future__ import annotations
@@ -29,11 +17,8 @@ import torch
 
 
 class Rows:
-    """Read access to per-request row tables ``[B][R_b, V]``.
-
-    Built from a padded tensor ``[B, R, V]`` (``R >= R_b``) or a sequence of ``B`` tensors
-    ``[R_b, V]`` (entries may be ``None`` when no row of that request is ever read).
-    """
+    """Per-request row tables ``[B][R_b, V]`` from a padded ``[B, R, V]`` or ``B`` tensors ``[R_b, V]``
+    (``None`` where no row is read)."""
 
     def __init__(self, data: torch.Tensor | Sequence[torch.Tensor | None]):
         self.padded = data if isinstance(data, torch.Tensor) else None
@@ -104,14 +89,9 @@ class Drafts:
 
 
 def sample_rows(weights: torch.Tensor, generator: torch.Generator | None, block: int = 256) -> torch.Tensor:
-    """One draw per row from unnormalised non-negative ``weights [B, V]`` (rows with positive mass).
-
-    Inverse CDF in float64 with one uniform per row: ``u = (1 - U) * total`` lies in ``(0, total]``,
-    and the first index whose cumulative mass reaches ``u`` never has zero weight (its cumulative
-    mass would equal its predecessor's). For large ``V`` the CDF is two-level (block sums, then the
-    chosen block of ``block`` entries), so the float64 work is ``V / block + block`` per row instead
-    of ``V``; the law is the same. One ``rand`` per row instead of ``V`` exponentials.
-    """
+    """One draw per row of unnormalised non-negative ``weights [B, V]`` (positive mass): float64 inverse
+    CDF with ``u = (1 - U) * total`` in ``(0, total]``, so a zero-weight index is never chosen. Large ``V``
+    uses two levels (block sums, then one block): ``V / block + block`` work per row, same law."""
     B, V = weights.shape
     u = 1.0 - torch.rand(B, 1, dtype=torch.float64, device=weights.device, generator=generator)
     if V <= 16 * block:
@@ -133,14 +113,9 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None, block:
 
 
 def residual(p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unnormalised ``max(0, p/p_mass - q)`` (as ``max(0, p - p_mass * q)``) and its mass.
-
-    ``p [k, V]`` may be unnormalised with mass ``p_mass [k]``. When the residual has no mass
-    (``p <= q`` everywhere in floating point, i.e. ``p == q`` up to rounding), ``p`` itself is
-    returned: in exact arithmetic that rejection has probability ``TV(p, q) = 0`` and the residual
-    is never used; in floating point its probability is at most the rounding mass, and drawing from
-    ``p`` keeps the emitted law ``min(p, q) + TV * p``, within ``TV`` (a few ulps) of ``p``.
-    """
+    """Unnormalised ``max(0, p - p_mass * q)`` and its mass, for ``p [k, V]`` of mass ``p_mass [k]``.
+    A massless residual (``p == q`` up to rounding, rejection probability ``TV = 0`` exactly) returns
+    ``p``, keeping the emitted law within a few ulps of ``p``."""
     r = torch.addcmul(p, q, p_mass.unsqueeze(1).to(p.dtype), value=-1).clamp_(min=0)  # one [k, V] allocation
     r_mass = r.sum(1)
     ok = r_mass > 0
@@ -171,12 +146,9 @@ def _assemble(d: Drafts, path: torch.Tensor, k: torch.Tensor, final: torch.Tenso
 
 
 def chain_speculative(d: Drafts, vocab: int, generator: torch.Generator | None) -> Outcome:
-    """Leviathan/Chen speculative sampling for a batch of chains (parents ``[-1, 0, 1, ...]``).
-
-    Node ``i`` is checked against target row ``i``: accept iff ``u_i * q_i(x_i) < p_i(x_i)``
-    (probability ``min(1, p/q)``). ``k`` = number of leading acceptances (cumprod). The last token
-    is drawn from ``norm(max(0, p_k - q_k))`` if ``k < n`` (rejection) or from ``p_n`` (bonus).
-    """
+    """Leviathan/Chen speculative sampling for chains: node ``i`` is accepted iff ``u_i * q_i(x_i) <
+    p_i(x_i)``; after ``k`` leading acceptances the last token is drawn from ``norm(max(0, p_k - q_k))``
+    (``k < n``) or ``p_n`` (bonus)."""
     B, N = d.tokens.shape
     dev = d.tokens.device
     ar = torch.arange(B, device=dev)
@@ -222,20 +194,13 @@ def sibling_links(parents: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Ten
 
 
 class TreeSpeculative:
-    """Multi-step speculative sampling over token trees (exact for sampled, deterministic and mixed
-    siblings).
+    """Multi-step speculative sampling over trees (sampled, deterministic or mixed siblings).
 
-    At a node with working target distribution ``p`` (initially the target row after that node),
-    children are tried in node order. Child ``c`` with token ``x`` and draft distribution ``q_c``
-    (its stored row, or the point mass on ``x`` when deterministic) is accepted with probability
-    ``min(1, p(x) / q_c(x))``; accepting moves to ``c`` with ``p`` = target row after ``c``. A
-    rejection replaces ``p`` by ``norm(max(0, p - q_c))`` and tries the next sibling. When no child is
-    left, the emitted token is drawn from ``p``. Each step is one standard speculative-sampling step
-    whose output law is the current ``p``, so by induction the emitted token at every position has
-    the target's law (see docs/exactness.md).
-
-    Subclasses (the conformance mutants) override single steps: :meth:`accept`,
-    :meth:`after_rejection`, :meth:`after_acceptance`.
+    Children are tried in node order against the working distribution ``p``: child ``c`` (token ``x``,
+    draft row or point mass ``q_c``) is accepted with probability ``min(1, p(x) / q_c(x))`` and ``p``
+    becomes the target row after ``c``; a rejection sets ``p = norm(max(0, p - q_c))``. With no child
+    left the token is drawn from ``p``. Each step preserves the law ``p``, so every emitted token has
+    the target's law (docs/exactness.md). Conformance mutants override single steps.
     """
 
     def __call__(self, d: Drafts, vocab: int, generator: torch.Generator | None) -> Outcome:
@@ -286,13 +251,11 @@ class TreeSpeculative:
         return u * q_x * p_mass.double() < p_x
 
     def after_rejection(self, p: torch.Tensor, p_mass: torch.Tensor, q: torch.Tensor):
-        """(Rows of rejecting requests only, ``[k, V]``.) Working distribution for the next sibling:
-        ``norm(max(0, p - q))`` (unnormalised + mass)."""
+        """Rejecting rows ``[k, V]``: ``max(0, p - q)`` and its mass, for the next sibling."""
         return residual(p, p_mass, q)
 
     def after_acceptance(self, d: Drafts, b: torch.Tensor, c: torch.Tensor, work: torch.dtype):
-        """Working distribution after request ``b[j]`` accepted node ``c[j]``: the target row after
-        that node (``[k, V]``), mass 1."""
+        """After request ``b[j]`` accepted node ``c[j]``: the target row after it (``[k, V]``), mass 1."""
         row = d.target.rows(b, c + 1).to(work)
         return row, torch.ones(b.shape[0], dtype=work, device=b.device)
 
@@ -305,21 +268,14 @@ class TreeSpeculative:
         last_accepted: torch.Tensor,
         vocab: int,
     ) -> torch.Tensor:
-        """Weights ``[B, V]`` the emitted token is drawn from: the working distribution ``p`` (the
-        bonus row after full acceptance, the residual after rejections). ``last_node`` / ``last_accepted``
-        (the last node tested and whether it was accepted) are there for the conformance mutants."""
+        """Weights ``[B, V]`` of the emitted token: ``p`` (``last_node`` / ``last_accepted`` are for mutants)."""
         return p
 
 
 def checked_argmax(scores: torch.Tensor, rows: torch.Tensor | None = None, name: str = "target logits") -> torch.Tensor:
-    """Greedy choice over the last dim of ``[B, V]`` or ``[B, R, V]`` scores (logits or probabilities).
-
-    Refuses a read row that holds a NaN or ``+inf``, or is ``-inf`` everywhere: argmax would
-    silently pick a slot no model meant. ``rows[b]`` (``[B]``, with ``[B, R, V]`` scores) limits the
-    check to the first rows of request ``b``: rows past a tree's ``n + 1`` are padding, never read.
-    One pass: torch's argmax propagates NaN (a row holding one returns a NaN slot) and picks ``+inf``
-    over anything finite, so the chosen values reveal every bad row.
-    """
+    """Argmax over the last dim of ``[B, V]`` or ``[B, R, V]`` scores; ValueError for a read row with
+    NaN or ``+inf``, or ``-inf`` everywhere. ``rows[b]`` limits the check to request ``b``'s first rows
+    (the rest is padding)."""
     best = scores.argmax(-1)
     chosen = scores.gather(-1, best.unsqueeze(-1)).squeeze(-1)
     read = None
@@ -342,10 +298,9 @@ def checked_argmax(scores: torch.Tensor, rows: torch.Tensor | None = None, name:
 def greedy_walk(
     tokens: Sequence[int], children_of: Callable[[int], Sequence[int]], best: Sequence[int]
 ) -> tuple[list[int], list[int]]:
-    """The greedy rule on one tree: from the root, follow the first child (in node order) whose token
-    equals the target's argmax after its parent (``best[0]`` after the root, ``best[1 + i]`` after node
-    ``i``); where no child matches, emit that argmax. Returns ``(accepted node path, emitted tokens =
-    path tokens + one target token)``. ``children_of(-1)`` lists the root's children."""
+    """Greedy rule on one tree: follow the first child whose token is the argmax after its parent
+    (``best[0]`` after the root, ``best[1 + i]`` after node ``i``), else emit that argmax. Returns
+    ``(node path, path tokens + one target token)``."""
     path, emitted, node = [], [], -1
     while True:
         want = best[0 if node < 0 else 1 + node]
@@ -358,9 +313,8 @@ def greedy_walk(
 
 
 def greedy_replay(tokens: Sequence[int], parents: Sequence[int], truth: Sequence[int]) -> list[int]:
-    """The nodes the greedy rule accepts when the target's argmax tokens are ``truth`` (a recorded
-    greedy answer: ``truth[d]`` follows a depth-``d`` path): :func:`greedy_walk` without the model,
-    for replays. Returns the accepted node path (at most ``len(truth)`` nodes)."""
+    """:func:`greedy_walk` against a recorded greedy answer ``truth`` (``truth[d]`` follows a
+    depth-``d`` path), for replays; returns the accepted node path."""
     depth: list[int] = []
     kids: dict[int, list[int]] = {}
     for i, p in enumerate(parents):
@@ -371,11 +325,8 @@ def greedy_replay(tokens: Sequence[int], parents: Sequence[int], truth: Sequence
 
 
 def greedy_verify(d: Drafts, argmax: torch.Tensor, chain: bool) -> Outcome:
-    """Greedy rule (:func:`greedy_walk`) for a padded batch. ``argmax: LongTensor[B, N + 1]`` =
-    ``target.argmax(-1)`` (first maximal index). ``chain=True`` (every draft is a chain) takes a
-    loop-free path (cumprod of matches); trees walk each request on the host (one sync for the
-    argmax table: a walk visits at most ``n`` nodes, cheaper than batched tensor steps per test).
-    """
+    """:func:`greedy_walk` over a padded batch, ``argmax`` long ``[B, N + 1]``; ``chain=True`` (all
+    chains) is loop-free, trees walk on the host after one sync."""
     B, N = d.tokens.shape
     dev = d.tokens.device
     if chain:

@@ -1,12 +1,9 @@
 """Turn target logits into the processed distribution that speculative sampling preserves.
 
-The exactness guarantee of :mod:`specdec.sampling` is about *one* distribution per position: the
-target's processed distribution (temperature, then top-k, then top-p, the order Hugging Face
-``generate`` applies them). The verifier must see exactly that distribution, so the same helper
-must be used to build the target rows the sampler receives; that is what :func:`process_logits`
-is for. Temperature 0 means greedy decoding: the processed distribution is then the point mass on
-``torch.argmax(logits)`` (the first maximal index, as Hugging Face greedy search picks), and
-:attr:`SamplingParams.greedy` tells the caller to use the cheaper greedy rule.
+Exactness is about one distribution per position, the processed target (temperature, top-k, top-p,
+min-p, in Hugging Face ``generate``'s order), so the sampler's target rows must be built with
+:func:`process_logits`. Temperature 0 is the point mass on the first argmax (HF greedy search);
+:attr:`SamplingParams.greedy` selects the cheaper greedy rule.
 """
 
 from __future__ import annotations
@@ -26,18 +23,11 @@ class SamplingParams:
     Attributes:
         temperature: ``>= 0`` and finite. 0 means greedy decoding (argmax).
         top_k: keep the ``top_k`` most likely tokens (and any tied with the k-th); ``None`` = off.
-        top_p: keep the smallest set of most likely tokens whose mass reaches ``top_p``, in
-            ``(0, 1]``; 1 = off.
-        min_p: drop tokens less likely than ``min_p`` times the most likely one, in ``[0, 1]``;
-            0 = off (Hugging Face's ``min_p``, applied after top-p as ``generate`` does).
+        top_p: keep the smallest most-likely set reaching mass ``top_p``, in ``(0, 1]``; 1 = off.
+        min_p: drop tokens below ``min_p`` times the most likely one, in ``[0, 1]``; 0 = off.
 
-    Unlike Hugging Face's ``generate(do_sample=True)``, which applies ``top_k=50`` unless told
-    otherwise, ``SamplingParams()`` samples from the whole distribution: pass ``top_k=50`` to compare
-    like with like (a decoder built on a checkpoint with ``do_sample=True`` takes the checkpoint's
-    values, 50 included, as its default: :mod:`specdec.sampling.processors`).
-
-    Raises:
-        ValueError / TypeError: for values outside those ranges (nothing is silently clamped).
+    Unlike HF ``generate(do_sample=True)`` (``top_k=50`` by default), ``SamplingParams()`` samples the
+    whole distribution. ValueError / TypeError outside those ranges (nothing is clamped).
     """
 
     temperature: float = 1.0
@@ -80,25 +70,10 @@ class SamplingParams:
 
 def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0,
                    min_p: float = 0.0) -> torch.Tensor:
-    """Processed target distribution from raw logits.
-
-    Args:
-        logits: ``[..., V]`` floating point.
-        temperature, top_k, top_p, min_p: as in :class:`SamplingParams` (validated the same way).
-
-    Returns:
-        ``float32`` (or float64 for float64 input) probabilities ``[..., V]``, each row summing to 1.
-        At temperature 0: the point mass on ``torch.argmax(logits, -1)`` (first maximal index),
-        which is the distribution greedy decoding samples from.
-
-    Order: temperature, top-k (keeps every token tied with the k-th largest logit, as Hugging Face
-    does), top-p on the temperature-scaled, top-k-filtered distribution (keeps the smallest prefix of
-    tokens sorted by descending probability, ties by ascending token id, whose mass reaches
-    ``top_p``; the most likely token is always kept), then min-p (tokens below ``min_p`` times the
-    most likely token's probability are dropped).
-
-    Raises:
-        ValueError: NaN / +inf logits, an all ``-inf`` row, or invalid parameters.
+    """Processed distribution of float ``logits [..., V]`` under :class:`SamplingParams`' settings:
+    float32 (float64 for float64 input) ``[..., V]``, the first argmax's point mass at temperature 0.
+    Order: temperature; top-k (ties with the k-th kept); top-p (descending probability, ties by id, the
+    top token always kept); min-p. ValueError for NaN / +inf, an all ``-inf`` row or bad parameters.
     """
     params = SamplingParams(temperature, top_k, top_p, min_p)
     check_logits(logits)

@@ -1,29 +1,14 @@
 """The checkpoint's own generation settings: honoured exactly during verification, or refused by name.
 
-A checkpoint's ``generation_config`` may carry logits processors (a repetition penalty,
-``no_repeat_ngram_size``, bad words, a minimum length) and sampling defaults (``do_sample`` with a
-temperature, top-k, top-p, min-p). ``model.generate`` applies them, so speculative decoding that
-claims to reproduce ``model.generate`` must apply them too, or say it will not.
-
-**Honoured exactly.** Each processor here depends only on a row's own context (prompt, the tokens
-emitted so far and, for a tree node, the draft path leading to it). A verify step therefore
-processes every row of every tree with the context that row stands for, by running transformers'
-own processor classes on it (the same code ``model.generate`` runs, so there is no second
-implementation to drift), rows of one depth batched together. The rejection sampler then preserves
-the processed distribution row by row, which is what sampling token by token would draw from, and
-greedy decoding takes the processed argmax, as ``model.generate`` does. The processors, in
+``model.generate`` applies a checkpoint's logits processors and sampling defaults, so the decoder
+applies them too or refuses by name. Honoured exactly (each depends only on a row's own context, so
+every verify row is processed with transformers' own classes over the context it stands for), in
 transformers' order: ``sequence_bias``, ``repetition_penalty``, ``no_repeat_ngram_size``,
-``bad_words_ids``, ``min_length``, ``min_new_tokens``, ``suppress_tokens``.
-
-**Sampling defaults.** With ``do_sample=True`` the checkpoint's temperature, top-k (transformers'
-default 50 included), top-p and min-p become the decoder's default :class:`SamplingParams`, used
-when a call passes ``sampling=None``; an explicit ``SamplingParams`` replaces them all.
-
-**Refused.** Every other setting that changes what is generated (beam search, contrastive search,
-classifier-free guidance, watermarking, forced BOS/EOS tokens, typical/epsilon/eta/top-h sampling,
-...) raises :class:`UnsupportedGenerationSetting` naming it, with how to override it: set it back on
-``model.generation_config``, or give the decoder another ``generation_config`` (``GenerationConfig()``
-for transformers' library defaults).
+``bad_words_ids``, ``min_length``, ``min_new_tokens``, ``suppress_tokens``. With ``do_sample=True`` the
+config's temperature, top-k (default 50), top-p and min-p become the default :class:`SamplingParams`
+(an explicit one replaces them all). Anything else that changes outputs (beam search, guidance,
+watermarking, forced BOS/EOS, typical sampling, ...) raises :class:`UnsupportedGenerationSetting` naming
+it; override with another ``generation_config`` (``GenerationConfig()``: library defaults).
 """
 
 from __future__ import annotations
@@ -66,13 +51,8 @@ def effective_config(model, generation_config=None):
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """What a decoder applies of a generation config (see the module docstring).
-
-    Attributes:
-        processors: ``(name, value)`` of the honoured processors that are switched on, in order.
-        sampling: the config's own sampling (``do_sample=True``), else None (greedy).
-        eos: the config's EOS ids (what length processors and default stops refer to).
-    """
+    """What a decoder applies of a generation config: ``processors`` (``(name, value)`` switched on, in
+    order), ``sampling`` (with ``do_sample``, else None) and ``eos`` (the config's EOS ids)."""
 
     processors: tuple[tuple[str, object], ...] = ()
     sampling: SamplingParams | None = None
@@ -138,9 +118,8 @@ class RowProcessors:
         self.processors = processors
 
     def apply(self, scores: torch.Tensor, sequence: Sequence[int], tree) -> torch.Tensor:
-        """Processed ``scores [R >= 1 + n, V]`` of one request: row 0 after ``sequence`` (the prompt and
-        every token emitted so far), row ``1 + i`` after ``sequence`` + the draft path to node ``i``
-        of ``tree``. Rows past ``1 + n`` (padding) are returned as they are."""
+        """Processed ``scores [R >= 1 + n, V]``: row 0 after ``sequence`` (prompt + emitted), row ``1 + i``
+        after ``sequence`` + the path to node ``i``; padding rows are returned as they are."""
         out = scores.clone()
         groups: dict[int, list[int]] = {0: [-1]}
         for i, d in enumerate(tree.depth_list):

@@ -1,9 +1,7 @@
 """Readable reference sampler: one tree, one node at a time, in plain Python + torch.
 
-This is the straightforward implementation the vectorised kernels in
-:mod:`specdec.sampling.kernels` are measured against (benchmarks/kernels/sampling.py) and cross-checked
-with (tests/test_conformance.py runs it through the conformance suite). It is deliberately simple:
-every acceptance test is one Python step and one ``.item()`` sync.
+The simple implementation the kernels of :mod:`specdec.sampling.kernels` are benchmarked and
+cross-checked against: every acceptance test is one Python step.
 """
 
 from __future__ import annotations
@@ -16,15 +14,9 @@ from ..tree import DraftTree
 
 def reference_rejection_sample(tree: DraftTree, target_probs: torch.Tensor, *,
                                generator: torch.Generator | None = None) -> AcceptResult:
-    """Multi-step speculative sampling over ``tree`` with target rows ``target_probs [n + 1, V]``.
-
-    Walk from the root. At a node whose working distribution is ``p`` (the target row after it),
-    try its children in node order: child ``c`` (token ``x``, draft distribution ``q`` = its
-    ``draft_probs`` row, or the point mass on ``x`` if deterministic) is accepted when
-    ``u < p(x) / q(x)``; then move to ``c``. Otherwise ``p <- norm(max(0, p - q))`` (kept as ``p`` if
-    that has no mass) and try the next sibling. With no child left, emit one token drawn from ``p``.
-    No input validation: use :func:`specdec.rejection_sample` for that.
-    """
+    """Multi-step speculative sampling over ``tree`` with ``target_probs [n + 1, V]``: children in node
+    order, accept ``c`` when ``u < p(x) / q(x)``, else ``p <- norm(max(0, p - q))`` (``p`` if massless);
+    with no child left draw from ``p``. No input validation (see :func:`specdec.rejection_sample`)."""
     V = target_probs.shape[1]
     tokens = tree.tokens.tolist()
     path: list[int] = []

@@ -1,21 +1,10 @@
 """Exact verification of draft trees: the rejection sampler.
 
-Public entry points (shapes in each docstring):
-
-* :func:`rejection_sample` — one :class:`~specdec.DraftTree` and its target rows ``[n + 1, V]``.
-* :func:`rejection_sample_batch` — many trees; target rows as one padded tensor ``[B, R, V]`` (the
-  batched verify output, read without copying) or one ``[n_b + 1, V]`` tensor per tree.
-* :func:`rejection_sample_padded` — the same on already padded tensors (no DraftTree objects);
-  what the engine and the conformance suite's Monte-Carlo loop use.
-
-Row ``0`` of a request's target rows is the target distribution after the committed prefix, row
-``i + 1`` the distribution after node ``i``. The result holds the accepted path and the emitted
-tokens: the accepted draft tokens followed by exactly one token drawn from the target (bonus) or
-from a residual (recovery). Guarantee (every :class:`Rule` with ``exact=True``): whatever the
-draft, the emitted tokens are distributed exactly as drawing them one at a time from the target
-rows given, provided each sampled node's token was drawn from its ``draft_probs`` row independently
-of the target's randomness. The argument for each rule is in docs/exactness.md, and
-:mod:`specdec.conformance` tests it statistically.
+Target row 0 is the distribution after the committed prefix, row ``i + 1`` after node ``i``; the result
+is the accepted path and the emitted tokens (accepted drafts, then one bonus or recovery token). For
+every ``exact`` :class:`Rule` the emitted tokens have exactly the law of drawing from the target rows
+one at a time, provided each sampled node was drawn from its ``draft_probs`` row independently of the
+target's randomness (docs/exactness.md; :mod:`specdec.conformance` tests it).
 """
 
 from __future__ import annotations
@@ -57,14 +46,8 @@ class Rule(enum.Enum):
 
 @dataclass(frozen=True)
 class AcceptResult:
-    """Outcome of verifying one draft.
-
-    Attributes:
-        tokens: ``LongTensor[k + 1]`` emitted tokens: ``k`` accepted draft tokens, then one token from
-            the target (bonus) or from a residual (recovery).
-        path: ``LongTensor[k]`` accepted node indices, root to leaf.
-        rule: the :class:`Rule` applied.
-    """
+    """One draft's outcome: ``tokens`` long ``[k + 1]`` (``k`` accepted drafts, then bonus or recovery),
+    ``path`` long ``[k]`` (accepted nodes, root to leaf), ``rule``."""
 
     tokens: torch.Tensor
     path: torch.Tensor
@@ -77,14 +60,9 @@ class AcceptResult:
 
 @dataclass(frozen=True)
 class BatchAcceptResult:
-    """Padded outcome for ``B`` drafts with at most ``N`` nodes each.
-
-    Attributes:
-        tokens: ``LongTensor[B, N + 1]`` emitted tokens, ``-1`` after the ``num_accepted + 1`` real ones.
-        path: ``LongTensor[B, N]`` accepted node indices, ``-1`` padded.
-        num_accepted: ``LongTensor[B]``.
-        rules: the :class:`Rule` applied to each request.
-    """
+    """Padded outcome of ``B`` drafts: ``tokens`` long ``[B, N + 1]`` (``-1`` after the
+    ``num_accepted + 1`` real ones), ``path`` long ``[B, N]`` (``-1`` padded), ``num_accepted`` long
+    ``[B]``, ``rules`` per request."""
 
     tokens: torch.Tensor
     path: torch.Tensor
@@ -186,23 +164,15 @@ def rejection_sample_batch(
     """Verify ``B`` drafts at once.
 
     Args:
-        trees: ``B`` :class:`~specdec.DraftTree` (sizes may differ; empty trees allowed).
-        target_probs: ``[B, R, V]`` with ``R >= max(n_b) + 1`` (rows past ``n_b + 1`` are padding and
-            never read), or a sequence of ``[n_b + 1, V]`` tensors. Processed target probabilities
-            (see :func:`specdec.process_logits`); for ``rule="greedy"`` logits work too.
-        generator: torch.Generator for every random draw (seeded = bit-identical results).
-        rule: ``"auto"`` (speculative family, chosen per tree from its structure), ``"greedy"`` /
-            ``Rule.GREEDY``, or a specific :class:`Rule` that every tree must match.
-        validate: check the target rows: distributions (two reductions over the valid rows), or for
-            the greedy rule rows with a NaN, ``+inf`` or nothing allowed (read off the argmax).
-
-    Chains take a loop-free path; any tree in the batch makes the whole batch take the tree path
-    (a Python loop over sibling tests, at most ``max(n_b) + 1`` iterations, vectorised over batch
-    and vocabulary).
+        trees: ``B`` :class:`~specdec.DraftTree` (any sizes, empty allowed).
+        target_probs: processed probabilities (:func:`specdec.process_logits`; logits for greedy),
+            ``[B, R >= max(n_b) + 1, V]`` (padding rows never read) or ``[n_b + 1, V]`` per tree.
+        generator: every random draw (seeded: bit-identical). ``rule``: ``"auto"`` (per tree from its
+            structure), ``"greedy"`` / ``Rule.GREEDY``, or a :class:`Rule` every tree must match.
+        validate: check the rows are distributions (greedy: no NaN, ``+inf`` or all-``-inf`` row).
 
     Raises:
-        ValueError: shape, vocabulary or device mismatches, NaN/inf or non-distribution rows, a
-            sampled node without ``draft_probs``.
+        ValueError: shape, vocabulary or device mismatches, bad rows, a sampled node without ``draft_probs``.
     """
     greedy = _resolve_rule(rule)
     trees = list(trees)
@@ -290,17 +260,11 @@ def rejection_sample_padded(
     rule="auto",
     validate: bool = True,
 ) -> BatchAcceptResult:
-    """Verify ``B`` padded drafts without building DraftTree objects.
-
-    Args:
-        tokens: ``LongTensor[B, N]``; parents: ``[B, N]`` (``-1`` = root, ``parents[b, i] < i``);
-        sizes: ``[B]`` real nodes per request (entries past ``sizes[b]`` are padding, never read);
-        target_probs: ``[B, R >= N + 1, V]``; draft_probs: ``[B, N, V]`` or None (all deterministic);
-        deterministic: ``BoolTensor[B, N]``; default all True without ``draft_probs``, else all False.
-
-    ``validate`` checks structure (parent order, token range, sizes) and that target rows and
-    sampled nodes' draft rows are distributions; turn it off only for inputs built by trusted code.
-    """
+    """Verify ``B`` padded drafts without DraftTree objects: ``tokens`` long ``[B, N]``, ``parents``
+    ``[B, N]`` (``-1`` = root, ``< i``), ``sizes`` ``[B]`` (entries beyond are padding, never read),
+    ``target_probs`` ``[B, R >= N + 1, V]``, ``draft_probs`` ``[B, N, V]`` or None, ``deterministic``
+    bool ``[B, N]`` (default all True without ``draft_probs``, else all False). ``validate`` checks
+    structure and distributions; turn it off only for trusted inputs."""
     greedy = _resolve_rule(rule)
     if tokens.dim() != 2:
         raise ValueError(f"tokens must have shape [B, N], got {tuple(tokens.shape)}")
@@ -380,23 +344,16 @@ def _validate_padded(tokens, parents, sizes, det, valid, draft_probs, vocab) -> 
         raise ValueError(f"node [{b}, {i}] is sampled but its draft_probs give its token probability 0")
 
 
-def verify_logits(
+def accept_logits(
     trees: Sequence[DraftTree],
     target_logits: torch.Tensor | Sequence[torch.Tensor],
     sampling: SamplingParams | None = None,
     *,
     generator: torch.Generator | None = None,
 ) -> list[AcceptResult]:
-    """Verify drafts from raw target logits, with every input checked (the engine's own per-step call
-    is :func:`accept_step`).
-
-    ``sampling`` None or temperature 0 routes to the greedy rule on the logits themselves (bit
-    parity with Hugging Face greedy search); otherwise the logits go through
-    ``sampling.process`` (temperature, top-k, top-p; refuses NaN / +inf) and the speculative rules
-    verify against that processed distribution, which is then known to be valid (no second check).
-
-    ``target_logits``: ``[B, R >= max(n_b) + 1, V]`` or one ``[n_b + 1, V]`` tensor per tree.
-    """
+    """Verify drafts from raw target logits (``[B, R >= max(n_b) + 1, V]`` or ``[n_b + 1, V]`` per
+    tree), every input checked. ``sampling`` None or temperature 0: greedy on the logits (bit parity
+    with HF greedy search); else against ``sampling.process(logits)``."""
     if sampling is not None and not isinstance(sampling, SamplingParams):
         raise TypeError(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
     if sampling is None or sampling.greedy:
@@ -417,13 +374,9 @@ def accept_step(
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The engine's trusted path: ``(accepted node paths, emitted tokens)`` per request, as lists.
 
-    ``trees`` come from the decoder (already checked against the target's vocabulary by its verify
-    forward) and ``logits: float [B, R >= max(n_b) + 1, V]`` from that forward, so nothing is
-    re-validated but the one thing a model can still get wrong: a read row with NaN / ``+inf`` or
-    nothing allowed (:func:`checked_argmax` for greedy; ``sampling.process`` refuses them otherwise).
-    Greedy (``sampling`` None or temperature 0) walks each tree on the host (:func:`greedy_walk`, the
-    same rule :func:`rejection_sample_batch` applies); sampling verifies against the processed
-    distribution with the same kernels as :func:`rejection_sample_batch`.
+    ``trees`` and ``logits`` (float ``[B, R >= max(n_b) + 1, V]``) come from the decoder's verify, so
+    only what a model can still get wrong is checked: a read row with NaN / ``+inf`` or nothing allowed.
+    Same rules and kernels as :func:`rejection_sample_batch`.
     """
     if sampling is None or sampling.greedy:
         sizes = torch.tensor([1 + t.num_nodes for t in trees], device=logits.device)

@@ -1,16 +1,10 @@
 """Self-distillation data: the target's own greedy responses to prompts, and its hidden states.
 
-Heads and drafters are trained to predict what *this* target emits, so the data is the target's
-own output, not a human corpus. It is generated once per target checkpoint and cached under
-``benchmarks/data/`` (gitignored), keyed by the target fingerprint: a new checkpoint regenerates.
-
-Files (``<cache_dir>/selfdistill-<target fp>-<n>x<max_new>.``):
-
-* ``.jsonl``: one record per prompt: ``question_id``, ``category``, ``prompt_ids``, ``response_ids``.
-* ``.safetensors``: ``hidden [N, H]`` (float16) and ``tokens [N]``, ``record [N]``: for every record,
-  the target's final (post-norm) hidden state at the last prompt position and at every response
-  position; row ``h_t``'s LM-head logits predict the next row's token (same record);
-  ``tokens`` holds the token at the same position ``t``.
+Drafters learn what this target emits, so the data is its own output, cached per target fingerprint
+as ``<cache_dir>/selfdistill-<target fp>-<n>x<max_new>.``: ``.jsonl`` (``question_id``, ``category``,
+``prompt_ids``, ``response_ids`` per prompt) and ``.safetensors`` (``hidden [N, H]`` float16 post-norm
+states at the last prompt position and every response position, ``tokens [N]`` at the same positions,
+``record [N]``; row ``t``'s LM-head logits predict row ``t + 1``'s token).
 """
 
 from __future__ import annotations
@@ -32,11 +26,8 @@ DEFAULT_CACHE_DIR = os.path.join("benchmarks", "data")
 @torch.inference_mode()
 def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | None,
                      batch_size: int = 8, progress: Callable[[int], None] | None = None) -> list[list[int]]:
-    """The target's greedy continuation of each prompt (left-padded batches through ``generate``).
-
-    Returns one token list per prompt, cut after the first ``eos_token_id`` (kept) or at
-    ``max_new_tokens``.
-    """
+    """The target's greedy continuation of each prompt, cut after the first EOS (kept) or at
+    ``max_new_tokens``."""
     device = next(model.parameters()).device
     pad = eos_token_id if eos_token_id is not None else 0
     out: list[list[int]] = []
@@ -61,8 +52,7 @@ def greedy_responses(model, prompts: Sequence[Sequence[int]], max_new_tokens: in
 
 
 def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, attention mask)``, both ``LongTensor [len(prompts), longest]``, prompts right-aligned
-    (what batched ``generate`` needs so every row's next token lands in the same column)."""
+    """``(ids, attention mask)``, long ``[len(prompts), longest]``, prompts right-aligned."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -95,8 +85,8 @@ class SelfDistillation:
     record: torch.Tensor  # [N] long: index into records
 
     def next_tokens(self, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(targets [N], valid [N])``: the token ``offset`` positions after each row's position
-        (``offset=1`` is what the LM head predicts from ``h_t``), valid where it exists in the same record."""
+        """``(targets [N], valid [N])``: the token ``offset`` positions after each row, where it exists
+        in the same record."""
         n = self.tokens.numel()
         idx = torch.arange(n) + offset
         ok = idx < n
@@ -107,8 +97,7 @@ class SelfDistillation:
 
 def with_hidden_states(model, records: Sequence[dict], progress: Callable[[str, int, int], None] | None = None
                        ) -> SelfDistillation:
-    """Teacher-forced hidden states for records that already hold ``prompt_ids`` / ``response_ids``
-    (one forward per record: much cheaper than generating the responses again)."""
+    """Teacher-forced hidden states for records holding ``prompt_ids`` / ``response_ids`` (one forward each)."""
     hidden, tokens, which = [], [], []
     for i, rec in enumerate(records):
         p, r = rec["prompt_ids"], rec["response_ids"]
@@ -134,11 +123,8 @@ def cache_paths(cache_dir: str, target_fp: str, n: int, max_new_tokens: int, max
 
 
 def select_by_budget(records: Sequence[dict], max_tokens: int) -> list[dict]:
-    """Shortest records (prompt + response tokens) first, until ``max_tokens`` would be exceeded.
-
-    The teacher-forced forward costs one target pass over every prompt and response token, so on a
-    slow CPU this bounds the data-building time. Order of the kept records is the original order.
-    """
+    """Shortest records first until ``max_tokens`` would be exceeded (bounds the teacher-forcing time);
+    kept records stay in their original order."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     size = [len(r["prompt_ids"]) + len(r["response_ids"]) for r in records]
@@ -203,15 +189,9 @@ def load_or_generate_responses(model, tokenizer, records: Sequence[dict], *, tar
 def load_or_build(model, tokenizer, records: Sequence[dict], *, target_fp: str, max_new_tokens: int,
                   cache_dir: str = DEFAULT_CACHE_DIR, batch_size: int = 8, max_tokens: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None) -> tuple[SelfDistillation, str]:
-    """Self-distillation data for this target fingerprint, from the cache where possible.
-
-    Stages, each cached: greedy responses (``.jsonl``; generated only when absent), then hidden
-    states (``.safetensors``; recomputed from the responses when absent). ``max_tokens`` keeps only
-    the shortest records within that many tokens (see :func:`select_by_budget`).
-
-    Returns:
-        ``(data, source)`` with ``source`` one of ``"cached"``, ``"cached responses"``, ``"generated"``.
-    """
+    """Self-distillation data for this target, each stage cached (responses, then hidden states);
+    ``max_tokens``: :func:`select_by_budget`. Returns ``(data, source)``, ``source`` one of
+    ``"cached"``, ``"cached responses"``, ``"generated"``."""
     _, tensors = cache_paths(cache_dir, target_fp, len(records), max_new_tokens, max_tokens)
     responses, source = load_or_generate_responses(model, tokenizer, records, target_fp=target_fp,
                                                    max_new_tokens=max_new_tokens, cache_dir=cache_dir,

@@ -1,11 +1,8 @@
 """Distillation labels from the cached top-k of the target's next-token distribution.
 
-Every trainer (EAGLE-3 layer, Medusa heads, drafter) learns the *target's* distribution at a
-position, not the dataset's next token: on fixed data (ShareGPT) the two differ, and only the
-target's choice is what verification will accept. The cache keeps the top ``k`` entries per
-position (:mod:`.features`); a drafter scoring a reduced vocabulary of ``R`` tokens sees them
-restricted to it and renormalised (EAGLE-3's rule), and positions whose target argmax lies outside
-it carry no label (it cannot be drafted there).
+Trainers learn the target's distribution, not the dataset's next token (only the target's choice is
+accepted). The cache keeps the top ``k`` per position (:mod:`.features`); a reduced vocabulary sees them
+restricted and renormalised, and positions whose target argmax lies outside carry no label.
 """
 
 from __future__ import annotations
@@ -24,20 +21,10 @@ def reduced_table(vocab_ids: torch.Tensor | None, vocab_size: int, device=None) 
 
 def soft_targets(topk_ids: torch.Tensor, topk_p: torch.Tensor, table: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sparse soft labels over the drafting vocabulary from top-k entries.
-
-    Args:
-        topk_ids: ``LongTensor[..., k]`` token ids, best first.
-        topk_p: ``[..., k]`` their target probabilities.
-        table: :func:`reduced_table`.
-
-    Returns:
-        ``(index [..., k], weight [..., k], ok [...])``: drafting-vocabulary indices (0 where
-        outside it, with weight 0) and the top-k mass inside the drafting vocabulary renormalised
-        to 1; ``ok`` is False where the target's argmax is outside it (no label there). The
-        cross-entropy of draft log-probabilities ``logp [..., R]`` is
-        ``-(weight * logp.gather(-1, index)).sum(-1)``.
-    """
+    """Sparse soft labels from ``topk_ids`` (long ``[..., k]``, best first) and ``topk_p`` through
+    ``table``: ``(index, weight [..., k], ok [...])``, indices 0 / weight 0 outside the vocabulary, the
+    inside mass renormalised; ``ok`` False where the argmax is outside. CE of ``logp [..., R]`` is
+    ``-(weight * logp.gather(-1, index)).sum(-1)``."""
     red = table[topk_ids]
     inside = red >= 0
     w = topk_p.float() * inside

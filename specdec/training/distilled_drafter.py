@@ -1,14 +1,9 @@
 """A small drafter distilled from the target: a few of its decoder layers, its embeddings and LM head.
 
-The drafter is the target's architecture with ``num_layers`` decoder layers, initialised from
-evenly spaced target layers, and trained on the target's own greedy responses (teacher forcing,
-hard labels = what the target emitted). The embedding matrix and LM head are the target's, frozen
-and **not stored** in the artifact (for SmolLM2 they are 28M of its 135M parameters), so:
-
-* the artifact is small (only the decoder layers and final norm);
-* its manifest is bound to the tokenizer (``bound_to="tokenizer"``) like any draft model, and also
-  names the fingerprint of the embedding matrix it must be loaded with; loading it against
-  different embeddings is refused (explicit override warns), because the layers were trained on them.
+``num_layers`` decoder layers of the target's architecture, initialised from evenly spaced target
+layers, trained on the target's greedy responses. Embeddings and LM head are the target's, frozen and
+not stored; the manifest is bound to the tokenizer and names the embedding fingerprint, so loading on
+other embeddings is refused (an explicit override warns).
 """
 
 from __future__ import annotations

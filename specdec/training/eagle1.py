@@ -1,22 +1,13 @@
 """Training the EAGLE draft layer on self-distillation data, in plain torch.
 
-Data: the target's own greedy responses (the records Medusa uses) with the target's final post-norm
-hidden state at *every* position of prompt + response (the draft layer attends over the prompt at
-inference, so it must see prompt context in training too). One teacher-forced forward per record,
-cached beside the responses as ``...-full.safetensors``.
-
-Loss (EAGLE-1): at position ``t`` the layer reads ``(f_t, e_{t+1})`` and predicts ``f_{t+1}``;
-``smooth_l1(pred, f_{t+1}) + ce_weight * CE(q_t, softmax(lm_rows @ pred))`` where ``q_t`` is the
-target's own next-token distribution ``softmax(lm_rows @ f_{t+1})`` over the reduced drafting
-vocabulary (soft labels, as EAGLE; ``soft_labels=False`` uses the hard label ``x_{t+2}``, which
-under greedy decoding is the argmax of the full distribution). Soft labels are defined at every
-position, so by default the kept prompt positions train too (``prompt_loss``): the target's
-features on user text are real target features, and on this small data set (65k response tokens)
-they measurably help (held-out top-1 0.244 -> 0.264 with half the epochs; docs/proposers/eagle.md).
-Held-out metrics count response positions only. Gaussian noise (``noise`` x the feature RMS) is
-added to the input features, as EAGLE does, because at drafting time deeper levels read the
-layer's own (imperfect) predictions.
-Long prompts are cut to their last ``context`` tokens for training (compute), never at inference.
+Data: the target's greedy responses with its post-norm hidden state at every position of prompt +
+response (the layer attends over the prompt at inference), cached as ``...-full.safetensors``. Loss
+(EAGLE-1): from ``(f_t, e_{t+1})`` predict ``f_{t+1}``; ``smooth_l1(pred, f_{t+1}) + ce_weight *
+CE(q_t, softmax(lm_rows @ pred))`` with soft labels ``q_t = softmax(lm_rows @ f_{t+1})`` over the
+drafting vocabulary (``soft_labels=False``: hard label ``x_{t+2}``). Prompt positions train too by
+default (``prompt_loss``); held-out metrics count response positions only. Input features get
+Gaussian noise (``noise`` x RMS) because deeper draft levels read the layer's own predictions. Prompts
+are cut to their last ``context`` tokens in training only. Measurements: docs/proposers/eagle.md.
 """
 
 from __future__ import annotations
@@ -64,14 +55,8 @@ class EagleTrainConfig:
 
 @dataclass
 class FullSequences:
-    """Every record's prompt + response with the target's hidden state at every position.
-
-    Attributes:
-        records: the self-distillation records (``prompt_ids``, ``response_ids``, ``category``...).
-        hidden: ``[N, H]`` float16, rows of record ``i`` at ``offsets[i]:offsets[i+1]``.
-        tokens: ``LongTensor[N]``, the token at each row's position.
-        offsets: ``LongTensor[n + 1]``.
-    """
+    """Every record's prompt + response with hidden states: ``records``, ``hidden`` float16 ``[N, H]``
+    (record ``i`` at ``offsets[i]:offsets[i+1]``), ``tokens`` long ``[N]``, ``offsets`` long ``[n + 1]``."""
 
     records: list[dict]
     hidden: torch.Tensor
@@ -84,14 +69,12 @@ class FullSequences:
         return self.hidden[a:b], self.tokens[a:b], len(self.records[i]["prompt_ids"])
 
     def heldout(self, every: int = 10) -> list[int]:
-        """Held-out record indices: every ``every``-th record (:func:`~.loop.is_heldout`), counting
-        only records of the prompt file; synthetic records (``"source": "synthetic"``) always train."""
+        """Every ``every``-th prompt-file record (:func:`~.loop.is_heldout`); synthetic records always train."""
         return [i for i, r in enumerate(self.records)
                 if r.get("source", "prompts") == "prompts" and is_heldout(i, every)]
 
     def extended(self, other: "FullSequences") -> "FullSequences":
-        """These records followed by ``other``'s. Only synthetic records may follow, so the held-out
-        split of the prompt records (by index) is the same with or without them."""
+        """These records then ``other``'s (synthetic only, so the held-out split is unchanged)."""
         if any(r.get("source") != "synthetic" for r in other.records):
             raise ValueError("only synthetic records can extend a data set (others would shift the held-out split)")
         return FullSequences(self.records + list(other.records), torch.cat([self.hidden, other.hidden]),
@@ -147,10 +130,8 @@ def _reduced_table(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Ten
 
 
 def _batch(data: FullSequences, idx: Sequence[int], context: int, embed: torch.Tensor, table: torch.Tensor):
-    """Padded tensors for records ``idx``: ``(feats, embeds, target feats [B, T, H], labels [B, T],
-    response mask, valid mask [B, T])``; position ``t`` of a row is ``s + t`` of its record (prompt cut to
-    ``context``). The response mask holds positions ``t >= P - 2`` with a next-next token; the valid
-    mask every non-padding position."""
+    """``(feats, embeds, target feats [B, T, H], labels [B, T], response mask, valid mask [B, T])`` for
+    records ``idx`` (prompts cut to ``context``; response mask: positions ``t >= P - 2`` with a label)."""
     seqs = []
     for i in idx:
         h, tok, P = data.sequence(i)
@@ -178,13 +159,9 @@ def _batch(data: FullSequences, idx: Sequence[int], context: int, embed: torch.T
 
 def _losses(layer: EagleLayer, rows: torch.Tensor, feats, embeds, target, labels, mask, ce_weight: float,
             soft: bool):
-    """``(total, feature loss sum, ce sum, hits, count)`` over the positions in ``mask``.
-
-    ``soft``: the CE target is the target's own next-token distribution over the drafting
-    vocabulary, ``softmax(rows @ f_{t+1})`` (EAGLE), defined at every position; otherwise the hard
-    label ``x_{t+2}`` (positions whose label is outside the drafting vocabulary add no CE). ``hits``
-    always counts argmax == hard label (out-of-vocabulary labels are misses).
-    """
+    """``(total, feature loss sum, ce sum, hits, count)`` over ``mask``; ``soft``: CE against
+    ``softmax(rows @ f_{t+1})``, else the hard label (out-of-vocabulary labels add no CE); ``hits``
+    counts argmax == hard label."""
     pred = layer(feats, embeds)[mask]  # [n, H]
     lab = labels[mask]
     tgt = target[mask]

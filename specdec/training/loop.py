@@ -26,11 +26,8 @@ def cosine_schedule(opt, total: int, warmup: int = 0):
 
 
 def optimizer_step(loss: torch.Tensor, opt, sched, losses: list[float], bar=None, window: int = 20, **postfix) -> None:
-    """Backpropagate ``loss``, step optimiser and schedule, record the loss, update ``bar``.
-
-    ``losses`` grows by one value; the progress bar shows the mean of the last ``window`` losses
-    (one step's loss is too noisy to read) plus any ``postfix`` fields (e.g. the epoch).
-    """
+    """Backpropagate ``loss``, step optimiser and schedule, append it to ``losses``, and show the mean
+    of the last ``window`` losses (plus ``postfix`` fields) on ``bar``."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

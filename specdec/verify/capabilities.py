@@ -1,25 +1,12 @@
 """What a transformers causal LM must offer to be verified exactly, read from the model, not its name.
 
-:func:`inspect_model` turns a model into :class:`TargetFeatures` (what the verify adapter adapts to:
-per-layer sliding windows, soft-capping, the logit transform of its LM head, its position limit)
-or refuses it with a ``ValueError`` that names the missing feature. Nothing here knows a
-``model_type``: a new architecture is supported as soon as it has the features.
-
-Requirements (each refused by name when absent):
-
-* a decoder-only causal LM: ``config.is_encoder_decoder`` false, causal attention (no
-  ``is_causal=False`` / ``use_bidirectional_attention``), a base model under
-  ``model.base_model_prefix`` and an output embedding (the LM head);
-* a base forward that takes explicit ``position_ids`` and a ``cache`` (a ``DynamicCache``): tree
-  nodes sit at ``prefix + depth``, not at their row in the cache;
-* attention that honours a prepared 4-D mask: ``eager`` or ``sdpa`` (flash attention takes only
-  2-D padding masks, flex attention a ``BlockMask``);
-* positions from ``position_ids`` (rotary or a learned table), not from the mask (ALiBi);
-* attention layers of the kinds ``full_attention`` and ``sliding_attention`` only (no chunked,
-  linear or recurrent layers: their state cannot be compacted row by row);
-* attention soft-capping only under ``eager`` attention (SDPA cannot apply it).
-
-The tree-attention op has further limits (:func:`tree_op_refusal`).
+:func:`inspect_model` returns :class:`TargetFeatures` or a ``ValueError`` naming the missing feature;
+no ``model_type`` is known here. Required: a decoder-only causal LM (causal attention, a base model
+under ``base_model_prefix``, an LM head); a base forward taking ``position_ids`` and a ``DynamicCache``
+(nodes sit at ``prefix + depth``); ``eager`` or ``sdpa`` attention (a prepared 4-D mask); positions
+from ``position_ids``, not the mask (no ALiBi); only ``full_attention`` / ``sliding_attention`` layers
+(others cannot be compacted row by row); soft-capping only under ``eager``. The tree op has further
+limits (:func:`tree_op_refusal`).
 """
 
 from __future__ import annotations
@@ -35,23 +22,16 @@ MASKABLE_ATTENTION = ("eager", "sdpa")
 
 @dataclass(frozen=True)
 class TargetFeatures:
-    """The facts about a model that the verify adapter adapts to.
+    """What the verify adapter adapts to.
 
     Attributes:
-        windows: per decoder layer, its sliding window ``W`` (a key is visible from a query at most
-            ``W - 1`` positions later, transformers' convention) or None for full attention.
-        layer_types: ``config.layer_types`` when the model keys its masks by layer type (then a
-            per-type mask mapping is passed when the windows differ), else None.
-        max_positions: ``config.max_position_embeddings`` (positions ``0 .. max_positions - 1``),
-            or None when the config names no limit.
-        attn_softcap: attention-logit soft-capping (``attn_logit_softcapping``), applied by the
-            model's own eager attention; the tree op cannot apply it.
-        final_softcap: ``cap * tanh(logits / cap)`` applied to the LM head's output.
-        logit_scale: the factor the model's head multiplies its logits by (Granite divides by
-            ``logits_scaling``, Cohere multiplies by ``logit_scale``), 1.0 for most models.
-        attention_backend: the model declares ``_supports_attention_backend``: its layers call
-            transformers' attention registry with the forward's keyword arguments, so specdec's
-            registered attention function (grouped SDPA, the tree op) can run in them.
+        windows: per layer, sliding window ``W`` (a key is visible at most ``W - 1`` positions later)
+            or None. ``layer_types``: ``config.layer_types`` when masks are keyed by layer type.
+        max_positions: ``config.max_position_embeddings``, or None without a limit.
+        attn_softcap: attention-logit soft-capping (eager only; not the tree op).
+        final_softcap: ``cap * tanh(logits / cap)`` on the head's output; ``logit_scale``: the factor
+            the head multiplies logits by (Granite, Cohere; else 1.0).
+        attention_backend: layers call transformers' attention registry, so specdec's function can run.
     """
 
     windows: tuple[int | None, ...]
@@ -125,11 +105,7 @@ def inspect_model(model) -> TargetFeatures:
 
 
 def tree_op_refusal(model, features: TargetFeatures) -> str | None:
-    """Why ``attention="tree_op"`` cannot run ``model`` exactly, or None when it can.
-
-    Sliding windows are not a reason: layers whose window binds in a step get a dense windowed mask
-    for that step (:mod:`specdec.verify.masks`), the others the op.
-    """
+    """Why ``attention="tree_op"`` cannot run ``model`` exactly, or None (sliding windows are fine)."""
     name = type(model).__name__
     if not features.attention_backend:
         return (f"{name} does not route attention through transformers' attention registry with the forward's "

@@ -1,30 +1,9 @@
 """Run a Hugging Face causal LM over a batch of DraftTrees in one forward, and compact its KV cache.
 
-Cache design (ragged batches)
------------------------------
-All requests of a batch share one ``DynamicCache`` whose tensors are ``[B, Hkv, S, D]``. Request
-``b`` owns the *right-padded* rows ``[0, lengths[b])``; rows ``[lengths[b], S)`` are holes left by
-requests that accepted fewer tokens than the longest one, and the attention mask hides them. This
-keeps every request's positions natural (``position = row``), needs no left padding and no
-per-request caches, and makes compaction a move of the accepted rows only.
-
-One verify step for request ``b`` feeds ``T = 1 + N`` tokens: the *pending* token (the last emitted
-token, whose K/V is not cached yet) at position ``lengths[b]``, then the tree nodes, node ``i`` at
-position ``lengths[b] + depth[i]``. The forward writes request ``b``'s ``T`` new rows right after
-its own prefix, at ``[lengths[b], lengths[b] + T)`` (:mod:`specdec.verify.cache`), so they directly
-follow the prefix in every request, holes or not. Row 0 of the output is the target distribution
-after the committed prefix (the tree's root), row ``1 + i`` the distribution after node ``i``.
-After acceptance of node path ``p`` the rows of ``p`` move up behind the pending row and the cache
-is cut to the longest request; the next step's pending token is the bonus/recovery token.
-
-The mask is a 4-D additive float mask ``[B, 1, T, S + T]`` (or one per layer type, for models whose
-layers differ in their sliding window) handed to the model as a prepared mask (transformers uses a
-4-D mask as-is), so the model code is not forked (:mod:`specdec.verify.masks`). When no row needs
-it (no holes and every tree a chain of one common length) no mask is passed and the model uses its
-own causal path: plain decoding then runs the same kernels as ``model.generate``. In tree-op mode
-the op reads each request's prefix length directly, so ragged steps with a draft need no mask.
-
-What a model must offer is checked by feature, not by name (:mod:`specdec.verify.capabilities`).
+Cache layout: :mod:`specdec.verify.cache`. A verify step feeds ``T = 1 + N`` tokens per request: the
+pending token (last emitted, not yet cached) at position ``lengths[b]``, node ``i`` at
+``lengths[b] + depth[i]``. The 4-D additive mask (:mod:`specdec.verify.masks`) is omitted when no row
+needs it (no holes, equal chains: plain decoding runs ``model.generate``'s kernels).
 """
 
 from __future__ import annotations
@@ -48,17 +27,10 @@ from .patch import ForwardPatch
 
 @dataclass
 class BatchState:
-    """KV state of a batch of requests between verify steps.
-
-    Attributes:
-        cache: the shared ``DynamicCache`` (``[B, Hkv, S, D]`` per layer).
-        lengths: committed K/V rows per request (``len == B``).
-        pending: the emitted-but-not-cached token of each request (``len == B``), fed first on the
-            next verify step.
-        verified: ``(N, parents per request)`` of the verify step whose rows await
-            :meth:`HFTarget.commit` / :meth:`HFTarget.discard`, else ``None``; lets them check the
-            paths and the row count they are given against what the forward actually appended.
-    """
+    """KV state of a batch between verify steps: ``cache`` (shared ``DynamicCache``), ``lengths``
+    (committed rows per request), ``pending`` (emitted-but-uncached token per request, fed first next
+    step), ``verified`` (``(N, parents per request)`` of the verify awaiting :meth:`HFTarget.commit` /
+    :meth:`HFTarget.discard`, else None)."""
 
     cache: object
     lengths: list[int]
@@ -76,14 +48,9 @@ class BatchState:
 
 @dataclass
 class VerifyOutput:
-    """Target outputs of one verify forward.
-
-    Attributes:
-        logits: ``float32 [B, 1 + N, V]``; row 0 after the committed prefix, row ``1 + i`` after node i.
-        hidden: ``[B, 1 + N, H]`` final (post-norm) hidden states at the same rows (with
-            ``HFTarget(hidden_layers=...)``: those layers' states concatenated, ``[B, 1 + N, len * H]``).
-        trees: the verified trees (``len == B``).
-    """
+    """One verify forward: ``logits`` float32 ``[B, 1 + N, V]`` (row 0 after the prefix, ``1 + i``
+    after node i), ``hidden`` ``[B, 1 + N, H]`` post-norm states (``[..., len * H]`` with
+    ``hidden_layers``), ``trees`` (``len == B``)."""
 
     logits: torch.Tensor
     hidden: torch.Tensor
@@ -94,23 +61,16 @@ class HFTarget:
     """Adapter running a transformers ``*ForCausalLM`` as a speculative-decoding target.
 
     Args:
-        model: a decoder-only causal LM in eval mode whose attention takes a prepared 4-D mask and
-            explicit ``position_ids`` over a ``DynamicCache`` (checked by feature:
-            :func:`specdec.verify.capabilities.inspect_model`; the architecture matrix is in
-            ``docs/engine.md``).
-        attention: ``"mask"`` (default: the model's own attention with a 4-D additive mask; an
-            SDPA model runs grouped SDPA during specdec's forwards, which skips transformers' copy
-            of grouped K/V heads) or ``"tree_op"`` (the specdec tree-attention op through
-            transformers' attention registry, ragged batches included; a sliding-window layer
-            whose window hides a key in a step gets its dense windowed mask for that step). Both
-            go through :mod:`specdec.verify.patch`, which changes the model only while specdec's
-            own forwards run.
-        skinny_linear: route the model's float32 CPU ``nn.Linear`` layers and the LM head through
-            :func:`specdec.ops.skinny_linear` during specdec's forwards (default True). False keeps
-            the model's own ``F.linear`` calls.
-        hidden_layers: None (default): ``hidden`` outputs are the final post-norm hidden states. A
-            tuple of ``output_hidden_states`` indices: those layers' states concatenated
-            (``[..., len * H]``), what an EAGLE-3 proposer (``target_layers``) reads.
+        model: a decoder-only causal LM in eval mode taking a prepared 4-D mask and ``position_ids``
+            over a ``DynamicCache`` (checked by :func:`specdec.verify.capabilities.inspect_model`).
+        attention: ``"mask"`` (the model's attention with a 4-D additive mask; SDPA runs grouped) or
+            ``"tree_op"`` (specdec's tree-attention op via transformers' attention registry; a
+            sliding layer whose window hides a key gets its dense mask). Both patch the model only
+            during specdec's forwards (:mod:`specdec.verify.patch`).
+        skinny_linear: route float32 CPU ``nn.Linear`` layers and the LM head through
+            :func:`specdec.ops.skinny_linear` during specdec's forwards.
+        hidden_layers: None: ``hidden`` is the final post-norm state; else ``output_hidden_states``
+            indices whose states are concatenated (``[..., len * H]``, EAGLE-3's ``target_layers``).
 
     Raises:
         ValueError: naming the missing feature (see :mod:`specdec.verify.capabilities`), a
@@ -118,8 +78,8 @@ class HFTarget:
             (no attention-registry support, attention soft-capping), or an LM head whose logits the
             adapter does not reproduce.
 
-    One HFTarget serves one thread at a time (its forwards raise ``RuntimeError`` when another
-    thread is inside one); several HFTargets over one shared model may run in parallel threads.
+    One thread at a time per HFTarget (``RuntimeError`` otherwise); HFTargets sharing a model may
+    run in parallel threads.
     """
 
     def __init__(self, model, *, attention: str = "mask", skinny_linear: bool = True, hidden_layers=None):
@@ -168,13 +128,9 @@ class HFTarget:
     # ------------------------------------------------------------------ forward helpers
     def _forward(self, input_ids, position_ids, mask, cache, rows=None, extra=None,
                  starts=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One base-model forward; returns (float32 logits, hidden ``[B, T, H]``).
-
-        Logits are ``[B, T, V]``, or ``[B, V]`` at positions ``rows`` (``LongTensor[B]``) when given:
-        prefill needs only the last position, and the LM head over a long prompt is expensive.
-        ``starts``: the row at which each request's new K/V rows are written (None: appended). A
-        forward that raises leaves the cache as it found it.
-        """
+        """One base-model forward: (float32 logits ``[B, T, V]``, or ``[B, V]`` at ``rows``
+        (``LongTensor[B]``); hidden ``[B, T, H]``). ``starts``: row where each request's new K/V is
+        written (None: appended). A forward that raises leaves the cache unchanged."""
         before = cache.rows
         cache.write_at(starts, input_ids.shape[1], self.device)
         try:
@@ -220,10 +176,8 @@ class HFTarget:
 
     @torch.inference_mode()
     def _check_head(self) -> None:
-        """Refuse a model whose own forward computes logits other than ``head(base(x))``: a logit
-        transform specdec does not know would change every verified distribution. One one-token
-        forward of the model, no cache; a hook (removed at once) keeps the base model's output, or
-        the base model runs once more when the causal LM bypasses its forward."""
+        """Refuse a model whose forward's logits differ from ``head(base(x))`` (an unknown logit
+        transform would change every verified distribution); one one-token forward, no cache."""
         seen, me = [], threading.get_ident()  # other threads may be running the same model meanwhile
         hook = self.base.register_forward_hook(
             lambda module, args, out: seen.append(out.last_hidden_state) if threading.get_ident() == me else None
@@ -274,12 +228,11 @@ class HFTarget:
         """``trees`` cut to the depth each request's remaining positions allow (:meth:`DraftTree.cut`):
         a draft never reaches past the model's last position."""
         left = self.positions_left(state)
-        return list(trees) if left is None else [t.cut(max(d, 0)) for t, d in zip(trees, left)]
+        return list(trees) if left is None else [t.cut(max(d, 0))[0] for t, d in zip(trees, left)]
 
     def check_room(self, prompt_lens: Sequence[int], max_new_tokens: int) -> None:
-        """Refuse, before any model work, a request whose prompt plus ``max_new_tokens`` needs more
-        positions than the model has (the last emitted token is never fed, so a request needs
-        ``len(prompt) + max_new_tokens - 1`` positions)."""
+        """ValueError, before any model work, when ``len(prompt) + max_new_tokens - 1`` exceeds the
+        model's positions (the last emitted token is never fed)."""
         if self.max_positions is None:
             return
         for i, n in enumerate(prompt_lens):
@@ -303,13 +256,9 @@ class HFTarget:
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
     def prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[BatchState, torch.Tensor, list[torch.Tensor]]:
-        """Encode prompts (right-padded into one batch).
-
-        Returns:
-            state: cache with each prompt's K/V (``lengths[b] = len(prompts[b])``), pending unset (-1).
-            logits: ``float32 [B, V]`` target logits after each full prompt.
-            hidden: per request ``[len(prompt), H]`` final hidden states at every prompt position.
-        """
+        """Encode prompts (right-padded into one batch). Returns ``state`` (``lengths[b] =
+        len(prompts[b])``, pending -1), ``logits`` float32 ``[B, V]`` after each prompt, and ``hidden``:
+        per request ``[len(prompt), H]``."""
         if not prompts:
             raise ValueError("prefill needs at least one prompt")
         lens = [len(p) for p in prompts]
@@ -379,11 +328,8 @@ class HFTarget:
 
     @torch.inference_mode()
     def verify(self, state: BatchState, trees: Sequence[DraftTree]) -> VerifyOutput:
-        """One forward over the pending token and every node of every tree.
-
-        ``trees[b]`` belongs to request ``b`` of ``state``. The forward writes ``1 + N`` K/V rows per
-        request right after its committed rows; call :meth:`accept` next to keep the accepted ones.
-        """
+        """One forward over the pending token and every node of ``trees[b]`` for each request ``b``;
+        writes ``1 + N`` K/V rows per request: :meth:`commit` or :meth:`discard` them next."""
         if len(trees) != state.batch_size:
             raise ValueError(f"verify got {len(trees)} trees for a batch of {state.batch_size} requests")
         if min(state.pending) < 0:
@@ -417,8 +363,7 @@ class HFTarget:
         *,
         validate: bool = True,
     ) -> None:
-        """Commit the last verify's outcome to the KV cache: keep the pending row and the accepted
-        path's rows, drop the rest (compaction).
+        """Keep the pending row and the accepted path's rows of the last verify, drop the rest.
 
         Args:
             paths: per request, accepted node indices root->leaf (may be empty).
@@ -504,9 +449,8 @@ class HFTarget:
 
 
 def _refuse_compiled(model) -> None:
-    """A ``torch.compile``'d model (or one holding compiled submodules) is refused by name: every
-    verify step has another shape (a recompile, or a silent fallback, each step), and the forward
-    patch must reach the model's own modules, which a compiled wrapper hides."""
+    """Refuse a ``torch.compile``'d model (or compiled submodule): every step has a new shape, and
+    the forward patch cannot reach modules a compiled wrapper hides."""
     from torch._dynamo.eval_frame import OptimizedModule
 
     compiled = (

@@ -1,18 +1,9 @@
 """Which cache rows each fed token may attend to, as the 4-D masks a transformers model takes as given.
 
-Layout (see :mod:`specdec.verify.cache`): request ``b`` owns cache rows ``[0, lengths[b])``, the
-position of row ``r`` being ``r``; a verify step writes its ``T = 1 + N`` new rows (the pending
-token, then the tree nodes) at ``[lengths[b], lengths[b] + T)``, whatever the other requests'
-lengths, so the rows after them are holes. A query sees its request's committed rows and the new
-rows of its ancestors and itself.
-
-Sliding windows are applied by *position*, not by row: a key at position ``k`` is visible from a
-query at position ``q`` only if ``q - k < W`` (transformers' convention), so a tree node at depth
-``d`` sees the last ``W - d`` committed positions. Every cache row is kept (sliding layers too) and
-the window lives only in the mask, so compaction moves rows the same way on every layer.
-
-A model whose layers differ in their window (Gemma 2/3, Qwen2 with ``use_sliding_window``) takes a
-mapping ``{layer_type: mask}``; transformers' hybrid models use a prepared mapping as given.
+Layout as in :mod:`specdec.verify.cache`; a query sees its request's committed rows and the new rows
+of its ancestors and itself. Sliding windows apply by position (key ``k`` visible from query ``q`` iff
+``q - k < W``) and live only in the mask. Models whose layers differ in their window take
+``{layer_type: mask}``.
 """
 
 from __future__ import annotations
@@ -34,9 +25,8 @@ def prefill_visibility(lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def step_positions(lengths: torch.Tensor, batch: TreeBatch) -> torch.Tensor:
-    """``LongTensor[B, 1 + N]``: the pending token at ``lengths[b]``, node i at ``lengths[b] + depth(i)``.
-    Padded nodes take the pending token's position: they see only themselves, and a position past
-    the model's last one must never reach a learned position table."""
+    """``LongTensor[B, 1 + N]``: the pending token at ``lengths[b]``, node i at ``lengths[b] + depth(i)``,
+    padded nodes at the pending token's position (never past the model's last)."""
     offsets = torch.where(batch.valid.cpu(), 1 + batch.position_offsets.cpu(), 0)
     return lengths.unsqueeze(1) + torch.cat([torch.zeros(len(batch), 1, dtype=torch.long), offsets], dim=1)
 
@@ -57,9 +47,7 @@ def step_visibility(lengths: torch.Tensor, cache_rows: int, batch: TreeBatch) ->
 
 
 def key_positions(lengths: torch.Tensor, cache_rows: int, positions: torch.Tensor) -> torch.Tensor:
-    """``LongTensor[B, S + T]``: the position of each key row after the step's write (row ``r`` below
-    ``lengths[b]`` is at ``r``; the new rows at their tokens' positions; holes keep their row index,
-    they are hidden anyway)."""
+    """``LongTensor[B, S + T]``: each key row's position after the step's write (holes keep their row index)."""
     B, T = positions.shape
     pos = torch.arange(cache_rows + T).unsqueeze(0).repeat(B, 1)
     return pos.scatter_(1, lengths.unsqueeze(1) + torch.arange(T), positions)
@@ -81,11 +69,9 @@ def window_binds(features: TargetFeatures, q_pos: torch.Tensor) -> bool:
 
 def model_masks(features: TargetFeatures, allowed: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                 additive, *, full_layers: bool = True):
-    """The ``attention_mask`` argument for the model: one 4-D mask when every layer sees the same keys
-    in this step (no window hides any, or all layers share one window), else ``{layer_type: mask}``.
-    ``additive`` turns bool ``[B, T, K]`` into the model's ``[B, 1, T, K]`` mask. ``full_layers=False``
-    gives full-attention layers None (tree-op mode: they run the op) and returns None when no layer
-    needs a mask."""
+    """The model's ``attention_mask``: one 4-D mask when every layer sees the same keys, else
+    ``{layer_type: mask}`` (``additive``: bool ``[B, T, K]`` -> ``[B, 1, T, K]``). ``full_layers=False``
+    (tree-op mode) gives full layers None, and None when no layer needs a mask."""
     if not window_binds(features, q_pos):
         return additive(allowed) if full_layers else None
     if not features.mixed:

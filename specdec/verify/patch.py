@@ -1,28 +1,12 @@
 """ForwardPatch: the one change specdec makes to a caller's model, and only while specdec's own forwards run.
 
-Two substitutions, each computing the same function as the model's own code, faster:
-
-* **linears** -- every plain float32 CPU ``nn.Linear`` under the given root runs
-  :func:`specdec.ops.skinny_linear.linear_rows` (an instance-level ``forward``, deleted on exit): a
-  verify step's few rows cost what one row costs (``benchmarks/kernels/skinny_linear.py``). With
-  ``half_weights`` the kernel reads a float16 copy of each weight that float16 holds exactly (a
-  draft layer stored in fp16): bitwise the same products from half the bytes.
-* **attention** -- a model configured for ``"sdpa"`` (and, in tree mode, any model) runs
-  :func:`specdec.ops.hf_attention.tree_attention_forward`: SDPA over grouped K/V without
-  transformers' copy of every K/V head when a mask comes with several query rows, and the
-  tree-attention op when the forward passes tree kwargs (``benchmarks/kernels/verify_attention.py``).
-
-On exit, exceptions included, the model is exactly as the caller gave it: no attribute, forward or
-attention setting of specdec survives the ``with`` block.
-
-Several decoders may share one model and run in several threads at once (each with its own
-decoder, target and proposer). Their patches then share one state, kept on the model only while
-at least one of them is inside: the first to enter applies the substitutions, the last to leave
-restores the model, and an entrant that needs tree attention switches it on for the rest too
-(the same function for them: without tree kwargs it is grouped SDPA). One ``ForwardPatch`` instance
-serves one thread at a time: entering it from a second thread while the first is inside raises
-``RuntimeError`` (one decoder per thread), and entering it twice in one thread is a bug
-(``RuntimeError``, not re-entrant).
+Two substitutions computing the model's own function, faster: float32 CPU ``nn.Linear`` layers run
+:func:`specdec.ops.skinny_linear.linear_rows` (an instance ``forward``; with ``half_weights``, from
+exact float16 copies: the same products from half the bytes), and SDPA models (any model in tree mode)
+run :func:`specdec.ops.hf_attention.tree_attention_forward`. On exit, exceptions included, the model
+is exactly as given. Patches of decoders sharing a model across threads share one state: the first in
+applies, the last out restores, and tree attention once switched on serves the rest too (grouped
+SDPA without tree kwargs). One instance per thread: a second thread or re-entry raises ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -39,8 +23,7 @@ _STATE = "_specdec_forward_patch"  # the model attribute that exists only while 
 
 
 def own_attention(model) -> str | None:
-    """The attention implementation the caller configured on ``model``, also while a specdec forward
-    in another thread has it switched (the configuration then names specdec's function)."""
+    """The caller's attention implementation on ``model``, also while another thread has it switched."""
     config = getattr(model, "config", None)
     for _ in range(2):  # a patch may appear between the two reads: look once more
         shared = model.__dict__.get(_STATE)
@@ -71,17 +54,12 @@ class ForwardPatch:
     """Context manager applying the substitutions above to ``model`` for the duration of a ``with``.
 
     Args:
-        model: the module whose forwards run inside the block (a transformers model for the
-            attention substitution; any module for the linears alone).
-        linears: the module whose ``nn.Linear`` layers are routed through the skinny kernel, or
-            None (default: none). HFTarget passes the base model: it computes the LM head itself.
-        attention: switch an SDPA model to specdec's attention function (default True); False
-            leaves attention alone (a drafter that only wants its linears routed).
-        tree_attention: also switch models not configured for SDPA (needed when forwards pass tree
-            kwargs).
-        half_weights: keep a float16 copy of every routed weight that float16 holds exactly and let
-            the kernel read it (default False: the copies cost half the weights' memory again, see
-            :attr:`extra_bytes`). A copy is remade when its weight was changed in place since.
+        model: the module whose forwards run inside the block (transformers model for attention).
+        linears: the module whose ``nn.Linear`` layers use the skinny kernel, or None.
+        attention: switch an SDPA model to specdec's attention function; ``tree_attention``: switch
+            any model (needed when forwards pass tree kwargs).
+        half_weights: let the kernel read exact float16 copies (half the weights' memory again,
+            :attr:`extra_bytes`; remade after in-place changes).
     """
 
     def __init__(self, model: nn.Module, *, linears: nn.Module | None = None, attention: bool = True,
@@ -113,8 +91,7 @@ class ForwardPatch:
         return sum(h.numel() * h.element_size() for _, _, h in self._halves.values() if h is not None)
 
     def _kernel_weight(self, m: nn.Linear) -> torch.Tensor | None:
-        """The exact float16 copy of ``m.weight`` (remade when the weight was replaced or changed in
-        place since), or None."""
+        """The exact float16 copy of ``m.weight`` (remade after a change), or None."""
         if not self.half_weights:
             return None
         w = m.weight

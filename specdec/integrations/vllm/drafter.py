@@ -230,3 +230,11 @@ class GatedSuffixDrafter(SuffixDrafter):
             raise ValueError("GatedSuffixDrafter needs gate_off_above or cost_gate in SPECDEC_VLLM_OPTIONS "
                              "(e.g. '{\"cost_gate\": true}' or '{\"gate_off_above\": 8}')")
         super().__init__(vllm_config)
+
+
+class CostGatedSuffixDrafter(SuffixDrafter):
+    """SuffixDrafter with the cost gate on (``cost_gate``: each step's budget from this engine's own step
+    times, :class:`~specdec.serving.cost_gate.CostGate`), so a ``speculative_config`` that names this
+    class is the whole setting: no ``SPECDEC_VLLM_OPTIONS`` needed (it may still add options)."""
+
+    OPTIONS = {"cost_gate": True}

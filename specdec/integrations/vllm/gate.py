@@ -22,10 +22,10 @@ import dataclasses
 import logging
 import time
 
-import numpy as np
 
+from ...control.interface import BatchView, Capped, Decision, Outcome
 from ...control.cost_gate import CostGate
-from ...control.load_gate import GateDecision, LoadGate
+from ...control.load_gate import LoadGate
 
 logger = logging.getLogger("specdec.vllm")
 
@@ -49,7 +49,8 @@ class GateStats:
 
 
 class GatedDrafting:
-    """One LoadGate (and optionally one CostGate) per drafter, fed each step.
+    """The drafter's controller (a LoadGate, or a LoadGate capping a CostGate), fed each step, with
+    its clock, counters and log lines.
 
     Args:
         k: num_speculative_tokens (the most a chain may hold).
@@ -64,6 +65,7 @@ class GatedDrafting:
         self.k = int(k)
         self.gate = LoadGate(off_above=off_above, on_below=on_below, budget=self.k, min_accept_rate=min_accept_rate)
         self.cost = CostGate(self.k) if cost_gate else None
+        self.controller = Capped(self.gate, self.cost) if self.cost is not None else self.gate
         self.stats = GateStats()
         self.log_every = log_every
         self.clock = clock
@@ -81,16 +83,13 @@ class GatedDrafting:
         rows that carried prefill work. ``now``: the clock at the call's entry.
         """
         now = self.clock() if now is None else now
-        drafted = np.asarray(drafted, dtype=np.int64)
-        accepted = np.asarray(accepted, dtype=np.int64)
-        total, hits = int(drafted.sum()), int(accepted.sum())
-        self.gate.observe(total, hits)
-        self.stats.drafted += total
-        self.stats.accepted += hits
+        seconds = None if self._last_call is None else now - self._last_call
+        outcome = Outcome.of(drafted, accepted, budget=self._verified_budget, seconds=seconds, fit=fit,
+                             offered=offered, prefill=prefill)
+        self.controller.observe(outcome)
+        self.stats.drafted += int(outcome.drafted.sum())
+        self.stats.accepted += int(outcome.accepted.sum())
         self.stats.accept_rate = self.gate.accept_rate
-        if self.cost is not None and self._last_call is not None:
-            self.cost.step(now - self._last_call, int(drafted.size), self._verified_budget, drafted, accepted, fit=fit,
-                           offered=offered, prefill=prefill)
         self._last_call = now
         self._verified_budget = self._budget  # this call's drafts are verified by the next step
 
@@ -99,14 +98,10 @@ class GatedDrafting:
         """This call's per-token acceptance bar (cost gate only; 0 otherwise)."""
         return self.stats.floor
 
-    def decide(self, batch_size: int, context: float) -> GateDecision:
+    def decide(self, batch_size: int, context: float) -> Decision:
         """This step's decision; counted, and logged on a switch and every ``log_every`` steps."""
-        d = self.gate.decide(batch_size, context)
-        floor = 0.0
-        if d.speculate and self.cost is not None:
-            j = self.cost.budget(batch_size, cap=d.budget)  # never above the load gate's (probe) budget
-            floor = self.cost.floor(batch_size, j)
-            d = GateDecision(j > 0, j, self.cost.last_reason)
+        d = self.controller.decide(BatchView(batch_size, context))
+        floor = d.floor
         s = self.stats
         if d.speculate:
             s.steps_drafting += 1

@@ -1,0 +1,371 @@
+"""The vLLM plan held to goodput: plan two pools, then measure every configuration at every load.
+
+SmolLM2-135M on vLLM's CPU build, two pools from the dev prompts (../shared/data/prompts_dev.jsonl):
+
+* ``interactive`` (copy-heavy): extraction, summarization, rag, translation; latency objective
+  (requests/s meeting TTFT and TPOT);
+* ``bulk`` (novel): writing, roleplay, reasoning; throughput objective (good output tokens/s).
+
+1. **Plan** (``specdec.plan.vllm.plan_vllm``, what ``specdec plan --engine vllm`` runs) on each
+   pool's first ``--plan-requests`` prompts: candidates off, ngram and suffix at K = 2 and 4,
+   specdec's ``custom_class`` drafter with its cost gate; the pool's schedule derived and
+   measured; a decision per pool.
+2. **Measure**, per pool and load level (``--levels`` rates across the pool's range, idle to past
+   saturation), every configuration the issue names: off, ngram K = 4, suffix K = 4, the pool's
+   best schedule, the cost-gated drafter, and the planned configuration, each on a fresh server
+   (no cache carries one level's answers into the next), on held-out prompts the plan never saw
+   (``--measure-requests``), with Poisson arrivals identical across configurations. Levels where
+   the plan's band is wide (the knee, where goodput is a cliff) are run ``--repeats`` times and
+   the median is compared; the table says how many runs each cell is.
+3. **Compare**: the planned configuration against the best of the others at every load (goal:
+   >= 0.98x); each prediction (for exactly the measured requests and arrivals) against the
+   measurement (goal: within 15%, and inside the band at the knee); greedy outputs against off;
+   KV blocks predicted from the configs against those the servers allocated (goal: within 5%;
+   ``--draft-model`` adds a draft model, whose memory is not zero); and the schedule against the
+   cost gate at the knee (K = 0 tax included: both are measured as deployed).
+
+Output in ``--out``: plan_goodput.md / .json, one PNG per pool, and the plan's own report in ``plan/``.
+
+Run in .venv-vllm:
+    .venv-vllm/bin/python -m benchmarks.vllm.plan_goodput --out benchmarks/results/vllm-plan-goodput
+    .venv-vllm/bin/python -m benchmarks.vllm.plan_goodput --smoke --out /tmp/plan-goodput-smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED_PROMPTS = ROOT.parent / "shared" / "data" / "prompts_dev.jsonl"
+
+
+def pool_text(args, prompts: Path) -> str:
+    n_inter, n_bulk = args.plan_requests + args.measure_requests, args.plan_requests_bulk + args.measure_requests_bulk
+    return f"""
+[pools.interactive]
+share = 0.7
+objective = "latency"
+ttft_s = {args.slo_ttft}
+tpot_s = {args.slo_tpot}
+rates = [{args.rates_interactive[0]}, {args.rates_interactive[1]}]
+prompts = "{prompts}"
+categories = ["extraction", "summarization", "rag", "translation"]
+requests = {n_inter}
+[pools.interactive.sampling]
+max_tokens = {args.max_tokens}
+
+[pools.bulk]
+share = 0.3
+objective = "throughput"
+ttft_s = {args.bulk_ttft}
+tpot_s = {args.bulk_tpot}
+rates = [{args.rates_bulk[0]}, {args.rates_bulk[1]}]
+prompts = "{prompts}"
+categories = ["writing", "roleplay", "reasoning"]
+requests = {n_bulk}
+[pools.bulk.sampling]
+max_tokens = {args.max_tokens}
+"""
+
+
+def split(pool, n_plan: int):
+    """The pool the plan sees (its first ``n_plan`` prompts) and the held-out prompts measured after it."""
+    return dataclasses.replace(pool, prompts=pool.prompts[:n_plan], requests=n_plan), list(pool.prompts[n_plan:])
+
+
+def serve_command(args, model: Path) -> str:
+    return (f"{sys.executable} -m vllm.entrypoints.openai.api_server --model {model} --host 127.0.0.1 "
+            f"--port {{port}} --dtype float32 --max-model-len 2048 --max-num-seqs {args.max_num_seqs} "
+            f"--max-num-batched-tokens {args.max_batched_tokens} --kv-cache-memory-bytes {args.kv_bytes} "
+            "--enforce-eager --seed 0 --disable-uvicorn-access-log {speculative_config}")
+
+
+def configs_for(outcome) -> dict:
+    """The issue's configurations for one pool as measured candidates, ``{label: Candidate}``; one config
+    measured once (its labels joined by ``=``, e.g. ``ngram:4=planned``)."""
+    cands = outcome.candidates
+    want = [("off", cands.get("off")), ("ngram:4", cands.get("ngram:4")), ("suffix:4", cands.get("suffix:4")),
+            ("sched", next((c for c in cands.values() if c.schedule is not None), None)),
+            ("custom_class:4", cands.get("custom_class:4")), ("planned", outcome.decision.chosen)]
+    labels: dict[str, list[str]] = {}
+    chosen: dict = {}
+    for label, c in want:
+        if c is not None:
+            key = json.dumps(c.config, sort_keys=True)
+            labels.setdefault(key, []).append(label)
+            chosen.setdefault(key, c)
+    return {"=".join(labels[k]): c for k, c in chosen.items()}
+
+
+def knee_levels(outcome, rates: list[float], width: float = 0.2) -> set[float]:
+    """Levels where some configuration's predicted band spans more than ``width`` of its score."""
+    out = set()
+    for rows in outcome.predictions.values():
+        for r, rate in zip(rows, outcome.rates):
+            if r["hi"] - r["lo"] > width * max(r["score"], 1e-9):
+                out.add(min(rates, key=lambda x: abs(x - rate)))
+    return out
+
+
+def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
+    from specdec.plan.goodput import SLO
+    from specdec.plan.vllm.measure import MeasurementError, measure_pool
+    from specdec.plan.vllm.predict import predict_run, rates_for, score_run
+    from specdec.plan.vllm.launcher import ServerDied, ServerRefused
+
+    rows = []
+    for pname, o in plan_result.pools.items():
+        pool = o.pool
+        slo = SLO(pool.ttft_s, pool.tpot_s)
+        rates = rates_for(*pool.rates, args.levels)
+        knees = knee_levels(o, rates) if args.repeats > 1 else set()
+        configs = configs_for(o)
+        for li, rate in enumerate(rates):
+            repeats = args.repeats if rate in knees else 1
+            off_ids = None
+            for label, cand in configs.items():
+                runs, errors = [], []
+                for rep in range(repeats):
+                    try:
+                        with source.server(cand, tag=f"{pname}-{li}-{rep}") as server:
+                            run = measure_pool(server, cand.name, pool, seed=args.seed + li, timeout=300.0,
+                                               records=heldout[pname], rates=(rate, rate), expect_k=cand.k)
+                        runs.append(run)
+                    except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
+                        errors.append(str(exc))
+                if not runs:
+                    rows.append({"pool": pname, "config": label, "rate": rate, "error": errors[0]})
+                    log(f"{pname} {rate:.3g} req/s {label}: {errors[0]}")
+                    continue
+                scores = [score_run(r, slo, pool.objective) for r in runs]
+                ids = [s.token_ids for s in runs[0].streams]
+                if cand.method == "off":
+                    off_ids = ids
+                cost, acc = o.models[cand.name]
+                pred = predict_run(cand, cost, acc, runs[0], runs[0].cache.tokens, plan_result.settings.engine, slo,
+                                   pool.objective, seed=args.seed)
+                measured = statistics.median(s["score"] for s in scores)
+                row = {"pool": pname, "config": label, "candidate": cand.name, "rate": rate, "runs": len(runs),
+                       "measured": measured, "measured_all": [s["score"] for s in scores],
+                       "tpot_p50": statistics.median(s["tpot_p50"] for s in scores),
+                       "ttft_p50": statistics.median(s["ttft_p50"] for s in scores),
+                       "predicted": pred["score"], "lo": pred["lo"], "hi": pred["hi"], "knee": rate in knees,
+                       "exact": None if not pool.sampling.greedy or off_ids is None else ids == off_ids,
+                       "blocks": runs[0].cache.num_blocks, "load_average": list(os.getloadavg())}
+                rows.append(row)
+                log(f"{pname} {rate:.3g} req/s {label}: measured {measured:.3g} ({len(runs)} runs), predicted "
+                    f"{pred['score']:.3g} ({pred['lo']:.3g}-{pred['hi']:.3g}), exact {row['exact']}")
+    return rows
+
+
+def goals(rows: list[dict], plan_result) -> list[str]:
+    """The issue's goals, one line each, met or not, from the measured rows."""
+    lines = []
+    ok = [r for r in rows if "error" not in r]
+    for pname in plan_result.pools:
+        for rate in sorted({r["rate"] for r in ok if r["pool"] == pname}):
+            here = [r for r in ok if r["pool"] == pname and r["rate"] == rate]
+            planned = next((r for r in here if "planned" in r["config"].split("=")), None)
+            others = [r["measured"] for r in here if "planned" not in r["config"].split("=")]
+            if planned and others:
+                ratio = planned["measured"] / max(others) if max(others) > 0 else 1.0  # 0 of 0: as good
+                lines.append(f"- {pname} at {rate:.3g} req/s: planned {planned['measured']:.3g} vs best other "
+                             f"{max(others):.3g}: {ratio:.2f}x ({'met' if ratio >= 0.98 else 'NOT met'}; "
+                             f"{planned['runs']} run(s))")
+    for r in ok:  # relative to the larger of the two, so a measured 0 does not make every prediction infinitely off
+        err = abs(r["predicted"] - r["measured"]) / max(r["measured"], r["predicted"], 1e-9)
+        inside = r["lo"] * 0.98 <= r["measured"] <= r["hi"] * 1.02
+        if err > 0.15 or (r["knee"] and not inside):
+            lines.append(f"- prediction {r['pool']} {r['config']} at {r['rate']:.3g} req/s: {r['predicted']:.3g} vs "
+                         f"measured {r['measured']:.3g} ({err:.0%}; band {r['lo']:.3g}-{r['hi']:.3g}"
+                         f"{', knee' if r['knee'] else ''}): NOT met")
+    for pname, o in plan_result.pools.items():
+        lines += schedule_vs_gate(pname, o, [r for r in ok if r["pool"] == pname])
+    bad = [r for r in ok if r["exact"] is False]
+    failed = ", ".join(f"{r['pool']} {r['config']} at {r['rate']:.3g}" for r in bad)
+    lines.append(f"- greedy outputs equal off: {'met' if not bad else 'NOT met: ' + failed}")
+    for pname, o in plan_result.pools.items():
+        for name, m in o.memory.items():
+            if m["blocks_predicted"] is not None:
+                err = abs(m["blocks_predicted"] - m["blocks"]) / m["blocks"]
+                lines.append(f"- KV blocks {pname} {name}: predicted {m['blocks_predicted']} vs allocated "
+                             f"{m['blocks']} ({err:.1%}; {'met' if err <= 0.05 else 'NOT met'})")
+    return lines
+
+
+def k0_tax(o) -> tuple[float, int] | None:
+    """The schedule's K = 0 tax from the plan's own runs: its decode steps at the batch sizes where it
+    drafts nothing, against off's at the same sizes (mean ratio of medians, and how many sizes)."""
+    sched = next((c for c in o.candidates.values() if c.schedule is not None), None)
+    if sched is None:
+        return None
+    ratios = []
+    for rows in range(1, sched.schedule[-1][1] + 1):
+        a, b = o.cals[sched.name].step_at(rows), o.cals["off"].step_at(rows)
+        if sched.k_at(rows) == 0 and a is not None and b is not None:
+            ratios.append(a[0] / b[0])
+    return (sum(ratios) / len(ratios), len(ratios)) if ratios else None
+
+
+def schedule_vs_gate(pname: str, o, rows: list[dict]) -> list[str]:
+    """vLLM's schedule against specdec's cost gate where the plan's band was widest (the knee), both as
+    deployed (the schedule's K = 0 steps keep vLLM's speculative path)."""
+    def at(label, rate):
+        return next((r for r in rows if label in r["config"].split("=") and r["rate"] == rate), None)
+
+    knees = sorted({r["rate"] for r in rows if r["knee"]}) or sorted({r["rate"] for r in rows})[-1:]
+    out = []
+    for rate in knees:
+        s, g = at("sched", rate), at("custom_class:4", rate)
+        if s and g:
+            out.append(f"- {pname} at {rate:.3g} req/s: schedule {s['measured']:.3g} (TPOT p50 {s['tpot_p50']:.3f} s) "
+                       f"vs cost gate {g['measured']:.3g} (TPOT p50 {g['tpot_p50']:.3f} s): "
+                       f"{s['measured'] / max(g['measured'], 1e-9):.2f}x")
+    tax = k0_tax(o)
+    if tax is not None:
+        out.append(f"- {pname}: the schedule's K = 0 steps took {tax[0]:.2f}x off's at the same batch size "
+                   f"({tax[1]} sizes measured)")
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| pool | load (req/s) | configuration | measured (runs) | predicted (band) | predicted / measured | "
+           "TPOT p50 (s) | outputs = off | load avg |", "|---|---:|---|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['pool']} | {r['rate']:.3g} | {r['config']} | failed: {r['error'][:80]} | | | | | |")
+            continue
+        ratio = f"{r['predicted'] / r['measured']:.2f}" if r["measured"] else "-"
+        out.append(f"| {r['pool']} | {r['rate']:.3g} | {r['config']} | {r['measured']:.3g} ({r['runs']}) | "
+                   f"{r['predicted']:.3g} ({r['lo']:.3g}-{r['hi']:.3g}) | {ratio} | {r['tpot_p50']:.3f} | "
+                   f"{ {True: 'yes', False: 'NO', None: '-'}[r['exact']]} | {r['load_average'][0]:.1f} |")
+    return "\n".join(out)
+
+
+def plot(rows: list[dict], pool: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label in dict.fromkeys(r["config"] for r in rows if r["pool"] == pool and "error" not in r):
+        pts = sorted((r["rate"], r["measured"], r["predicted"], r["lo"], r["hi"]) for r in rows
+                     if r["pool"] == pool and r["config"] == label and "error" not in r)
+        x = [p[0] for p in pts]
+        line, = ax.plot(x, [p[1] for p in pts], marker="o", label=f"{label} measured")
+        ax.plot(x, [p[2] for p in pts], ls="--", color=line.get_color(), lw=1)
+        ax.fill_between(x, [p[3] for p in pts], [p[4] for p in pts], color=line.get_color(), alpha=0.1)
+    ax.set_xscale("log")
+    ax.set_xlabel("offered load (requests/s)")
+    ax.set_ylabel("score (goodput or good tokens/s)")
+    ax.set_title(f"{pool}: measured (markers), predicted (dashed, band shaded)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-plan-goodput")
+    ap.add_argument("--prompts", type=Path, default=SHARED_PROMPTS)
+    ap.add_argument("--candidates", default="off,ngram:2,ngram:4,suffix:2,suffix:4,custom_class:4")
+    ap.add_argument("--draft-model", default=None, help="a draft model folder (same vocabulary): adds draft_model:2 "
+                    "to the plan, whose KV blocks test the memory prediction")
+    ap.add_argument("--plan-requests", type=int, default=32)
+    ap.add_argument("--plan-requests-bulk", type=int, default=10)
+    ap.add_argument("--measure-requests", type=int, default=32)
+    ap.add_argument("--measure-requests-bulk", type=int, default=12)
+    ap.add_argument("--levels", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3, help="runs at the knee levels (median compared)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--max-batched-tokens", type=int, default=2048)
+    ap.add_argument("--kv-bytes", type=int, default=1 << 30)
+    ap.add_argument("--rates-interactive", type=lambda t: [float(x) for x in t.split(",")], default=[0.25, 3.0])
+    ap.add_argument("--rates-bulk", type=lambda t: [float(x) for x in t.split(",")], default=[0.25, 3.0])
+    ap.add_argument("--slo-ttft", type=float, default=2.0)
+    ap.add_argument("--slo-tpot", type=float, default=0.15)
+    ap.add_argument("--bulk-ttft", type=float, default=30.0)
+    ap.add_argument("--bulk-tpot", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pools", default="interactive,bulk", help="which of the two pools to run")
+    ap.add_argument("--no-schedules", action="store_true", help="do not derive and measure schedules")
+    ap.add_argument("--smoke", action="store_true", help="the smallest size: the interactive pool, off and ngram:4, "
+                    "no schedule, two levels, 8 requests")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.candidates, args.levels, args.repeats, args.max_tokens = "off,ngram:4", 2, 1, 24
+        args.plan_requests = args.measure_requests = 8
+        args.plan_requests_bulk, args.measure_requests_bulk = 8, 8
+        args.pools, args.no_schedules = "interactive", True
+    if not args.prompts.is_file():
+        ap.error(f"prompts not found: {args.prompts} (../shared/data/prompts_dev.jsonl beside the repository)")
+    from specdec.integrations.vllm.checkpoint import vllm_ready
+    from specdec.models import DEFAULT_NAME, cache_dir
+    from specdec.plan.vllm.candidates import parse_candidates
+    from specdec.plan.vllm.launcher import ServeCommand
+    from specdec.plan.vllm.run_plan import PlanSettings, ServerSource, plan_vllm
+    from specdec.plan.vllm.pool_spec import parse_pool_file
+    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.summary import write
+
+    pools = parse_pool_file(pool_text(args, args.prompts.resolve()), "plan_goodput pools")
+    wanted = [p for p in args.pools.split(",") if p]
+    unknown = sorted(set(wanted) - set(pools))
+    if unknown or not wanted:
+        ap.error(f"--pools: unknown {unknown}; choose from {sorted(pools)}")
+    plan_pools, heldout = {}, {}
+    for name, pool in pools.items():
+        if name not in wanted:
+            continue
+        n = args.plan_requests if name == "interactive" else args.plan_requests_bulk
+        plan_pools[name], heldout[name] = split(pool, n)
+    model = vllm_ready(cache_dir() / DEFAULT_NAME)
+    candidates = args.candidates + (",draft_model:2" if args.draft_model else "")
+    cands = parse_candidates(candidates, {"draft_model": args.draft_model})
+    env = {}
+    arctic = ROOT / ".arctic" / "site"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(arctic) if arctic.is_dir() else "", str(ROOT),
+                                                    os.environ.get("PYTHONPATH", "")) if p)
+    command = ServeCommand(serve_command(args, model))
+    args.out.mkdir(parents=True, exist_ok=True)
+    source = ServerSource(args.out / "logs", command=command, env=env, start_timeout=900)
+    settings = PlanSettings(cands, Engine(args.max_num_seqs, args.max_batched_tokens), levels=args.levels,
+                            seed=args.seed, target=str(model), dtype="float32", schedules=not args.no_schedules)
+
+    def log(msg):
+        print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {msg}", flush=True)
+
+    t0 = time.monotonic()
+    result = plan_vllm(plan_pools, settings, source, args.out / "plan", log=log)
+    write(result, args.out / "plan", serve=command.text, servers=None)
+    log(f"plan done in {time.monotonic() - t0:.0f} s")
+    rows = measure_levels(args, result, heldout, source, log)
+    lines = ["# The vLLM plan against measured goodput", "",
+             f"SmolLM2-135M, vLLM {result.vllm_version} CPU build; {args.levels} load levels per pool; "
+             f"{args.measure_requests} / {args.measure_requests_bulk} held-out requests a run; knee levels "
+             f"{args.repeats} runs (median). Load average at the end: {os.getloadavg()[0]:.1f}.", "",
+             "Decisions:", ""] + [f"- {n}: {o.decision.sentence}; `{json.dumps(o.decision.config)}`"
+                                  for n, o in result.pools.items()]
+    lines += ["", table(rows), "", "Goals:", ""] + goals(rows, result)
+    (args.out / "plan_goodput.md").write_text("\n".join(lines) + "\n")
+    (args.out / "plan_goodput.json").write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in
+                                                                                   vars(args).items()}}, indent=1))
+    for name in result.pools:
+        plot(rows, name, args.out / f"plan_goodput_{name}.png")
+    print("\n".join(lines))
+    log(f"wrote {args.out}/plan_goodput.md ({time.monotonic() - t0:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()

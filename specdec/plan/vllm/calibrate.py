@@ -1,0 +1,136 @@
+"""A measured run turned into the simulator's inputs: step costs, acceptance, the pool's requests.
+
+From one :class:`~.measure.PoolRun`:
+
+* **requests**: each prompt's length and output length (the server's usage counts) and category;
+* **step costs**: the engine's steps rebuilt from the chunk times (every chunk of one step reaches
+  the client within ``gap`` seconds; steps are further apart) and fitted by the same
+  six-term model ``specdec plan`` uses (:class:`StepCostModel`, packed steps as vLLM V1 runs them);
+* **acceptance**: the histogram of accepted tokens per row-step from vLLM's counters (drafts,
+  drafted tokens, accepted tokens per position); rows that drafted nothing accept 0;
+* **per batch size**: for every decode-only step (no prompt finished in it) that followed
+  another, its duration and the tokens each row emitted, by the number of rows: what
+  :mod:`.schedule` reads the gain of speculation at each batch size from.
+
+Decode row-steps are counted two ways (chunks after each request's first; output tokens minus
+accepted drafts minus one first token per request); under load the server may merge two steps'
+output into one chunk, and vLLM counts drafts accepted past ``max_tokens``, so each undercounts in
+its own way and the larger is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from ...estimate.acceptance import AcceptanceDist
+from ...estimate.step_cost import StepCostModel
+from .engine_trace import Stream, acceptance_from_counters, cluster_steps, trace_samples
+from ..workload import WorkloadItem
+from .measure import MeasurementError, PoolRun
+
+DEFAULT_GAP = 0.012  # seconds: the widest spread of one step's chunks at the client
+
+
+@dataclasses.dataclass
+class Calibration:
+    """One candidate's inputs to the simulator on one pool (module docstring).
+
+    Attributes:
+        items: the pool's requests as measured (prompt and output tokens, category).
+        cost: the fitted step-time model of this candidate's engine.
+        acceptance: accepted tokens per row-step (None without speculation).
+        per_batch: ``{rows: [(seconds, tokens per row), ...]}`` of decode-only steps.
+        row_steps, drafts, draft_tokens: the decode row-steps and vLLM's draft counts.
+    """
+
+    items: list[WorkloadItem]
+    cost: StepCostModel
+    acceptance: AcceptanceDist | None
+    per_batch: dict[int, list[tuple[float, float]]]
+    row_steps: int
+    drafts: float
+    draft_tokens: float
+
+    @property
+    def accepted_per_row_step(self) -> float:
+        a = self.acceptance
+        return 0.0 if a is None else a.expected_accepted(a.max_budget)
+
+    @property
+    def accepted_per_draft(self) -> float:
+        """Accepted tokens per row-step that carried a draft."""
+        a = self.acceptance
+        return 0.0 if a is None or not self.drafts else a.expected_accepted(a.max_budget) * self.row_steps / self.drafts
+
+    def step_at(self, rows: int, min_steps: int = 3) -> tuple[float, float] | None:
+        """Median ``(seconds, tokens per row)`` of the decode steps of ``rows`` rows (None: fewer than
+        ``min_steps`` seen)."""
+        got = self.per_batch.get(rows, [])
+        if len(got) < min_steps:
+            return None
+        return statistics.median(s for s, _ in got), statistics.fmean(t for _, t in got)
+
+
+def row_steps_of(run: PoolRun) -> int:
+    by_chunks = sum(len(s.chunk_times) - 1 for s in run.streams)
+    by_tokens = sum(s.tokens for s in run.streams) - run.counters.accepted - len(run.streams)
+    return max(1, int(round(max(by_chunks, by_tokens))))
+
+
+def decode_steps(run: PoolRun, gap: float) -> dict[int, list[tuple[float, float]]]:
+    """``{rows: [(seconds, tokens per row)]}``: steps in which no prompt finished, each timed from the
+    step before it while a request was in the system throughout."""
+    streams = run.streams
+    steps = cluster_steps([Stream(s.sent, s.prompt_tokens or 1, s.chunk_times) for s in streams], gap)
+    at = [min(streams[i].chunk_times[j] for i, j in step) for step in steps]
+    out: dict[int, list[tuple[float, float]]] = {}
+    for k in range(1, len(steps)):
+        step = steps[k]
+        if any(j == 0 for _, j in step):
+            continue
+        busy = any(s.sent <= at[k - 1] and s.chunk_times[-1] >= at[k] for s in streams)
+        if not busy:
+            continue
+        tokens = sum(streams[i].chunk_tokens[j] for i, j in step) / len(step)
+        out.setdefault(len(step), []).append((at[k] - at[k - 1], tokens))
+    return dict(sorted(out.items()))
+
+
+def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
+    """The simulator's inputs from one measured run (module docstring).
+
+    Raises:
+        MeasurementError: a stream without usage counts, or too few engine steps to fit step costs
+            (send more requests or widen the pool's rate range).
+    """
+    missing = [i for i, s in enumerate(run.streams) if not s.prompt_tokens]
+    if missing:
+        raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: the server sent no prompt token count for "
+                               f"request {missing[0]} (usage)")
+    items = [WorkloadItem(int(s.prompt_tokens), max(1, s.tokens), cat) for s, cat in zip(run.streams, run.categories)]
+    rows = row_steps_of(run)
+    c = run.counters
+    acceptance = None
+    share = length = 0.0
+    if c.speculating and c.drafts > 0:
+        drafts = int(round(c.drafts))
+        rows = max(rows, drafts)
+        per_pos = [min(p, drafts) for p in c.per_pos]
+        for j in range(1, len(per_pos)):  # a chain is accepted as a prefix: counts never rise with position
+            per_pos[j] = min(per_pos[j], per_pos[j - 1])
+        tokens = min(max(int(round(c.draft_tokens)), drafts), drafts * len(per_pos))
+        acceptance = acceptance_from_counters(rows, drafts, tokens, per_pos, name=f"{run.candidate}/{run.pool}")
+        share, length = drafts / rows, tokens / drafts
+    elif c.speculating:  # a speculating server that never drafted: every row-step accepted nothing
+        acceptance = AcceptanceDist([float(rows)] + [0.0] * len(c.per_pos), name=f"{run.candidate}/{run.pool}",
+                                    drafted=[float(rows)] + [0.0] * len(c.per_pos))
+    streams = [Stream(s.sent, int(s.prompt_tokens), s.chunk_times) for s in run.streams]
+    samples = trace_samples(streams, gap=gap, draft_share=share, draft_len=length,
+                            tokens_per_chunk=[s.tokens / len(s.chunk_times) for s in run.streams])
+    if len(samples) < 7:
+        raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: only {len(samples)} engine steps could be "
+                               "timed (the step-cost fit needs 7); send more requests per pool")
+    cost = StepCostModel.fit(samples, meta={"candidate": run.candidate, "pool": run.pool, "engine": "vllm",
+                                            "vllm_version": run.vllm_version, "load_average": list(run.load_average)})
+    return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)

@@ -1,0 +1,155 @@
+"""One pool's decision: which measured configuration to serve it with, and why, in one sentence.
+
+The rule, on each candidate's predicted score at the pool's load levels (:mod:`.predict`):
+
+1. A speculating candidate is **eligible** when at every load it keeps at least ``1 - max_loss``
+   of off's score (it never costs the pool more than that), and somewhere it buys what the pool
+   asks for: ``min_gain`` more score, or ``min_tpot_gain`` lower median time per output token
+   (at light load every configuration meets loose objectives; latency is what speculation sells).
+2. Among the eligible, the one whose worst ratio to the best candidate at any load is highest
+   wins (to two decimals); then the larger gain; then the lighter lifecycle (bound to nothing,
+   then to the tokenizer, then to one target checkpoint: a head must be retrained on every
+   release); then the smaller K.
+3. No eligible candidate: off. A configuration that does not clearly pay is still a cost: an
+   artifact to version, a review on every release.
+
+Candidates whose greedy outputs differed from off's are never eligible: exactness is not traded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from .calibrate import Calibration
+from .candidates import LOOKUP, Candidate
+
+_LIFECYCLE = {"nothing": 0, "tokenizer": 1, "target": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """What the decision requires (recorded for the review, which applies the same ones)."""
+
+    min_gain: float = 0.03
+    min_tpot_gain: float = 0.10
+    max_loss: float = 0.02
+    tolerance: float = 0.15  # review: acceptance or traffic-mix drift that asks for a new plan
+    margin: float = 0.02  # schedule: the gain a batch size needs before K > 0 is written for it
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not 0 <= v < 1:
+                raise ValueError(f"threshold {f.name} must be in [0, 1), got {v}")
+
+
+@dataclasses.dataclass
+class Assessment:
+    """One candidate against off and the best, over the pool's load levels."""
+
+    name: str
+    worst_vs_off: float
+    worst_vs_best: float
+    gain: float
+    tpot_gain: float
+    gain_rate: float
+    loss_rate: float
+    eligible: bool
+    why_not: str
+
+
+@dataclasses.dataclass
+class Decision:
+    pool: str
+    chosen: Candidate
+    sentence: str
+    assessments: dict[str, Assessment]
+
+    @property
+    def config(self) -> dict | None:
+        return self.chosen.config
+
+
+def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: Thresholds, unit: str,
+           exact: bool) -> Assessment:
+    """``rows``, ``off``: predicted rows at the same rates; ``best``: the best score at each rate."""
+    ratio_off = [r["score"] / o["score"] if o["score"] > 0 else (1.0 if r["score"] >= 0 else 0.0)
+                 for r, o in zip(rows, off)]
+    ratio_best = [r["score"] / b if b > 0 else 1.0 for r, b in zip(rows, best)]
+    tpot = [1.0 - r["tpot_p50"] / o["tpot_p50"] if o["tpot_p50"] > 0 else 0.0 for r, o in zip(rows, off)]
+    i_gain = max(range(len(rows)), key=lambda i: ratio_off[i])
+    i_loss = min(range(len(rows)), key=lambda i: ratio_off[i])
+    gain, tpot_gain = ratio_off[i_gain] - 1.0, max(tpot)
+    worst = ratio_off[i_loss]
+    why = ""
+    if not exact:
+        why = "its greedy outputs differed from off's"
+    elif worst < 1.0 - t.max_loss:
+        why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s"
+    elif gain < t.min_gain and tpot_gain < t.min_tpot_gain:
+        why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
+               f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
+    return Assessment(name, worst, min(ratio_best), gain, tpot_gain, rows[i_gain]["rate"], rows[i_loss]["rate"],
+                      not why, why)
+
+
+def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predictions: Mapping[str, list[dict]],
+           cals: Mapping[str, Calibration], exact: Mapping[str, bool], latency_bound_below: Mapping[str, int],
+           t: Thresholds, max_rows: int | None = None) -> Decision:
+    """The decision for one pool (module docstring). ``predictions`` must hold "off" and share its rates;
+    ``latency_bound_below[name]``: the batch size up to which the candidate's drafts pay; ``max_rows``:
+    the server's ``max_num_seqs``."""
+    if "off" not in predictions:
+        raise ValueError(f"pool {pool!r}: off was not measured, so nothing can be decided")
+    rates = [r["rate"] for r in predictions["off"]]
+    for name, rows in predictions.items():
+        if [r["rate"] for r in rows] != rates:
+            raise ValueError(f"pool {pool!r}: {name} was predicted at other rates than off")
+    unit = "goodput" if objective == "latency" else "good tokens/s"
+    best = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(rates))]
+    off = predictions["off"]
+    found = {name: assess(name, rows, off, best, t, unit, exact.get(name, True))
+             for name, rows in predictions.items() if name != "off"}
+    eligible = [a for a in found.values() if a.eligible]
+    if not eligible:
+        return Decision(pool, candidates["off"], _off_sentence(found, unit, t), found)
+    top = max(eligible, key=lambda a: (round(a.worst_vs_best, 2), round(a.gain, 3),
+                                       -_LIFECYCLE[candidates[a.name].bound_to], -candidates[a.name].k))
+    cand = candidates[top.name]
+    return Decision(pool, cand, _on_sentence(cand, top, cals.get(top.name), latency_bound_below.get(top.name, 0),
+                                             unit, max_rows), found)
+
+
+def describe(c: Candidate) -> str:
+    """``ngram (K = 4)`` / ``suffix (K = 4 at 1-6 running requests, 2 at 7-9, off above)``."""
+    if c.schedule is None:
+        return f"{c.method} (K = {c.k})"
+    parts = []
+    for start, end, k in c.schedule:
+        span = f"{start}" if start == end else f"{start}-{end}"
+        parts.append(f"off above {start - 1}" if k == 0 else f"K = {k} at {span} running requests")
+    return f"{c.method} ({', '.join(parts)})"
+
+
+def _on_sentence(c: Candidate, a: Assessment, cal: Calibration | None, bound_below: int, unit: str,
+                 max_rows: int | None) -> str:
+    what = "copy-heavy" if c.method in LOOKUP else "well predicted by the drafter"
+    acc = "" if cal is None else f" ({cal.accepted_per_draft:.2f} drafted tokens accepted per drafting step)"
+    if max_rows is not None and bound_below >= max_rows:
+        where = f"latency-bound at every batch size the server runs (up to {max_rows} requests)"
+    elif bound_below >= 1:
+        where = f"latency-bound below {bound_below + 1} concurrent requests"
+    else:
+        where = "latency-bound at the loads where it gains"
+    return (f"speculate with {describe(c)}: {what}{acc} and {where}; up to {a.gain:+.0%} {unit} "
+            f"(at {a.gain_rate:.3g} req/s), median time per token {-a.tpot_gain:+.0%} at best, never below "
+            f"{a.worst_vs_off:.2f}x off")
+
+
+def _off_sentence(found: Mapping[str, Assessment], unit: str, t: Thresholds) -> str:
+    if not found:
+        return "no speculation: no speculating configuration could be measured on this pool"
+    best = max(found.values(), key=lambda a: (a.eligible, a.worst_vs_off, a.gain))
+    kind = "cost-bound" if best.worst_vs_off < 1.0 - t.max_loss else "nothing to gain"
+    return f"{kind}: no speculation; the best candidate, {best.name}, is refused because {best.why_not}"

@@ -1,0 +1,226 @@
+"""Calibrating the simulator from a running engine seen from outside: streamed chunks and counters.
+
+Why: a plan for an engine (vLLM) must be made with *that engine's* step times, and they cannot
+be timed from inside without patching it. A continuous-batching server streams one chunk per
+request per step, so while ``B`` requests decode together the gaps between a request's chunks
+are the engine's step times at batch ``B``, async scheduling and all. The engine's own
+speculative-decoding counters (drafts, drafted tokens, accepted tokens per position) give the
+acceptance histogram. Both are turned here into the simulator's inputs: cost
+:class:`~specdec.estimate.step_cost.Sample` rows and an
+:class:`~specdec.estimate.acceptance.AcceptanceDist`. The I/O (HTTP, /metrics) lives in the
+benchmark that drives the server (benchmarks/vllm/plan_vs_measured.py).
+
+Two ways to calibrate:
+
+* **bursts** (:func:`decode_sample`): ``B`` requests sent at once decode together; one sample
+  per burst, plus lone prefills. Clean, but no step ever mixes a prefill into decode rows.
+* **a trace** (:func:`trace_samples`): any run of the server under load, for example arrivals
+  at a rising rate. Chunks of one step reach the client within milliseconds of each other and
+  steps are tens of milliseconds apart, so clustering all chunk times recovers the engine's
+  steps: which requests decoded in each (one chunk each), which finished their prompt (their
+  first chunk), and how long the step took (the time since the previous step). Every step is a
+  sample of the mix the engine really runs, prefill chunks riding in decode steps included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from ...estimate.acceptance import AcceptanceDist
+from ...estimate.step_cost import Sample, StepSample, packed_features
+
+
+def together_gaps(chunk_times: Sequence[Sequence[float]]) -> list[float]:
+    """Gaps between consecutive chunks of each request while *every* request was decoding.
+
+    ``chunk_times[i]`` are request ``i``'s chunk arrival times (seconds, one clock, ascending);
+    the first chunk ends its prefill. The window opens at the last request's first chunk and
+    closes at the first request's last chunk, so each kept gap is a step of exactly
+    ``len(chunk_times)`` decoding rows. Raises ValueError when the window holds no gap.
+    """
+    if not chunk_times or any(len(c) < 2 for c in chunk_times):
+        raise ValueError("together_gaps needs at least two chunk times per request")
+    if any(np.any(np.diff(np.asarray(c, dtype=np.float64)) < 0) for c in chunk_times):
+        raise ValueError("chunk times must be ascending per request")
+    start = max(c[0] for c in chunk_times)
+    end = min(c[-1] for c in chunk_times)
+    gaps = [b - a for c in chunk_times for a, b in zip(c[:-1], c[1:]) if a >= start and b <= end]
+    if not gaps:
+        raise ValueError(f"no step had all {len(chunk_times)} requests decoding (window {start:.3f}..{end:.3f} s)")
+    return gaps
+
+
+def decode_sample(chunk_times: Sequence[Sequence[float]], context: float, *, row_steps: int = 0, drafts: int = 0,
+                  draft_tokens: int = 0) -> Sample:
+    """One cost sample from a burst of requests that decoded together.
+
+    Args:
+        chunk_times: per request, its chunk arrival times (:func:`together_gaps`).
+        context: mean cached tokens per row over the window (prompt plus half the output).
+        row_steps: decode row-steps of the burst (emitted tokens - accepted drafts - one first
+            token per request); with ``drafts`` (row-steps that carried a draft) and
+            ``draft_tokens`` (their tokens), the mean step's rows feed ``1 + draft_tokens /
+            row_steps`` tokens, ``batch x drafts / row_steps`` of them more than one.
+
+    Returns:
+        ``Sample(batch, tokens, context, seconds = mean gap, multi_rows)``: the mean is what a
+        request's time per output token averages over.
+    """
+    b = len(chunk_times)
+    if drafts < 0 or draft_tokens < drafts or row_steps < 0 or (drafts and not row_steps) or drafts > row_steps:
+        raise ValueError(f"inconsistent counters: row_steps={row_steps}, drafts={drafts}, draft_tokens={draft_tokens}")
+    gaps = together_gaps(chunk_times)
+    per_row = draft_tokens / row_steps if row_steps else 0.0
+    multi = b * drafts / row_steps if row_steps else 0.0
+    return Sample(b, 1.0 + per_row, float(context), float(np.mean(gaps)), multi)
+
+
+def acceptance_from_counters(row_steps: int, drafts: int, draft_tokens: int, accepted_per_pos: Sequence[int], *,
+                             name: str = "", propose_s_per_req: float = 0.0) -> AcceptanceDist:
+    """The per-row-step histogram of a chain drafter from an engine's counters.
+
+    Args:
+        row_steps: decode row-steps measured (with and without a draft).
+        drafts: row-steps that carried a draft.
+        draft_tokens: tokens in those drafts.
+        accepted_per_pos: ``[k]``; entry ``j`` counts row-steps whose draft token at position
+            ``j`` was accepted, i.e. that accepted at least ``j + 1`` tokens (a chain is accepted
+            as a prefix). Must be non-increasing.
+
+    Returns:
+        ``counts[a]`` row-steps that accepted exactly ``a`` tokens (rows without a draft accept
+        0) and ``drafted[d]``: the engine does not export draft lengths, only their total, so
+        the drafting row-steps are spread over the two lengths around their mean.
+    """
+    acc = np.asarray(accepted_per_pos, dtype=np.float64)
+    k = acc.size
+    if k < 1:
+        raise ValueError("accepted_per_pos needs one entry per draft position (k >= 1)")
+    if np.any(np.diff(acc) > 0) or np.any(acc < 0):
+        raise ValueError(f"accepted_per_pos must be non-negative and non-increasing (a chain), got {acc.tolist()}")
+    if not (0 <= drafts <= row_steps and row_steps > 0) or acc[0] > drafts:
+        raise ValueError(f"need 0 <= accepted[0] <= drafts <= row_steps and row_steps > 0, got accepted "
+                         f"{acc.tolist()}, drafts {drafts}, row_steps {row_steps}")
+    if not drafts <= draft_tokens <= k * drafts:
+        raise ValueError(f"draft_tokens {draft_tokens} must lie in [drafts, k x drafts] = [{drafts}, {k * drafts}]")
+    counts = np.empty(k + 1)
+    counts[0] = row_steps - acc[0]
+    counts[1:k] = acc[:-1] - acc[1:]
+    counts[k] = acc[-1]
+    drafted = np.zeros(k + 1)
+    drafted[0] = row_steps - drafts
+    if drafts:
+        mean = draft_tokens / drafts
+        lo = int(np.floor(mean))
+        hi_share = mean - lo
+        drafted[lo] += drafts * (1.0 - hi_share)
+        if hi_share > 0:
+            drafted[lo + 1] += drafts * hi_share
+    return AcceptanceDist(counts, propose_s_per_req=propose_s_per_req, name=name, drafted=drafted)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """One request as the client saw it: when it was sent, its prompt length, each chunk's time."""
+
+    sent: float
+    prompt_len: int
+    chunk_times: Sequence[float]
+
+
+def cluster_steps(streams: Sequence[Stream], gap: float) -> list[list[tuple[int, int]]]:
+    """Chunks grouped into engine steps: ``[(stream index, chunk index), ...]`` per step, in time order.
+
+    A step's chunks arrive within ``gap`` seconds of the previous one (chained); a larger gap
+    starts the next step, and so does a second chunk of a request already in the step (a client
+    that fell behind reads two steps' chunks back to back; they are still two steps).
+    """
+    if not gap > 0:
+        raise ValueError(f"gap must be > 0 seconds, got {gap}")
+    events = sorted((t, i, j) for i, s in enumerate(streams) for j, t in enumerate(s.chunk_times))
+    steps: list[list[tuple[int, int]]] = []
+    members: set[int] = set()
+    last = -np.inf
+    for t, i, j in events:
+        if t - last > gap or i in members:
+            steps.append([])
+            members = set()
+        steps[-1].append((i, j))
+        members.add(i)
+        last = t
+    return steps
+
+
+def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share: float = 0.0,
+                  draft_len: float = 0.0, tokens_per_chunk: Sequence[float] | None = None) -> list[StepSample]:
+    """Cost samples of an engine's steps reconstructed from the client's streams (module docstring).
+
+    Args:
+        streams: every request of the run.
+        gap: the largest spread of one step's chunk times at the client (seconds).
+        draft_share: share of decode row-steps that carried a draft (drafts / row-steps of the run).
+        draft_len: mean tokens of a draft (drafted tokens / drafts).
+        tokens_per_chunk: per stream, mean tokens a chunk carried (for the rows' contexts;
+            default 1).
+
+    Returns:
+        One :class:`StepSample` per step that followed another step with work in between (the
+        engine was busy throughout, so the time between the two is this step; an interval under
+        0.3 x the median and the one before it are dropped as a client read delay), and one per
+        prefill of a request sent while nothing else was in the system (its time to first token).
+        A decode row costs ``(1 - s) x`` a one-token row plus ``s x`` a ``1 + draft_len``-token
+        row at its context; a request's first chunk marks its prompt as a piece of that step.
+    """
+    if not 0.0 <= draft_share <= 1.0 or draft_len < 0 or (draft_share > 0 and draft_len < 1):
+        raise ValueError(f"need draft_share in [0, 1] and draft_len >= 1 when drafting, got {draft_share}, {draft_len}")
+    tpc = [1.0] * len(streams) if tokens_per_chunk is None else list(tokens_per_chunk)
+    if len(tpc) != len(streams):
+        raise ValueError("tokens_per_chunk needs one entry per stream")
+    for s in streams:
+        if len(s.chunk_times) < 1 or s.chunk_times[0] < s.sent:
+            raise ValueError("every stream needs a first chunk at or after its send time")
+    steps = cluster_steps(streams, gap)
+    at = [min(streams[i].chunk_times[j] for i, j in step) for step in steps]
+    # a client that fell behind reads one step late and the next on time: a long interval then a
+    # short one; both are dropped (on relative error one near-zero interval would outweigh all others)
+    dts = np.diff(at)
+    short = {k + 1 for k, dt in enumerate(dts) if dt < 0.3 * float(np.median(dts))} if dts.size else set()
+    skip = short | {k - 1 for k in short}
+    out: list[StepSample] = []
+    for k, step in enumerate(steps):
+        if k in skip:
+            continue
+        if k > 0 and _busy_between(streams, at[k - 1], at[k]):
+            seconds = at[k] - at[k - 1]
+        elif len(step) == 1 and step[0][1] == 0 and _alone(streams, step[0][0]):
+            s = streams[step[0][0]]
+            seconds = s.chunk_times[0] - s.sent
+        else:
+            continue  # the step after an idle gap: its start is not seen
+        pieces, weights = [], []
+        for i, j in step:
+            s = streams[i]
+            if j == 0:
+                pieces.append((s.prompt_len, 0.0))
+                weights.append(1.0)
+                continue
+            ctx = s.prompt_len + j * tpc[i]
+            pieces += [(1, ctx), (1 + draft_len, ctx)] if draft_share > 0 else [(1, ctx)]
+            weights += [1.0 - draft_share, draft_share] if draft_share > 0 else [1.0]
+        out.append(StepSample(tuple(packed_features(pieces, weights).tolist()), seconds))
+    return out
+
+
+def _busy_between(streams: Sequence[Stream], t0: float, t1: float) -> bool:
+    """Some request was in the system from ``t0`` to ``t1``: sent by ``t0`` and not done before ``t1``."""
+    return any(s.sent <= t0 and s.chunk_times[-1] >= t1 for s in streams)
+
+
+def _alone(streams: Sequence[Stream], i: int) -> bool:
+    """Request ``i`` was the only one in the system from its send to its first chunk."""
+    s = streams[i]
+    return not any(k != i and o.sent <= s.chunk_times[0] and o.chunk_times[-1] >= s.sent
+                   for k, o in enumerate(streams))

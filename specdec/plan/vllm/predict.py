@@ -1,0 +1,147 @@
+"""Predicted goodput against load for one candidate on one pool, with an uncertainty band.
+
+The simulator (specdec's packed scheduler, as vLLM V1 runs: prefill chunks ride in decode steps
+within ``max_num_batched_tokens``, at most ``max_num_seqs`` requests, admission limited by the
+candidate's own KV blocks) is fed the candidate's measured step costs and acceptance, and the
+pool's measured requests arriving as a Poisson process at each rate.
+
+The score is the pool's objective: ``latency`` pools score goodput (requests/s that met both the
+TTFT and the TPOT objective); ``throughput`` pools score good output tokens/s (the tokens of
+those same requests). The band is the spread of the score over ``replications`` arrival and
+acceptance seeds, each also run with every step ``1 +- band`` times as long, ``band`` being the
+cost fit's leave-one-out error: below saturation it is narrow; near the knee it opens wide, and
+there only a measurement can settle the question.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from ..goodput import SLO, RequestRecord, summarize
+from ...estimate.acceptance import AcceptanceDist
+from ..policies import AlwaysOn, Off, Policy
+from ..simulator import ServerConfig, simulate
+from ..workload import SimRequest, WorkloadItem, make_requests, poisson_arrivals
+from ...estimate.step_cost import StepCostModel
+from .calibrate import Calibration
+from .candidates import Candidate
+from .schedule import SchedulePolicy
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """The server settings every candidate shares (from the serve command or the user)."""
+
+    max_num_seqs: int
+    max_batched_tokens: int
+
+    def __post_init__(self):
+        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+            raise ValueError(f"max_num_seqs and max_batched_tokens must be >= 1, got {self}")
+
+
+def policy_for(candidate: Candidate) -> Policy:
+    """Off, a fixed K every step, or the candidate's schedule."""
+    if candidate.method == "off":
+        return Off()
+    return SchedulePolicy(candidate) if candidate.schedule is not None else AlwaysOn(candidate.k)
+
+
+def score(records, slo: SLO, objective: str) -> dict:
+    """The summary of one simulated or measured run plus ``score`` (module docstring)."""
+    out = summarize(records, slo)
+    good_tokens = sum(r.output_tokens for r in records if r.meets(slo))
+    out["good_tok_s"] = good_tokens / out["makespan_s"]
+    out["score"] = out["goodput_rps"] if objective == "latency" else out["good_tok_s"]
+    return out
+
+
+def rates_for(low: float, high: float, levels: int) -> list[float]:
+    """``levels`` rates spread evenly on a log scale from ``low`` to ``high``."""
+    if levels < 2:
+        raise ValueError(f"need at least 2 load levels, got {levels}")
+    return [float(x) for x in np.geomspace(low, high, levels)]
+
+
+def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None,
+            items: Sequence[WorkloadItem], kv_tokens: int, engine: Engine, rates: Sequence[float], slo: SLO,
+            objective: str, *, n_requests: int = 200, replications: int = 3, seed: int = 0,
+            band: float | None = None) -> list[dict]:
+    """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), and the mean
+    ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch``."""
+    policy = policy_for(candidate)
+    if candidate.method != "off" and acceptance is None:
+        raise ValueError(f"{candidate.name}: a speculating candidate needs its measured acceptance")
+    k = max(1, candidate.k)
+    dist = acceptance if acceptance is not None else AcceptanceDist(np.eye(k + 1)[0], name="never drafts")
+    if policy.max_budget > dist.max_budget:
+        raise ValueError(f"{candidate.name}: acceptance measured up to {dist.max_budget} tokens, the policy drafts "
+                         f"up to {policy.max_budget}")
+    band = cost.error_band() if band is None else band
+    scales = (1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,)
+    rows = []
+    for i, rate in enumerate(rates):
+        runs: dict[float, list[dict]] = {s: [] for s in scales}
+        for rep in range(replications):
+            rng = np.random.default_rng([seed, i, rep])
+            reqs = make_requests(list(items), poisson_arrivals(rate, n_requests, rng), rng)
+            server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
+                                  seed=seed + 1000 * rep, scheduler="packed",
+                                  max_batched_tokens=engine.max_batched_tokens)
+            for s in scales:
+                res = simulate(reqs, policy, server if s == 1.0 else server.scaled(s))
+                row = score(res.records, slo, objective)
+                row["mean_batch"] = res.mean_batch
+                runs[s].append(row)
+        mid = runs[1.0]
+        every = [r["score"] for rs in runs.values() for r in rs]
+        out = {key: float(np.mean([r[key] for r in mid]))
+               for key in ("score", "goodput_rps", "good_tok_s", "throughput_tok_s", "ttft_p50", "tpot_p50",
+                           "mean_batch")}
+        out.update(rate=float(rate), lo=float(min(every)), hi=float(max(every)), band=band)
+        rows.append(out)
+    return rows
+
+
+def score_run(run, slo: SLO, objective: str) -> dict:
+    """The pool's score of a measured run (:class:`~.measure.PoolRun`): its requests as the client saw
+    them (sent, first and last chunk), summarised as :func:`score` does a simulated run."""
+    records = [RequestRecord(i, s.sent, s.chunk_times[0], s.chunk_times[-1], s.tokens, cat)
+               for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
+    return score(records, slo, objective)
+
+
+def predict_run(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None, run, kv_tokens: int,
+                engine: Engine, slo: SLO, objective: str, *, replications: int = 5, seed: int = 0,
+                band: float | None = None) -> dict:
+    """The prediction for exactly the requests of a measured run: its arrival times, prompt and output
+    lengths (so prediction and measurement differ only in the engine model); keys as :func:`predict`'s rows."""
+    t0 = run.streams[0].sent
+    reqs = [SimRequest(i, s.sent - t0, WorkloadItem(int(s.prompt_tokens), max(1, s.tokens), cat))
+            for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
+    policy = policy_for(candidate)
+    k = max(1, candidate.k)
+    dist = acceptance if acceptance is not None else AcceptanceDist(np.eye(k + 1)[0], name="never drafts")
+    band = cost.error_band() if band is None else band
+    scales = (1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,)
+    runs: dict[float, list[dict]] = {sc: [] for sc in scales}
+    for rep in range(replications):
+        server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
+                              seed=seed + 1000 * rep, scheduler="packed", max_batched_tokens=engine.max_batched_tokens)
+        for sc in scales:
+            res = simulate(reqs, policy, server if sc == 1.0 else server.scaled(sc))
+            runs[sc].append(score(res.records, slo, objective))
+    every = [r["score"] for rs in runs.values() for r in rs]
+    out = {key: float(np.mean([r[key] for r in runs[1.0]]))
+           for key in ("score", "goodput_rps", "good_tok_s", "throughput_tok_s", "ttft_p50", "tpot_p50")}
+    out.update(lo=float(min(every)), hi=float(max(every)), band=band)
+    return out
+
+
+def predict_calibrated(candidate: Candidate, cal: Calibration, kv_tokens: int, engine: Engine,
+                       rates: Sequence[float], slo: SLO, objective: str, **kw) -> list[dict]:
+    """:func:`predict` with a candidate's own calibration."""
+    return predict(candidate, cal.cost, cal.acceptance, cal.items, kv_tokens, engine, rates, slo, objective, **kw)

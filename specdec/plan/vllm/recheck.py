@@ -1,0 +1,225 @@
+"""``specdec review --engine vllm``: is each pool's speculative_config still right? keep / re-plan / turn off.
+
+In order:
+
+1. **Before anything is measured**, the fingerprints in the plan's record are compared with the
+   files now: the target, its tokenizer, each pool's draft model or heads. A head (EAGLE, EAGLE-3)
+   planned for one target checkpoint whose target has changed while the head has not is bound to
+   an older checkpoint; a draft model is the same for the tokenizer. Such a pool is turned off at
+   once (its drafts would come from a model of a checkpoint that no longer serves), with the
+   reason; nothing is started for it.
+2. **A short sample** of each remaining speculating pool's prompts (``requests``, first ones of the
+   pool, rising across its rate range) is measured on off and on the pool's configuration, one
+   server each, and predicted at the pool's load levels with the plan's own thresholds.
+3. **The verdict** per pool: *turn off* (new config ``null``) when the configuration no longer
+   meets the thresholds on the new measurement, or its greedy outputs differ from off's; *re-plan*
+   when it still pays but what the plan rested on moved (target, tokenizer or artifact changed,
+   another vLLM version, accepted tokens per drafting step or the traffic mix moved by more than
+   the recorded tolerance): the config stays until a new plan replaces it; *keep* otherwise.
+   A pool planned off is re-planned when its target, vLLM or mix moved (speculation may pay
+   now), kept otherwise; it is not measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ..goodput import SLO
+from .calibrate import DEFAULT_GAP, calibrate
+from .candidates import Candidate, validate_schedule
+from .decide import Thresholds, assess
+from .launcher import ServerDied, ServerRefused
+from .measure import MeasurementError, PoolRun, measure_pool
+from .run_plan import ServerSource
+from .pool_spec import VllmPool
+from .predict import Engine, predict_calibrated, rates_for
+from .record import model_fingerprint, tokenizer_fingerprint
+
+
+@dataclasses.dataclass
+class PoolVerdict:
+    pool: str
+    verdict: str  # "keep" | "re-plan" | "turn off"
+    config: dict | None
+    reasons: list[str]
+    measured: dict = dataclasses.field(default_factory=dict)
+
+
+def candidate_of(config: dict | None, name: str) -> Candidate:
+    """The candidate a recorded ``speculative_config`` is (refusing one this package did not write)."""
+    if config is None:
+        return Candidate("off", "off")
+    try:
+        schedule = config.get("num_speculative_tokens_per_batch_size")
+        k = int(config["num_speculative_tokens"])
+        cand = Candidate(name, config["method"], k, config.get("model") if config["method"] not in
+                         ("custom_class", "ngram", "suffix") else None,
+                         None if schedule is None else validate_schedule(schedule, k))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the record's speculative_config {config!r} is not one a plan writes: {exc}") from None
+    if cand.config != config:
+        raise ValueError(f"the record's speculative_config {config!r} is not one a plan writes (it would serve "
+                         f"{cand.config!r})")
+    return cand
+
+
+def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Total variation distance between two category mixes (0: the same, 1: disjoint)."""
+    return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in set(a) | set(b))
+
+
+def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, str], list[str]]:
+    """``(what moved, {pool: why it must be turned off}, notes)`` from fingerprints alone; a note says
+    what could not be checked (a target that is not a local folder, now and at the plan)."""
+    old = record["target"]
+    fp, tok = model_fingerprint(target), tokenizer_fingerprint(target)
+    findings, notes = [], []
+    target_moved = old.get("fingerprint") is not None and fp != old["fingerprint"]
+    tok_moved = old.get("tokenizer") is not None and tok != old["tokenizer"]
+    if fp is None and old.get("fingerprint") is None:
+        notes.append(f"the target {target!r} is not a local folder (nor was it at the plan): whether it changed "
+                     "cannot be checked")
+    elif fp is None:
+        findings.append(f"the target {target!r} is not a local folder, so it cannot be compared with the planned "
+                        f"one ({old['fingerprint']})")
+    elif target_moved:
+        findings.append(f"the target changed: {old['fingerprint']} -> {fp}")
+    if tok_moved:
+        findings.append(f"the tokenizer changed: {old['tokenizer']} -> {tok}")
+    stale = {}
+    for name, p in record["pools"].items():
+        if p["artifact"] is None:
+            continue
+        now = model_fingerprint(p["artifact"])
+        if now is None:
+            stale[name] = f"its draft artifact {p['artifact']} is gone"
+        elif now != p["artifact_fingerprint"]:
+            findings.append(f"pool {name}: the draft artifact {p['artifact']} changed: "
+                            f"{p['artifact_fingerprint']} -> {now}")
+        elif p["bound_to"] == "target" and target_moved:
+            stale[name] = (f"its head {p['artifact']} was trained for target {old['fingerprint']}, and the target is "
+                           f"now {fp}: retrain the head on the new checkpoint, then re-plan")
+        elif p["bound_to"] == "tokenizer" and tok_moved:
+            stale[name] = (f"its draft model {p['artifact']} shares the old tokenizer {old['tokenizer']}, and the "
+                           f"target's is now {tok}: replace the draft model, then re-plan")
+    return findings, stale, notes
+
+
+def _measure(source: ServerSource, cand: Candidate, pools: list[VllmPool], requests: int, seed: int,
+             timeout: float) -> dict[str, PoolRun]:
+    runs = {}
+    with source.server(cand, "review") as server:
+        for pool in pools:
+            runs[pool.name] = measure_pool(server, cand.name, pool, seed=seed, timeout=timeout,
+                                           records=pool.prompts[:requests], expect_k=cand.k)
+    return runs
+
+
+def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSource, *, target: str | None,
+                requests: int = 12, seed: int = 0, timeout: float = 300.0, levels: int = 5, gap: float = DEFAULT_GAP,
+                log: Callable[[str], None] = print) -> tuple[list[str], list[PoolVerdict], str, list[str]]:
+    """``(what moved, one verdict per pool, vLLM version seen, notes)``; see the module docstring."""
+    if requests < 4:
+        raise ValueError(f"a review sample needs at least 4 requests per pool, got {requests}")
+    missing = sorted(set(record["pools"]) - set(pools))
+    if missing:
+        raise ValueError(f"the pools {missing} of the plan are not in the pool file given")
+    t = Thresholds(**record["thresholds"])
+    engine = Engine(**record["engine"])
+    findings, stale, notes = preflight(record, target)
+    verdicts: dict[str, PoolVerdict] = {}
+    for name, why in stale.items():
+        verdicts[name] = PoolVerdict(name, "turn off", None, [why])
+    moved = {}
+    for name, p in record["pools"].items():
+        d = mix_distance(p["mix"], pools[name].mix)
+        if d > t.tolerance:
+            moved[name] = f"the traffic mix moved by {d:.0%} (tolerance {t.tolerance:.0%}): {pools[name].mix}"
+    todo = [n for n, p in record["pools"].items() if n not in verdicts and p["config"] is not None]
+    version = ""
+    off_runs: dict[str, PoolRun] = {}
+    if todo:
+        log(f"measuring off on {', '.join(todo)}")
+        off_runs = _measure(source, Candidate("off", "off"), [pools[n] for n in todo], requests, seed, timeout)
+        version = next(iter(off_runs.values())).vllm_version
+    vllm_moved = bool(version) and version != record["vllm_version"]
+    if vllm_moved:
+        findings.append(f"vLLM changed: {record['vllm_version']} -> {version}")
+    general = [f for f in findings if not f.startswith("pool ")]
+    for name in todo:
+        p, pool = record["pools"][name], pools[name]
+        cand = candidate_of(p["config"], p["candidate"])
+        log(f"measuring {cand.name} on {name}")
+        try:
+            run = _measure(source, cand, [pool], requests, seed, timeout)[name]
+        except ServerRefused as exc:
+            verdicts[name] = PoolVerdict(name, "turn off", None, [f"vLLM refuses the configuration now: {exc.reason}"])
+            continue
+        except (ServerDied, MeasurementError, TimeoutError) as exc:
+            verdicts[name] = PoolVerdict(name, "re-plan", p["config"], [f"the configuration could not be measured: "
+                                                                         f"{exc}"])
+            continue
+        verdicts[name] = _judge(name, p, pool, cand, run, off_runs[name], engine, t, levels, seed, gap,
+                                general + [f for f in findings if f.startswith(f"pool {name}:")] +
+                                ([moved[name]] if name in moved else []))
+    for name, p in record["pools"].items():
+        if name in verdicts:
+            continue
+        reasons = general + ([moved[name]] if name in moved else [])
+        verdicts[name] = PoolVerdict(name, "re-plan" if reasons else "keep", None,
+                                     reasons or ["planned off; nothing it rested on moved"])
+    return findings, [verdicts[n] for n in record["pools"]], version, notes
+
+
+def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, off_run: PoolRun, engine: Engine,
+           t: Thresholds, levels: int, seed: int, gap: float, moved: list[str]) -> PoolVerdict:
+    cal_on, cal_off = calibrate(run, gap=gap), calibrate(off_run, gap=gap)
+    rates = rates_for(*pool.rates, levels)
+    slo = SLO(pool.ttft_s, pool.tpot_s)
+    on = predict_calibrated(cand, dataclasses.replace(cal_on, items=cal_off.items), run.cache.tokens, engine, rates,
+                            slo, pool.objective, seed=seed)
+    off = predict_calibrated(Candidate("off", "off"), cal_off, off_run.cache.tokens, engine, rates, slo,
+                             pool.objective, seed=seed)
+    best = [max(a["score"], b["score"]) for a, b in zip(on, off)]
+    exact = (not pool.sampling.greedy) or all(a.token_ids == b.token_ids for a, b in zip(run.streams, off_run.streams))
+    a = assess(cand.name, on, off, best, t, "goodput" if pool.objective == "latency" else "good tokens/s", exact)
+    measured = {"accepted_per_draft": cal_on.accepted_per_draft, "planned_accepted_per_draft": p["accepted_per_draft"],
+                "worst_vs_off": a.worst_vs_off, "gain": a.gain, "tpot_gain": a.tpot_gain, "exact": exact}
+    if not a.eligible:
+        return PoolVerdict(name, "turn off", None, [f"{cand.name} no longer pays on a fresh sample: {a.why_not}"]
+                           + moved, measured)
+    old = p["accepted_per_draft"]
+    drift = abs(cal_on.accepted_per_draft - old) / max(old, 0.05)
+    reasons = list(moved)
+    if drift > t.tolerance:
+        reasons.append(f"accepted tokens per drafting step moved {old:.2f} -> {cal_on.accepted_per_draft:.2f} "
+                       f"({drift:.0%}, tolerance {t.tolerance:.0%})")
+    if reasons:
+        return PoolVerdict(name, "re-plan", p["config"], reasons + [f"{cand.name} still pays on the sample "
+                                                                    f"({a.gain:+.0%} at best)"], measured)
+    return PoolVerdict(name, "keep", p["config"], [f"{cand.name} still pays ({a.gain:+.0%} at best, never below "
+                                                   f"{a.worst_vs_off:.2f}x off) and nothing it rested on moved"],
+                       measured)
+
+
+def write_review(out: str | Path, findings: list[str], verdicts: list[PoolVerdict], version: str,
+                 notes: list[str] = ()) -> Path:
+    """``review.md`` and ``review_result.json`` plus each pool's new ``<pool>.speculative_config.json``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# specdec review (vLLM)", "", f"vLLM now: {version or '(not measured)'}", ""]
+    lines += ["## What moved", ""] + ([f"- {f}" for f in findings] or ["- nothing"]) + [""]
+    if notes:
+        lines += ["## Not checked", ""] + [f"- {n}" for n in notes] + [""]
+    lines += ["| pool | verdict | speculative_config | why |", "|---|---|---|---|"]
+    for v in verdicts:
+        lines.append(f"| {v.pool} | **{v.verdict}** | `{json.dumps(v.config)}` | {'; '.join(v.reasons)} |")
+        (out / f"{v.pool}.speculative_config.json").write_text(json.dumps(v.config, indent=1) + "\n")
+    (out / "review.md").write_text("\n".join(lines) + "\n")
+    (out / "review_result.json").write_text(json.dumps({"vllm_version": version, "findings": findings,
+                                                        "notes": list(notes),
+                                                        "pools": [dataclasses.asdict(v) for v in verdicts]}, indent=1))
+    return out / "review.md"

@@ -1,0 +1,313 @@
+"""``specdec plan --engine vllm``: measure each candidate configuration on each pool, derive the
+batch-size schedules, predict goodput against load, and decide per pool.
+
+The steps, in order (every input is checked before the first server starts):
+
+1. **Static candidates.** One server per candidate, each pool measured on it in turn
+   (:mod:`.measure`), each run turned into step costs and acceptance (:mod:`.calibrate`). A
+   server vLLM refuses to start is recorded with vLLM's own reason; one that dies mid-run is
+   recorded with what happened; both are left out and the plan goes on. Off must measure: every
+   decision is relative to it.
+2. **Exactness.** On greedy pools every candidate's outputs are compared with off's, prompt by
+   prompt; a candidate that differs is never chosen.
+3. **Schedules.** Per pool, for the method family of its best static candidate, the
+   ``num_speculative_tokens_per_batch_size`` table is derived from the measured gain at each batch
+   size (:mod:`.schedule`) and measured on a server of its own (its K = 0 steps still pay the
+   speculative path, which only a run shows).
+4. **Prediction and decision.** Every measured candidate's goodput against the pool's load
+   (:mod:`.predict`), the memory it gives up (:mod:`.memory`), and the decision (:mod:`.decide`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..goodput import SLO
+from ...estimate.acceptance import AcceptanceDist
+from ...estimate.step_cost import StepCostModel
+from .calibrate import DEFAULT_GAP, Calibration, calibrate
+from .candidates import SCHEDULABLE, Candidate
+from .decide import Decision, Thresholds, assess, decide
+from .launcher import ServeCommand, Server, ServerDied, ServerRefused
+from .measure import MeasurementError, PoolRun, measure_pool
+from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
+from .pool_spec import VllmPool
+from .predict import Engine, predict, rates_for
+from .schedule import Gain, derive, family_basis, measured_scale, pays_up_to, schedule_candidate
+
+
+@dataclasses.dataclass
+class PlanSettings:
+    """How the plan measures and simulates (defaults sized for a few minutes per server on a CPU)."""
+
+    candidates: Sequence[Candidate]
+    engine: Engine
+    thresholds: Thresholds = dataclasses.field(default_factory=Thresholds)
+    levels: int = 6
+    sim_requests: int = 200
+    replications: int = 3
+    seed: int = 0
+    gap: float = DEFAULT_GAP
+    start_timeout: float = 900.0
+    request_timeout: float = 300.0
+    schedules: bool = True
+    target: str | None = None  # the served model's folder (fingerprints, memory prediction)
+    dtype: str | None = None
+
+    def __post_init__(self):
+        if not any(c.method == "off" for c in self.candidates):
+            raise ValueError("the candidates must include off: every decision is relative to it")
+        for name, v in (("levels", self.levels - 1), ("sim_requests", self.sim_requests),
+                        ("replications", self.replications)):
+            if v < 1:
+                raise ValueError(f"{name} is too small: {getattr(self, name)}")
+
+
+class ServerSource:
+    """Where each candidate's server comes from: launched from the user's command, or at a given URL."""
+
+    def __init__(self, log_dir: Path, *, command: ServeCommand | None = None, urls: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None, start_timeout: float = 900.0):
+        if (command is None) == (urls is None):
+            raise ValueError("give either a serve command or the running servers' URLs")
+        self.log_dir, self.command, self.urls = Path(log_dir), command, dict(urls or {})
+        self.env, self.start_timeout = dict(env or {}), start_timeout
+
+    def can_start(self, candidate: Candidate) -> bool:
+        return self.command is not None or candidate.name in self.urls
+
+    @contextlib.contextmanager
+    def server(self, candidate: Candidate, tag: str = "") -> Iterator[Server]:
+        """A ready server running ``candidate`` (stopped on exit when launched here).
+
+        Raises:
+            ServerRefused: vLLM refused the configuration, or no URL was given for it.
+        """
+        if self.command is None:
+            if candidate.name not in self.urls:
+                raise ServerRefused(candidate.name, "no running server was given for it (--server NAME=URL)")
+            server = Server(candidate.name, self.urls[candidate.name])
+            server.wait_ready(self.start_timeout)
+            yield server
+            return
+        safe = candidate.name.replace(":", "-") + (f"-{tag}" if tag else "")
+        server = Server.launch(candidate.name, self.command, candidate.config, self.log_dir / f"server-{safe}.log",
+                               env=self.env)
+        try:
+            server.wait_ready(self.start_timeout)
+            yield server
+        finally:
+            server.stop()
+
+
+@dataclasses.dataclass
+class PoolOutcome:
+    """Everything one pool's decision was made from (what the report shows)."""
+
+    pool: VllmPool
+    rates: list[float]
+    candidates: dict[str, Candidate]
+    cals: dict[str, Calibration]
+    runs: dict[str, PoolRun]
+    predictions: dict[str, list[dict]]
+    exact: dict[str, bool | None]
+    gains: dict[str, list[Gain]]
+    memory: dict[str, dict]
+    decision: Decision
+    skipped: dict[str, str]
+    models: dict[str, tuple[StepCostModel, AcceptanceDist | None]]  # what each prediction was made with
+
+
+@dataclasses.dataclass
+class PlanResult:
+    pools: dict[str, PoolOutcome]
+    refused: dict[str, str]
+    failed: dict[str, str]
+    vllm_version: str
+    settings: PlanSettings
+
+
+def _exact(run: PoolRun, off: PoolRun, pool: VllmPool) -> bool | None:
+    """Greedy pools: whether every output equals off's; sampled pools: None (not comparable)."""
+    if not pool.sampling.greedy:
+        return None
+    return all(a.token_ids == b.token_ids for a, b in zip(run.streams, off.streams))
+
+
+def _measure_candidate(source: ServerSource, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings,
+                       out: Path, log: Callable[[str], None], tag: str = "") -> dict[str, PoolRun]:
+    runs: dict[str, PoolRun] = {}
+    with source.server(cand, tag) as server:
+        for pool in pools:
+            log(f"  {cand.name}: pool {pool.name} ({len(pool.prompts)} requests, {pool.rates[0]:g} to "
+                f"{pool.rates[1]:g} req/s)")
+            run = measure_pool(server, cand.name, pool, seed=settings.seed, timeout=settings.request_timeout,
+                               expect_k=cand.k)
+            safe = cand.name.replace(":", "-")
+            (out / "runs").mkdir(parents=True, exist_ok=True)
+            (out / "runs" / f"{safe}__{pool.name}.json").write_text(json.dumps(run.to_dict()))
+            runs[pool.name] = run
+    return runs
+
+
+def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[str, Candidate],
+            settings: PlanSettings) -> dict[str, dict]:
+    """Per candidate: KV blocks measured and predicted, requests admitted, and those given up to the drafter."""
+    tokens = float(np.mean([i.prompt_len + i.output_len for i in cal_off.items]))
+    target_cfg = read_config(settings.target) if settings.target else None
+    off_cache = runs["off"].cache
+    cap = settings.engine.max_num_seqs
+    base = admitted(off_cache, tokens)
+    out = {}
+    for name, run in runs.items():
+        c = cands[name]
+        look = c.k + (1 if c.method == "draft_model" else 0)
+        predicted = None
+        if target_cfg is not None:
+            if c.artifact is None and c.method != "mtp":
+                predicted = off_cache.num_blocks
+            elif c.artifact is not None and read_config(c.artifact) is not None:
+                predicted = predict_blocks(off_cache, target_cfg, read_config(c.artifact), weight_bytes(c.artifact),
+                                           dtype=settings.dtype)
+        n = admitted(run.cache, tokens, look)
+        out[name] = {"blocks": run.cache.num_blocks, "blocks_predicted": predicted, "block_size": run.cache.block_size,
+                     "admitted": n, "admitted_off": base, "given_up": base - n,
+                     "effective": min(n, cap), "effective_given_up": min(base, cap) - min(n, cap),
+                     "tokens_per_request": tokens}
+    return out
+
+
+def model_of(name: str, cals: Mapping[str, Calibration],
+             schedule_basis: Mapping[str, tuple[Calibration, float]]) -> tuple[StepCostModel, AcceptanceDist | None]:
+    """The step costs and acceptance a candidate is predicted with: its own calibration, or for a schedule
+    its family's (:func:`~.schedule.family_basis`) scaled to the schedule's own measured steps."""
+    if name in schedule_basis:
+        basis, scale = schedule_basis[name]
+        return basis.cost.scaled(scale), basis.acceptance
+    return cals[name].cost, cals[name].acceptance
+
+
+def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
+                 runs: Mapping[str, PoolRun], rates: list[float], settings: PlanSettings,
+                 models: Mapping[str, tuple[StepCostModel, AcceptanceDist | None]]) -> dict[str, list[dict]]:
+    """Every candidate on the pool's requests as off served them (one workload for all), at ``rates``."""
+    slo = SLO(pool.ttft_s, pool.tpot_s)
+    kw = dict(n_requests=settings.sim_requests, replications=settings.replications, seed=settings.seed)
+    return {name: predict(cand, *models[name], cals["off"].items, runs[name].cache.tokens, settings.engine, rates,
+                          slo, pool.objective, band=models[name][0].error_band(), **kw)
+            for name, cand in cands.items()}
+
+
+def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: ServerSource, out: str | Path,
+              log: Callable[[str], None] = print) -> PlanResult:
+    """Run the plan (module docstring); writes each run under ``out/runs/`` as it finishes.
+
+    Raises:
+        RuntimeError: off could not be measured (nothing can be decided without it).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[str, PoolRun]] = {}
+    refused, failed = {}, {}
+    for cand in settings.candidates:
+        log(f"candidate {cand.name}: {json.dumps(cand.config)}")
+        try:
+            runs[cand.name] = _measure_candidate(source, cand, list(pools.values()), settings, out, log)
+        except ServerRefused as exc:
+            refused[cand.name] = exc.reason
+            log(f"  {cand.name} refused: {exc.reason}")
+        except (ServerDied, MeasurementError, TimeoutError) as exc:
+            failed[cand.name] = str(exc)
+            log(f"  {cand.name} failed: {exc}")
+        if cand.method == "off" and cand.name not in runs:
+            raise RuntimeError(f"off could not be measured, so nothing can be decided: "
+                               f"{refused.get(cand.name) or failed.get(cand.name)}")
+    version = next((r.vllm_version for by_pool in runs.values() for r in by_pool.values() if r.vllm_version), "")
+    outcomes = {}
+    for pool in pools.values():
+        outcomes[pool.name] = _plan_pool(pool, runs, settings, source, out, log, failed)
+    return PlanResult(outcomes, refused, failed, version, settings)
+
+
+def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], settings: PlanSettings,
+               source: ServerSource, out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
+    t = settings.thresholds
+    cands = {c.name: c for c in settings.candidates if c.name in all_runs}
+    runs = {name: all_runs[name][pool.name] for name in cands}
+    skipped: dict[str, str] = {}
+    cals: dict[str, Calibration] = {}
+    for name in list(cands):
+        try:
+            cals[name] = calibrate(runs[name], gap=settings.gap)
+        except (MeasurementError, ValueError) as exc:
+            if name == "off":
+                raise RuntimeError(f"pool {pool.name!r}: off's measurement cannot be used: {exc}") from None
+            skipped[name] = str(exc)
+            del cands[name], runs[name]
+    exact = {name: _exact(runs[name], runs["off"], pool) for name in cands}
+    rates = rates_for(*pool.rates, settings.levels)
+    models = {name: model_of(name, cals, {}) for name in cands}
+    predictions = _predict_all(pool, cands, cals, runs, rates, settings, models)
+    gains: dict[str, list[Gain]] = {}
+    bound: dict[str, int] = {}
+    for name, c in cands.items():
+        if c.method != "off":
+            _, table = derive(cals["off"], {c.k: c}, {c.k: cals[name]}, settings.engine.max_num_seqs,
+                              margin=t.margin)
+            bound[name] = pays_up_to(table, c.k, t.margin)
+    schedule_basis: dict[str, tuple[Calibration, float]] = {}
+    if settings.schedules:
+        sched = _schedule(pool, cands, cals, predictions, exact, settings, gains)
+        if sched is not None and not source.can_start(sched[0]):
+            skipped[sched[0].name] = "derived but not measured: no server for it (--server gives URLs only)"
+        elif sched is not None:
+            cand, basis = sched
+            log(f"candidate {cand.name} for pool {pool.name}: {json.dumps(cand.config)}")
+            try:
+                run = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name)[pool.name]
+                cal = calibrate(run, gap=settings.gap)
+                cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
+                exact[cand.name] = _exact(run, runs["off"], pool)
+                schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand))
+                models[cand.name] = model_of(cand.name, cals, schedule_basis)
+                bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
+                predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
+            except ServerRefused as exc:
+                skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
+            except (ServerDied, MeasurementError, TimeoutError) as exc:
+                skipped[cand.name] = str(exc)
+                failed[cand.name] = str(exc)
+    decision = decide(pool.name, pool.objective, cands, predictions, cals,
+                      {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs)
+    log(f"pool {pool.name}: {decision.sentence}")
+    return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
+                       _memory(cals["off"], runs, cands, settings), decision, skipped, models)
+
+
+def _schedule(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
+              predictions: Mapping[str, list[dict]], exact: Mapping[str, bool | None], settings: PlanSettings,
+              gains: dict[str, list[Gain]]) -> tuple[Candidate, Calibration] | None:
+    """The schedule for the family of the pool's best exact static candidate, with the static member it
+    is predicted from (the one with the schedule's largest K); None when it would add nothing."""
+    t = settings.thresholds
+    off = predictions["off"]
+    best_at = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(off))]
+    static = [n for n, c in cands.items() if c.method in SCHEDULABLE and c.schedule is None and exact[n] is not False]
+    ranked = sorted((assess(n, predictions[n], off, best_at, t, "score", True) for n in static),
+                    key=lambda a: (round(a.worst_vs_best, 2), a.gain), reverse=True)
+    if not ranked:
+        return None
+    top = cands[ranked[0].name]
+    family = {c.k: c for c in cands.values() if c.family == top.family and c.schedule is None}
+    schedule, table = derive(cals["off"], family, {k: cals[c.name] for k, c in family.items()},
+                             settings.engine.max_num_seqs, margin=t.margin)
+    gains[top.family] = table
+    if schedule is None:
+        return None
+    return schedule_candidate(family, schedule), family_basis({k: cals[c.name] for k, c in family.items()})

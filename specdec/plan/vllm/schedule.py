@@ -1,0 +1,209 @@
+"""``num_speculative_tokens_per_batch_size`` from the measured gain of speculation at each batch size.
+
+vLLM 0.32 picks each step's K from the number of scheduled requests through a table of
+``[start, end, K]`` ranges (``vllm/v1/core/sched/scheduler.py``, ``dynamic_sd_lookup``); K = 0
+turns drafting off for that step, but the engine keeps its speculative path. Which table to write
+is what this module derives, per pool and method family:
+
+* **gain at B rows, K tokens**: output tokens per second of a decode step of B rows with K-token
+  drafts, over the same without speculation. Two estimates: the *measured* one (the median step
+  time and mean tokens per row of the decode steps of exactly B rows in the two runs, where both
+  saw at least ``min_steps``) and the *model* one (each run's fitted step cost at B rows of the
+  pool's mean context, and its measured tokens per row-step). They are blended, the measured one
+  weighted by how many steps it rests on (``n / (n + prior)``), so a batch size seen often is
+  decided by what was seen and one seen rarely by the smooth model.
+* **the table**: at each B the K with the highest gain, if that gain is at least ``1 + margin``,
+  else 0; then made non-increasing in B (speculation that stopped paying at a smaller batch does
+  not pay at a larger one: extra rows only take spare compute away); then consecutive batch sizes
+  with one K merged into a range. A table with one K throughout is the static candidate and adds
+  nothing; one that is 0 throughout is off with a tax; neither is proposed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping
+
+import numpy as np
+
+from ...control.interface import BatchView, Decision, Outcome
+from ..policies import Policy
+from ...estimate.step_cost import StepCostModel, packed_features
+from .calibrate import Calibration
+from .candidates import Candidate, validate_schedule
+
+PRIOR_STEPS = 5.0  # model-estimate weight, in measured steps
+
+
+@dataclasses.dataclass(frozen=True)
+class Gain:
+    """Gain of K-token drafts at one batch size (see the module docstring)."""
+
+    rows: int
+    k: int
+    model: float
+    measured: float | None
+    steps: int
+
+    @property
+    def blended(self) -> float:
+        if self.measured is None or self.steps == 0:
+            return self.model
+        w = self.steps / (self.steps + PRIOR_STEPS)
+        return w * self.measured + (1 - w) * self.model
+
+
+def mean_context(cal: Calibration) -> float:
+    """Mean cached tokens of a decoding row: prompt plus half the output, over the pool's requests."""
+    return float(np.mean([i.prompt_len + i.output_len / 2 for i in cal.items]))
+
+
+def step_seconds(cal: Calibration, rows: int, context: float, k: int | None = None) -> float:
+    """Seconds of a decode step of ``rows`` rows at ``context`` from the fitted model: each row drafts as
+    often and as long as it did in the measurement, its drafts cut at ``k`` tokens (0: no drafts)."""
+    share = cal.drafts / cal.row_steps if cal.row_steps and k != 0 else 0.0
+    length = cal.draft_tokens / cal.drafts if cal.drafts else 0.0
+    length = length if k is None else min(length, float(k))
+    if share > 0:
+        work = packed_features([(1, context), (1 + length, context)], [rows * (1 - share), rows * share])
+    else:
+        work = packed_features([(1, context)], [rows])
+    return float(work @ cal.cost.weights)
+
+
+def _model_rate(cal: Calibration, rows: int, context: float) -> float:
+    """Output tokens per second of a decode step of ``rows`` rows, from the fitted model."""
+    return rows * (1.0 + cal.accepted_per_row_step) / step_seconds(cal, rows, context)
+
+
+def family_basis(members: Mapping[int, Calibration]) -> Calibration:
+    """What a schedule of one method family is predicted from: the acceptance of the member with the
+    largest K (a chain cut at a smaller K accepts its prefix), and one step-cost model fitted to every
+    member's steps together (a single member drafts one length, so its fit cannot tell what a
+    shorter draft costs; members at several K can)."""
+    top = members[max(members)]
+    samples = [smp for cal in members.values() for smp in cal.cost.samples]
+    cost = StepCostModel.fit(samples, meta={**top.cost.meta, "family_of": sorted(members)}) if len(members) > 1 \
+        else top.cost
+    return dataclasses.replace(top, cost=cost)
+
+
+def measured_scale(static: Calibration, measured: Calibration, candidate: Candidate, *, min_steps: int = 3) -> float:
+    """How much slower (> 1) or faster a schedule's server ran than its family's model says,
+    at the batch sizes it was seen at (median ratio, within [0.5, 2]; 1 when none was seen
+    ``min_steps`` times). Why: K = 0 steps in a speculating engine still pay its speculative path,
+    which the static run, drafting every step, saw only mixed into drafting steps."""
+    ctx = mean_context(static)
+    ratios = []
+    for rows, steps in measured.per_batch.items():
+        if len(steps) >= min_steps:
+            predicted = step_seconds(static, rows, ctx, k=candidate.k_at(rows))
+            ratios.append(float(np.median([s for s, _ in steps])) / predicted)
+    return float(np.clip(np.median(ratios), 0.5, 2.0)) if ratios else 1.0
+
+
+def gains(off: Calibration, by_k: Mapping[int, Calibration], max_rows: int, *, min_steps: int = 3) -> list[Gain]:
+    """Every ``(rows, K)`` gain for ``rows`` in ``1..max_rows`` (module docstring)."""
+    ctx = mean_context(off)
+    out = []
+    for rows in range(1, max_rows + 1):
+        base_model = _model_rate(off, rows, ctx)
+        base_meas = off.step_at(rows, min_steps)
+        for k, cal in sorted(by_k.items()):
+            model = _model_rate(cal, rows, ctx) / base_model
+            meas = cal.step_at(rows, min_steps)
+            measured, n = None, 0
+            if meas is not None and base_meas is not None:
+                measured = (meas[1] / meas[0]) / (base_meas[1] / base_meas[0])
+                n = min(len(cal.per_batch[rows]), len(off.per_batch[rows]))
+            out.append(Gain(rows, k, model, measured, n))
+    return out
+
+
+def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int, Calibration], max_rows: int, *,
+           margin: float = 0.02, min_steps: int = 3) -> tuple[tuple[tuple[int, int, int], ...] | None, list[Gain]]:
+    """The schedule for one method family (``family[K]`` measured as ``cals[K]``) and the gains it was
+    read from; the schedule is None when it would be a static K or off (module docstring)."""
+    if not family or set(family) != set(cals):
+        raise ValueError("derive needs one calibration per candidate of the family")
+    table = gains(off, cals, max_rows, min_steps=min_steps)
+    best = []
+    for rows in range(1, max_rows + 1):
+        here = [g for g in table if g.rows == rows]
+        top = max(here, key=lambda g: (g.blended, -g.k))
+        best.append(top.k if top.blended >= 1.0 + margin else 0)
+    for i in range(1, len(best)):  # non-increasing in the batch size
+        best[i] = min(best[i], best[i - 1])
+    if len(set(best)) == 1:
+        return None, table
+    ranges: list[list[int]] = []
+    for rows, k in enumerate(best, 1):
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = rows
+        else:
+            ranges.append([rows, rows, k])
+    ranges[-1][1] = max(ranges[-1][1], max_rows)
+    return validate_schedule(ranges, max(best)), table
+
+
+def schedule_candidate(family: Mapping[int, Candidate], schedule: tuple[tuple[int, int, int], ...]) -> Candidate:
+    """The candidate that runs ``schedule`` with the family's method (K = the schedule's largest)."""
+    k = max(e[2] for e in schedule)
+    proto = family[max(family)]
+    return Candidate(f"{proto.method}:sched", proto.method, k, proto.artifact, schedule)
+
+
+def pays_up_to(table: list[Gain], k: int, margin: float = 0.0) -> int:
+    """The largest batch size up to which K-token drafts gain more than ``margin`` at every size (0: none)."""
+    last = 0
+    for g in sorted((g for g in table if g.k == k), key=lambda g: g.rows):
+        if g.blended < 1.0 + margin:
+            break
+        last = g.rows
+    return last
+
+
+class SchedulePolicy(Policy):
+    """The simulator's policy for a candidate: its K at the running batch size (vLLM's lookup), every step."""
+
+    name = "schedule"
+
+    def __init__(self, candidate: Candidate):
+        if candidate.k < 1:
+            raise ValueError(f"{candidate.name} does not speculate")
+        self.candidate = candidate
+
+    def decide(self, batch: BatchView) -> Decision:
+        k = self.candidate.k_at(max(1, int(batch.rows)))
+        k = k if batch.cap is None else min(k, batch.cap)
+        return Decision(k, reason=f"schedule: K = {k} at {batch.rows} requests")
+
+    def observe(self, outcome: Outcome) -> None:
+        del outcome  # vLLM's schedule is a table: it learns nothing while serving
+
+    def reset(self) -> None:
+        pass
+
+    @property
+    def max_budget(self) -> int:
+        return self.candidate.k
+
+
+def gain_table_markdown(table: list[Gain], rows_shown: int = 16) -> list[str]:
+    """A markdown table: rows (batch sizes) x K, each cell the blended gain (measured / model, steps)."""
+    ks = sorted({g.k for g in table})
+    sizes = sorted({g.rows for g in table})
+    if len(sizes) > rows_shown:  # the first ones, then every other, so a wide range stays readable
+        step = math.ceil((len(sizes) - 8) / (rows_shown - 8))
+        sizes = sizes[:8] + sizes[8::step]
+    lines = ["| batch size | " + " | ".join(f"K = {k}" for k in ks) + " |", "|---:|" + "---:|" * len(ks)]
+    cell = {(g.rows, g.k): g for g in table}
+    for b in sizes:
+        parts = []
+        for k in ks:
+            g = cell[(b, k)]
+            meas = "-" if g.measured is None else f"{g.measured:.2f}"
+            parts.append(f"{g.blended:.2f} ({meas} / {g.model:.2f}, {g.steps})")
+        lines.append(f"| {b} | " + " | ".join(parts) + " |")
+    return lines

