@@ -2,7 +2,7 @@
 folder holding a copy of this ``custom_generate/`` folder, loaded with ``trust_remote_code=True``,
 where ``generate``'s positional arguments arrive in ``args``). It needs specdec installed."""
 
-from ..folder import generate_from_folder
+from specdec.integrations.hf.folder import generate_from_folder  # absolute: transformers copies this file alone
 
 
 def generate(*args, model, **kwargs):
