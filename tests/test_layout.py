@@ -240,3 +240,27 @@ def test_the_top_level_holds_at_most_eight_modules():
 
     modules = sorted(p.name for p in Path(specdec.__file__).parent.glob("*.py"))
     assert len(modules) <= 8, modules
+
+
+def test_docstrings_state_contracts_not_history():
+    """Docstrings take at most 15% of specdec/'s lines and carry no dates: measurements and the
+    history of what was tried live in docs/ (design-notes.md, performance.md)."""
+    import ast
+    import re
+    from pathlib import Path
+
+    total = doc = 0
+    dated = []
+    for path in Path(specdec.__file__).parent.rglob("*.py"):
+        src = path.read_text()
+        total += len(src.splitlines())
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+                        and isinstance(first.value.value, str):
+                    doc += first.end_lineno - first.lineno + 1
+        if re.search(r"20\d\d-[01]\d-[0-3]\d", src):
+            dated.append(path.name)
+    assert doc <= 0.15 * total, f"docstrings are {doc / total:.1%} of specdec/'s lines"
+    assert not dated, f"dated text in {dated}"

@@ -167,7 +167,7 @@ def online_main(args) -> int:
     from ..training.features import FeatureSpec
     from ..training.medusa import HeadsTrainConfig
     from ..training.online import OnlineConfig, split_sequences, train_online
-    from .train import _device
+    from .common import resolve_device
     from .train_cached import command_line
     from .train_features import parse_layers
 
@@ -181,7 +181,7 @@ def online_main(args) -> int:
                              epochs=1, lr=args.medusa_lr, seed=args.seed) if args.medusa_out else None
     log = (lambda m: print(m, file=sys.stderr, flush=True))
     t_start = time.time()
-    device = _device(args.device)
+    device = resolve_device(args.device)
     model, tok, _ = load_target(args.target, device=device)
     fp = target_fingerprint(model)  # the float32 checkpoint's, whatever dtype the forwards use
     model = model.to(getattr(torch, DTYPES[args.dtype]))

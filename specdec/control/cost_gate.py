@@ -1,50 +1,23 @@
 """CostGate: the draft budget from the engine's own step times, learned while it serves.
 
-Why: whether a drafted token pays depends on the engine it is verified in (its kernels, its
-batch, its hardware), and a threshold measured elsewhere is wrong there. On vLLM's CPU build a
-step that verifies drafts costs several times a plain step, so speculation is a tax from the first
-request; on a GPU the same drafts are nearly free until the batch saturates compute. A drafter
-called once per step can see everything needed to decide: the wall time between its calls (one
-engine step), the rows in the batch, the tokens it drafted into that step, and how many of them
-the engine accepted. :class:`CostGate` fits
+Whether a drafted token pays depends on the engine that verifies it, so a threshold measured
+elsewhere is wrong there. A drafter called once per step sees the wall time between calls (one
+step), the rows, and each row's drafted and accepted tokens. :class:`CostGate` fits
 
     step_seconds ~ a + b * rows + e * prefill_rows + d * [any drafts] + c * drafted_tokens
 
-by exponentially weighted least squares with every weight >= 0 (:mod:`specdec.estimate.fit`;
-recent steps count most, so the fit follows the load),
-tracks per draft depth ``i`` the share of rows whose chain reaches ``i`` (``f_i``) and the chance a
-token at depth ``i`` is accepted (``q_i``, i.e. its whole prefix accepted too), and each step picks
-the budget ``j`` maximising the batch's emitted tokens per second
+by exponentially weighted non-negative least squares (:mod:`specdec.estimate.fit`), tracks per
+depth ``i`` the share of rows whose chain reaches it (``f_i``) and the chance a token there is
+accepted (``q_i``), and picks the budget ``j`` maximising
 
     rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + e p + [j>0] (d + c rows sum_{i<=j} f_i))
 
-(``p``: the recent mean of prefill rows per step)
+(``p``: recent mean prefill rows per step). ``j = 0`` is plain decoding, so under the fit it never
+does worse than off. A token of acceptance probability ``p`` raises the rate only if
+``p > c * rate(j)``: that bar is the decision's floor. Warm-up, exploration and the outlier rule
+are described in docs/vllm.md ("The cost gate").
 
-``j = 0`` is plain decoding, so under the fit the gate never does worse than off. Within the
-chosen budget a drafted token of acceptance probability ``p`` adds ``p`` expected tokens and ``c``
-seconds, so it raises the rate only if ``p > c * rate(j)``: :meth:`floor` is that bar, for drafters
-whose chains carry calibrated per-token probabilities (the suffix proposer's match-length
-calibration) to cut each row's chain where its tokens stop paying. The fit needs
-the budgets it compares observed: while warming up (``min_fitted`` fitted steps, a few seconds of
-serving) three steps in four decode plainly and the fourth drafts with the next budget of 1..k,
-cautious because drafting where it is a tax costs more than not drafting where it pays; after
-that plain decoding and the two budgets beside the chosen one are tried again, each after
-``explore_every * r**2`` steps where ``r`` is how many times faster the chosen budget is
-predicted to be (at most 16x). Exploring a budget that is far worse
-is rare, so its cost stays small, and the fit of the budgets not chosen stays fresh.
-
-Steps that carry prefill work are fitted with it (``prefill`` rows: new, resumed or still
-prefilling), at a fifth of a decode-only step's weight since a prefill's cost varies with its
-prompt, so warm-up ends under any arrival rate. A step the caller cannot attribute (a
-skipped drafter call) is passed with ``fit=False``. A step slower than ``outlier_ratio`` times
-its prediction (the fit once trusted, the recent median step before) is not fitted: an idle gap
-between two calls (a paused engine, a loop's next prompt that continues the last request) would
-otherwise be fitted as one decode step and swing the budget for hundreds of steps. Only
-``max_outliers`` such steps in a row are set aside; after them slow steps are fitted until one is
-within the ratio again (the engine itself got slower).
-
-It is a :class:`~specdec.control.interface.DraftController` (budgets in chain tokens; one per drafter;
-numbers are per engine step)::
+A :class:`~specdec.control.interface.DraftController` in chain tokens, one per drafter::
 
     gate = CostGate(k=4)
     d = gate.decide(BatchView(rows))            # before drafting: d.budget, d.floor
@@ -73,14 +46,14 @@ class CostGate:
     Args:
         k: the largest budget (the engine's num_speculative_tokens).
         decay: weight kept by older steps at each new one (0.995: a window of about 200 steps).
-        explore_every: steps between tries of a budget not chosen (scaled by how much worse it is
-            predicted to be).
-        min_fitted: fitted steps needed, with drafting and plain ones among them, before the fit
-            is trusted; until then three steps in four are plain and the fourth cycles through 1..k.
-        prior_steps: pseudo-observations behind each depth's acceptance (a prior of 0.5), so a
-            depth seen a few times does not swing the budget.
-        outlier_ratio / max_outliers: a step slower than ``outlier_ratio`` x its prediction is not
-            fitted, unless more than ``max_outliers`` came in a row.
+        explore_every: steps between tries of plain decoding and the budgets beside the chosen one,
+            times ``r**2`` (at most 16x) for a budget predicted ``r`` times slower.
+        min_fitted: fitted steps (drafting and plain among them) before the fit is trusted; until
+            then three steps in four are plain and the fourth cycles through budgets 1..k.
+        prior_steps: pseudo-observations (of 0.5) behind each depth's acceptance.
+        outlier_ratio / max_outliers: a step slower than ``outlier_ratio`` x its prediction (an idle
+            gap between calls) is not fitted, unless more than ``max_outliers`` came in a row.
+            Steps with prefill rows are fitted at a fifth of the weight.
     """
 
     unit = "tokens"
@@ -130,13 +103,10 @@ class CostGate:
 
     # ------------------------------------------------------------------ learning
     def observe(self, outcome: Outcome) -> None:
-        """One engine step that verified the drafts of the last :meth:`decide` (``outcome.budget``).
-
-        Uses ``drafted`` / ``accepted`` (per row chain lengths, accepted prefixes), ``offered`` (the
-        rows that could draft; the others, new, resumed or prefilling, say nothing about
-        acceptance), and, when ``seconds`` is measured and ``fit``, the step's time with its
-        ``prefill`` rows.
-        """
+        """One engine step that verified the drafts of the last :meth:`decide` (``outcome.budget``):
+        ``drafted`` / ``accepted`` per row, ``offered`` (rows that could draft; only they count for
+        acceptance), and, when ``seconds`` is measured and ``fit``, the step's time with its ``prefill``
+        rows. ValueError when ``offered`` is not shaped like ``drafted``."""
         drafted, accepted, budget, prefill = outcome.drafted, outcome.accepted, outcome.budget, outcome.prefill
         rows = int(drafted.size)
         seconds = float("nan") if outcome.seconds is None else float(outcome.seconds)

@@ -1,17 +1,10 @@
 """The draft controller: one interface for every policy that decides how much to draft now.
 
-Every step a controller reads a :class:`BatchView` (the running batch, and whatever per-request
-evidence the caller has), returns a :class:`Decision` (a budget per request in its :data:`Unit`,
-a floor, and why; a budget of 0 is "off"), and is told the step's :class:`Outcome` afterwards
-(what was drafted and accepted, and the step's time where it was measured). Engines hold a
-controller and never re-implement one: specdec's decoder holds a
-:class:`~specdec.control.sizer.DraftSizer`, the vLLM drafter a :class:`Capped` load gate and cost
-gate, the simulator one policy per run, the hybrid proposer a
-:class:`~specdec.control.model_gate.ModelGate` over its model part.
-
-Why one interface: the question is the same everywhere ("is one more drafted token or node worth
-its verify time, at this load?"); only the evidence differs. With one interface, policies compose
-(:class:`Capped`), are compared in the same simulator, and each lives in one place.
+Every step a controller reads a :class:`BatchView`, returns a :class:`Decision` (a budget per
+request in its :data:`Unit`, a floor, and why; budget 0 is "off"), and is told the step's
+:class:`Outcome`. The question is the same everywhere (is one more drafted token or node worth its
+verify time at this load?), only the evidence differs; one interface lets policies compose
+(:class:`Capped`) and be compared in one simulator. docs/architecture.md lists the implementations.
 """
 
 from __future__ import annotations
@@ -33,10 +26,9 @@ class BatchView:
     Attributes:
         rows: requests in the running batch.
         context: mean committed tokens per request.
-        req_ids: the rows' request ids, for per-request controllers (empty when the caller has none).
+        req_ids: the rows' request ids (empty when the caller has none).
         cap: the most any request may get (set by a composing controller: :class:`Capped`).
-        hints: per-request evidence keyed by request id (e.g. the expected accepted tokens of a
-            draft already made), for controllers that decide per request.
+        hints: per-request evidence keyed by request id (e.g. a draft's expected accepted tokens).
     """
 
     rows: int
@@ -56,10 +48,9 @@ class BatchView:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What a controller returns: ``budget`` per request (``per_request`` overrides it row by row,
-    in ``BatchView.req_ids`` order), the ``floor`` a drafted token or node's acceptance probability
-    must reach to be worth verifying (0: keep all), and ``reason``. ``speculate`` is False when
-    every budget is 0 (off)."""
+    """What a controller returns: ``budget`` per request (``per_request`` overrides it row by row, in
+    ``BatchView.req_ids`` order), the ``floor`` an acceptance probability must reach to be worth
+    verifying (0: keep all), and ``reason``; ``speculate`` is False when every budget is 0."""
 
     budget: int
     floor: float = 0.0
@@ -89,16 +80,14 @@ class Outcome:
     """What a controller is told after the step its decision governed.
 
     Attributes:
-        drafted / accepted: ``[rows]`` tokens (or nodes) drafted per request and how many of them
-            were accepted (an accepted token's prefix is accepted too).
+        drafted / accepted: ``[rows]`` tokens (or nodes) drafted and accepted per request.
         budget: the budget the drafts were made with.
-        seconds: wall time of the step, when measured (None: not timed).
-        fit: whether ``seconds`` is one step of these rows (False: it spans more, e.g. a skipped call).
+        seconds: wall time of the step (None: not timed).
+        fit: whether ``seconds`` is one step of these rows (False: it spans more).
         offered: ``[rows]`` bool, the rows that could draft (default: all).
         prefill: rows of the step that carried prefill work.
-        details: per-request evidence a controller asked for in its own terms (the sizer's tickets
-            and accepted paths, keyed by request id).
-        timings: seconds of the step's phases, for engines that time them (``verify``, ``accept``).
+        details: per-request evidence in the controller's own terms, keyed by request id.
+        timings: seconds of the step's phases (``verify``, ``accept``, ...).
     """
 
     drafted: np.ndarray
@@ -162,10 +151,8 @@ class FixedBudget:
 
 
 class Capped:
-    """``outer`` decides first; ``inner`` decides within the outer budget (``BatchView.cap``), and
-    both are told every outcome. A load gate capping a cost gate: the load gate turns speculation
-    off above a batch size or probes at budget 1 after acceptance collapsed, and the cost gate
-    chooses the budget within that."""
+    """``outer`` decides first; ``inner`` decides within the outer budget (``BatchView.cap``); both are
+    told every outcome (e.g. a load gate capping a cost gate). ValueError when their units differ."""
 
     def __init__(self, outer: DraftController, inner: DraftController):
         if outer.unit != inner.unit:

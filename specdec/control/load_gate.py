@@ -1,20 +1,10 @@
 """LoadGate: the per-step "speculate or not, and how much" decision, usable in any serving loop.
 
-Why: speculation turns spare compute into lower latency. At small batch there is spare compute,
-so it pays; near saturation every rejected draft token displaces a real one and speculation is a
-throughput tax. The gate switches it off above a batch-size threshold (with hysteresis, so a
-batch hovering at the threshold does not flap), can choose the draft budget each step from a
-measured cost model and acceptance (SmartSpec-style: the budget that maximises expected tokens
-per second of the whole batch), and stops drafting when recent acceptance collapses.
-
-It is a :class:`~specdec.control.interface.DraftController` (budgets in draft tokens per request)::
-
-    gate = LoadGate(off_above=8, on_below=6, budget=4)
-    for step in loop:
-        d = gate.decide(BatchView(rows=len(running), context=mean_context))
-        trees = proposer.propose(ids, d.budget) if d.speculate else None
-        ...
-        gate.observe(Outcome.of(drafted_per_row, accepted_per_row))
+Near saturation every rejected draft token displaces a real one, so speculation pays at small batch
+and is a tax at large. The gate switches it off above a batch size (with hysteresis), can choose
+the budget each step from a measured cost model and acceptance (:class:`BudgetOptimizer`), and
+stops drafting when recent acceptance collapses. A
+:class:`~specdec.control.interface.DraftController` in draft tokens; docs/deciding.md has usage.
 """
 
 from __future__ import annotations
@@ -27,12 +17,10 @@ from .interface import BatchView, Decision, Outcome
 
 
 class BudgetOptimizer:
-    """Chooses the draft budget that maximises expected emitted tokens per second of a batch.
-
+    """Chooses the draft budget that maximises expected emitted tokens per second of a batch:
     ``rate(B, k, C) = B * E[tokens per step | k] / (t_target(B, 1 + E[max drafted], C) + B * t_propose(k))``
-    with ``t_propose(0) = 0`` (no drafting, no proposer call). ``k = 0`` is plain decoding, so
-    the optimum never does worse than off *under the model*.
-    """
+    with ``t_propose(0) = 0``; ``k = 0`` is plain decoding. ValueError when ``max_budget`` exceeds the
+    measured acceptance range."""
 
     def __init__(self, cost: StepCostModel, acceptance: AcceptanceDist, max_budget: int | None = None):
         self.cost = cost
@@ -75,18 +63,15 @@ class BudgetOptimizer:
 
 
 class LoadGate:
-    """Stateful per-step gate; see the module docstring.
+    """Stateful per-step gate (see the module docstring).
 
     Args:
-        off_above: stop speculating once the running batch exceeds this many requests
-            (``math.inf``: never gate on load).
-        on_below: resume once the batch is at or below this (default ``off_above``, i.e. no
-            hysteresis band). Must be ``<= off_above``.
-        budget: fixed draft budget without an optimizer; the largest budget with one.
-        optimizer: a :class:`BudgetOptimizer`; when given, the budget is chosen per step (at most
-            ``budget``) and a chosen budget of 0 means "do not speculate".
-        min_accept_rate: below this recent per-token acceptance, stop drafting (probing with
-            budget 1 every ``probe_every`` steps so recovery is noticed).
+        off_above: stop speculating once the running batch exceeds this (``math.inf``: never).
+        on_below: resume once the batch is at or below this (default ``off_above``); ``<= off_above``.
+        budget: the fixed draft budget, or the largest with an optimizer.
+        optimizer: a :class:`BudgetOptimizer` choosing the budget per step (0: do not speculate).
+        min_accept_rate: below this recent acceptance, stop drafting, probing at budget 1 every
+            ``probe_every`` steps.
         ema: weight of the newest observation in the acceptance moving average.
         min_observed: drafted tokens needed before the moving average is trusted.
     """

@@ -1,31 +1,22 @@
 """Whether a hybrid's model part is worth drafting this step, learned in hindsight.
 
-A hybrid tree drafts from lookup (microseconds) and from a model (an EAGLE layer, a good part of a
-verify step on a CPU). Where lookup already drafts well the model's nodes rarely add an accepted
-token, and its drafting time is then a tax on every step. :class:`ModelGate` decides per request
-and step, before the model runs:
+:class:`ModelGate` decides per request and step, before the model (an EAGLE layer) drafts, by
+comparing two numbers in emitted tokens:
 
-* **What the model adds**, measured in hindsight at every commit where it drafted: the accepted
-  depth of the merged tree minus that of the lookup's own paths (tokens; negative when the model's
-  nodes pushed accepted lookup nodes out of the tree), kept as a running mean per *bucket* of the
-  lookup's calibrated expected acceptance at propose time (what the gate can see before drafting).
-* **What the model costs**, in the same unit: its drafting seconds per request plus the verify
-  seconds of its kept nodes, over the seconds between two propose calls (one decoding step), times
-  the tokens the whole batch emits per step (drafting for one request delays every request).
-* **What this request adds beyond its bucket**: a running mean of its gain less its bucket's mean,
-  shrunk towards 0 by ``request_prior`` pseudo-observations.
-* The model drafts unless its bucket has ``min_samples`` observations and the bucket's mean plus the
-  request's shrunk residual is below the cost; a skipped request still drafts on every
-  ``explore_every``-th of its decisions in a bucket, so a bucket or request that turned useful is
-  found again.
+* **gain**: at each commit where the model drafted, the merged tree's accepted depth minus the
+  lookup paths' own (negative when the model's nodes pushed accepted lookup nodes out), as a
+  running mean per *bucket* of the lookup's expected acceptance at propose time, plus the
+  request's own residual shrunk by ``request_prior`` pseudo-observations;
+* **cost**: the model's drafting seconds per request plus the verify seconds of its kept nodes,
+  over the seconds of one step, times the tokens the batch emits per step.
 
-It is a :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` reads the
-batch's request ids and, as ``BatchView.hints``, each request's lookup expectation, and gives each
-request ``BatchView.cap`` model nodes or 0; :meth:`observe` takes a commit (``details``: request
-id -> ``(bucket, gain, emitted)``) or a measured time (``timings``: ``model`` drafting seconds of
-one request, ``verify`` seconds of its kept nodes). Exactness does not depend on it: it only
-chooses which deterministic nodes are offered. Why these rules, and the variants measured and not
-kept: docs/design-notes.md ("The hybrid's model gate").
+The model drafts unless its bucket has ``min_samples`` observations and the gain is below the
+cost; a skipped request still drafts every ``explore_every``-th decision in a bucket.
+
+A :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` reads
+``BatchView.req_ids`` and ``BatchView.hints`` (each request's lookup expectation) and gives each
+request ``BatchView.cap`` nodes or 0. Exactness does not depend on it: it only chooses which
+deterministic nodes are offered. The variants measured and not kept: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -48,9 +39,8 @@ class ModelGate:
         edges: bucket edges on the lookup's expected accepted tokens (strictly increasing).
         min_samples: observations a bucket needs before it may skip.
         explore_every: a skipping bucket still drafts on every this-many-th decision.
-        weight: floor of the running means' step size (older evidence fades).
-        request_prior: pseudo-observations a request's own residual is shrunk by (0 trusts one draft
-            fully; ``math.inf``: the bucket's mean alone).
+        weight: floor of the running means' step size.
+        request_prior: pseudo-observations a request's residual is shrunk by (``math.inf``: bucket only).
         clock: seconds (``time.perf_counter``; tests pass a fake).
     """
 
@@ -131,8 +121,8 @@ class ModelGate:
 
     def observe(self, outcome: Outcome) -> None:
         """Commits (``details``: request id -> ``(bucket or None, gain or None, emitted tokens)``) and
-        measured times (``timings``: ``model`` seconds one request's drafting took, ``verify`` seconds
-        its kept nodes cost the verify)."""
+        measured times (``timings``: ``model`` drafting seconds of one request, ``verify`` seconds of
+        its kept nodes). A negative verify time raises ValueError."""
         for req_id, (bucket, gain, emitted) in outcome.details.items():
             self._observe_commit(req_id, bucket, gain, emitted)
         if "model" in outcome.timings:
@@ -145,7 +135,7 @@ class ModelGate:
         return bisect.bisect_right(self.edges, expected)
 
     def _step_started(self) -> None:
-        """A propose call began: the time since the previous one is one decoding step."""
+        """A propose call began: the time since the previous one is one step (clipped to twice the mean)."""
         now = self.clock()
         if self._last_call is not None:
             gap = now - self._last_call
@@ -160,15 +150,15 @@ class ModelGate:
         return sum(1.0 if self._tokens.get(r) is None else self._tokens[r].value for r in req_ids)
 
     def cost_tokens(self, batch_tokens: float) -> float | None:
-        """One request's model price (drafting plus the verify of its kept nodes) in tokens of a step
-        that emits ``batch_tokens``, or None before the drafting time is known."""
+        """One request's model price in tokens of a step that emits ``batch_tokens``; None before the
+        drafting time is known."""
         if self.model_seconds is None or not self.period:
             return None
         return (self.model_seconds + self.verify_seconds) / self.period * batch_tokens
 
     def expected_gain(self, bucket: int, req_id: Hashable = None) -> float | None:
-        """Tokens the model is expected to add for ``req_id`` in ``bucket``: the bucket's mean plus the
-        request's residual, shrunk by ``request_prior``; None before the bucket has ``min_samples``."""
+        """Tokens the model is expected to add for ``req_id`` in ``bucket`` (bucket mean plus shrunk
+        residual); None before the bucket has ``min_samples``."""
         mean = self._gain[bucket]
         if mean.n < self.min_samples:
             return None
@@ -178,8 +168,7 @@ class ModelGate:
         return mean.value + own.n / (own.n + self.request_prior) * own.value
 
     def _should_draft(self, bucket: int, batch_tokens: float, req_id: Hashable = None) -> bool:
-        """Draft the model for ``req_id`` in ``bucket`` now, in a step emitting ``batch_tokens``?
-        (Counts the decision.)"""
+        """Draft the model for ``req_id`` in ``bucket`` now? (Counts the decision.)"""
         cost = self.cost_tokens(batch_tokens)
         expected = self.expected_gain(bucket, req_id)
         worth = cost is None or expected is None or expected >= cost
@@ -194,8 +183,7 @@ class ModelGate:
         return False
 
     def _observe_model_time(self, seconds: float) -> None:
-        """One request's drafting time. The first is dropped: a cold first forward (and a first step
-        asked for the full budget) ran long, and a skipping bucket draws too rarely to outweigh it."""
+        """One request's drafting time; the first (a cold forward) is dropped."""
         if self._warm:
             self._model.add(seconds, self.weight)
         self._warm = True

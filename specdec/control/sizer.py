@@ -1,14 +1,9 @@
 """Choosing how many draft nodes to verify: measured verify cost against expected acceptance.
 
-A verify step over ``n`` draft nodes costs ``c(n)`` seconds and emits ``1 + E[accepted]`` tokens,
-where ``E[accepted]`` is the sum over nodes of the probability that the node is accepted (its
-*path probability*: the product of per-edge acceptance estimates from the root). Keeping the ``k``
-most likely nodes (a prefix-closed set, since path probabilities never grow along a path) yields
-
-    rate(k) = (1 + sum of the k largest path probabilities) / c(k)
-
-tokens per second; the decoder verifies the ``k`` that maximises it (``k = 0`` = do not speculate).
-``c`` is the measured :class:`~specdec.estimate.verify_cost.VerifyCostModel`.
+Keeping the ``k`` most likely nodes of a tree (prefix-closed: path probabilities never grow along a
+path) emits ``1 + sum of their path probabilities`` tokens in ``c(k)`` seconds, ``c`` the measured
+:class:`~specdec.estimate.verify_cost.VerifyCostModel`; the decoder verifies the ``k`` maximising
+that rate (``k = 0``: do not speculate). docs/engine.md explains the estimates and the adaptive ask.
 """
 
 from __future__ import annotations
@@ -27,20 +22,14 @@ from .interface import BatchView, Decision, Outcome
 
 @dataclass
 class AcceptanceEstimator:
-    """Running acceptance rates of one proposer by tree depth and sibling rank, for trees that carry
-    no estimates of their own (Medusa heads, draft models, anything without ``propose_scored``).
+    """Running acceptance rates of one proposer by tree depth and sibling rank, for trees without
+    estimates of their own (Medusa heads, draft models).
 
-    ``rate(d, r)`` estimates P(the ``r``-th child, in node order, of an accepted depth-``d - 1``
-    node is accepted). Siblings are alternatives: at most one child of a node is accepted, so the
-    rates of one node's children share that node's probability instead of each claiming a depth's
-    whole rate (which predicted 17.75 accepted tokens for a depth-3 Medusa tree and verified ~60
-    nodes a step). Proposers list children best first (top-k order), so rank carries what depth
-    alone cannot. The prior is Beta with mean ``prior_accept / (prior_accept + prior_reject)``
-    divided by ``1 + r`` and that strength; a depth (or rank) never tried borrows the deepest tried
-    depth's rate at that rank, so pruning to short drafts does not freeze the estimate at the prior.
-    Evidence fades by ``decay`` per decoding step (:meth:`tick`), as the calibrations' does: a rank
-    the sizer stopped verifying after a few misses regains its prior and is tried again, instead of
-    keeping a low estimate no new evidence can correct.
+    ``rate(d, r)``: P(the ``r``-th child, in node order, of an accepted depth-``d - 1`` node is
+    accepted). Siblings are alternatives, so one node's children share its probability. The prior is
+    Beta with mean ``prior_accept / (prior_accept + prior_reject) / (1 + r)``; a depth never tried
+    borrows the deepest tried depth's rate at that rank. Evidence fades by ``decay`` per :meth:`tick`,
+    so a rank no longer verified regains its prior and is tried again.
     """
 
     prior_accept: float = 1.0
@@ -71,10 +60,9 @@ class AcceptanceEstimator:
         return out
 
     def update(self, tree: DraftTree, path: Sequence[int] | int, ranks: Sequence[int] | None = None) -> None:
-        """Record one verified tree and its accepted node path (an int ``k``: the first ``k`` nodes
-        of the first-child chain, which is the path of a chain). ``ranks``: each node's sibling rank
-        in the tree the proposer drafted, when ``tree`` is a pruned part of it (pruning drops
-        siblings, so positions in the pruned tree are not the proposer's ranks)."""
+        """Record one verified tree and its accepted node ``path`` (an int ``k``: the first ``k`` nodes of
+        the first-child chain). ``ranks``: each node's sibling rank in the tree as drafted, when ``tree``
+        is a pruned part of it."""
         ranks = self.ranks(tree) if ranks is None else ranks
         if isinstance(path, int):
             node, chain = -1, []
@@ -116,12 +104,9 @@ def top_nodes(path_probs: Sequence[float], k: int) -> list[int]:
 
 
 def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTree:
-    """The ``k`` most likely nodes of a deterministic tree (ties: lower index first), re-indexed.
-
-    The kept set is closed under parents because a child's path probability never exceeds its
-    parent's and the parent has the lower index. Trees with sampled nodes are not pruned (keeping
-    siblings by value would bias an i.i.d. sibling draw): they raise ValueError.
-    """
+    """The ``k`` most likely nodes of a deterministic tree (ties: lower index first), re-indexed; the
+    kept set is closed under parents. ValueError for trees with sampled nodes (dropping sampled
+    siblings would change the law they were drawn under)."""
     if k >= tree.num_nodes:
         return tree
     if not bool(tree.deterministic.all()):
@@ -131,15 +116,10 @@ def prune_tree(tree: DraftTree, path_probs: Sequence[float], k: int) -> DraftTre
 
 @dataclass
 class DraftOverhead:
-    """Seconds a decoding step spends outside the verify forward only because it drafted.
-
-    A drafting step's accept phase reads ``1 + n`` logit rows instead of one, walks the tree, moves
-    the accepted path's K/V rows and commits more tokens to the proposer: a cost the verify-cost
-    curve does not see, which in categories whose drafts are rarely accepted can make speculation a
-    small tax. The decoder folds each single-request step's accept-phase time into one of two running
-    means (drafted or not); :attr:`seconds` is their difference, never negative, and 0 until both
-    means have ``min_samples`` observations.
-    """
+    """Seconds a decoding step spends outside the verify forward only because it drafted (reading
+    ``1 + n`` logit rows, the tree walk, moving the accepted K/V rows), which the verify-cost curve
+    does not see. :attr:`seconds` is the difference of two running means of single-request steps'
+    accept-phase times (drafted or not), never negative, and 0 until both have ``min_samples``."""
 
     weight: float = 0.05
     min_samples: int = 8
@@ -186,14 +166,10 @@ def size_scored_draft(
     cost: VerifyCostModel,
     draft_overhead: float = 0.0,
 ) -> tuple[DraftTree, list[float]]:
-    """The cost-optimal part of a scored draft: ``(kept tree, the proposer's own estimates of the
-    kept nodes)``.
-
-    ``raw`` are the proposer's per-node acceptance estimates (``ScoredDraft.node_probs``), which
-    ``calibration`` corrects by depth; :meth:`VerifyCostModel.best_size` then picks how many of the
-    most likely nodes pay for their verify time plus ``draft_overhead`` (:class:`DraftOverhead`).
-    Trees with sampled nodes are returned whole.
-    """
+    """The cost-optimal part of a scored draft: ``(kept tree, raw estimates of the kept nodes)``.
+    ``raw``: the proposer's per-node estimates, which ``calibration`` corrects by depth before
+    :meth:`VerifyCostModel.best_size` keeps the nodes worth their verify time plus ``draft_overhead``.
+    Trees with sampled nodes are returned whole."""
     raw = [float(p) for p in raw]
     kept, keep = size_draft(tree, calibration.apply(raw, tree.depth_list), cost, draft_overhead)
     return kept, raw if keep is None else [raw[i] for i in keep]
@@ -217,14 +193,9 @@ def check_draft(tree, node_probs: Sequence[float] | None, budget: int) -> None:
 
 @dataclass
 class Ticket:
-    """What a sized draft needs back after its verify (:meth:`DraftSizer.observe`).
-
-    Attributes:
-        tree: the tree that was verified (after pruning).
-        raw: the proposer's own estimates of its nodes (scored drafts), else None.
-        calibration: the calibration those estimates update (scored drafts), else None.
-        ranks: each node's sibling rank in the drafted tree before pruning (unscored drafts).
-    """
+    """What a sized draft needs back after its verify (:meth:`DraftSizer.observe`): the verified
+    ``tree``; for scored drafts its ``raw`` estimates and their ``calibration``; for unscored ones
+    each node's sibling ``ranks`` in the tree as drafted."""
 
     tree: DraftTree
     raw: list[float] | None = None
@@ -233,41 +204,24 @@ class Ticket:
 
 
 class DraftSizer:
-    """The decoder's draft-sizing policy: how many nodes to ask for, and which of them to verify.
+    """The decoder's draft-sizing policy, a :class:`~specdec.control.interface.DraftController` in tree nodes.
 
-    A :class:`~specdec.control.interface.DraftController` in tree nodes: :meth:`decide` gives each
-    request the nodes to ask of the proposer, :meth:`size` then keeps the nodes of each draft whose
-    expected acceptance pays for their verify time (the tree unit's floor), and :meth:`observe`
-    learns from the step (``Outcome.details``: request id -> ``(ticket, accepted path)``;
-    ``Outcome.timings``: a single-request step's ``verify`` and ``accept`` seconds).
-
-    It owns everything the policy learns while decoding: the per-depth acceptance rates of
-    proposers without estimates (:class:`AcceptanceEstimator`), one :class:`ScoreCalibration` per
-    estimator a scored proposer names (``ScoredDraft.source``), one :class:`RequestCalibration` per
-    running request and source, the live verify-cost curve (a copy of the calibrated one, refined by
-    single-request steps) and the drafting overhead (:class:`DraftOverhead`). The decoder and
-    ``benchmarks/replay/draft_sizing.py`` run the same object.
+    :meth:`decide` gives each request the nodes to ask of the proposer, :meth:`size` keeps the nodes
+    of each draft worth their verify time, :meth:`observe` learns from the step (``Outcome.details``:
+    request id -> ``(ticket, accepted path)``; ``Outcome.timings``: a single-request step's
+    ``verify`` and ``accept`` seconds). It owns all it learns: an :class:`AcceptanceEstimator`, one
+    :class:`ScoreCalibration` per ``ScoredDraft.source``, one :class:`RequestCalibration` per running
+    request and source, the live verify-cost curve and the :class:`DraftOverhead`.
 
     Args:
-        budget: ``"auto"`` (keep the cost-optimal nodes: needs :meth:`set_cost`) or an int (ask the
-            proposer for at most that many nodes and verify them all).
+        budget: ``"auto"`` (keep the cost-optimal nodes: needs :meth:`set_cost`) or an int (ask for
+            at most that many nodes and verify them all).
         max_budget: most nodes asked of the proposer per request and step.
-        calibration: factory of the per-source calibrations (replays compare variants).
+        calibration: factory of the per-source calibrations.
         per_request: give each request its own calibration, shrunk toward its source's.
-        adapt: learn while decoding (False freezes every estimate, calibration and cost at its
-            current value, so the same drafts are sized the same way run after run).
-        adaptive_ask: with ``"auto"`` and ``adapt``, ask each request for about twice the most nodes
-            it recently kept (:meth:`ask_for`) instead of ``max_budget`` every step.
-
-    Why the adaptive ask: a model proposer's drafting cost grows with the budget (an EAGLE tree
-    runs one draft-layer forward per level and expands until its frontier falls out of the
-    ``budget`` best nodes), while the sizer on a CPU keeps a few nodes, so asking for 32 paid for
-    levels no one verifies: in one run of ``benchmarks/engine/trained_proposers.py --fixed-ask``, EAGLE-3
-    drafted 17.6 ms a step asked for 32 and 10.8 ms with this ask, at the same tokens per step
-    (docs/performance.md, "Adaptive ask"). The ask doubles whenever the sizer keeps all it
-    was given, so a long lookup match is cut for a few steps (8, 16, 32, 64). Every
-    ``ASK_EXPLORE``-th step of a request asks the full :attr:`ask` again: the best size among
-    more nodes can be larger than twice the best among fewer (a cost curve with a step in it).
+        adapt: learn while decoding (False freezes every estimate, so runs size drafts identically).
+        adaptive_ask: with ``"auto"`` and ``adapt``, ask about twice the most nodes a request recently
+            kept (:meth:`ask_for`): a model proposer's drafting cost grows with what it is asked.
     """
 
     unit = "nodes"
@@ -305,14 +259,13 @@ class DraftSizer:
 
     @property
     def ask(self) -> int:
-        """Nodes to ask of the proposer. A fixed budget caps what is drafted: sampled trees cannot be
-        pruned afterwards (dropping sampled siblings would change the law they were drawn under)."""
+        """Nodes to ask of the proposer. A fixed budget caps what is drafted, since sampled trees cannot be
+        pruned afterwards."""
         return self.max_budget if self.auto else min(self.max_budget, self.budget)
 
     def ask_for(self, req_id: Hashable) -> int:
-        """Nodes to ask of the proposer for one request: :attr:`ask`, or with the adaptive ask
-        ``clamp(2 * recently most kept, ASK_FLOOR, ask)``; a request's first step, and every
-        ``ASK_EXPLORE``-th, asks :attr:`ask`."""
+        """Nodes to ask for one request: :attr:`ask`, or with the adaptive ask ``clamp(2 * recently most
+        kept, ASK_FLOOR, ask)``; a request's first step and every ``ASK_EXPLORE``-th ask :attr:`ask`."""
         state = self._kept.get(req_id) if self.auto and self.adapt and self.adaptive_ask else None
         if state is None or state[1] % self.ASK_EXPLORE == 0:
             return self.ask
@@ -336,9 +289,8 @@ class DraftSizer:
     def size(
         self, req_id: Hashable, tree: DraftTree, node_probs: Sequence[float] | None = None, source: str = ""
     ) -> tuple[DraftTree, Ticket | None]:
-        """``(tree to verify, ticket for observe)`` for one request's draft; ``node_probs`` and
-        ``source`` come with scored drafts (:class:`~specdec.proposers.base.ScoredDraft`). An empty
-        draft has no ticket."""
+        """``(tree to verify, ticket for observe)`` for one request's draft; scored drafts pass
+        ``node_probs`` and ``source``. An empty draft has no ticket."""
         sized, ticket = self._sized(req_id, tree, node_probs, source)
         if self.auto and self.adapt and self.adaptive_ask:
             most, steps = self._kept.get(req_id, (0.0, 0))
@@ -364,10 +316,8 @@ class DraftSizer:
         return tree, Ticket(tree, raw, cal)
 
     def observe(self, outcome: Outcome) -> None:
-        """Learn from one step: each request's verified draft (``outcome.details``: request id ->
-        ``(ticket, accepted path)``), then the step passing (:meth:`tick`), then, for a
-        single-request step with ``outcome.timings``, its verify and accept times
-        (:meth:`observe_step`, with ``outcome.drafted[0]`` nodes)."""
+        """Learn from one step: each request's verified draft (``outcome.details``), then :meth:`tick`,
+        then for a single-request step with ``outcome.timings`` its verify and accept times."""
         if not self.adapt:
             return
         for ticket, path in outcome.details.values():
@@ -394,8 +344,8 @@ class DraftSizer:
             cal.tick()
 
     def observe_step(self, nodes: int, verify_s: float, accept_s: float) -> None:
-        """Timings of a single-request step (a batched step's times say nothing about one tree):
-        its verify refines the live cost curve, its accept phase the drafting overhead."""
+        """A single-request step's verify time refines the live cost curve, its accept time the drafting
+        overhead (a batched step's times say nothing about one tree)."""
         if self.live_cost is None or not self.adapt:
             return
         self.live_cost.observe(nodes, verify_s)

@@ -1,9 +1,3 @@
-"""specdec inside serving engines, through each engine's public extension points only.
-
-* :mod:`specdec.integrations.rows`: request identity and drafting for engines that pass batch rows
-  (a token matrix and committed lengths) instead of request ids; engine-agnostic.
-* :mod:`specdec.integrations.hf`: ``model.generate(..., custom_generate=specdec.integrations.hf.generate)``,
-  Hugging Face's own extension point for decoding loops (docs/huggingface.md);
-* :mod:`specdec.integrations.vllm`: a vLLM ``custom_class`` drafter with specdec's suffix proposer
-  and load gate inside (docs/vllm.md).
-"""
+"""specdec inside serving engines, through each engine's public extension points only: :mod:`.rows`
+(engine-agnostic request identity from batch rows), :mod:`.hf` (``model.generate(custom_generate=...)``,
+docs/huggingface.md) and :mod:`.vllm` (a ``custom_class`` drafter, docs/vllm.md)."""

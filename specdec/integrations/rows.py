@@ -1,19 +1,11 @@
 """Any specdec :class:`~specdec.Proposer` driven by engine batch rows, and the tree-to-chain rule.
 
-Engines such as vLLM hand their drafter, once per step, a token matrix ``token_ids [rows_max,
-stride]`` (int32), the committed length of each row and the tokens sampled this step, never a
-request id. :class:`RowSession` recovers request identity from that data alone
-(``specdec._C.RowTracker``, csrc/suffix/row_tracker.h: rows are matched by content, in full) and
-turns every step into the proposer's own calls: ``begin(id, prompt)`` when a request first
-appears (a conversation's next turn, whose row holds an earlier request's tokens and more, is a
-new request), ``commit(id, tokens)`` with exactly the tokens the engine committed since, ``end(id)``
-once the request has been out of the batch too long (:class:`~specdec.proposers.suffix_rows.RowTracking`;
-a request back from preemption before that continues where it was). Drafted rows get a chain:
-engines that verify chains only get the draft tree's best root-to-leaf path by the proposer's own
-node scores.
-
-Order within a step (the fast suffix path, :class:`specdec.proposers.suffix_rows.SuffixRowBatch`,
-keeps the same): begins and commits row by row, then drafts, then ends.
+Engines such as vLLM pass their drafter, once per step, ``token_ids [rows_max, stride]`` (int32),
+each row's committed length and the tokens sampled this step, never a request id.
+:class:`RowSession` matches rows to requests by content (``specdec._C.RowTracker``) and turns each
+step into the proposer's calls, in this order: ``begin`` / ``commit`` row by row (exactly the tokens
+the engine committed), then drafts, then ``end`` for requests out of the batch too long. Identity
+rules: docs/vllm.md, "Request identity without request ids".
 """
 
 from __future__ import annotations
@@ -38,15 +30,9 @@ SAMPLED_DRAFTS_REFUSED = (
 
 
 def best_chain(tree: DraftTree, probs, k: int, min_prob: float = 0.0) -> list[int]:
-    """Tokens of the best root-to-leaf path of ``tree``, at most ``k`` deep, cut before its first
-    node whose probability is below ``min_prob`` (needs ``probs``; unscored chains are not cut).
-
-    Best = largest sum of node probabilities ``probs [n]`` along the path (under greedy
-    verification, the expected accepted tokens of that chain); ties go to the lower node index.
-    ``probs=None`` is accepted only for a chain (no choice to make); a branching tree without
-    scores raises ``ValueError``. A tree with any sampled node raises ``ValueError``
-    (:data:`SAMPLED_DRAFTS_REFUSED`).
-    """
+    """Tokens of the best root-to-leaf path of ``tree`` (largest sum of ``probs [n]``; ties: lower index),
+    at most ``k`` deep, cut before its first node below ``min_prob``. ``probs=None`` only for a chain.
+    ValueError for a branching tree without scores, or any sampled node (:data:`SAMPLED_DRAFTS_REFUSED`)."""
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if not 0.0 <= min_prob <= 1.0:
@@ -73,13 +59,9 @@ def best_chain(tree: DraftTree, probs, k: int, min_prob: float = 0.0) -> list[in
 
 @dataclass(frozen=True)
 class RowStep:
-    """What one step did: per row the chain drafted, and totals of the acceptance just observed.
-
-    ``drafted`` / ``accepted``: tokens drafted for the rows' requests when last seen, and how many of
-    them the tokens committed since confirm (the engine's own count may differ when its scheduler
-    trimmed a draft). ``new`` / ``resumed`` / ``ended``: requests first seen, back after leaving the
-    batch, and ended this step; ``refused``: rows refused (bad lengths or ids; no draft).
-    """
+    """What one step did: per row the chain drafted; ``drafted`` / ``accepted``: tokens drafted for the
+    rows' requests when last seen and how many the tokens committed since confirm; ``new`` /
+    ``resumed`` / ``ended`` / ``refused``: counts of requests (rows) by what happened this step."""
 
     chains: list[list[int]]
     drafted: int
@@ -98,9 +80,9 @@ class RowSession:
     """Drives one specdec proposer from engine rows (see the module docstring).
 
     Args:
-        proposer: begin/commit/end/propose(_scored); its drafts must be deterministic.
+        proposer: begin/commit/end/propose(_scored) with an int ``vocab_size``; deterministic drafts.
         tree_budget: nodes requested per draft tree (the chain is chosen from it).
-        tracking: how long a request out of the batch is kept, what a row may gain unseen.
+        tracking: how long a request out of the batch is kept.
 
     Raises:
         ValueError: a proposer that needs target hidden states (no engine row carries them).

@@ -79,10 +79,8 @@ class SamplingAwareProposer(Proposer, Protocol):
 
 @runtime_checkable
 class SizeObserver(Protocol):
-    """A proposer the decoder shows, after sizing each request's draft and before the verify, the
-    part it will verify (``tree``, parents first) and its verify-cost curve (``cost``, a
-    :class:`~specdec.estimate.verify_cost.VerifyCostModel`, read-only). Why: a proposer that decides
-    whether a costly part of its draft is worth making (the hybrid's model gate) must know what the
-    verify of that part costs, which only the decoder's sizing knows."""
+    """A proposer the decoder shows, after sizing and before the verify, the part of each draft it will
+    verify (``tree``, parents first) and the read-only verify-cost curve (``cost``), so a proposer
+    that prices a costly part of its draft (the hybrid's model gate) can charge its verify time."""
 
     def observe_sized(self, req_id: Hashable, tree: DraftTree, cost) -> None: ...

@@ -1,24 +1,14 @@
 """Online teacher features: the target's forward runs batch by batch while the drafters train.
 
-The cached path (:mod:`.features`) runs the target once over every sequence, stores 4.7 KB a token
-on disk and then loads the whole cache into memory to train: ~39 GB for ShareGPT at 512 tokens,
-~108 GB with whole conversations, more than any machine here holds. This path stores nothing: each
-optimiser step pads a group of sequences, runs the target over them (:func:`target_batch`: the
-fused hidden states an EAGLE-3 layer reads, the final state Medusa heads read, the top-k of the
-target's own next-token distribution as the label) and steps the EAGLE-3 layer and/or the Medusa
-heads on that one forward. Memory is one batch of features, whatever the data size; the price is
-one target forward per batch and epoch, which is what a GPU is fast at.
-
-Both trainers step on the very losses the cached trainers use
-(:func:`~specdec.training.eagle3.step_losses`, :func:`~specdec.training.medusa_kd.kd_loss`) and are
-evaluated by the same held-out metrics (:func:`~specdec.training.eagle3.evaluate`,
-:func:`~specdec.training.medusa_kd.evaluate`) on a held-out split materialised once in memory
-(small: ``heldout_tokens``). Labels are the target's top-k, exactly as the cache stores them (the
-online features equal the cached ones up to the cache's fp16 rounding).
-
-The drafting vocabularies are fixed before the first step, from the training sequences' own
-assistant tokens (no extra forward): for self-distilled answers those tokens *are* the target's
-greedy argmax, which is what the cached trainers count; for fixed conversations they approximate it.
+Unlike the cached path (:mod:`.features`) nothing is stored: each optimiser step pads a group of
+sequences, runs the target over them (:func:`target_batch`: the fused hidden states an EAGLE-3
+layer reads, the final state Medusa heads read, the target's top-k as the label) and steps the
+EAGLE-3 layer and/or the Medusa heads on that one forward. Memory is one batch of features,
+whatever the data size; the price is one target forward per batch and epoch. Both trainers use the
+cached trainers' losses (:func:`~specdec.training.eagle3.step_losses`,
+:func:`~specdec.training.medusa_kd.kd_loss`) and held-out metrics, on a held-out split held in
+memory (``heldout_tokens``). The drafting vocabularies are fixed before the first step from the
+training sequences' assistant tokens. Why this path exists: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -48,13 +38,11 @@ from .medusa_kd import kd_loss
 class OnlineConfig:
     """How the stream runs (recorded in both manifests).
 
-    ``batch_tokens``: padded tokens per target forward and optimiser step (both trainers step on
-    the same batch). ``train_tokens``: token passes to train on (sequence tokens, prompts included,
-    counted once per epoch that sees them); None = one epoch. ``seconds``: stop stepping after this
-    long (the schedule was planned for ``train_tokens``; the report says where it stopped).
-    ``heldout_every``: every N-th sequence is held out; at most ``heldout_tokens`` of them are
-    evaluated. ``amp``: autocast dtype for the drafters' steps on CUDA (None = float32).
-    ``head_chunk``: rows per LM-head top-k (bounds the ``[rows, V]`` logits in memory).
+    ``batch_tokens``: padded tokens per target forward and optimiser step. ``train_tokens``: token
+    passes to train on (None = one epoch). ``seconds``: stop stepping after this long.
+    ``heldout_every``: every N-th sequence is held out, at most ``heldout_tokens`` evaluated. ``amp``:
+    autocast dtype for the drafters' steps on CUDA (None = float32). ``head_chunk``: rows per LM-head
+    top-k (bounds the ``[rows, V]`` logits).
     """
 
     batch_tokens: int = 8192
@@ -110,12 +98,9 @@ class FeatureBatch:
 @torch.no_grad()
 def target_batch(model, seqs: Sequence[TeacherSequence], spec: FeatureSpec, *, head_chunk: int = 8192
                  ) -> FeatureBatch:
-    """The target's features over ``seqs`` in one right-padded forward on the model's device.
-
-    No attention mask is needed: right padding only adds keys after every real token, which the
-    causal mask already hides, so each real row equals its unpadded forward (up to the kernels'
-    rounding). Sequences longer than ``spec.max_len`` are refused (cut them when building them).
-    """
+    """The target's features over ``seqs`` in one right-padded forward on the model's device (no mask
+    needed: the causal mask hides the padding keys). ValueError for a sequence longer than
+    ``spec.max_len``."""
     if not seqs:
         raise ValueError("target_batch needs at least one sequence")
     num_layers = int(model.config.num_hidden_layers)
@@ -265,12 +250,10 @@ def train_online(model, train: Sequence[TeacherSequence], held: Sequence[Teacher
                  progress: bool = True, log: Callable[[str], None] | None = None) -> dict:
     """Train the EAGLE-3 layer (``eagle3``) and/or Medusa heads (``medusa``) on online features.
 
-    ``model``: the target, on the device training runs on, in the dtype its forwards should use.
-    ``eagle3.batch_tokens`` and ``epochs`` must equal ``cfg``'s (one stream feeds both); Medusa's
-    ``batch_size`` and ``epochs`` are replaced by the stream's batches (one step per batch).
-
-    Returns ``{"eagle3": (layer, report) | None, "medusa": (heads, report) | None, "stream": {...}}``;
-    each report carries held-out metrics before and after, tokens, steps and seconds.
+    ``model``: the target on the training device and dtype. ``eagle3.batch_tokens`` and ``epochs``
+    must equal ``cfg``'s; Medusa's ``batch_size`` and ``epochs`` are replaced by the stream's batches.
+    Returns ``{"eagle3": (layer, report) | None, "medusa": (heads, report) | None, "stream": {...}}``,
+    each report with held-out metrics before and after, tokens, steps and seconds.
     """
     if eagle3 is None and medusa is None:
         raise ValueError("train_online needs eagle3 and/or medusa settings")

@@ -333,9 +333,9 @@ class HFTarget:
         if len(trees) != state.batch_size:
             raise ValueError(f"verify got {len(trees)} trees for a batch of {state.batch_size} requests")
         if min(state.pending) < 0:
-            raise ValueError("verify needs a pending token per request: call accept() or set_pending() first")
+            raise ValueError("verify needs a pending token per request: call commit() or set_pending() first")
         if state.verified is not None:
-            raise ValueError("the previous verify step's rows are still in the cache: call accept() or discard() first")
+            raise ValueError("the previous verify step's rows are still in the cache: call commit() or discard() first")
         ids, pos, mask, extra = self._tree_inputs(state, trees)
         if ids.numel() and int(ids.max()) >= self.vocab_size:  # one check for every tree and pending token
             b = int((ids >= self.vocab_size).any(dim=1).nonzero()[0])
@@ -441,7 +441,7 @@ class HFTarget:
         if not rows:
             raise ValueError("select needs at least one row to keep")
         if state.verified is not None:
-            raise ValueError("select: a verify step's rows await accept() or discard()")
+            raise ValueError("select: a verify step's rows await commit() or discard()")
         kv.select(state.cache, torch.tensor(rows, device=self.device))
         state.lengths = [state.lengths[r] for r in rows]
         state.pending = [state.pending[r] for r in rows]

@@ -1,16 +1,8 @@
-"""specdec inside ``model.generate``: one argument switches Hugging Face users to exact speculative decoding.
-
-* ``model.generate(**inputs, custom_generate=specdec.integrations.hf.generate, proposer="suffix")``:
-  the callable form (:mod:`.entry`);
-* ``model.generate(**inputs, custom_generate=specdec.integrations.hf.FOLDER, trust_remote_code=True,
-  proposer="suffix")``: the string form, a local ``custom_generate/`` folder (:mod:`.folder`).
-
-What carries over from ``generate`` and what is refused: docs/huggingface.md. One module per job:
-:mod:`.caller` (arguments transformers keeps from a callable), :mod:`.config` (refused modes and
-outputs), :mod:`.inputs` (left-padded rows), :mod:`.logits` (processors per tree node),
-:mod:`.stopping` (criteria), :mod:`.proposer` (which drafter, and its binding), :mod:`.collect`
-(cutting, streaming, assembling), :mod:`.loop` (one call), :mod:`.output` (the returned dict).
-"""
+"""specdec inside ``model.generate``: ``custom_generate=specdec.integrations.hf.generate`` (the callable,
+:mod:`.entry`) or ``custom_generate=specdec.integrations.hf.FOLDER, trust_remote_code=True`` (the
+string form, :mod:`.folder`). One module per job: :mod:`.caller`, :mod:`.config`, :mod:`.inputs`,
+:mod:`.logits`, :mod:`.stopping`, :mod:`.proposer`, :mod:`.collect`, :mod:`.decode_loop`,
+:mod:`.output`. What carries over and what is refused: docs/huggingface.md."""
 
 from pathlib import Path
 

@@ -1,14 +1,9 @@
 """Each row's emitted tokens: cut at the first stop, streamed in ``generate``'s order, then assembled.
 
-The decoder's requests progress raggedly (each accepts its own number of tokens per step), while
-``generate`` hands its streamer one token per row per step: a ``[B]`` tensor, with the pad id in
-rows that already finished (after the prompt, which ``generate`` itself streamed before calling
-the loop). :class:`Collector` keeps that contract: position ``i`` is streamed once every row has
-emitted its ``i``-th token or finished, so a streamer receives exactly the tokens of the returned
-sequences, in order, and for one row one token per ``put``. ``end()`` follows the last position.
-
-The returned sequences are the prompt rows as ``generate`` received them, followed by each row's
-tokens, rows that finished early filled with the pad id to the longest, as ``generate`` does.
+Rows progress raggedly, while ``generate`` streams one ``[B]`` tensor per position (the pad id in
+finished rows): :class:`Collector` streams position ``i`` once every row has emitted its ``i``-th
+token or finished, then ``end()``. The sequences are the prompt rows followed by each row's
+tokens, finished rows padded to the longest.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What of a prepared generation config specdec cannot reproduce: refused by name, before any forward.
 
-specdec reproduces greedy decoding and multinomial sampling, one sequence per row, and maps Hugging
-Face's own speculation (``prompt_lookup_num_tokens``, ``assistant_model``) onto its proposers. Every
-other decoding mode changes what is generated in a way a verify step cannot reproduce, and is
-refused with the setting that selects it. ``return_dict_in_generate`` gives the sequences (and
-specdec's per-request metrics); the per-step outputs are refused with the reason, since a verify
-step scores a whole draft tree in one forward and keeps no per-token rows to hand back.
+specdec reproduces greedy decoding and multinomial sampling, one sequence per row; every other
+decoding mode, and the per-step outputs of ``return_dict_in_generate`` (a verify forward scores a
+whole tree and keeps no per-token rows), is refused with the setting that selects it.
 """
 
 from __future__ import annotations

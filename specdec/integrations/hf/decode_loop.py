@@ -1,15 +1,6 @@
 """One ``custom_generate`` call: check everything, build the decoder, run it, hand back what
-``generate`` would.
-
-Order (every refusal comes before any decoding forward): the generation config's mode and outputs
-(:mod:`.config`), the prompts and model inputs (:mod:`.inputs`), the stopping criteria
-(:mod:`.stopping`), the logits processors (:mod:`.logits`), the proposer source (:mod:`.proposer`),
-the architecture (:func:`~specdec.verify.capabilities.inspect_model` refuses, by feature, what cannot be
-verified exactly), the proposer's artifacts and their binding; then
-:class:`~specdec.verify.hf.HFTarget` runs its 2-token probe forward (logits must be the LM head's).
-Then the decoder runs the batch, and a :class:`~.collect.Collector` cuts, streams and assembles the
-rows.
-"""
+``generate`` would. Every refusal (config, inputs, stopping, processors, proposer source,
+architecture, artifact binding, the target's logits probe) comes before any decoding forward."""
 
 from __future__ import annotations
 
@@ -31,18 +22,17 @@ DEFAULT_MAX_BUDGET = 64
 
 @dataclass(frozen=True)
 class Options:
-    """specdec's own keyword arguments to ``model.generate(..., custom_generate=...)``.
+    """specdec's own keyword arguments to ``model.generate(..., custom_generate=...)`` (docs/huggingface.md).
 
     Attributes:
-        proposer: a spec string (``"suffix"``, ``"eagle:<dir>"``, ``"hybrid:suffix+eagle:<dir>"``,
-            ``"draft:<dir>"``, ``"medusa:<dir>"``) or a proposer object (default: ``"suffix"``).
+        proposer: a spec string or a proposer object (default ``"suffix"``).
         decoder: a :class:`~specdec.SpeculativeDecoder` over the same model, reused across calls.
         target_tokenizer: the model's tokenizer (checks a tokenizer-bound drafter).
-        cost_model: a :class:`~specdec.estimate.verify_cost.VerifyCostModel` or the path of one saved
-            with ``save``; measured at the start of the call when None (a few seconds).
-        budget: ``"auto"`` (the cost model sizes each draft) or a fixed number of nodes.
+        cost_model: a :class:`~specdec.estimate.verify_cost.VerifyCostModel` or the path of a saved one;
+            measured at the start of the call when None.
+        budget: ``"auto"`` or a fixed number of nodes.
         max_budget: most nodes drafted per request and step (default 64; ``prompt_lookup_num_tokens``).
-        generator: a ``torch.Generator`` for sampling (default: torch's global one, as ``generate``).
+        generator: a ``torch.Generator`` for sampling (default: torch's global one).
         allow_mismatch: draft with a proposer bound to another checkpoint (warns; still exact).
     """
 
@@ -75,8 +65,8 @@ OPTION_NAMES = tuple(f.name for f in fields(Options))
 
 def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, options: Options,
            caller: CallerArguments, model_kwargs: dict):
-    """Decode the batch ``generate`` prepared (see the module docstring); returns ``LongTensor[B, T + L]``
-    or, with ``return_dict_in_generate``, a :class:`~.output.SpecdecGenerateOutput`."""
+    """Decode the batch ``generate`` prepared; returns ``LongTensor[B, T + L]`` or, with
+    ``return_dict_in_generate``, a :class:`~.output.SpecdecGenerateOutput`."""
     config = generation_config
     if config is None:
         raise TypeError("specdec.integrations.hf.generate is a custom_generate callable: pass it to "

@@ -1,16 +1,11 @@
 """The string form: ``model.generate(..., custom_generate=specdec.integrations.hf.FOLDER, trust_remote_code=True)``.
 
-transformers runs ``<folder>/custom_generate/generate.py`` with ``generate``'s *raw* arguments, before
-any preparation. specdec's file hands them to :func:`generate_from_folder`, which takes out what
-only this form can see (``tokenizer=``, ``assistant_tokenizer=``, the streamer and the assistant
-model as given) and re-enters ``model.generate`` with the callable, so the preparation is
-``generate``'s own. Stop strings need the tokenizer, which ``generate`` does not hand a callable:
-they are taken out of the call and become a ``StopStringCriteria`` built here (what ``generate``
-would build), passed with the caller's other criteria.
-
-Why a folder: the string form is how the Hub distributes decoding loops, and the same folder copied
-into a checkpoint directory makes that checkpoint's ``generate`` specdec's when it is loaded with
-``trust_remote_code=True``.
+transformers runs ``<folder>/custom_generate/generate.py`` with ``generate``'s raw arguments.
+:func:`generate_from_folder` takes out what only this form sees (``tokenizer=``,
+``assistant_tokenizer=``, the streamer, the assistant model), turns stop strings into a
+``StopStringCriteria`` (they need the tokenizer), and re-enters ``model.generate`` with the
+callable, so the preparation is ``generate``'s own. The same folder copied into a checkpoint makes
+its ``generate`` specdec's under ``trust_remote_code=True``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The prompts ``model.generate`` prepared, as the decoder takes them: one unpadded list per row.
 
-``generate`` hands a ``custom_generate`` callable ``input_ids [B, T]`` (left-padded for batches, as
-Hugging Face requires of decoder-only models) and model keyword arguments: the attention mask
-(dropped by ``generate`` when it holds no padding), position ids derived from it, the cache it
-prepared, ``logits_to_keep`` and ``use_cache``. specdec verifies with its own right-padded cache
-and its own positions, so each row becomes its unpadded prompt, and the pad tokens in front of it
-(``pad_prefix``) are kept for the logits processors, which ``generate`` runs on padded rows.
-
+specdec verifies with its own right-padded cache and positions, so each left-padded row of
+``input_ids [B, T]`` becomes its prompt, with its pad tokens kept for the logits processors.
 Refused by name, before any forward: right padding or holes in the mask, an empty row, position
-ids other than the ones the mask implies, a cache that already holds tokens, input embeddings, and
-any other model input (the verify forward would not receive it).
+ids other than the mask's, a cache that already holds tokens, and any other model input.
 """
 
 from __future__ import annotations
@@ -24,13 +18,8 @@ PREPARED = frozenset({"attention_mask", "position_ids", "cache", "past_key_value
 
 @dataclass(frozen=True)
 class Prompts:
-    """The batch's rows.
-
-    Attributes:
-        prompts: row ``b``'s prompt, pads removed.
-        pad_prefix: row ``b``'s left padding (the ids ``generate``'s processors see before the prompt).
-        width: ``T``, the padded prompt length (what ``max_length`` and length processors count).
-    """
+    """The batch's rows: ``prompts[b]`` without pads, ``pad_prefix[b]`` its left padding, ``width`` the
+    padded length ``T`` (what ``max_length`` and length processors count)."""
 
     prompts: list[list[int]]
     pad_prefix: list[list[int]]
@@ -38,11 +27,8 @@ class Prompts:
 
 
 def read_prompts(input_ids: torch.Tensor, model_kwargs: dict) -> Prompts:
-    """Split ``input_ids [B, T]`` by its attention mask; refuse what the verify forward cannot honour.
-
-    Raises:
-        ValueError: naming the argument (see the module docstring).
-    """
+    """Split ``input_ids [B, T]`` by its attention mask; ValueError naming what the verify forward cannot
+    honour (see the module docstring)."""
     extra = sorted(k for k, v in model_kwargs.items() if k not in PREPARED and v is not None)
     if extra:
         raise ValueError(f"specdec's custom_generate does not pass the model input(s) {extra} to its verify "
@@ -83,8 +69,7 @@ def _check_cache(cache) -> None:
 
 
 def _check_positions(position_ids, mask: torch.Tensor) -> None:
-    """Position ids must be the ones ``generate`` derives from the mask (each row counts from 0 at its
-    first token); specdec uses exactly those."""
+    """Position ids must be the ones ``generate`` derives from the mask (from 0 at each row's first token)."""
     if position_ids is None:
         return
     want = (mask.cumsum(-1) - 1).clamp_min(0)

@@ -1,34 +1,15 @@
 """The logits processors ``model.generate`` prepared, applied to every verified tree node.
 
-``generate`` builds one ``LogitsProcessorList`` from the generation config, the caller's
-``logits_processor=`` and ``prefix_allowed_tokens_fn=``; sampling runs ``softmax`` of the processed
-scores, greedy decoding their argmax. specdec reproduces that law exactly by processing every
-verify row with the context that row stands for, through
-:class:`~specdec.sampling.processors.RowProcessors` (the same per-node path the decoder uses for a
-checkpoint's own processors): a tree node's row is processed after the request's *padded* prompt
-(``generate`` runs its processors on left-padded rows, so length-based processors count the
-padding), the tokens emitted so far and the draft path to the node. The instances are the ones
-``generate`` built (the same code runs), except two whose state is indexed by batch row, which get
-one copy per request: ``RepetitionPenaltyLogitsProcessor`` with per-row ``prompt_ignore_length``
-(the padding it skips) and ``PrefixConstrainedLogitsProcessor`` (``prefix_allowed_tokens_fn`` is
-called with the request's batch index).
-
-**Sampling.** The trailing run of sampling warpers (temperature, top-k, top-p, min-p, in that order,
-with ``-inf`` filtering and ``min_tokens_to_keep=1``, as ``generate`` builds them) becomes the
-:class:`~specdec.sampling.SamplingParams` the rejection sampler processes with
-(:func:`~specdec.sampling.params.process_logits` applies them in the same order), so proposers that
-follow the request's sampling see it. Everything before that run, warpers included, is applied per
-node; with nothing to map, sampling is from ``softmax`` of the processed scores (temperature 1), which
-is what ``generate`` samples.
-
-**A processor specdec does not know** (the caller's own class) is applied per node the same way. Its
-contract: its output for a row depends only on that row's ids and scores. One call's rows are the
-tree nodes of one request at one depth, not the batch's rows, so a processor that keeps state across
-calls or reads the batch position would not be reproduced; say so in its documentation, and test it.
-
-**Refused by name** (:data:`REFUSED`): processors that run the model on a second context
-(classifier-free guidance), keep per-batch state across calls (SynthID watermarking) or belong to
-encoder-decoder and audio models.
+Each verify row is processed (:class:`~specdec.sampling.processors.RowProcessors`) with the context
+it stands for: the request's *left-padded* prompt (``generate``'s processors count the padding),
+the tokens emitted so far and the draft path to the node. The instances are ``generate``'s own,
+except one copy per request of the two whose state is indexed by batch row
+(``RepetitionPenaltyLogitsProcessor``, ``PrefixConstrainedLogitsProcessor``). With sampling the
+trailing run of warpers (temperature, top-k, top-p, min-p, ``-inf`` filtering) becomes the
+:class:`~specdec.sampling.SamplingParams` the rejection sampler applies in the same order;
+everything before it runs per node. A caller's own processor must depend only on its row's ids
+and scores (one call's rows are one request's nodes at one depth). Processors that cannot be
+applied per node are refused by name (:data:`REFUSED`). Details: docs/huggingface.md.
 """
 
 from __future__ import annotations
@@ -68,8 +49,7 @@ class UnsupportedLogitsProcessor(ValueError):
 
 
 class PaddedRowProcessors(RowProcessors):
-    """:class:`RowProcessors` whose rows are read after a fixed prefix: the request's left padding,
-    which ``generate``'s processors see in front of the prompt."""
+    """:class:`RowProcessors` whose rows are read after the request's left padding."""
 
     def __init__(self, processors: list, prefix: Sequence[int]):
         super().__init__(processors)
@@ -89,9 +69,9 @@ def check_processors(processors) -> None:
 
 
 def split_processors(processors, do_sample: bool) -> tuple[list, SamplingParams]:
-    """``(per-node processors, sampling)``: the trailing warpers that map onto :class:`SamplingParams`
-    (sampling only), and everything before them; greedy decoding is ``SamplingParams(temperature=0)``
-    after every processor."""
+    """``(per-node processors, sampling)``: with ``do_sample`` the trailing warpers that map onto
+    :class:`SamplingParams` and everything before them; greedy is ``SamplingParams(temperature=0)``
+    after every processor. Raises :class:`UnsupportedLogitsProcessor` for a refused processor."""
     processors = list(processors or ())
     check_processors(processors)
     if not do_sample:
@@ -109,8 +89,7 @@ def split_processors(processors, do_sample: bool) -> tuple[list, SamplingParams]
 
 
 def _mapped_warper(p) -> tuple[int, str, float | int] | None:
-    """``(rank, field, value)`` when ``p`` is one of the warpers :class:`SamplingParams` applies
-    identically (``-inf`` filtering, at least the top token kept), else None."""
+    """``(rank, field, value)`` when ``p`` is a warper :class:`SamplingParams` applies identically, else None."""
     for rank, (cls, field) in enumerate(_WARPERS):
         if type(p).__name__ != cls or type(p).__module__ != "transformers.generation.logits_process":
             continue
@@ -127,8 +106,8 @@ def _mapped_warper(p) -> tuple[int, str, float | int] | None:
 
 
 def row_processors(processors: list, pad_prefix: Sequence[Sequence[int]]) -> list[PaddedRowProcessors | None]:
-    """One :class:`PaddedRowProcessors` per request (None when there is nothing to apply): the shared
-    instances, with a per-request copy of the two processors whose state is indexed by batch row."""
+    """One :class:`PaddedRowProcessors` per request (None when there is nothing to apply), with per-request
+    copies of the processors whose state is indexed by batch row."""
     if not processors:
         return [None] * len(pad_prefix)
     return [PaddedRowProcessors([_for_row(p, b) for p in processors], pads) for b, pads in enumerate(pad_prefix)]

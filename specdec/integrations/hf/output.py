@@ -1,12 +1,6 @@
-"""What ``return_dict_in_generate=True`` returns: ``generate``'s own output class, plus specdec's facts.
-
-``sequences`` is what ``generate`` would return; ``scores``, ``logits``, ``attentions`` and
-``hidden_states`` are refused when asked for (:mod:`specdec.integrations.hf.config` says why) and
-``cache`` is None: specdec verifies with its own right-padded cache, which ``generate`` cannot
-continue from. Added: each row's :class:`~specdec.engine.metrics.RequestMetrics` (steps, drafted and
-accepted tokens, time per phase) and why it finished (``"stop"``: an EOS id or a stopping criterion;
-``"length"``: ``max_length``).
-"""
+"""What ``return_dict_in_generate=True`` returns: ``generate``'s output class with ``sequences``,
+``cache=None`` (specdec's right-padded cache cannot be continued by ``generate``), and each row's
+:class:`~specdec.engine.metrics.RequestMetrics` and finish reason (``"stop"`` or ``"length"``)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,13 @@
 """Which proposer drafts a ``custom_generate`` call, and the checks that it may draft for this model.
 
-Exactly one source, checked before any forward:
-
-* ``proposer=``: a spec string, as the CLI's ``--proposer`` (``suffix``, ``suffix:<responses .jsonl>``,
-  ``draft:<model dir>``, ``medusa:<dir>``, ``eagle:<dir>``, ``hybrid:suffix+eagle:<dir>``; built by
-  :func:`specdec.proposers.registry.make_proposer`), or a proposer object;
-* ``decoder=``: a :class:`~specdec.SpeculativeDecoder` over this very model, reused across calls (its
-  proposer, calibrations and measured verify-cost curve persist; nothing else does);
-* Hugging Face's ``assistant_model=``: specdec's :class:`~specdec.proposers.DraftModelProposer` over
-  it (greedy chains for greedy calls, sampled chains for sampled ones), which requires the target's
-  tokenizer to check that the two share their token ids;
-* Hugging Face's ``prompt_lookup_num_tokens=N``: specdec's lookup proposer,
-  :class:`~specdec.proposers.SuffixProposer`, drafting at most ``N`` nodes a step;
-* nothing: ``suffix``.
-
-A proposer bound to a target checkpoint (trained heads, EAGLE layers, the hybrid) must carry this
-model's fingerprint; one bound to a tokenizer (a draft model) that of the target's tokenizer, so the
-tokenizer must be known: ``tokenizer=`` in the folder form, ``target_tokenizer=`` in either form
-(transformers does not hand ``tokenizer=`` to a callable). ``allow_mismatch=True`` turns the
-checkpoint check into a warning, as the CLI's ``--allow-mismatch`` does.
+Exactly one source, checked before any forward: ``proposer=`` (a spec string for
+:func:`specdec.proposers.registry.make_proposer`, or a proposer object), ``decoder=`` (a
+:class:`~specdec.SpeculativeDecoder` over this very model, reused), Hugging Face's
+``assistant_model=`` (a :class:`~specdec.proposers.DraftModelProposer`) or
+``prompt_lookup_num_tokens=N`` (a :class:`~specdec.proposers.SuffixProposer` of at most ``N`` nodes);
+nothing means ``suffix``. A proposer bound to a checkpoint must carry this model's fingerprint
+(``allow_mismatch=True``: a warning), one bound to a tokenizer that of the target's tokenizer, which
+must then be given (docs/huggingface.md, "specdec's options").
 """
 
 from __future__ import annotations
@@ -40,11 +29,8 @@ class Source:
 def choose_source(model, *, proposer, decoder, assistant_model, prompt_lookup: int | None,
                   tokenizer) -> Source:
     """Pick the one proposer source (see the module docstring) and check what needs no weights loaded.
-
-    Raises:
-        ValueError: several sources, a decoder over another model, or a tokenizer-bound source
-            without the target's tokenizer.
-    """
+    ValueError for several sources, a decoder over another model, or a tokenizer-bound source without
+    the target's tokenizer; TypeError for a wrong object."""
     given = {"proposer": proposer, "decoder": decoder, "assistant_model": assistant_model,
              "prompt_lookup_num_tokens": prompt_lookup}
     named = [k for k, v in given.items() if v is not None]
@@ -82,11 +68,8 @@ def choose_source(model, *, proposer, decoder, assistant_model, prompt_lookup: i
 
 
 def build_proposer(source: Source, model, *, tokenizer, assistant_tokenizer, sampling, allow_mismatch: bool):
-    """The proposer of ``source`` (None for ``"decoder"``), loaded and checked against ``model``.
-
-    Raises:
-        IncompatibleArtifactError: a proposer bound to another checkpoint or tokenizer.
-    """
+    """The proposer of ``source`` (None for ``"decoder"``), loaded and checked against ``model``; raises
+    IncompatibleArtifactError for one bound to another checkpoint or tokenizer."""
     if source.kind == "decoder":
         return None
     vocab = int(model.get_output_embeddings().weight.shape[0])

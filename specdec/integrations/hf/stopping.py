@@ -1,17 +1,10 @@
 """The stopping criteria ``model.generate`` prepared, cut exactly where ``generate`` would stop.
 
-``generate`` checks its criteria after every token, on the whole (left-padded) row. A speculative
-step emits several tokens at once, so each emitted token is checked as if it had been the last one,
-and a request's output ends at the first token after which a criterion says stop: tokens past a
-stop are never emitted nor streamed.
-
-* ``MaxLengthCriteria`` becomes the decoder's ``max_new_tokens`` (``max_length`` minus the padded
-  prompt length, as ``generate`` counts), ``EosTokenCriteria`` its stop tokens (one id or several):
-  the decoder itself ends those requests, which then leave the batch.
-* Every other criterion (``StopStringCriteria``, ``MaxTimeCriteria``, the caller's own) is called per
-  emitted token on ``[1, L]``: the request's padded prompt and its tokens up to that one, with
-  ``scores=None`` (what ``generate`` passes unless ``output_scores`` is on, which specdec refuses).
-  Its contract: its verdict for a row depends only on that row (or on the clock).
+``MaxLengthCriteria`` becomes the decoder's ``max_new_tokens`` (``max_length`` minus the padded
+prompt length) and ``EosTokenCriteria`` its stop tokens. Every other criterion is called after each
+emitted token on ``[1, L]`` (padded prompt and tokens so far, ``scores=None``), so a step that
+emits several tokens ends at the first one after which a criterion stops; its verdict must depend
+only on that row (or the clock).
 """
 
 from __future__ import annotations
@@ -26,13 +19,8 @@ _HF_MODULE = "transformers.generation.stopping_criteria"
 
 @dataclass(frozen=True)
 class StopPlan:
-    """How a call stops.
-
-    Attributes:
-        max_new_tokens: tokens each request may emit (from ``max_length``).
-        stop_tokens: the EOS ids (the decoder stops a request at the first).
-        row_criteria: criteria checked per emitted token (:meth:`first_stop`).
-    """
+    """How a call stops: ``max_new_tokens`` per request, the EOS ``stop_tokens``, and the
+    ``row_criteria`` checked per emitted token (:meth:`first_stop`)."""
 
     max_new_tokens: int
     stop_tokens: frozenset[int]
@@ -59,10 +47,7 @@ class StopPlan:
 
 def plan_stopping(criteria, width: int) -> StopPlan:
     """A :class:`StopPlan` from ``generate``'s ``stopping_criteria`` for prompts padded to ``width``.
-
-    Raises:
-        ValueError: no ``max_length`` (``generate`` always sets one), or one that leaves no token.
-    """
+    ValueError without a ``MaxLengthCriteria``, or when it leaves no token."""
     max_length, stops, rows = None, set(), []
     for c in criteria or ():
         kind = type(c).__name__ if type(c).__module__ == _HF_MODULE else None

@@ -1,13 +1,10 @@
 """A vLLM-loadable copy of a checkpoint whose tied embedding was saved under ``lm_head.weight`` only.
 
-specdec's GGUF conversions made before 0.2 (and any folder written with
-``safetensors.torch.save_model``) store a tied input/output embedding once, as ``lm_head.weight``;
-:func:`specdec.models.save_dequantized` now stores it under the input embedding's name, which
-needs no fix. transformers re-ties either on load; vLLM's Llama loader skips ``lm_head.weight``
-when ``tie_word_embeddings`` is set and expects ``model.embed_tokens.weight``, so it serves such a
-folder with an all-zero embedding (every greedy token is id 0). :func:`vllm_ready` writes a
-sibling folder ``<name>-vllm`` with the embedding under both names and the other files copied,
-once (a stamp of the source's size and mtime).
+vLLM's Llama loader skips ``lm_head.weight`` when ``tie_word_embeddings`` is set and expects
+``model.embed_tokens.weight``, so it serves such a folder (specdec's pre-0.2 GGUF conversions,
+``safetensors.torch.save_model``) with an all-zero embedding. :func:`vllm_ready` writes, once, a
+sibling ``<name>-vllm`` with the embedding under both names (stamped with the source's size and
+mtime). docs/design-notes.md ("Loading and generating with Hugging Face models") has the story.
 """
 
 from __future__ import annotations

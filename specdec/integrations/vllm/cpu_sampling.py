@@ -1,24 +1,12 @@
 """vLLM issue 55005 on the CPU backend, and the version-guarded workaround through vLLM's kernel registry.
 
-The bug (vLLM 0.32.0 CPU builds; vllm/utils/cpu_triton_utils.py::_expand_kernel_impl): the CPU
-override of the rejection sampler's ``expand_kernel`` passes ``_ensure_int64(output)`` to the C++
-kernel. ``output`` is a fresh float32 (temperature) or int32 (top-k) buffer, so the conversion makes
-a copy, the kernel fills the copy, and the buffer vLLM goes on to use stays uninitialised: the
-per-draft-token temperature, top-k and top-p of ``apply_sampling_constraints``
-(vllm/v1/sample/rejection_sampler.py) are garbage, and every sampled request with a draft is
-verified against the wrong distribution. Greedy requests never reach that code.
-
-The workaround: vLLM's platform kernel registry (``vllm.triton_utils.dispatcher.register_kernels``,
-documented there as the way "non-CUDA platforms can replace Triton kernels ... without modifying
-core code"; the CPU platform registers the broken function through it at worker start) takes a
-second registration of the same kernel name. :func:`install` registers :func:`expand_into`, which
-fills ``output`` itself, and only when all of these hold: the platform is CPU, the installed
-vLLM is a version listed in ``version.CPU_EXPAND_BUG``, and the kernel now registered is exactly
-``cpu_triton_utils._expand_kernel_impl``. It is called when the drafter is built (never at import),
-and like the platform's own registration it lasts for the rest of that process: it replaces a
-kernel whose output was undefined with one that computes what the Triton kernel computes, for
-every caller. Nothing of vLLM's scheduler, runner or sampler code is changed.
-tests/vllm/test_vllm_sampling_law.py shows the bias without it and an exact law with it.
+On vLLM 0.32.0 CPU builds the override of the rejection sampler's ``expand_kernel`` fills a copy of
+its output, so sampled requests with drafts are verified with uninitialised temperature, top-k and
+top-p (greedy ones are unaffected). :func:`install` registers :func:`expand_into` for that kernel
+through ``vllm.triton_utils.dispatcher.register_kernels`` (the registry the CPU platform itself
+uses) only when the platform is CPU, the version is in ``version.CPU_EXPAND_BUG`` and the
+registered kernel is exactly the broken one. It is called when the drafter is built, never at
+import, and lasts for the process. docs/vllm.md has the details and the law test that found it.
 """
 
 from __future__ import annotations
@@ -36,11 +24,9 @@ ISSUE = "vLLM issue 55005 (cpu_triton_utils._expand_kernel_impl writes into a co
 
 
 def expand_into(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
-    """What vLLM's Triton ``expand_kernel`` does: ``output[start_b:end_b] = input[b]`` (with
-    ``replace_from`` -> ``replace_to``), segment ``b`` ending at ``cu_num_tokens[b]``; written in place.
-
-    Shapes: ``output [>= cu_num_tokens[-1]]``, ``input_val [B]``, ``cu_num_tokens [B]``.
-    """
+    """What vLLM's Triton ``expand_kernel`` does, in place: ``output[start_b:end_b] = input[b]`` (with
+    ``replace_from`` -> ``replace_to``), segment ``b`` ending at ``cu_num_tokens[b]``. Shapes:
+    ``output [>= cu_num_tokens[-1]]``, ``input_val [B]``, ``cu_num_tokens [B]``."""
     del MAX_NUM_TOKENS  # a Triton block-size constant: no meaning here
     replace_from = getattr(replace_from, "value", replace_from)  # tl.constexpr when Triton is present
     replace_to = getattr(replace_to, "value", replace_to)

@@ -1,25 +1,14 @@
 """The vLLM drafter: ``speculative_config={"method": "custom_class", "model": "<this module>.SuffixDrafter", ...}``.
 
-vLLM 0.32 builds it as ``SuffixDrafter(vllm_config)`` in its model runner and calls, once per
-step after the step's bookkeeping, ``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
-slot_mappings=...)`` (vllm/v1/worker/gpu_model_runner.py, ``propose_draft_token_ids``):
-
-* ``sampled_token_ids``: one list per batch row, the tokens committed for that row this step
-  (accepted drafts + the bonus/recovered token), empty for a row whose prefill is still partial;
-* ``num_tokens_no_spec [max_num_reqs]``: committed tokens per row, the sampled ones included;
-* ``token_ids_cpu [max_num_reqs, max_model_len]`` int32: the rows' tokens (prompt, then outputs);
-* ``slot_mappings``: KV-cache slots, unused by lookup drafting.
-
-It returns one chain per row (``list[list[int]]``, at most ``num_speculative_tokens`` each; an
-empty list means no draft). No request id, sampling parameter or tenant reaches it; identity comes
-from the rows (:mod:`specdec.integrations.rows`). Verification is vLLM's chain rejection sampler
-with ``draft_probs=None``, exact for deterministic drafts only, which are the only kind returned.
-
-A row the trackers refuse (lengths or token ids out of range) gets no draft and is counted
-(``rows_refused``); it never stops the engine. The drafter refuses to start under
-``enable_prompt_embeds``: vLLM writes a row's prompt into ``token_ids_cpu`` only for token
-prompts and does not clear a freed row, so an embeddings-only request's row still holds the last
-user's tokens, and drafting from it would make one user's latency depend on another's text.
+vLLM 0.32 builds ``SuffixDrafter(vllm_config)`` and calls ``propose(sampled_token_ids,
+num_tokens_no_spec, token_ids_cpu, slot_mappings=...)`` once per step after bookkeeping:
+``sampled_token_ids`` one list per row (the tokens committed this step, empty for a partial
+prefill), ``num_tokens_no_spec [max_num_reqs]`` committed tokens per row, ``token_ids_cpu
+[max_num_reqs, max_model_len]`` int32 the rows' tokens. It returns one deterministic chain per row
+(at most ``num_speculative_tokens``; empty: no draft), which vLLM's rejection sampler verifies
+exactly with ``draft_probs=None``. Request identity comes from the rows
+(:mod:`specdec.integrations.rows`). A refused row gets no draft and is counted, never stopping the
+engine. docs/vllm.md lists the vLLM facts relied on and why prompt embeddings are refused.
 """
 
 from __future__ import annotations
@@ -138,7 +127,7 @@ class SuffixDrafter:
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings=None) -> list[list[int]]:
-        """One chain per row (see the module docstring); ``slot_mappings`` is not needed by lookup drafting."""
+        """One chain per row (see the module docstring)."""
         del slot_mappings
         entered = time.perf_counter()  # the drafter's own cost, whatever clock the gate runs on
         now = self.gating.clock()
@@ -169,14 +158,9 @@ class SuffixDrafter:
         return chains
 
     def _unseen_bound(self) -> int:
-        """Tokens a row may have committed since the last call beyond this call's samples.
-
-        vLLM skips the drafter (and verifies k zeros next) only while the batch's longest sequence
-        plus k does not fit max_model_len, and a row grows by at most k + 1 tokens a step. So unless
-        the longest row at the last call was within 2k + 1 of max_model_len no call was skipped, and
-        a row that gained more than it sampled is a new request (a conversation's next turn). Near
-        the limit one skipped step (k + 1 tokens) is allowed; after longer streaks rows are tracked
-        as new requests, which costs their automata a rebuild and never indexes a prompt."""
+        """Tokens a row may have committed since the last call beyond this call's samples: ``k + 1``
+        (one skipped call) while the longest row at the last call was within ``2k + 1`` of max_model_len
+        (the only time vLLM skips the drafter), else 0, so a row that gained more is a new request."""
         return self.k + 1 if self._longest + 2 * self.k + 1 > self.max_model_len else 0
 
     def _refused(self, rows: int, why: str) -> None:
@@ -188,20 +172,17 @@ class SuffixDrafter:
         s.rows_refused += rows
 
     def _was_offered(self, ids, kinds, sampled, k) -> np.ndarray:
-        """``[rows]`` bool: the row's request could draft at the last call (it sampled then, with a
-        budget > 0) and was verified in this step; new, resumed and prefilling rows were not offered
-        a draft, so they say nothing about how deep drafts reach or how often they are accepted."""
+        """``[rows]`` bool: the row's request could draft at the last call (sampled, budget > 0) and was
+        verified now; only such rows say anything about acceptance."""
         offered = self._offered
         self._offered = set(ids[(sampled > 0) & (kinds != REFUSED)].tolist()) if k > 0 else set()
         return np.fromiter((kinds[r] == CONTINUED and int(ids[r]) in offered for r in range(len(ids))), dtype=bool,
                            count=len(ids))
 
     def _step_shape(self, ids, kinds, begin, end, sampled) -> tuple[bool, int]:
-        """``(fit, prefill)`` of the step since the last call, for the cost gate. ``prefill``: rows
-        that carried prefill work (new, resumed, in prefill now, or at the last call: a chunked
-        prefill's last chunk). ``fit``: no row was refused and every continued row committed exactly
-        what it sampled (else a drafter call was skipped and the time spans two steps). The cost
-        gate itself sets aside a step far slower than predicted (an idle gap)."""
+        """``(fit, prefill)`` of the step since the last call, for the cost gate: ``prefill`` rows carried
+        prefill work (new, resumed, prefilling now or at the last call); ``fit`` when no row was refused
+        and every continued row committed exactly what it sampled (else a call was skipped)."""
         prefilling, self._prefilling = self._prefilling, set(ids[sampled == 0].tolist())
         continued = kinds == CONTINUED
         was_prefilling = np.fromiter((int(i) in prefilling for i in ids), dtype=bool, count=len(ids))
@@ -210,8 +191,7 @@ class SuffixDrafter:
         return fit, prefill
 
     def load_model(self, target_model) -> None:
-        """Called by vLLM's CPU runner for every drafter (vllm/v1/worker/cpu_model_runner.py, unguarded;
-        the GPU runner calls it only if present): lookup drafting loads no weights."""
+        """Called by vLLM's CPU runner for every drafter; lookup drafting loads no weights."""
         del target_model
 
     @property
@@ -221,8 +201,8 @@ class SuffixDrafter:
 
 
 class GatedSuffixDrafter(SuffixDrafter):
-    """SuffixDrafter whose load gate is read from ``SPECDEC_VLLM_OPTIONS`` like any option; kept as a
-    separate name so a config line says which policy it runs. Without ``gate_off_above`` it refuses."""
+    """SuffixDrafter whose load gate comes from ``SPECDEC_VLLM_OPTIONS``, named so a config line says which
+    policy it runs. Without ``gate_off_above`` or ``cost_gate`` it refuses to start."""
 
     def __init__(self, vllm_config):
         opts = DrafterOptions.resolve(self.OPTIONS)
@@ -233,8 +213,7 @@ class GatedSuffixDrafter(SuffixDrafter):
 
 
 class CostGatedSuffixDrafter(SuffixDrafter):
-    """SuffixDrafter with the cost gate on (``cost_gate``: each step's budget from this engine's own step
-    times, :class:`~specdec.serving.cost_gate.CostGate`), so a ``speculative_config`` that names this
-    class is the whole setting: no ``SPECDEC_VLLM_OPTIONS`` needed (it may still add options)."""
+    """SuffixDrafter with the cost gate on (:class:`~specdec.control.cost_gate.CostGate`): naming this class
+    is the whole setting; ``SPECDEC_VLLM_OPTIONS`` may still add options."""
 
     OPTIONS = {"cost_gate": True}

@@ -1,19 +1,11 @@
-"""The load gate inside the drafter: each step, draft or not from the running batch and recent acceptance.
+"""The load gate inside the drafter: each step, draft or not (and how much) from the running batch,
+recent acceptance and, with ``cost_gate``, this engine's own step times.
 
-vLLM V1 removed batch-size-based disabling of speculation (``speculative_disable_by_batch_size``)
-and its replacement schedule (``num_speculative_tokens_per_batch_size``) is not applied to
-``custom_class`` drafters, so near saturation every verified draft token displaces a real one.
-:class:`GatedDrafting` puts specdec's :class:`~specdec.control.load_gate.LoadGate` there: the batch size is
-the number of rows vLLM passes (its running batch this step), acceptance is what the drafter saw
-confirmed, and a "gate off" step returns no drafts (vLLM then verifies nothing extra).
-Decisions and acceptance are counted in :class:`GateStats` (exported as ``vllm:specdec_*``
-metrics, :mod:`.metrics`) and logged every ``log_every`` steps on logger ``specdec.vllm``.
-
-With ``cost_gate`` a :class:`~specdec.control.cost_gate.CostGate` then chooses the budget (0..k)
-from this engine's own step times, timed between the drafter's calls: the load threshold needs a
-number measured on the engine, the cost gate measures it while serving. It also sets ``floor``, the
-per-token acceptance probability a drafted token needs to pay for its verify time
-(:meth:`CostGate.floor`); the drafter cuts each row's chain there.
+vLLM V1 applies no batch-size schedule to ``custom_class`` drafters, so :class:`GatedDrafting` runs
+specdec's :class:`~specdec.control.load_gate.LoadGate` (capping a
+:class:`~specdec.control.cost_gate.CostGate` with ``cost_gate``) on the rows vLLM passes; a "gate
+off" step returns no drafts. Decisions are counted in :class:`GateStats` (the ``vllm:specdec_*``
+metrics) and logged on logger ``specdec.vllm``.
 """
 
 from __future__ import annotations
@@ -75,13 +67,10 @@ class GatedDrafting:
 
     def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None, offered=None,
                 prefill: int = 0) -> None:
-        """Per row ``[rows]``: tokens drafted into the step that just ran and how many were accepted.
-
-        Call once per drafter call, after its :meth:`decide` (row events come with the call's own
-        drafting). ``fit``: the time since the last call was one step of these rows (no skipped
-        call). ``offered`` ``[rows]`` bool: rows that could draft in it (default all); ``prefill``:
-        rows that carried prefill work. ``now``: the clock at the call's entry.
-        """
+        """Per row ``[rows]``: tokens drafted into the step that just ran and how many were accepted. Call
+        once per drafter call, after its :meth:`decide`. ``fit``: the time since the last call was one step
+        (no skipped call); ``offered`` ``[rows]`` bool: rows that could draft (default all); ``prefill``:
+        rows with prefill work; ``now``: the clock at the call's entry."""
         now = self.clock() if now is None else now
         seconds = None if self._last_call is None else now - self._last_call
         outcome = Outcome.of(drafted, accepted, budget=self._verified_budget, seconds=seconds, fit=fit,

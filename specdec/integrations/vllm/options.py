@@ -1,9 +1,7 @@
 """The drafter's options: defaults, overridden by a subclass's ``OPTIONS`` and the ``SPECDEC_VLLM_OPTIONS`` JSON.
 
-vLLM builds a ``custom_class`` drafter from its dotted path with the engine config only, so the
-drafter's own settings travel another way: an environment variable that vLLM's engine processes
-inherit (``SPECDEC_VLLM_OPTIONS='{"gate_off_above": 8}'``), or a subclass with an ``OPTIONS`` dict
-(``class MyDrafter(SuffixDrafter): OPTIONS = {...}``) named in ``speculative_config["model"]``.
+vLLM builds a ``custom_class`` drafter with the engine config only, so its settings travel in an
+environment variable that vLLM's engine processes inherit, or in a subclass's ``OPTIONS`` dict.
 Unknown keys and wrong types are refused with the key's name.
 """
 
@@ -20,33 +18,26 @@ ENV = "SPECDEC_VLLM_OPTIONS"
 
 @dataclasses.dataclass(frozen=True)
 class DrafterOptions:
-    """Settings of a specdec vLLM drafter.
+    """Settings of a specdec vLLM drafter (user guide: docs/vllm.md, "Enable it").
 
     Attributes:
-        proposer: ``"suffix"`` (the batched C++ path), ``"suffix-python"`` (the same proposer through
-            its Python begin/commit/propose/end, one call per request: slower, for comparison), or
-            ``"module:function"`` returning any deterministic specdec Proposer for a vocab size.
-        tree_budget: nodes of the draft tree the chain is chosen from (default: num_speculative_tokens;
-            vLLM verifies one chain, and a larger tree bought no accepted tokens in the chain replay,
-            docs/performance.md "Propose cost per request and step", while it costs propose time).
-        max_depth: deepest draft node (default: num_speculative_tokens).
-        min_match_len, min_prob: the suffix proposer's drafting floors (SuffixProposer).
-        use_global: feed a global lookup cache from finished requests and draft from it. Off by
-            default: the drafter cannot see tenants, so one user's responses would speed up (and
-            so be detectable by) another's requests (docs/vllm.md, "Global cache").
-        global_cache_bytes: the global cache's byte cap (rebuilt from recent documents beyond it).
-        gate_off_above / gate_on_below: stop drafting while more requests than this are running,
-            resume at or below ``gate_on_below`` (default: the same); ``inf``: never gate on load.
-        min_accept_rate: stop drafting while recent per-token acceptance is below this (probing).
-        cost_gate: choose each step's budget (0..num_speculative_tokens) from this engine's own step
-            times and acceptance, fitted while serving (:class:`~specdec.control.cost_gate.CostGate`);
-            applied below the load gate when both are set.
-        park_steps / park_seconds / max_parked / max_parked_tokens: a request out of the batch is
-            ended after this many steps or seconds, or (oldest first) while more than this many
-            requests or tokens are parked (:class:`~specdec.proposers.suffix_rows.RowTracking`).
-        log_every: steps between gate/acceptance log lines (0: none).
-        fix_cpu_expand: on vLLM CPU builds with the expand-kernel bug (vLLM issue 55005), register a
-            correct kernel through vLLM's kernel-override registry; False refuses to start there.
+        proposer: ``"suffix"`` (the batched C++ path), ``"suffix-python"`` (the same proposer one
+            request at a time, for comparison), or ``"module:function"`` returning any deterministic
+            specdec Proposer for a vocab size.
+        tree_budget / max_depth: nodes of the tree the chain is chosen from, and its deepest node
+            (default: num_speculative_tokens).
+        min_match_len, min_prob: the suffix proposer's drafting floors.
+        use_global / global_cache_bytes: draft from a global cache of finished responses under a byte
+            cap. Off by default: the drafter sees no tenants, so acceptance would leak across users.
+        gate_off_above / gate_on_below: the load gate (``inf``: never gate on load).
+        min_accept_rate: stop drafting while recent acceptance is below this (probing).
+        cost_gate: each step's budget from this engine's own step times
+            (:class:`~specdec.control.cost_gate.CostGate`), below the load gate.
+        park_steps / park_seconds / max_parked / max_parked_tokens: when a request out of the batch is
+            ended (:class:`~specdec.proposers.suffix_rows.RowTracking`).
+        log_every: steps between log lines (0: none).
+        fix_cpu_expand: on vLLM CPU builds with vLLM issue 55005, register a correct expand kernel;
+            False refuses to start there.
     """
 
     proposer: str = "suffix"
@@ -88,11 +79,8 @@ class DrafterOptions:
     @classmethod
     def resolve(cls, overrides: Mapping | None = None, environ: Mapping[str, str] | None = None) -> "DrafterOptions":
         """Defaults, then ``overrides`` (a subclass's OPTIONS), then the JSON in ``SPECDEC_VLLM_OPTIONS``.
-
-        Raises:
-            ValueError: the variable is not a JSON object, or names an unknown option.
-            TypeError: an option of the wrong type.
-        """
+        ValueError when the variable is not a JSON object or names an unknown option; TypeError for a
+        wrong type."""
         merged = dict(overrides or {})
         raw = (os.environ if environ is None else environ).get(ENV, "").strip()
         if raw:

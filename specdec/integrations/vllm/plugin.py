@@ -1,10 +1,8 @@
 """The optional ``vllm.general_plugins`` entry point: warn when the installed vLLM is outside the tested range.
 
-vLLM runs every registered general plugin in each of its processes at start-up. This one changes
-nothing in vLLM; it only logs a warning (``logging``, logger ``specdec.vllm``) when the version is
-outside :data:`specdec.integrations.vllm.version.SUPPORTED_RANGE`, so a user who upgrades vLLM
-hears that the experimental ``custom_class`` contract may have changed before drafts go wrong.
-Registered in setup.py as ``specdec = specdec.integrations.vllm.plugin:register``.
+vLLM runs it in each of its processes at start-up. It changes nothing in vLLM; it logs a warning on
+logger ``specdec.vllm`` when the version is outside
+:data:`specdec.integrations.vllm.version.SUPPORTED_RANGE`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
-"""The drafter's counters, readable next to vLLM's ``vllm:spec_decode_*`` metrics.
+"""The drafter's counters as ``vllm:specdec_*`` prometheus families beside vLLM's own metrics.
 
-``LLM.get_metrics()`` reads prometheus_client's default registry and keeps the families whose name
-starts with ``vllm:`` (vllm/v1/metrics/reader.py), so the drafter registers a collector there with
-``vllm:specdec_*`` families, labelled ``drafter=<id>`` so two engines in one process stay apart:
-
-* ``vllm:specdec_steps_total{decision="draft"|"gate_off"}`` -- steps the load gate let draft or not;
-* ``vllm:specdec_draft_tokens_total`` / ``vllm:specdec_accepted_tokens_total`` -- tokens drafted and
-  confirmed by the tokens the engine committed next (the drafter's own count, see RowStep);
-* ``vllm:specdec_gate_on`` (0/1) and ``vllm:specdec_accept_rate`` (the gate's moving average, -1 unknown);
-* ``vllm:specdec_budget``: the draft tokens per row the gates allowed at the last step (the cost
-  gate's choice, 0 when gated off);
-* ``vllm:specdec_floor``: the acceptance probability a drafted token needed at the last step (the
-  cost gate's ``c * rate``; 0 without a cost gate or before its fit);
-* ``vllm:specdec_propose_seconds_total``: wall time spent inside the drafter's ``propose``, all
-  steps: its own cost, to set beside the engine's step time (divide by the steps);
-* ``vllm:specdec_rows_refused_total``: rows given no draft because their lengths or token ids were
-  out of range (each one also logged).
-
-It lives in the process that runs the drafter: with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` that is the
-``LLM`` process; otherwise the engine-core process, whose registry ``get_metrics()`` does not see
-(the log lines carry the same numbers).
+``LLM.get_metrics()`` reads prometheus_client's default registry (families named ``vllm:*``), so
+the drafter registers a collector there, labelled ``drafter=<id>`` so two engines in one process
+stay apart. It lives in the process that runs the drafter (the engine core unless
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``). The families are listed in docs/vllm.md ("The cost gate").
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Which vLLM releases this integration was tested against, and which carry the CPU sampling bug.
 
-Read from the installed distribution's metadata only (``importlib.metadata``), so checking costs no
-vLLM import. vLLM's ``custom_class`` proposer interface is marked experimental upstream, so a
-release outside the tested range may change the call contract (docs/vllm.md lists the facts
-relied on, with file references).
+Read from distribution metadata only (no vLLM import). ``custom_class`` is experimental upstream, so
+a release outside the tested range may change the call contract (docs/vllm.md lists the facts).
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""A measured run turned into the simulator's inputs: step costs, acceptance, the pool's requests.
-
-From one :class:`~.measure.PoolRun`:
-
-* **requests**: each prompt's length and output length (the server's usage counts) and category;
-* **step costs**: the engine's steps rebuilt from the chunk times (every chunk of one step reaches
-  the client within ``gap`` seconds; steps are further apart) and fitted by the same
-  six-term model ``specdec plan`` uses (:class:`StepCostModel`, packed steps as vLLM V1 runs them);
-* **acceptance**: the histogram of accepted tokens per row-step from vLLM's counters (drafts,
-  drafted tokens, accepted tokens per position); rows that drafted nothing accept 0;
-* **per batch size**: for every decode-only step (no prompt finished in it) that followed
-  another, its duration and the tokens each row emitted, by the number of rows: what
-  :mod:`.schedule` reads the gain of speculation at each batch size from.
-
-Decode row-steps are counted two ways (chunks after each request's first; output tokens minus
-accepted drafts minus one first token per request); under load the server may merge two steps'
-output into one chunk, and vLLM counts drafts accepted past ``max_tokens``, so each undercounts in
-its own way and the larger is kept.
-"""
+"""A measured run (:class:`~.measure.PoolRun`) turned into the simulator's inputs: the pool's requests
+(prompt, output length, category), step costs (steps rebuilt from chunk times by
+:mod:`.engine_trace` and fitted by :class:`StepCostModel`), acceptance from vLLM's counters, and per
+batch size the decode-only steps :mod:`.schedule` reads. Decode row-steps are counted from chunks
+and from usage minus accepted drafts; a chunk may merge two steps' output and vLLM counts drafts
+accepted past ``max_tokens``, so each undercounts and the larger is kept."""
 
 from __future__ import annotations
 
@@ -34,15 +21,10 @@ DEFAULT_GAP = 0.012  # seconds: the widest spread of one step's chunks at the cl
 
 @dataclasses.dataclass
 class Calibration:
-    """One candidate's inputs to the simulator on one pool (module docstring).
-
-    Attributes:
-        items: the pool's requests as measured (prompt and output tokens, category).
-        cost: the fitted step-time model of this candidate's engine.
-        acceptance: accepted tokens per row-step (None without speculation).
-        per_batch: ``{rows: [(seconds, tokens per row), ...]}`` of decode-only steps.
-        row_steps, drafts, draft_tokens: the decode row-steps and vLLM's draft counts.
-    """
+    """One candidate's simulator inputs on one pool: ``items`` (the requests as measured), ``cost`` (the
+    fitted step-time model), ``acceptance`` (None without speculation), ``per_batch`` (``{rows:
+    [(seconds, tokens per row), ...]}`` of decode-only steps), and the decode ``row_steps`` with vLLM's
+    ``drafts`` and ``draft_tokens``."""
 
     items: list[WorkloadItem]
     cost: StepCostModel
@@ -98,12 +80,8 @@ def decode_steps(run: PoolRun, gap: float) -> dict[int, list[tuple[float, float]
 
 
 def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
-    """The simulator's inputs from one measured run (module docstring).
-
-    Raises:
-        MeasurementError: a stream without usage counts, or too few engine steps to fit step costs
-            (send more requests or widen the pool's rate range).
-    """
+    """The simulator's inputs from one measured run. MeasurementError for a stream without usage counts,
+    or too few engine steps to fit step costs."""
     missing = [i for i, s in enumerate(run.streams) if not s.prompt_tokens]
     if missing:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: the server sent no prompt token count for "

@@ -1,20 +1,12 @@
 """The configurations a plan measures, named ``METHOD[:K]``, and the ``speculative_config`` each one is.
 
-Methods (vLLM 0.32's names, ``vllm/config/speculative.py``):
-
-* ``off``: no ``speculative_config``;
-* ``ngram``: prompt lookup, n-grams of 1 to 4 tokens; ``suffix``: ArcticInference's suffix tree
-  (the server's environment must have ``arctic_inference``);
-* ``draft_model``, ``eagle``, ``eagle3``: the user's draft model or head (``artifacts``);
-  ``mtp``: the target's own multi-token-prediction layers (no artifact);
-* ``custom_class``: specdec's suffix drafter with its cost gate
-  (:class:`specdec.integrations.vllm.drafter.CostGatedSuffixDrafter`; the server's environment
-  must have specdec installed).
-
-``K`` is ``num_speculative_tokens`` (default 4). A schedule candidate (:mod:`.schedule`) adds
-``num_speculative_tokens_per_batch_size``, which vLLM applies to every method but ``custom_class``
-(its drafter is called without the scheduled count: ``gpu_model_runner.propose_draft_token_ids``).
-Every config is plain JSON that ``--speculative-config`` accepts as it is.
+Methods (vLLM 0.32's names): ``off``; ``ngram`` (n-grams of 1 to 4); ``suffix`` (ArcticInference,
+which the server's environment must have); ``draft_model``, ``eagle``, ``eagle3`` (the user's
+artifact); ``mtp`` (the target's own layers); ``custom_class`` (specdec's
+:class:`~specdec.integrations.vllm.drafter.CostGatedSuffixDrafter`). ``K`` is
+``num_speculative_tokens`` (default 4). A schedule candidate (:mod:`.schedule`) adds
+``num_speculative_tokens_per_batch_size``, which vLLM does not apply to ``custom_class``. Every
+config is plain JSON that ``--speculative-config`` accepts.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """One pool's decision: which measured configuration to serve it with, and why, in one sentence.
 
-The rule, on each candidate's predicted score at the pool's load levels (:mod:`.predict`):
-
-1. A speculating candidate is **eligible** when at every load it keeps at least ``1 - max_loss``
-   of off's score (it never costs the pool more than that), and somewhere it buys what the pool
-   asks for: ``min_gain`` more score, or ``min_tpot_gain`` lower median time per output token
-   (at light load every configuration meets loose objectives; latency is what speculation sells).
-2. Among the eligible, the one whose worst ratio to the best candidate at any load is highest
-   wins (to two decimals); then the larger gain; then the lighter lifecycle (bound to nothing,
-   then to the tokenizer, then to one target checkpoint: a head must be retrained on every
-   release); then the smaller K.
-3. No eligible candidate: off. A configuration that does not clearly pay is still a cost: an
-   artifact to version, a review on every release.
-
-Candidates whose greedy outputs differed from off's are never eligible: exactness is not traded.
+A speculating candidate is **eligible** when at every load it keeps at least ``1 - max_loss`` of
+off's score and somewhere gains ``min_gain`` score or ``min_tpot_gain`` median time per output
+token. Among the eligible the highest worst-case ratio to the best candidate wins (two decimals),
+then the larger gain, then the lighter lifecycle (bound to nothing, the tokenizer, the target),
+then the smaller K; none eligible: off. Candidates whose greedy outputs differed from off's are
+never eligible.
 """
 
 from __future__ import annotations

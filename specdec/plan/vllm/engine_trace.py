@@ -1,25 +1,9 @@
-"""Calibrating the simulator from a running engine seen from outside: streamed chunks and counters.
+"""Calibrating the simulator from an engine (vLLM) seen from outside: streamed chunks and counters.
 
-Why: a plan for an engine (vLLM) must be made with *that engine's* step times, and they cannot
-be timed from inside without patching it. A continuous-batching server streams one chunk per
-request per step, so while ``B`` requests decode together the gaps between a request's chunks
-are the engine's step times at batch ``B``, async scheduling and all. The engine's own
-speculative-decoding counters (drafts, drafted tokens, accepted tokens per position) give the
-acceptance histogram. Both are turned here into the simulator's inputs: cost
-:class:`~specdec.estimate.step_cost.Sample` rows and an
-:class:`~specdec.estimate.acceptance.AcceptanceDist`. The I/O (HTTP, /metrics) lives in the
-benchmark that drives the server (benchmarks/vllm/plan_vs_measured.py).
-
-Two ways to calibrate:
-
-* **bursts** (:func:`decode_sample`): ``B`` requests sent at once decode together; one sample
-  per burst, plus lone prefills. Clean, but no step ever mixes a prefill into decode rows.
-* **a trace** (:func:`trace_samples`): any run of the server under load, for example arrivals
-  at a rising rate. Chunks of one step reach the client within milliseconds of each other and
-  steps are tens of milliseconds apart, so clustering all chunk times recovers the engine's
-  steps: which requests decoded in each (one chunk each), which finished their prompt (their
-  first chunk), and how long the step took (the time since the previous step). Every step is a
-  sample of the mix the engine really runs, prefill chunks riding in decode steps included.
+A plan needs the engine's own step times, which cannot be timed inside it without patching; a server
+streams one chunk per request per step, so chunk gaps are step times, and its speculative counters give
+the acceptance histogram. Bursts (:func:`decode_sample`) or any trace under load (:func:`trace_samples`);
+the HTTP side is in benchmarks/vllm/plan_vs_measured.py.
 """
 
 from __future__ import annotations
@@ -34,13 +18,9 @@ from ...estimate.step_cost import Sample, StepSample, packed_features
 
 
 def together_gaps(chunk_times: Sequence[Sequence[float]]) -> list[float]:
-    """Gaps between consecutive chunks of each request while *every* request was decoding.
-
-    ``chunk_times[i]`` are request ``i``'s chunk arrival times (seconds, one clock, ascending);
-    the first chunk ends its prefill. The window opens at the last request's first chunk and
-    closes at the first request's last chunk, so each kept gap is a step of exactly
-    ``len(chunk_times)`` decoding rows. Raises ValueError when the window holds no gap.
-    """
+    """Chunk gaps of each request while every request was decoding (from the last first chunk to the
+    first last chunk): steps of exactly ``len(chunk_times)`` rows. ``chunk_times[i]``: request ``i``'s
+    ascending arrival times (seconds, one clock). ValueError when the window holds no gap."""
     if not chunk_times or any(len(c) < 2 for c in chunk_times):
         raise ValueError("together_gaps needs at least two chunk times per request")
     if any(np.any(np.diff(np.asarray(c, dtype=np.float64)) < 0) for c in chunk_times):
@@ -57,17 +37,9 @@ def decode_sample(chunk_times: Sequence[Sequence[float]], context: float, *, row
                   draft_tokens: int = 0) -> Sample:
     """One cost sample from a burst of requests that decoded together.
 
-    Args:
-        chunk_times: per request, its chunk arrival times (:func:`together_gaps`).
-        context: mean cached tokens per row over the window (prompt plus half the output).
-        row_steps: decode row-steps of the burst (emitted tokens - accepted drafts - one first
-            token per request); with ``drafts`` (row-steps that carried a draft) and
-            ``draft_tokens`` (their tokens), the mean step's rows feed ``1 + draft_tokens /
-            row_steps`` tokens, ``batch x drafts / row_steps`` of them more than one.
-
-    Returns:
-        ``Sample(batch, tokens, context, seconds = mean gap, multi_rows)``: the mean is what a
-        request's time per output token averages over.
+    ``chunk_times``: as :func:`together_gaps`; ``context``: mean cached tokens per row; ``row_steps``
+    (emitted - accepted drafts - one first token per request), ``drafts`` and ``draft_tokens`` set the
+    mean row's tokens. Returns ``Sample(batch, tokens, context, seconds = mean gap, multi_rows)``.
     """
     b = len(chunk_times)
     if drafts < 0 or draft_tokens < drafts or row_steps < 0 or (drafts and not row_steps) or drafts > row_steps:
@@ -80,21 +52,10 @@ def decode_sample(chunk_times: Sequence[Sequence[float]], context: float, *, row
 
 def acceptance_from_counters(row_steps: int, drafts: int, draft_tokens: int, accepted_per_pos: Sequence[int], *,
                              name: str = "", propose_s_per_req: float = 0.0) -> AcceptanceDist:
-    """The per-row-step histogram of a chain drafter from an engine's counters.
-
-    Args:
-        row_steps: decode row-steps measured (with and without a draft).
-        drafts: row-steps that carried a draft.
-        draft_tokens: tokens in those drafts.
-        accepted_per_pos: ``[k]``; entry ``j`` counts row-steps whose draft token at position
-            ``j`` was accepted, i.e. that accepted at least ``j + 1`` tokens (a chain is accepted
-            as a prefix). Must be non-increasing.
-
-    Returns:
-        ``counts[a]`` row-steps that accepted exactly ``a`` tokens (rows without a draft accept
-        0) and ``drafted[d]``: the engine does not export draft lengths, only their total, so
-        the drafting row-steps are spread over the two lengths around their mean.
-    """
+    """A chain drafter's per-row-step histogram from engine counters: ``row_steps`` (all decode
+    row-steps), ``drafts`` (those with a draft), ``draft_tokens`` and ``accepted_per_pos [k]``
+    (non-increasing; ``j``: row-steps accepting at least ``j + 1``). Draft lengths are not exported,
+    so ``drafted`` spreads drafts over the two lengths around their mean."""
     acc = np.asarray(accepted_per_pos, dtype=np.float64)
     k = acc.size
     if k < 1:
@@ -132,12 +93,8 @@ class Stream:
 
 
 def cluster_steps(streams: Sequence[Stream], gap: float) -> list[list[tuple[int, int]]]:
-    """Chunks grouped into engine steps: ``[(stream index, chunk index), ...]`` per step, in time order.
-
-    A step's chunks arrive within ``gap`` seconds of the previous one (chained); a larger gap
-    starts the next step, and so does a second chunk of a request already in the step (a client
-    that fell behind reads two steps' chunks back to back; they are still two steps).
-    """
+    """Chunks grouped into engine steps (``[(stream, chunk), ...]`` per step, in time order): chained
+    chunks within ``gap`` seconds; a larger gap, or a second chunk of the same request, starts a step."""
     if not gap > 0:
         raise ValueError(f"gap must be > 0 seconds, got {gap}")
     events = sorted((t, i, j) for i, s in enumerate(streams) for j, t in enumerate(s.chunk_times))
@@ -156,23 +113,18 @@ def cluster_steps(streams: Sequence[Stream], gap: float) -> list[list[tuple[int,
 
 def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share: float = 0.0,
                   draft_len: float = 0.0, tokens_per_chunk: Sequence[float] | None = None) -> list[StepSample]:
-    """Cost samples of an engine's steps reconstructed from the client's streams (module docstring).
+    """Cost samples of an engine's steps reconstructed from the client's ``streams``.
 
     Args:
-        streams: every request of the run.
         gap: the largest spread of one step's chunk times at the client (seconds).
-        draft_share: share of decode row-steps that carried a draft (drafts / row-steps of the run).
-        draft_len: mean tokens of a draft (drafted tokens / drafts).
-        tokens_per_chunk: per stream, mean tokens a chunk carried (for the rows' contexts;
-            default 1).
+        draft_share: drafts / decode row-steps of the run; ``draft_len``: drafted tokens / drafts.
+        tokens_per_chunk: per stream, mean tokens a chunk carried (default 1).
 
     Returns:
-        One :class:`StepSample` per step that followed another step with work in between (the
-        engine was busy throughout, so the time between the two is this step; an interval under
-        0.3 x the median and the one before it are dropped as a client read delay), and one per
-        prefill of a request sent while nothing else was in the system (its time to first token).
-        A decode row costs ``(1 - s) x`` a one-token row plus ``s x`` a ``1 + draft_len``-token
-        row at its context; a request's first chunk marks its prompt as a piece of that step.
+        One :class:`StepSample` per step preceded by a busy step (intervals under 0.3 x the median,
+        and the one before, are dropped as client read delays), and one per prefill of a request
+        sent into an empty system. A decode row costs ``(1 - s) x`` a one-token row plus ``s x`` a
+        ``1 + draft_len``-token row; a first chunk adds its prompt as a piece of that step.
     """
     if not 0.0 <= draft_share <= 1.0 or draft_len < 0 or (draft_share > 0 and draft_len < 1):
         raise ValueError(f"need draft_share in [0, 1] and draft_len >= 1 when drafting, got {draft_share}, {draft_len}")

@@ -1,21 +1,12 @@
 """What a drafter's memory costs a vLLM server: KV blocks, and with them the requests it admits at once.
 
-Measured: every server reports the KV blocks it allocated (``vllm:cache_config_info``:
-``num_gpu_blocks`` x ``block_size`` tokens). A draft model's or heads' attention layers get their
-own KV in the same blocks (so each block holds fewer tokens' worth per byte) and, when the engine
-sizes the cache from free memory, their weights come off it first. A lookup drafter (ngram,
-suffix, specdec's) holds neither. Admitted concurrency is how many requests of the pool's mean
-length (prompt + output + the draft's lookahead slots) the blocks hold at once, capped by
-``max_num_seqs``.
-
-Predicted (to check the measurement and to plan a GPU whose cache differs): from the target's
-and the draft's ``config.json`` (KV bytes per token: 2 x layers x KV heads x head dim x dtype
-bytes) and the draft's weight files, given the server without a drafter:
-
-* a fixed KV budget (``--kv-cache-memory-bytes``; vLLM's CPU build): the same bytes shared by
-  target and draft layers: ``blocks = budget / (block_size x (target + draft bytes per token))``;
-* a cache sized from free memory: the off server's KV bytes minus the draft's weights, shared the
-  same way.
+Measured from ``vllm:cache_config_info`` (``num_gpu_blocks`` x ``block_size`` tokens): a draft
+model's or heads' layers take KV in the same blocks and, when the cache is sized from free memory,
+their weights come off it; lookup drafters hold neither. Admitted concurrency: requests of the
+pool's mean length (prompt + output + lookahead slots) the blocks hold, capped by ``max_num_seqs``.
+Predicted from both ``config.json`` files (KV bytes per token: 2 x layers x KV heads x head dim x
+dtype bytes) and the draft's weights: a fixed budget is shared by target and draft layers, a
+free-memory cache loses the draft's weights first.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """vLLM servers for the plan: launched from the user's own command, or already running at a URL.
 
-The user's command is the one they deploy with, plus two placeholders::
-
-    python -m vllm.entrypoints.openai.api_server --model /models/m --port {port} {speculative_config}
-
-``{port}`` may appear inside any argument; ``{speculative_config}`` must be an argument of its own:
-it becomes ``--speculative-config <JSON>`` for a speculating candidate and disappears for ``off``.
-The command is split like a shell line (``shlex``) and run without a shell, in its own process
-group, so stopping a server stops every process it started (vLLM's engine core and workers).
-
-A server that exits before it is ready was refused: :func:`refusal_reason` reads vLLM's own
-error from its log (the exception it raised), and that is what the plan reports. A server that
-dies while it is measured makes :meth:`Server.alive` false; the measurement stops and says so.
+The command carries ``{port}`` (anywhere) and ``{speculative_config}`` (an argument of its own:
+``--speculative-config <JSON>``, or nothing for ``off``). It is split with ``shlex`` and run
+without a shell in its own process group, so stopping it stops the engine's processes too. A
+server that exits before it is ready was refused: :func:`refusal_reason` reads vLLM's own error
+from its log. One that dies while measured makes :meth:`Server.alive` false.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """One candidate on one pool: the pool's prompts sent to the candidate's server, from idle to its high rate.
 
-A measurement is one run: the pool's warm-up prompts first (all at once, 8 tokens each), then
-its measured prompts with Poisson arrivals whose rate rises linearly across the run from the
-pool's low rate to its high one (seeded: every candidate gets the same arrival times), so the
-engine is seen at every batch size the pool's traffic reaches. vLLM's counters are read from
-``/metrics`` before and after the measured prompts (the warm-up is not counted).
-
-While it runs, a watchdog asks every second whether the server is still alive; a server that
-dies stops the run at once (prompts not yet sent are not sent) and :class:`~.launcher.ServerDied`
-says what happened. Any failed request fails the measurement: a partial run is never used.
+Warm-up prompts first (8 tokens each), then the measured prompts at seeded Poisson arrivals whose
+rate rises linearly from the pool's low rate to its high one (the same for every candidate);
+vLLM's counters are read before and after the measured prompts. A watchdog stops the run when the
+server dies (:class:`~.launcher.ServerDied`); any failed request fails the measurement.
 """
 
 from __future__ import annotations
@@ -149,14 +144,10 @@ def run_requests(server: Server, pool: VllmPool, records: Sequence[dict], arriva
 def measure_pool(server: Server, candidate: str, pool: VllmPool, *, seed: int, timeout: float,
                  records: Sequence[dict] | None = None, rates: tuple[float, float] | None = None,
                  expect_k: int | None = None) -> PoolRun:
-    """One measurement (module docstring) of ``pool`` (its measured prompts, or ``records``) on ``server``.
-
-    ``expect_k``: the candidate's ``num_speculative_tokens`` (0: off); a server that exports another
-    number of draft positions is not running the candidate's configuration and is refused.
-
-    Raises:
-        ServerDied: the server died; MeasurementError: a request failed or the server is misconfigured.
-    """
+    """One measurement (module docstring) of ``pool`` (its measured prompts, or ``records``) on ``server``;
+    ``expect_k``: the candidate's ``num_speculative_tokens`` (0: off), refused when the server exports
+    another number of draft positions. ServerDied, or MeasurementError for a failed request or a
+    misconfigured server."""
     records = list(pool.prompts if records is None else records)
     if not records:
         raise MeasurementError(f"pool {pool.name!r} has no prompts to measure")

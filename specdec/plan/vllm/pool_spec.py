@@ -1,38 +1,23 @@
 """The pool file of ``specdec plan --engine vllm``: each pool's objectives, traffic, prompts and sampling.
 
-Why a file: a fleet serves traffic with different objectives (an interactive pool whose users
-wait on every token, a bulk pool that only cares about tokens per second), and speculation is
-decided per pool, on that pool's own prompts and sampling settings. Everything in the file is
-checked, and its prompts are read, before any server starts: a mistake found after a dozen
-server starts would waste the hour they took.
-
-Format (TOML; paths relative to the file)::
-
-    [defaults]                      # optional: any pool key, inherited by every pool
-    prompts = "prompts_dev.jsonl"
+Speculation is decided per pool, on that pool's own prompts and sampling. Format (TOML, paths
+relative to the file; an optional ``[defaults]`` table is inherited by every pool)::
 
     [pools.interactive]
-    share = 0.6                     # this pool's fraction of the fleet's requests; shares sum to 1
-    objective = "latency"           # latency: requests/s meeting ttft_s and tpot_s (goodput)
-    ttft_s = 2.0                    # time-to-first-token objective (seconds)
-    tpot_s = 0.15                   # time-per-output-token objective (seconds)
-    rates = [0.25, 3.0]             # arrival rates to plan for (this pool's requests/s), low to high
-    categories = ["extraction", "summarization", "rag", "translation"]
-    requests = 32                   # prompts measured per candidate (two more are kept for warm-up)
+    share = 0.6                     # fraction of the fleet's requests; shares sum to 1
+    objective = "latency"           # or "throughput"
+    ttft_s = 2.0                    # objectives (seconds)
+    tpot_s = 0.15
+    rates = [0.25, 3.0]             # arrival rates to plan for (requests/s), low < high
+    prompts = "prompts_dev.jsonl"   # Spec-Bench JSONL
+    categories = ["extraction"]     # optional
+    requests = 32                   # measured per candidate (WARMUP more sent first)
+    api = "chat"                    # or "completions"
+    [pools.interactive.sampling]    # temperature, top_p, top_k, max_tokens, seed, ignore_eos
+    temperature = 0.0
 
-    [pools.interactive.sampling]
-    temperature = 0.0               # 0: greedy (outputs are compared with speculation off)
-    max_tokens = 64
-
-    [pools.bulk]
-    share = 0.4
-    objective = "throughput"        # output tokens/s of the requests that meet ttft_s and tpot_s
-    ...
-
-Sampling keys: ``temperature`` (>= 0), ``top_p`` (0, 1], ``top_k`` (-1 or 0: off, else >= 1),
-``max_tokens`` (>= 1), ``seed`` (an integer, sent with every request), ``ignore_eos`` (bool).
-``api`` is ``"chat"`` (the prompt's first turn through the server's chat template, default) or
-``"completions"`` (the first turn as raw text).
+Everything is checked, and prompts read, before any server starts; docs/deploying.md ("Segment")
+gives the keys' ranges.
 """
 
 from __future__ import annotations
@@ -81,10 +66,7 @@ class Sampling:
 
 @dataclasses.dataclass(frozen=True)
 class VllmPool:
-    """One pool, checked (see the module docstring for the meaning of each field).
-
-    ``prompts`` are the records measured (``requests`` of them); ``warmup`` the ones sent first.
-    """
+    """One pool, checked; ``prompts`` are the ``requests`` records measured, ``warmup`` the ones sent first."""
 
     name: str
     share: float
@@ -202,8 +184,7 @@ def _pool(name: str, d: dict, base: Path) -> VllmPool:
 
 
 def _round_robin(records: Sequence[dict], n: int) -> list[dict]:
-    """``n`` records taken one category at a time in turn (file order within a category), so a
-    short measurement still sees every category of the pool."""
+    """``n`` records taken one category at a time in turn (file order within a category)."""
     by_cat: dict[str, list[dict]] = {}
     for r in records:
         by_cat.setdefault(r["category"], []).append(r)
@@ -217,11 +198,8 @@ def _round_robin(records: Sequence[dict], n: int) -> list[dict]:
 
 
 def parse_pool_file(text: str, source: str | Path = "<string>", base: Path | None = None) -> dict[str, VllmPool]:
-    """Parse and check a pool file's text (prompt files read relative to ``base``); pools in file order.
-
-    Raises:
-        PoolFileError: the first problem found, prefixed with ``source`` and naming the key.
-    """
+    """Parse and check a pool file's text (prompt files relative to ``base``); pools in file order.
+    Raises :class:`PoolFileError` on the first problem, prefixed with ``source`` and naming the key."""
     base = Path(".") if base is None else base
     try:
         data = tomllib.loads(text)
@@ -259,11 +237,8 @@ def parse_pool_file(text: str, source: str | Path = "<string>", base: Path | Non
 
 
 def pool_from_description(desc: dict) -> VllmPool:
-    """A pool rebuilt from :meth:`VllmPool.describe` (a review record's copy), its prompts read again.
-
-    Raises:
-        PoolFileError: the description is incomplete or its prompt file is gone or changed.
-    """
+    """A pool rebuilt from :meth:`VllmPool.describe` (a review record's copy), its prompts read again;
+    :class:`PoolFileError` when incomplete or its prompt file is gone or changed."""
     d = {k: v for k, v in desc.items() if k in POOL_KEYS}
     if d.get("categories") is None:
         d.pop("categories", None)

@@ -1,16 +1,10 @@
 """Predicted goodput against load for one candidate on one pool, with an uncertainty band.
 
-The simulator (specdec's packed scheduler, as vLLM V1 runs: prefill chunks ride in decode steps
-within ``max_num_batched_tokens``, at most ``max_num_seqs`` requests, admission limited by the
-candidate's own KV blocks) is fed the candidate's measured step costs and acceptance, and the
-pool's measured requests arriving as a Poisson process at each rate.
-
-The score is the pool's objective: ``latency`` pools score goodput (requests/s that met both the
-TTFT and the TPOT objective); ``throughput`` pools score good output tokens/s (the tokens of
-those same requests). The band is the spread of the score over ``replications`` arrival and
-acceptance seeds, each also run with every step ``1 +- band`` times as long, ``band`` being the
-cost fit's leave-one-out error: below saturation it is narrow; near the knee it opens wide, and
-there only a measurement can settle the question.
+The simulator (vLLM V1's packed scheduling: ``max_num_batched_tokens``, ``max_num_seqs``, admission
+by the candidate's own KV blocks) runs the candidate's measured step costs and acceptance on the
+pool's requests arriving as a Poisson process. Score: goodput (``latency`` pools) or good output
+tokens/s (``throughput`` pools). The band spans ``replications`` seeds, each also with every step
+``1 +- band`` times as long (the cost fit's leave-one-out error); it opens wide near the knee.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """``specdec review --engine vllm``: is each pool's speculative_config still right? keep / re-plan / turn off.
 
-In order:
-
-1. **Before anything is measured**, the fingerprints in the plan's record are compared with the
-   files now: the target, its tokenizer, each pool's draft model or heads. A head (EAGLE, EAGLE-3)
-   planned for one target checkpoint whose target has changed while the head has not is bound to
-   an older checkpoint; a draft model is the same for the tokenizer. Such a pool is turned off at
-   once (its drafts would come from a model of a checkpoint that no longer serves), with the
-   reason; nothing is started for it.
-2. **A short sample** of each remaining speculating pool's prompts (``requests``, first ones of the
-   pool, rising across its rate range) is measured on off and on the pool's configuration, one
-   server each, and predicted at the pool's load levels with the plan's own thresholds.
-3. **The verdict** per pool: *turn off* (new config ``null``) when the configuration no longer
-   meets the thresholds on the new measurement, or its greedy outputs differ from off's; *re-plan*
-   when it still pays but what the plan rested on moved (target, tokenizer or artifact changed,
-   another vLLM version, accepted tokens per drafting step or the traffic mix moved by more than
-   the recorded tolerance): the config stays until a new plan replaces it; *keep* otherwise.
-   A pool planned off is re-planned when its target, vLLM or mix moved (speculation may pay
-   now), kept otherwise; it is not measured.
+First the record's fingerprints are compared with the files: a pool whose draft model or heads are
+bound to a checkpoint (or tokenizer) that changed is turned off at once, unmeasured. Then a short
+sample of each remaining speculating pool is measured on off and on its configuration with the
+plan's thresholds. *Turn off* when it no longer meets them or its greedy outputs differ; *re-plan*
+when it still pays but what the plan rested on moved beyond the recorded tolerance; *keep*
+otherwise. A pool planned off is re-planned when its target, vLLM or mix moved, unmeasured.
 """
 
 from __future__ import annotations

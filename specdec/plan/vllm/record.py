@@ -1,20 +1,10 @@
 """The review record a vLLM plan leaves behind (``review.json``), and the fingerprints it holds.
 
-A plan is a bet on one target checkpoint, one draft artifact, one vLLM version and one traffic
-mix. The record keeps what each pool's decision rested on, so ``specdec review --engine vllm``
-can tell what moved:
-
-* the target's and each draft artifact's fingerprint (from their files, without loading them:
-  ``config.json``, every weight file's size, safetensors header and a sample of its bytes) and
-  the tokenizer's (its files' bytes);
-* the vLLM version the servers reported;
-* per pool: the configuration chosen, its measured acceptance (accepted tokens per drafting step
-  and per row-step), the traffic mix (share of each category), and what the artifact is bound to
-  (nothing, the tokenizer, the target) with the fingerprint it was planned with;
-* the thresholds that made the decision.
-
-A model given by name rather than as a local folder cannot be fingerprinted; the record says so
-(``fingerprint: null``) and the review cannot tell whether it changed.
+It keeps what each pool's decision rested on, so ``specdec review --engine vllm`` can tell what
+moved: the target's, tokenizer's and each draft artifact's fingerprints (from their files, without
+loading them), the vLLM version, per pool the chosen configuration, its measured acceptance, the
+traffic mix and what the artifact is bound to, and the thresholds. A model given by name cannot be
+fingerprinted: the record holds ``fingerprint: null``.
 """
 
 from __future__ import annotations
@@ -112,11 +102,8 @@ def make_record(*, vllm_version: str, target: str | None, pools: Mapping[str, Po
 
 
 def load_record(path: str | Path) -> dict:
-    """Read ``review.json`` (or the plan folder holding it) and check its shape.
-
-    Raises:
-        ValueError: missing, not JSON, not a vLLM review record, or missing keys (naming them).
-    """
+    """Read ``review.json`` (or the plan folder holding it) and check its shape; ValueError naming what is
+    missing or wrong."""
     path = Path(path)
     if path.is_dir():
         path = path / "review.json"

@@ -1,21 +1,12 @@
-"""``specdec plan --engine vllm``: measure each candidate configuration on each pool, derive the
-batch-size schedules, predict goodput against load, and decide per pool.
+"""``specdec plan --engine vllm``: measure each candidate on each pool, derive the batch-size
+schedules, predict goodput against load, and decide per pool (every input checked before the
+first server starts).
 
-The steps, in order (every input is checked before the first server starts):
-
-1. **Static candidates.** One server per candidate, each pool measured on it in turn
-   (:mod:`.measure`), each run turned into step costs and acceptance (:mod:`.calibrate`). A
-   server vLLM refuses to start is recorded with vLLM's own reason; one that dies mid-run is
-   recorded with what happened; both are left out and the plan goes on. Off must measure: every
-   decision is relative to it.
-2. **Exactness.** On greedy pools every candidate's outputs are compared with off's, prompt by
-   prompt; a candidate that differs is never chosen.
-3. **Schedules.** Per pool, for the method family of its best static candidate, the
-   ``num_speculative_tokens_per_batch_size`` table is derived from the measured gain at each batch
-   size (:mod:`.schedule`) and measured on a server of its own (its K = 0 steps still pay the
-   speculative path, which only a run shows).
-4. **Prediction and decision.** Every measured candidate's goodput against the pool's load
-   (:mod:`.predict`), the memory it gives up (:mod:`.memory`), and the decision (:mod:`.decide`).
+Steps: one server per static candidate, each pool measured (:mod:`.measure`) and calibrated
+(:mod:`.calibrate`), a refused or dead server recorded with its reason and left out (off must
+measure); on greedy pools outputs compared with off's; per pool the schedule of its best static
+family derived (:mod:`.schedule`) and measured on its own server; then prediction
+(:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`).
 """
 
 from __future__ import annotations
@@ -84,11 +75,8 @@ class ServerSource:
 
     @contextlib.contextmanager
     def server(self, candidate: Candidate, tag: str = "") -> Iterator[Server]:
-        """A ready server running ``candidate`` (stopped on exit when launched here).
-
-        Raises:
-            ServerRefused: vLLM refused the configuration, or no URL was given for it.
-        """
+        """A ready server running ``candidate`` (stopped on exit when launched here); ServerRefused when vLLM
+        refused it or no URL was given for it."""
         if self.command is None:
             if candidate.name not in self.urls:
                 raise ServerRefused(candidate.name, "no running server was given for it (--server NAME=URL)")
@@ -206,11 +194,8 @@ def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[s
 
 def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: ServerSource, out: str | Path,
               log: Callable[[str], None] = print) -> PlanResult:
-    """Run the plan (module docstring); writes each run under ``out/runs/`` as it finishes.
-
-    Raises:
-        RuntimeError: off could not be measured (nothing can be decided without it).
-    """
+    """Run the plan (module docstring), writing each run under ``out/runs/`` as it finishes; RuntimeError
+    when off could not be measured."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, PoolRun]] = {}

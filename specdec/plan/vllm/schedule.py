@@ -1,22 +1,12 @@
 """``num_speculative_tokens_per_batch_size`` from the measured gain of speculation at each batch size.
 
-vLLM 0.32 picks each step's K from the number of scheduled requests through a table of
-``[start, end, K]`` ranges (``vllm/v1/core/sched/scheduler.py``, ``dynamic_sd_lookup``); K = 0
-turns drafting off for that step, but the engine keeps its speculative path. Which table to write
-is what this module derives, per pool and method family:
-
-* **gain at B rows, K tokens**: output tokens per second of a decode step of B rows with K-token
-  drafts, over the same without speculation. Two estimates: the *measured* one (the median step
-  time and mean tokens per row of the decode steps of exactly B rows in the two runs, where both
-  saw at least ``min_steps``) and the *model* one (each run's fitted step cost at B rows of the
-  pool's mean context, and its measured tokens per row-step). They are blended, the measured one
-  weighted by how many steps it rests on (``n / (n + prior)``), so a batch size seen often is
-  decided by what was seen and one seen rarely by the smooth model.
-* **the table**: at each B the K with the highest gain, if that gain is at least ``1 + margin``,
-  else 0; then made non-increasing in B (speculation that stopped paying at a smaller batch does
-  not pay at a larger one: extra rows only take spare compute away); then consecutive batch sizes
-  with one K merged into a range. A table with one K throughout is the static candidate and adds
-  nothing; one that is 0 throughout is off with a tax; neither is proposed.
+vLLM 0.32 picks each step's K from the scheduled requests through ``[start, end, K]`` ranges
+(K = 0 still runs the speculative path). The gain at ``B`` rows and ``K`` tokens is a decode step's
+output tokens per second over off's: the measured one (steps of exactly ``B`` rows in both runs)
+blended with the fitted model's by weight ``n / (n + prior)``. The table takes at each ``B`` the
+best K if its gain is at least ``1 + margin``, else 0, made non-increasing in ``B`` (extra rows
+only take spare compute away) and merged into ranges; a table with one K throughout, or 0
+throughout, is not proposed. docs/deploying.md ("Schedules") explains it for users.
 """
 
 from __future__ import annotations
@@ -79,9 +69,8 @@ def _model_rate(cal: Calibration, rows: int, context: float) -> float:
 
 def family_basis(members: Mapping[int, Calibration]) -> Calibration:
     """What a schedule of one method family is predicted from: the acceptance of the member with the
-    largest K (a chain cut at a smaller K accepts its prefix), and one step-cost model fitted to every
-    member's steps together (a single member drafts one length, so its fit cannot tell what a
-    shorter draft costs; members at several K can)."""
+    largest K (a shorter chain accepts its prefix) and one step-cost fit over every member's steps
+    (one member alone drafts one length)."""
     top = members[max(members)]
     samples = [smp for cal in members.values() for smp in cal.cost.samples]
     cost = StepCostModel.fit(samples, meta={**top.cost.meta, "family_of": sorted(members)}) if len(members) > 1 \
@@ -90,10 +79,9 @@ def family_basis(members: Mapping[int, Calibration]) -> Calibration:
 
 
 def measured_scale(static: Calibration, measured: Calibration, candidate: Candidate, *, min_steps: int = 3) -> float:
-    """How much slower (> 1) or faster a schedule's server ran than its family's model says,
-    at the batch sizes it was seen at (median ratio, within [0.5, 2]; 1 when none was seen
-    ``min_steps`` times). Why: K = 0 steps in a speculating engine still pay its speculative path,
-    which the static run, drafting every step, saw only mixed into drafting steps."""
+    """How much slower (> 1) or faster a schedule's server ran than its family's model, at the batch
+    sizes seen ``min_steps`` times (median ratio in [0.5, 2]; 1 when none): K = 0 steps still pay the
+    speculative path."""
     ctx = mean_context(static)
     ratios = []
     for rows, steps in measured.per_batch.items():

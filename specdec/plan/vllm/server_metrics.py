@@ -1,21 +1,12 @@
 """What a vLLM server says about itself on ``/metrics``: speculative counters and its KV cache.
 
-The names are vLLM 0.32's (``vllm/v1/spec_decode/metrics.py``, ``vllm/v1/metrics/loggers.py``):
-
-* ``vllm:spec_decode_num_drafts_total``: row-steps that carried a draft;
-* ``vllm:spec_decode_num_draft_tokens_total``: tokens in those drafts;
-* ``vllm:spec_decode_num_accepted_tokens_total``: drafted tokens accepted;
-* ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="j"}``: row-steps whose draft token
-  at position ``j`` was accepted (one series per position ``0..num_speculative_tokens - 1``: the
-  number of series is the server's ``num_speculative_tokens``);
-* ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total``;
-* ``vllm:cache_config_info{...}``: an info gauge whose labels are the resolved ``CacheConfig``:
-  ``num_gpu_blocks`` (KV blocks the engine allocated, after the drafter's weights and KV layers),
-  ``block_size`` (tokens a block holds), ``kv_cache_memory_bytes`` (the fixed KV budget when one
-  was given, else ``None``), ``kv_cache_max_concurrency``.
-
-A server without speculation exports no ``spec_decode`` series at all. Counters are summed over
-every other label (engines, model names).
+vLLM 0.32's names: ``vllm:spec_decode_num_drafts_total`` (row-steps with a draft),
+``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total``,
+``..._num_accepted_tokens_per_pos_total{position="j"}`` (one series per draft position: their
+number is the server's K), ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total`` and
+the info gauge ``vllm:cache_config_info`` (``num_gpu_blocks``, ``block_size``,
+``kv_cache_memory_bytes``). A server without speculation exports no ``spec_decode`` series.
+Counters are summed over every other label.
 """
 
 from __future__ import annotations
@@ -64,12 +55,8 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 @dataclasses.dataclass(frozen=True)
 class SpecCounters:
-    """vLLM's speculative counters at one moment (or the difference of two: :meth:`minus`).
-
-    ``per_pos[j]``: row-steps that accepted the draft token at position ``j``; its length is the
-    server's ``num_speculative_tokens`` (0 for a server without speculation, ``speculating``
-    False).
-    """
+    """vLLM's speculative counters at one moment (or the difference of two: :meth:`minus`); ``per_pos[j]``:
+    row-steps that accepted position ``j``, one entry per draft position (none: ``speculating`` False)."""
 
     drafts: float = 0.0
     draft_tokens: float = 0.0
@@ -96,11 +83,8 @@ class SpecCounters:
 
 @dataclasses.dataclass(frozen=True)
 class CacheInfo:
-    """The KV cache a server allocated (from ``vllm:cache_config_info``).
-
-    ``kv_cache_memory_bytes`` is the fixed KV budget the server was given (``--kv-cache-memory-bytes``;
-    None when the engine sized the cache from free memory, where a drafter's weights shrink it too).
-    """
+    """The KV cache a server allocated; ``kv_cache_memory_bytes`` is its fixed KV budget, None when the
+    engine sized the cache from free memory."""
 
     num_blocks: int
     block_size: int
@@ -138,12 +122,8 @@ def spec_counters(text: str) -> SpecCounters:
 
 
 def cache_info(text: str) -> CacheInfo:
-    """The server's KV cache from ``vllm:cache_config_info`` (the first engine's; all engines share it).
-
-    Raises:
-        MetricsError: the gauge is missing (a server that has not finished starting, or not vLLM), or
-            its ``num_gpu_blocks`` / ``block_size`` are not positive integers.
-    """
+    """The server's KV cache from ``vllm:cache_config_info`` (the first engine's). MetricsError when the
+    gauge is missing or its ``num_gpu_blocks`` / ``block_size`` are not positive integers."""
     for name, labels, _ in parse_prometheus(text):
         if name != CACHE_INFO:
             continue

@@ -1,16 +1,10 @@
 """The token stream of an OpenAI-compatible vLLM server, seen from a client: every chunk's time and tokens.
 
-Why the stream: a continuous-batching server sends one chunk per running request per engine step,
-so the arrival times of the chunks are the engine's step times, seen from outside without
-patching it, and the tokens in each chunk (``return_token_ids``, a vLLM extension) say how many
-tokens the step emitted for that request (one plus the accepted drafts).
-
-This module has no dependency beyond the standard library (``http.client`` in threads), so the
-plan runs in any environment that can reach the server, and its tests run without vLLM.
-
-A stream is complete only when it ends with ``data: [DONE]``; the usage chunk (``stream_options:
-include_usage``) must agree with the tokens counted. A stream that stops early (the server died,
-the connection was cut) is returned with ``error`` set and is never used as a measurement.
+A continuous-batching server sends one chunk per running request per step, so chunk times are step
+times seen from outside, and each chunk's ``return_token_ids`` count the tokens that step emitted.
+Standard library only (``http.client`` in threads). A stream is complete only when it ends with
+``data: [DONE]`` and its usage chunk agrees with the tokens counted; otherwise ``error`` is set
+and it is never used as a measurement.
 """
 
 from __future__ import annotations

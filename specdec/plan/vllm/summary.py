@@ -1,16 +1,6 @@
-"""What a vLLM plan writes: per pool a ready ``speculative_config``, a PNG; one report, one review record.
-
-Files in the output folder:
-
-* ``<pool>.speculative_config.json``: exactly what ``--speculative-config`` takes (``null``: serve
-  the pool without speculation);
-* ``report.md``: per pool the decision in one sentence, the command-line flag, goodput against
-  load per candidate with its band, the gain table the schedule was read from, memory, every
-  candidate vLLM refused (with its reason) or that failed;
-* ``goodput_<pool>.png``: predicted score against load, one line and band per candidate;
-* ``plan.json``: every number in the report; ``review.json``: the record ``specdec review --engine
-  vllm`` reads (:mod:`.record`); ``runs/``: every measured run, as it came off the wire.
-"""
+"""What a vLLM plan writes in its output folder: per pool ``<pool>.speculative_config.json`` (exactly
+what ``--speculative-config`` takes; ``null``: off) and ``goodput_<pool>.png``; ``report.md``,
+``plan.json`` (every number), ``review.json`` (:mod:`.record`) and ``runs/`` (every measured run)."""
 
 from __future__ import annotations
 
