@@ -37,8 +37,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from specdec.tree import DraftTree, pack_trees  # noqa: E402
 
 ta = importlib.import_module("specdec.ops.tree_attention")  # the module (the package re-exports the function)

@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LAW_FAMILIES = ("suffix", "suffix_tree_op", "medusa", "eagle")
@@ -192,12 +191,7 @@ def _equality(model, prompts, refs, outs):
 
 def law(args, res: Results):
     """The fast exact cases of the CPU law suite, on the device (see the module docstring)."""
-    found = sorted((ROOT / "tests").rglob("decoder_law_cases.py"))
-    if not found:
-        raise FileNotFoundError("tests/**/decoder_law_cases.py not found: the law cases moved")
-    sys.path.insert(0, str(found[0].parent))
-    sys.path.insert(0, str(ROOT / "tests"))
-    import decoder_law_cases as cases  # noqa: E402 (a test module: found at run time)
+    from tests.conformance import decoder_law_cases as cases  # the CPU suite's cases (run from the repo root)
     from specdec.conformance.decoder_law import WINDOWS, exact_decoder_law
     from specdec.conformance.suite import window_law_tests
 
@@ -258,7 +252,7 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device")
     from specdec.artifacts import target_fingerprint
-    from specdec.bench import SAMPLE_PROMPTS, load_prompts
+    from specdec.measure.speedup import SAMPLE_PROMPTS, load_prompts
     from specdec.models import load_target
 
     res = Results(args.out)

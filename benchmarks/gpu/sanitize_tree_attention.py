@@ -6,17 +6,10 @@ also computed the right thing. Usage: compute-sanitizer --tool memcheck python3 
 """
 
 import importlib
-import sys
-from pathlib import Path
 
 import torch
 
-_ROOT = Path(__file__).resolve().parents[2]
-_CASES = sorted((_ROOT / "tests").rglob("tree_attention_cases.py"))  # wherever the test layout keeps it
-if not _CASES:
-    sys.exit("sanitize_tree_attention: tests/**/tree_attention_cases.py not found")
-sys.path[:0] = [str(_ROOT), str(_CASES[0].parent)]
-from tree_attention_cases import make_case  # noqa: E402
+from tests.tree_attention_cases import make_case  # run from the repo root: python -m benchmarks.gpu....
 
 ta = importlib.import_module("specdec.ops.tree_attention")
 

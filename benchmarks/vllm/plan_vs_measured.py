@@ -40,16 +40,14 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import serve_bench  # noqa: E402  (beside this file)
-from serve_load import drive, scrape_spec_metrics  # noqa: E402
+from benchmarks.vllm import serve_bench  # noqa: E402
+from benchmarks.vllm.serve_load import drive, scrape_spec_metrics  # noqa: E402
 
 # policies whose budget is fixed for the whole run, as the simulator's Off / AlwaysOn are
 PREDICTABLE = ("off", "ngram", "suffix", "specdec", "specdec-never")

@@ -112,7 +112,7 @@ model_free_steps() {
     fi
     step cuda_check 20 "$PY" -c "import specdec._ext as e; assert e.load().cuda_built(), 'built without CUDA'; print('cuda_built')"
     step cuda_tests "$CAP_TESTS" "$PY" -m pytest tests -m cuda -q -p no:cacheprovider --continue-on-collection-errors
-    step verify "$CAP_VERIFY" "$PY" benchmarks/gpu/bench_tree_attention_gpu.py --seconds "$((CAP_VERIFY - 40))" \
+    step verify "$CAP_VERIFY" "$PY" -m benchmarks.gpu.bench_tree_attention_gpu --seconds "$((CAP_VERIFY - 40))" \
       --flex-seconds "$((CAP_VERIFY - 50))" --out "$STATE/results/verify.json" --profile "$LOGS/verify_profile.txt" \
       --worst "$STATE/results/worst.json"
     if command -v ncu >/dev/null && [ -f "$STATE/results/worst.json" ]; then
@@ -120,17 +120,17 @@ model_free_steps() {
       shape=$("$PY" -c "import json,sys; w=json.load(open(sys.argv[1])); print(f\"{w['batch']},{w['prefix']},{w['nodes']}\")" "$STATE/results/worst.json")
       step ncu "$CAP_NCU" ncu --clock-control none --kernel-name regex:tree_attention --launch-count 1 --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --log-file "$LOGS/ncu_worst.txt" \
-        "$PY" benchmarks/gpu/bench_tree_attention_gpu.py --only "$shape" --kernel-only
+        "$PY" -m benchmarks.gpu.bench_tree_attention_gpu --only "$shape" --kernel-only
     fi
     if [ "${GPU_SANITIZER:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
       for tool in memcheck racecheck; do
-        step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$PY" benchmarks/gpu/sanitize_tree_attention.py
+        step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$PY" -m benchmarks.gpu.sanitize_tree_attention
       done
     fi
   else  # smoke: the CPU build is what there is; the CUDA selection must still resolve
     step cuda_check 20 "$PY" -c "import specdec._ext as e; e.load(); print('extension imports (CPU build)')"
     step cuda_tests "$CAP_TESTS" "$PY" -m pytest tests -m cuda -q -p no:cacheprovider --collect-only
-    step verify "$CAP_VERIFY" "$PY" benchmarks/gpu/bench_tree_attention_gpu.py --device cpu --smoke --seconds 30 \
+    step verify "$CAP_VERIFY" "$PY" -m benchmarks.gpu.bench_tree_attention_gpu --device cpu --smoke --seconds 30 \
       --out "$STATE/results/verify.json" --profile "$LOGS/verify_profile.txt" --worst "$STATE/results/worst.json"
   fi
 }
@@ -154,7 +154,7 @@ model_steps() {
       --max-len 512 --batch-tokens 32768 --train-tokens 10500000 --train-seconds 90 --heldout-tokens 50000 \
       --eagle3-out "$OUT/eagle3-gpu" --medusa-out "$OUT/medusa-kd-gpu" \
       --report "$STATE/results/train.json" --no-progress
-    step decoder "$CAP_DECODER" "$PY" benchmarks/gpu/decoder_cuda.py --model "$model" --device cuda --dtypes bf16,fp16 \
+    step decoder "$CAP_DECODER" "$PY" -m benchmarks.gpu.decoder_cuda --model "$model" --device cuda --dtypes bf16,fp16 \
       --eagle3 artifacts/eagle3-smollm2-135m --extra-eagle3 "$OUT/eagle3-gpu" --max-prompts 8 --max-new-tokens 96 \
       --batch 8 --out "$STATE/results/decoder.json"
   else
@@ -163,7 +163,7 @@ model_steps() {
       --layers 1,2,3 --top-k 8 --batch-tokens 256 --train-tokens 3000 --train-seconds 30 --heldout-every 5 \
       --vocab 32 --steps 2 --heads 2 --medusa-vocab 0 --max-depth 3 --eagle3-out "$OUT/eagle3-gpu" \
       --medusa-out "$OUT/medusa-kd-gpu" --report "$STATE/results/train.json" --no-progress
-    step decoder "$CAP_DECODER" "$PY" benchmarks/gpu/decoder_cuda.py --model "$model" --device cpu --dtypes bf16,fp16 \
+    step decoder "$CAP_DECODER" "$PY" -m benchmarks.gpu.decoder_cuda --model "$model" --device cpu --dtypes bf16,fp16 \
       --eagle3 "$OUT/eagle3-gpu" --max-prompts 3 --max-new-tokens 8 --batch 3 --law-trials 30 \
       --out "$STATE/results/decoder.json"
   fi

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from helpers_proposers import RandomTreeProposer, SampledTreeProposer
+from tests.helpers_proposers import RandomTreeProposer, SampledTreeProposer
 
 from specdec import DraftTree
 from specdec.artifacts import TokenizerInfo
