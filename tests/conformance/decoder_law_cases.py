@@ -6,13 +6,16 @@ old, nearly bigram ``specdec.models.tiny_model`` instead; ``--power`` runs every
 exact case (the power of each case's own test).
 
 Every case decodes 5 tokens per trial with the context-dependent target of
-:func:`specdec.conformance.targets.context_target` (V = 8) and tests the joint law of tokens 1-3,
-1-4, 1-5 and 3-5 (:data:`specdec.conformance.decoder_law.WINDOWS`).
+:func:`specdec.conformance.targets.context_target` (V = 8), in float32 or, for the low-precision
+cases, cast to bfloat16 / float16 (the production GPU dtypes: the exact law is then that model's own,
+enumerated by the same forward), and tests the joint law of tokens 1-3, 1-4, 1-5 and 3-5
+(:data:`specdec.conformance.decoder_law.WINDOWS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 import zlib
 from dataclasses import dataclass, replace
@@ -157,6 +160,29 @@ def _suffix(model, sampling):
     return SuffixProposer(V)
 
 
+class TickClock:
+    """A fake clock for the hybrid's model gate: every reading is one tick later than the last, so
+    the gate's draft/skip decisions follow the decoding (and the case's seed), not the machine's load."""
+
+    def __init__(self, tick: float = 1e-3):
+        self.tick, self.now = tick, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def _hybrid(model, sampling):
+    """Suffix lookup + the random EAGLE layer of ``_eagle``, merged, with the model gate on (a fresh
+    :class:`ModelGate` on a :class:`TickClock`): it drafts EAGLE for some requests and steps and skips
+    it for others."""
+    from specdec.proposers.hybrid import HybridProposer
+    from specdec.control.model_gate import ModelGate
+    from specdec.proposers.suffix import SuffixProposer
+
+    return HybridProposer(SuffixProposer(V), _eagle(model, sampling), model_gate=ModelGate(clock=TickClock()))
+
+
 FAMILIES = {
     "suffix": _suffix,
     "suffix_tree_op": _suffix,
@@ -167,6 +193,7 @@ FAMILIES = {
     "sampled_tree": lambda model, sampling: SampledTreeProposer(V, seed=1),
     "random_tree_auto": lambda model, sampling: RandomTreeProposer(V, seed=1),
     "teacher_tree": lambda model, sampling: TeacherTreeProposer(model, sampling, seed=1),
+    "hybrid": _hybrid,
 }
 """Family name -> ``(model, sampling) -> proposer``."""
 
@@ -176,8 +203,9 @@ class Spec:
     """A decoder case without its model (so tests can be parametrized before the model exists).
 
     ``target`` names an HFTarget class: ``"exact"``, a key of ``TARGET_MUTANTS`` or of
-    ``EXACT_VARIANTS``; ``wrap`` a proposer-side mutant (``"misreported_q"``). ``slow`` cases run in
-    the full suite only (``-m "not slow"`` skips them).
+    ``EXACT_VARIANTS``; ``wrap`` a proposer-side mutant (``"misreported_q"``); ``dtype`` the target
+    model's dtype (``"float32"``, or ``"bfloat16"`` / ``"float16"``: a cast copy). ``slow`` cases run
+    in the full suite only (``-m "not slow"`` skips them).
     """
 
     family: str
@@ -188,10 +216,12 @@ class Spec:
     target: str = "exact"
     wrap: str | None = None
     slow: bool = False
+    dtype: str = "float32"
 
     @property
     def name(self) -> str:
-        tags = [t for t in (None if self.target == "exact" else self.target, self.wrap) if t]
+        tags = [t for t in (None if self.dtype == "float32" else self.dtype,
+                            None if self.target == "exact" else self.target, self.wrap) if t]
         extra = f"/batch{self.batch}" if self.batch else ""
         return "+".join(tags + [f"{self.family}/{self.setting}{extra}"])
 
@@ -200,23 +230,37 @@ TARGETS = {"exact": HFTarget, **TARGET_MUTANTS, **EXACT_VARIANTS}
 WRAPPERS = {"misreported_q": MisreportedDraftProbs}
 SLOW_PER_TRIAL = ("draft_model", "eagle")
 """Families that draft one request at a time (~8-9 ms per trial, against ~1 ms): fewer trials."""
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def cast(model, dtype: str):
+    """``model`` itself for ``"float32"``, else a copy cast to ``dtype`` (bfloat16 or float16)."""
+    if dtype == "float32":
+        return model
+    if getattr(torch, dtype, None) not in LOW_PRECISION:
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    return copy.deepcopy(model).to(getattr(torch, dtype))
 
 
 def case(model, spec: Spec) -> DecoderCase:
-    """The :class:`DecoderCase` of ``spec`` over ``model``. ``suffix_tree_op`` verifies with
-    ``attention="tree_op"``; ``random_tree_auto`` lets the cost-model sizer prune the trees (each
-    node costs a fifth of a step: about half the drafted nodes are cut; the sizer never prunes
-    sampled trees); ``draft_model`` drafts chains of 2."""
+    """The :class:`DecoderCase` of ``spec`` over ``model`` (cast to ``spec.dtype``). ``suffix_tree_op``
+    verifies with ``attention="tree_op"``; ``random_tree_auto`` and ``hybrid`` let the cost-model
+    sizer prune the trees (``random_tree_auto``: each node costs a fifth of a step, about half the
+    drafted nodes are cut; ``hybrid``: a twenty-fifth, so its calibrated low estimates are cut and
+    enough nodes stay for the tree mutants to show; the sizer never prunes sampled trees);
+    ``draft_model`` drafts chains of 2."""
     sampling = SETTINGS[spec.setting]
     attention = "tree_op" if spec.family == "suffix_tree_op" else "mask"
-    budget = {"draft_model": 2, "random_tree_auto": "auto"}.get(spec.family, 6)
+    budget = {"draft_model": 2, "random_tree_auto": "auto", "hybrid": "auto"}.get(spec.family, 6)
+    node_cost = {"random_tree_auto": 2.0, "hybrid": 1.2}.get(spec.family)  # verify cost of 5 nodes, in steps
+    target = cast(model, spec.dtype)
 
     def build():
-        proposer = FAMILIES[spec.family](model, sampling)
+        proposer = FAMILIES[spec.family](target, sampling)
         if spec.wrap is not None:
             proposer = WRAPPERS[spec.wrap](proposer)
-        cost = VerifyCostModel([0, 5], [1.0, 2.0]) if budget == "auto" else None
-        return SpeculativeDecoder(TARGETS[spec.target](model, attention=attention), proposer, max_budget=6,
+        cost = VerifyCostModel([0, 5], [1.0, node_cost]) if budget == "auto" else None
+        return SpeculativeDecoder(TARGETS[spec.target](target, attention=attention), proposer, max_budget=6,
                                   budget=budget, cost_model=cost)
 
     return DecoderCase(spec.name, build, sampling, spec.prompts, spec.trials, batch=spec.batch)
@@ -228,7 +272,9 @@ def _exact_specs() -> list[Spec]:
     compaction moves rows in place; the suffix tree-op cases run one prompt too, kept from when
     tree_op verified only steps without holes (it now verifies every drafting step, ragged or not,
     and its ragged logits are checked in tests/engine/test_architectures.py), so their seeds and p-values
-    stay comparable; ``suffix_tree_op/t1/batch1`` decodes one request per call."""
+    stay comparable; ``suffix_tree_op/t1/batch1`` decodes one request per call. The low-precision
+    cases run the target in bfloat16 and float16: sampled trees on a ragged batch (the sampler's
+    residuals over rounded rows), the teacher tree (compaction of low-precision KV rows) and suffix."""
     specs, names = [], list(SETTINGS)
     for i, family in enumerate(FAMILIES):
         prompts = UNIFORM if family in ("suffix_tree_op", "teacher_tree") else RAGGED
@@ -236,6 +282,9 @@ def _exact_specs() -> list[Spec]:
         for j in range(len(names)):
             specs.append(Spec(family, names[(i + j) % len(names)], prompts, trials, slow=j > 0))
     specs.append(Spec("suffix_tree_op", "t1", UNIFORM, 300, batch=1, slow=True))
+    specs += [Spec("sampled_tree", "t0.7_topk4", RAGGED, 1000, dtype="bfloat16"),
+              Spec("teacher_tree", "t1", UNIFORM, 3000, dtype="float16", slow=True),
+              Spec("suffix", "topp0.8", RAGGED, 1000, dtype="bfloat16", slow=True)]
     return specs
 
 

@@ -7,6 +7,8 @@ deterministic; ``PER_TEST_ALPHA`` (Bonferroni over every exact-decoder test here
 bounds at 1 % the chance that other seeds would reject an exact decoder somewhere in this file.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from decoder_law_cases import (EXACT_SPECS, MUTANT_SPECS, PER_TEST_ALPHA, PLANNED_TESTS, UNIFORM, V, VARIANT_SPECS,
@@ -75,8 +77,17 @@ def test_planned_tests_cover_every_exact_case():
 
 @pytest.mark.parametrize("spec", [_param(s) for s in EXACT_SPECS + VARIANT_SPECS])
 def test_exact_decoder_follows_the_target_law(model, spec):
-    results, stats = check_decoder(case(model, spec), seed=seed_of(spec))
+    """Also what the case claims to run: drafts accepted, the target in the case's dtype, and the
+    hybrid's model gate both drafting EAGLE and skipping it."""
+    scenario, built = case(model, spec), []
+    results, stats = check_decoder(replace(scenario, decoder=lambda: built.append(scenario.decoder()) or built[-1]),
+                                   seed=seed_of(spec))
     assert stats.accepted > 0, f"{spec.name}: no draft token was ever accepted, the case proves nothing"
+    (decoder,) = built
+    assert decoder.target.dtype == getattr(torch, spec.dtype) and decoder.target.model.dtype == decoder.target.dtype
+    if spec.family == "hybrid":
+        gate = decoder.proposer.model_gate
+        assert gate.drafted > 0 and gate.skipped > 0, (spec.name, gate.drafted, gate.skipped)
     failures = [str(r) for r in results if r.p_value < PER_TEST_ALPHA]
     assert not failures, f"{spec.name} rejected at per-test alpha {PER_TEST_ALPHA:.2e}: {failures}"
 

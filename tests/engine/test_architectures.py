@@ -82,9 +82,12 @@ def test_greedy_equals_generate(case):
     for mode in modes(name):
         target = HFTarget(model, attention=mode)
         dec = SpeculativeDecoder(target, RandomTreeProposer(64, seed=1), max_budget=6, budget=6)
-        for p, ref in zip(PROMPTS, refs):
-            assert dec.generate(p, NEW, stop_tokens=()).tokens == ref, (name, mode, p)
-        assert [r.tokens for r in dec.generate_batch(PROMPTS, NEW, stop_tokens=())] == refs, (name, mode)
+        singles = [dec.generate(p, NEW, stop_tokens=()) for p in PROMPTS]
+        assert [r.tokens for r in singles] == refs, (name, mode)
+        batch = dec.generate_batch(PROMPTS, NEW, stop_tokens=())
+        assert [r.tokens for r in batch] == refs, (name, mode)
+        # Random tokens are rarely accepted: these show the trees were verified, the replay below accepted paths.
+        assert all(r.metrics.drafted > 0 for r in singles + batch), (name, mode)
         replay = SpeculativeDecoder(target, ReplayProposer(dict(enumerate(refs))), max_budget=4, budget=4)
         results = replay.generate_batch(PROMPTS, NEW, stop_tokens=(), req_ids=[0, 1, 2])
         assert [r.tokens for r in results] == refs, (name, mode)

@@ -1,6 +1,8 @@
 """SpeculativeDecoder: greedy exactness for every proposer, ragged batches, stops, streaming,
 metrics, refusals, and the end-to-end sampling law on a tiny model."""
 
+import time
+
 import pytest
 import torch
 from helpers_proposers import RandomTreeProposer, SampledTreeProposer
@@ -81,14 +83,15 @@ def test_replay_wrong_script(model, reference):
 
 @pytest.mark.parametrize("batch", [False, True])
 def test_random_trees_are_exact(model, reference, batch):
-    check_all(SpeculativeDecoder(model, RandomTreeProposer(64), max_budget=12, budget=12), reference, batch)
+    results = check_all(SpeculativeDecoder(model, RandomTreeProposer(64), max_budget=12, budget=12), reference, batch)
+    assert sum(r.metrics.accepted for r in results) > 0  # some random nodes were right: accepted paths committed
 
 
 def test_suffix_proposer_is_exact(model, reference):
     dec = SpeculativeDecoder(model, SuffixProposer(64, min_match_len=1, min_prob=0.0), max_budget=16,
                              cost_model=cheap_cost())
     results = check_all(dec, reference, batch=True)
-    assert sum(r.metrics.drafted for r in results) > 0
+    assert sum(r.metrics.accepted for r in results) > 0
 
 
 def test_each_requests_tenant_reaches_the_proposer(model, reference):
@@ -128,6 +131,7 @@ def test_default_stop_tokens_follow_generation_config(model):
     ref = model.generate(torch.tensor([prompt]), max_new_tokens=NEW, do_sample=False, pad_token_id=0)[0, len(prompt):]
     res = SpeculativeDecoder(model, RandomTreeProposer(64), max_budget=6, budget=6).generate(prompt, NEW)
     assert res.tokens == ref.tolist()
+    assert res.metrics.accepted > 0  # drafted steps emitted several tokens at once, stop checked among them
 
 
 def test_stream_yields_tokens_in_order(model, reference):
@@ -139,12 +143,16 @@ def test_stream_yields_tokens_in_order(model, reference):
 
 
 def test_metrics_hist_and_times(model, reference):
+    """The histogram adds up to the steps and the accepted drafts; every phase is timed and the phases
+    fit inside the call's own wall clock (no time counted twice)."""
     dec = SpeculativeDecoder(model, ReplayProposer({0: reference[0][:10]}), max_budget=4, budget=4)
+    t0 = time.perf_counter()
     m = dec.generate(PROMPTS[0], NEW, stop_tokens=(), req_id=0).metrics
+    wall = time.perf_counter() - t0
     assert m.tokens == NEW and sum(m.accepted_hist) == m.steps
     assert m.accepted == sum(k * c for k, c in enumerate(m.accepted_hist)) > 0
-    assert m.verify_s > 0 and m.propose_s >= 0 and m.accept_s > 0 and m.prefill_s > 0
-    assert 0 <= m.depth_acceptance()[0] <= 1
+    assert min(m.prefill_s, m.propose_s, m.verify_s, m.accept_s) > 0 and m.total_s <= wall, m.summary()
+    assert m.depth_acceptance() == [sum(m.accepted_hist[d:]) / m.steps for d in range(1, len(m.accepted_hist))]
 
 
 def test_bad_arguments_are_refused(model):

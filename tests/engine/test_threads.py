@@ -49,13 +49,14 @@ def test_one_thread_may_interleave_its_own_runs():
 def test_separate_decoders_over_one_model_in_four_threads():
     model = tiny_model("llama")
     want = [SpeculativeDecoder(model).generate(p, 16, stop_tokens=()).tokens for p in PROMPTS]
-    got, errors = [None] * len(PROMPTS), []
+    got, errors, accepted = [None] * len(PROMPTS), [], [0] * len(PROMPTS)
 
     def work(i):
         try:
             prop = SuffixProposer(64) if i % 2 else ReplayProposer({0: want[i]})
             dec = SpeculativeDecoder(model, prop, budget=4)
-            got[i] = dec.generate(PROMPTS[i], 16, stop_tokens=(), req_id=0).tokens
+            res = dec.generate(PROMPTS[i], 16, stop_tokens=(), req_id=0)
+            got[i], accepted[i] = res.tokens, res.metrics.accepted
         except Exception as exc:  # noqa: BLE001 (reported below)
             errors.append(repr(exc))
 
@@ -65,6 +66,7 @@ def test_separate_decoders_over_one_model_in_four_threads():
     for t in threads:
         t.join()
     assert not errors and got == want
+    assert all(a > 0 for a in accepted), accepted  # every thread verified and accepted drafts
     assert not any(k.startswith("_specdec") for k in model.__dict__)
     assert all("forward" not in m.__dict__ for m in model.modules())
     assert torch.is_inference_mode_enabled() is False

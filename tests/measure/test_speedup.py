@@ -32,12 +32,37 @@ def test_online_speedup_checks_outputs_and_reports_both_times():
     model = tiny_model()
     res = online_speedup(model, SuffixProposer(model.config.vocab_size), [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]],
                          budget=4, max_new_tokens=8, name="suffix")
-    assert res["prompts"] == 2 and res["plain_s"] > 0 and res["suffix_s"] > 0 and res["tokens_per_step"] >= 1
+    assert res["prompts"] == 2 and res["plain_s"] > 0 and res["suffix_s"] > 0
+    plain_s, suffix_s = res["plain_s"], res["suffix_s"]  # rounded to 0.01 s, the speedup from the unrounded
+    slack = plain_s / suffix_s * (0.005 / plain_s + 0.005 / suffix_s) * 1.01 + 5e-4
+    assert res["speedup"] == pytest.approx(plain_s / suffix_s, abs=slack)  # plain over speculative, not inverted
     auto = online_speedup(model, SuffixProposer(model.config.vocab_size), [[1, 2, 3, 1, 2, 3]], budget="auto",
                           max_new_tokens=8, max_budget=6)
-    assert auto["budget"] == "auto" and auto["tokens_per_step"] >= 1
+    assert auto["budget"] == "auto" and auto["max_new_tokens"] == 8 and "speculative_s" in auto
     with pytest.raises(ValueError, match="at least one prompt"):
         online_speedup(model, SuffixProposer(model.config.vocab_size), [], budget=4, max_new_tokens=8)
+
+
+@pytest.mark.xfail(strict=True, reason="online_speedup divides every emitted token by the verify steps, the "
+                   "prefill's first token included; tokens_per_step is (tokens - 1) / steps per request "
+                   "(specdec.engine.metrics, speedup.Row.tokens_per_step)")
+def test_online_speedup_reports_tokens_per_step_as_the_metrics_define_it():
+    """The same decoder run by hand (greedy and a fixed budget: deterministic, the warm-up included)
+    gives the rate online_speedup must report."""
+    from specdec import SpeculativeDecoder
+    from specdec.measure.speedup import online_speedup
+    from specdec.models import tiny_model
+    from specdec.proposers.suffix import SuffixProposer
+
+    model = tiny_model()
+    prompts = [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]]
+    res = online_speedup(model, SuffixProposer(64), prompts, budget=4, max_new_tokens=8, name="suffix")
+    dec = SpeculativeDecoder(model, SuffixProposer(64), max_budget=4, budget=4)
+    dec.generate(prompts[0], 4)  # online_speedup's warm-up teaches the suffix cache too
+    metrics = [dec.generate(p, 8).metrics for p in prompts]
+    assert sum(m.accepted for m in metrics) > 0
+    want = sum(m.tokens - 1 for m in metrics) / sum(m.steps for m in metrics)
+    assert res["tokens_per_step"] == pytest.approx(want, abs=1e-3)
 
 
 def test_load_note_warns_when_the_machine_was_oversubscribed():

@@ -5,12 +5,16 @@ import math
 
 import pytest
 import torch
+from feature_fixtures import synthetic_cache
 
 from specdec.artifacts import IncompatibleArtifactError, Manifest, save_artifact, target_fingerprint
 from specdec.models import tiny_model
 from specdec.proposers.heads import MedusaHeads, MedusaProposer, static_tree
 from specdec.training.data import SelfDistillation, select_by_budget
+from specdec.training.eagle3 import split
 from specdec.training.medusa import HeadsTrainConfig, evaluate, reduced_vocabulary, train_medusa
+from specdec.training.medusa_kd import evaluate as evaluate_kd
+from specdec.training.medusa_kd import train_medusa_kd
 
 
 def test_static_tree_is_the_best_prefix_closed_set():
@@ -122,6 +126,23 @@ def test_training_learns_synthetic_future_tokens():
     assert report["train_rows"] > held["rows"] > 0
 
 
+def test_kd_training_learns_the_cached_distributions():
+    """train_medusa_kd on a learnable cache: held-out KD loss falls and top-1 rises for every head,
+    against the untrained heads (the LM head) on the same held-out rows."""
+    data, lm = synthetic_cache(V=24, H=32)
+    cfg = HeadsTrainConfig(num_heads=2, epochs=12, lr=2e-2, batch_size=64, reduced_vocab=0, max_rank=3)
+    _, held = split(data, 5)
+    held_rows = torch.cat([torch.arange(*data.span(i)) for i in held])
+    before = evaluate_kd(MedusaHeads(lm.shape[1], 2), data, held_rows, lm, 3)
+    heads, report = train_medusa_kd(data, lm, cfg, heldout_every=5, progress=False)
+    after = report["heldout"]
+    assert after["positions"] == before["positions"] > 0 and min(after["greedy_windows"]) > 0
+    for i in range(2):
+        assert after["ce"][i] < before["ce"][i] / 2, (before, after)
+        assert after["top1"][i] > max(0.9, before["top1"][i]), (before, after)
+    assert report["train_rows"] > 0 and report["labels"] == "target top-k distribution (KD)"
+
+
 def test_select_by_budget_keeps_shortest_in_order():
     recs = [{"prompt_ids": [0] * n, "response_ids": [1]} for n in (5, 1, 3, 9)]
     assert [len(r["prompt_ids"]) for r in select_by_budget(recs, 10)] == [1, 3]  # sizes 2 + 4; 6 more won't fit
@@ -165,6 +186,7 @@ def test_greedy_decoding_with_heads_is_exact():
                           max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 4:].tolist()
     out = SpeculativeDecoder(target, prop, max_budget=8, budget=8).generate(prompt, 24)
     assert out.tokens == ref
+    assert out.metrics.accepted > 0 and out.metrics.steps < len(ref)  # the heads' drafts were verified and accepted
 
 
 def test_reduced_vocabulary_ids_must_lie_in_the_lm_head():

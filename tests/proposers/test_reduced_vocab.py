@@ -95,7 +95,9 @@ def test_eagle_float16_head_drafts_what_a_float16_rounded_target_head_drafts_and
     plain = SpeculativeDecoder(target).generate(prompt, 24).tokens
     for dtype in ("float16", "float32"):
         dec = SpeculativeDecoder(target, _eagle(target, ids, lm, head_dtype=dtype), budget=6)
-        assert dec.generate(prompt, 24).tokens == plain
+        out = dec.generate(prompt, 24)
+        assert out.tokens == plain
+        assert out.metrics.accepted > 0, dtype  # drafts from the reduced head were verified and accepted
 
 
 def test_make_proposer_refuses_a_head_dtype_before_reading_any_artifact(tmp_path):

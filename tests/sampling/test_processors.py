@@ -58,7 +58,7 @@ def _proposers(model, prompt, script):
 @pytest.mark.parametrize("settings", SETTINGS, ids=[",".join(s) for s in SETTINGS])
 def test_greedy_with_the_checkpoint_processors_equals_model_generate(model, settings):
     config = _config(**settings)
-    changed = 0
+    changed, accepted, drafted = 0, {}, {}
     for prompt in PROMPTS:
         want = _generate(model, config, prompt)
         changed += want != _generate(model, _config(), prompt)
@@ -66,7 +66,13 @@ def test_greedy_with_the_checkpoint_processors_equals_model_generate(model, sett
             dec = SpeculativeDecoder(model, prop, budget=6, generation_config=config)
             got = dec.generate(prompt, NEW, req_id=0)
             assert got.tokens == want, (type(prop).__name__, settings)
+            name = type(prop).__name__
+            accepted[name] = accepted.get(name, 0) + got.metrics.accepted
+            drafted[name] = drafted.get(name, 0) + got.metrics.drafted
     assert changed, f"{settings} never changes the output: the test would have no power"
+    # Trees were verified and the replay's paths accepted: processed rows were read past accepted drafts.
+    # (Lookup drafts only repeats: under a repetition penalty the output has none, and it drafts nothing.)
+    assert drafted["RandomTreeProposer"] > 0 and accepted["ReplayProposer"] > 0, (drafted, accepted)
 
 
 def test_processors_apply_to_ragged_batches_and_the_models_own_config(model):
@@ -80,6 +86,7 @@ def test_processors_apply_to_ragged_batches_and_the_models_own_config(model):
     finally:
         model.generation_config = saved
     assert [r.tokens for r in got] == want
+    assert sum(r.metrics.accepted for r in got) > 0
 
 
 def test_sampled_law_with_a_repetition_penalty_is_exact():

@@ -276,18 +276,36 @@ def test_list_and_padded_targets_give_identical_results():
 
 
 def test_padding_rows_are_not_validated_or_read():
+    """NaN padding rows change nothing: the same emitted tokens as clean padding, seed for seed."""
     tree = DraftTree.chain(torch.tensor([1]), _dist(1, V, seed=1))
-    padded = _dist(1, 4, V, seed=2)
+    clean = _dist(1, 4, V, seed=2)
+    padded = clean.clone()
     padded[0, 2:] = float("nan")  # rows past n + 1 = 2 are padding
-    res = rejection_sample_batch([tree], padded, generator=torch.Generator().manual_seed(0))
-    assert 0 <= res[0].tokens.min() and res[0].tokens.max() < V
+    for seed in range(50):
+        got, want = (rejection_sample_batch([tree], rows, generator=torch.Generator().manual_seed(seed))[0]
+                     for rows in (padded, clean))
+        assert got.tokens.tolist() == want.tokens.tolist() and got.path.tolist() == want.path.tolist(), seed
 
 
-def test_bfloat16_targets_are_accepted():
-    p = _dist(3, V, seed=4).bfloat16()
-    q = _dist(2, V, seed=5)
-    res = rejection_sample(DraftTree.chain(torch.tensor([0, 1]), q), p, generator=torch.Generator().manual_seed(0))
-    assert res.tokens.numel() >= 1
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_targets_sample_as_their_float32_values(dtype):
+    """Low-precision target rows (the production GPU dtype) are accepted at their dtype's tolerance
+    and sampled as the same values in float32: identical outputs, seed for seed, for a sampled chain,
+    a deterministic chain and a sampled tree with siblings (residuals after a rejection). The float32
+    copy skips validation: its rows sum to 1 only within the low-precision rounding."""
+    p = _dist(4, V, seed=4).to(dtype)
+    q = _dist(3, V, seed=5)
+    trees = [DraftTree.chain(torch.tensor([0, 1]), q[:2]), DraftTree.chain(torch.tensor([2, 3])),
+             DraftTree(torch.tensor([0, 1, 2]), torch.tensor([-1, -1, 0]), q)]
+    accepted = set()
+    for tree in trees:
+        rows = p[: tree.num_nodes + 1]
+        for seed in range(300):
+            got = rejection_sample(tree, rows, generator=torch.Generator().manual_seed(seed))
+            want = rejection_sample(tree, rows.float(), generator=torch.Generator().manual_seed(seed), validate=False)
+            assert got.tokens.tolist() == want.tokens.tolist() and got.path.tolist() == want.path.tolist(), seed
+            accepted.add((tree.num_nodes, got.num_accepted))
+    assert {k for _, k in accepted} == {0, 1, 2}, accepted  # every outcome was reached
 
 
 def test_mixed_batch_of_chains_and_trees_uses_tree_path_correctly():
@@ -431,29 +449,34 @@ def test_chain_batches_never_enter_the_tree_loop(monkeypatch):
 
 
 def test_padded_entries_are_never_read():
-    """Padding tokens/parents may hold any value (here -1 and out-of-vocabulary ids)."""
+    """Padding tokens/parents may hold any value (here -1 and out-of-vocabulary ids), and the padding
+    node's draft row and the target rows past it anything (NaN): the results equal those with clean
+    padding, seed for seed."""
     from specdec import rejection_sample_padded
 
     V = 5
     g = torch.Generator().manual_seed(0)
     target = torch.softmax(torch.randn(2, 3, V, generator=g), -1)
     q = torch.softmax(torch.randn(2, 2, V, generator=g), -1)
+    dirty_target, dirty_q = target.clone(), q.clone()
+    dirty_target[1, 2:] = float("nan")  # request 1 has one node: rows 0 and 1 are read, row 2 is padding
+    dirty_q[1, 1] = float("nan")
+    clean = (torch.tensor([[1, 2], [3, 0]]), torch.tensor([[-1, 0], [-1, -1]]))
+    sizes = torch.tensor([2, 1])
+    outcomes = set()
     for pad in (-1, V, 10 * V):
-        tokens = torch.tensor([[1, 2], [3, pad]])
-        parents = torch.tensor([[-1, 0], [-1, pad]])
-        sizes = torch.tensor([2, 1])
-        for probs in (q, None):
+        dirty = (torch.tensor([[1, 2], [3, pad]]), torch.tensor([[-1, 0], [-1, pad]]))
+        for sampled in (True, False):
             for validate in (True, False):
-                res = rejection_sample_padded(
-                    tokens,
-                    parents,
-                    sizes,
-                    target,
-                    draft_probs=probs,
-                    validate=validate,
-                    generator=torch.Generator().manual_seed(1),
-                )
-                assert res.tokens.shape[0] == 2
+                for seed in range(20):
+                    got, want = (
+                        rejection_sample_padded(*tp, sizes, rows, draft_probs=probs if sampled else None,
+                                                validate=validate, generator=torch.Generator().manual_seed(seed))
+                        for tp, rows, probs in ((dirty, dirty_target, dirty_q), (clean, target, q)))
+                    for field in ("tokens", "path", "num_accepted"):
+                        assert torch.equal(getattr(got, field), getattr(want, field)), (pad, sampled, validate, seed)
+                    outcomes.add(tuple(got.num_accepted.tolist()))
+    assert len(outcomes) >= 3, outcomes  # accepted and rejected nodes in both requests
 
 
 def test_greedy_refuses_a_row_with_no_allowed_token():

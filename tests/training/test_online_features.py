@@ -177,7 +177,9 @@ def test_train_online_cli_writes_fp16_artifacts_that_decode_exactly(tmp_path, ca
     medusa = MedusaProposer.load(str(tmp_path / "md"), model)
     assert eagle.target_layers == (1, 2, 3)
     for prop in (eagle, medusa):
-        assert SpeculativeDecoder(model, prop, budget=4).generate(prompt, 12).tokens == plain
+        out = SpeculativeDecoder(model, prop, budget=4).generate(prompt, 12)
+        assert out.tokens == plain
+        assert out.metrics.accepted > 0 and out.metrics.steps < len(plain), (type(prop).__name__, out.metrics.summary())
 
 
 def test_train_online_cli_streams_sharegpt_conversations(tmp_path):

@@ -62,8 +62,14 @@ def test_feature_cache_then_every_trainer_writes_a_loadable_bound_artifact(tmp_p
     eagle = EagleProposer.load(str(tmp_path / "e3"), model)
     assert eagle.target_layers == (1, 3, 5) and eagle.top_k == 2
     medusa = MedusaProposer.load(str(tmp_path / "hk"), model)
-    for prop in (eagle, medusa):
-        assert SpeculativeDecoder(model, prop, budget=4).generate(prompt, 12).tokens == plain
+    # Random words hold no greedy window (a token the target would have emitted), so the heads' measured
+    # rank accuracies are 0 and their own static tree is empty: drafted here with a given tree shape.
+    heads = MedusaProposer(medusa.heads, model.get_output_embeddings().weight, [[0.6, 0.3]] * 2, medusa.artifact)
+    for prop in (eagle, heads):
+        out = SpeculativeDecoder(model, prop, budget=4).generate(prompt, 12)
+        # Two epochs on random words teach nothing to accept (the learning tests show what training learns):
+        # this shows the loaded artifacts draft trees that verify exactly.
+        assert out.tokens == plain and out.metrics.drafted > 0, type(prop).__name__
     drafter, manifest = load_drafter(str(tmp_path / "dk"), model)
     assert manifest.training["labels"] == "target top-k distribution (KD)"
     e3 = json.loads((tmp_path / "e3" / "manifest.json").read_text())

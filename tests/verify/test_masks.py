@@ -50,11 +50,13 @@ def test_a_request_that_fits_exactly_decodes_exactly(model):
     dec = SpeculativeDecoder(model, ReplayProposer({0: ref + [5] * 8}), max_budget=8, budget=8)
     res = dec.generate(prompt, new, stop_tokens=(), req_id=0)
     assert res.tokens == ref and res.finish_reason == "length"
+    assert res.metrics.accepted > 0
     prompts = [prompt, [7, 8, 9], list(range(30, 30 + LIMIT))]  # the last one: one token, no verify step
     refs = [reference(model, p, LIMIT + 1 - len(prompt)) for p in prompts[:2]] + [reference(model, prompts[2], 1)]
     dec = SpeculativeDecoder(model, RandomTreeProposer(64, seed=3), max_budget=8, budget=8)
     results = dec.generate_batch(prompts[:2], new, stop_tokens=())
     assert [r.tokens for r in results] == refs[:2]
+    assert all(r.metrics.drafted > 0 for r in results)  # random trees (rarely accepted) were verified
     assert dec.generate(prompts[2], 1, stop_tokens=()).tokens == refs[2]
 
 
