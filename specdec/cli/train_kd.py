@@ -15,7 +15,8 @@ def heads_kd_main(args) -> int:
     from ..artifacts import Manifest, save_artifact, tokenizer_fingerprint
     from .train_cached import command_line, start
     from ..training.medusa import HeadsTrainConfig
-    from ..training.medusa_kd import train_medusa_kd
+    from ..training.medusa_kd import train_medusa_kd, unmeasured_heads
+    from .common import log
 
     cfg = HeadsTrainConfig(num_heads=args.heads, num_layers=args.layers, reduced_vocab=args.vocab,
                            epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed)
@@ -36,6 +37,10 @@ def heads_kd_main(args) -> int:
                 "tokenizer_fingerprint": tokenizer_fingerprint(run.tokenizer)},
         training={**report, "features": run.facts, "device": run.device, "torch": torch.__version__,
                   "seconds": run.seconds(t_train), "command": command_line(args)})
+    if (blind := unmeasured_heads(report["heldout"])):
+        log(f"warning: heads {blind} saw no held-out greedy window, so their rank accuracies are unmeasured "
+            "(0) and the static tree will not reach them: the artifact drafts nothing there; hold out more "
+            "data (--heldout-every) or train on the target's own answers")
     save_artifact(args.out, heads.state_tensors(), manifest)
     print(f"saved {args.out}: heads top-1 (held-out greedy windows) {report['heldout']['top1']}, "
           f"{report['train_tokens']} training tokens, train {t_train - run.t_data:.0f} s")

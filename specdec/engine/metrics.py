@@ -8,7 +8,6 @@ wall-clock seconds of each batch step the request took part in (what its latency
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 
@@ -43,13 +42,6 @@ class RequestMetrics:
     def accepted_drafts_per_step(self) -> float:
         """Mean draft tokens accepted (and emitted) per verify step (0 without steps)."""
         return self.accepted / self.steps if self.steps else 0.0
-
-    @property
-    def mean_accepted(self) -> float:
-        """Deprecated: :attr:`accepted_drafts_per_step` (the old name read as either rate)."""
-        warnings.warn("RequestMetrics.mean_accepted is accepted_drafts_per_step now (tokens_per_step counts the "
-                      "bonus token too)", DeprecationWarning, stacklevel=2)
-        return self.accepted_drafts_per_step
 
     @property
     def tokens_per_step(self) -> float:

@@ -136,3 +136,10 @@ def train_medusa_kd(data: FeatureSet, lm_weight: torch.Tensor, cfg: HeadsTrainCo
               "train_loss_last": round(sum(losses[-20:]) / max(len(losses[-20:]), 1), 4),
               "heldout": evaluate(heads, data, held_rows, lm_weight, cfg.max_rank), "heldout_every": heldout_every}
     return heads, report
+
+
+def unmeasured_heads(heldout: dict) -> list[int]:
+    """Heads whose held-out set had no greedy window (a position where the data token is the one the
+    target would emit): their rank accuracies read 0, not measured, and a static tree built from them
+    (``proposers.heads.static_tree``) never branches there, so such an artifact drafts nothing."""
+    return [d for d, c in enumerate(heldout.get("greedy_windows", [])) if c == 0]

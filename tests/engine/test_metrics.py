@@ -65,9 +65,8 @@ def test_no_draft_is_asked_for_when_one_token_is_left(model, reference):
     assert prop.budgets[0] == 1 and all(b in (0, [0]) for b in prop.budgets[1:])
 
 
-def test_the_old_mixed_name_is_deprecated():
+def test_the_two_rates_and_no_mixed_name():
     m = RequestMetrics(steps=2, tokens=7, accepted_hist=[0, 1, 1])
     assert m.accepted_drafts_per_step == 1.5 and m.tokens_per_step == 3.0
-    with pytest.deprecated_call(match="accepted_drafts_per_step"):
-        assert m.mean_accepted == 1.5
+    assert not hasattr(m, "mean_accepted")  # the 0.2 alias, removed in 0.3
     assert "tokens_per_step=3.00" in m.summary() and "accepted_drafts_per_step=1.50" in m.summary()
