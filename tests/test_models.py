@@ -78,21 +78,26 @@ def test_default_loads_from_cache_without_converting_again(smollm2):
 def test_smollm2_greedy_matches_generate(smollm2):
     """Plain and suffix decoding reproduce model.generate token for token on dev prompts."""
     model, tok, _ = smollm2
-    prompts = load_prompts(SAMPLE_PROMPTS, tok, categories=["summarization", "coding"], per_category=1)
+    prompts = [p.ids for p in load_prompts(SAMPLE_PROMPTS, tok, categories=["summarization", "coding"], per_category=1)]
+    # The dev prompts' first 32 tokens copy nothing; this one copies its own context, so drafts are verified and kept.
+    copy = "Repeat this sentence exactly, twice:\nThe quick brown fox jumps over the lazy dog. Pack my box with jugs."
+    chat = tok.apply_chat_template([{"role": "user", "content": copy}], add_generation_prompt=True, return_dict=True)
+    prompts.append(list(chat["input_ids"]))
     cost = VerifyCostModel([0, 8, 64], [1.0, 1.6, 3.4])  # CPU-like shape, fixed so the test skips calibration
     plain = SpeculativeDecoder(model)
-    suffix = SpeculativeDecoder(plain.target, SuffixProposer(model.config.vocab_size), cost_model=cost)
     accepted = 0
-    for p in prompts:
+    for ids in prompts:
         ref = model.generate(
-            torch.tensor([p.ids]),
+            torch.tensor([ids]),
             max_new_tokens=32,
             do_sample=False,
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.eos_token_id,
-        )[0, len(p.ids) :].tolist()
-        assert plain.generate(p.ids, 32).tokens == ref
-        res = suffix.generate(p.ids, 32)
+        )[0, len(ids) :].tolist()
+        assert plain.generate(ids, 32).tokens == ref
+        # A fresh decoder per prompt: the sizer's acceptance evidence from a copy-free prompt would switch drafting off.
+        suffix = SpeculativeDecoder(plain.target, SuffixProposer(model.config.vocab_size), cost_model=cost)
+        res = suffix.generate(ids, 32)
         assert res.tokens == ref
         accepted += res.metrics.accepted
     assert accepted > 0

@@ -1,1 +1,4 @@
-"""Benchmarks that need a GPU (run from the repo root: python -m benchmarks.gpu.<name>; scripts/gpu/run.sh runs them)."""
+"""Benchmarks that need a GPU.
+
+Run from the repo root as ``python -m benchmarks.gpu.<name>``; ``scripts/gpu/run.sh`` runs them all.
+"""
