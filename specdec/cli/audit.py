@@ -32,6 +32,8 @@ from .args import UsageError, bounded, csv, positive, positive_int
 ENGINES = {"specdec": ("suffix",), "hf": ("prompt_lookup", "assistant_model", "specdec"),
            "vllm": ("ngram", "suffix", "draft_model", "custom_class", "eagle", "eagle3"),
            "llamacpp": ("prompt_lookup",), "reference": ("ngram",)}
+FIX_MODULE = "specdec.integrations.vllm.cpu_sampling"
+"""specdec's fix for vLLM issue 55005, handed to the vLLM worker by name."""
 FULL = {"samples": 600, "max_tv": 0.12}
 QUICK_SIZES = {"samples": 250, "max_tv": 0.2}
 
@@ -75,7 +77,7 @@ def _engines(args, model, out: Path) -> list:
                 continue
             engines.append(VLLMEngine(ckpt, m, k=args.k, cpu_expand=mode, python=args.python,
                                       draft=args.eagle if m.startswith("eagle") else draft,
-                                      extra_paths=args.extra_path or ()))
+                                      extra_paths=args.extra_path or (), fix_module=FIX_MODULE))
     return engines
 
 
@@ -111,7 +113,7 @@ def _greedy_engine(engine, smollm2, out: Path):
         if engine.base_method in ("draft_model", "eagle", "eagle3"):
             return None
         return VLLMEngine(folder, engine.base_method, k=engine.k, cpu_expand=engine.cpu_expand, python=engine.python,
-                          extra_paths=engine.extra_paths, max_num_seqs=32)
+                          extra_paths=engine.extra_paths, max_num_seqs=32, fix_module=engine.fix_module)
     return None
 
 

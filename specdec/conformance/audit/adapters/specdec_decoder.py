@@ -40,7 +40,7 @@ class SpecdecEngine:
                  batch: int = 512):
         self.model, self.method, self.budget, self.batch = model, method, budget, batch
         if make_proposer is None:
-            from ...proposers.suffix import SuffixProposer
+            from ....proposers.suffix import SuffixProposer
 
             vocab = int(model.get_output_embeddings().weight.shape[0])
             make_proposer = lambda: SuffixProposer(vocab)  # noqa: E731
@@ -67,7 +67,7 @@ class SpecdecEngine:
     def _translate(s: Sampling, vocab: int):
         from transformers import GenerationConfig
 
-        from ...sampling.params import SamplingParams
+        from ....sampling.params import SamplingParams
 
         if s.presence_penalty or s.frequency_penalty:
             raise Refused("specdec's decoder applies transformers' processors, which have no presence or frequency "
@@ -86,7 +86,7 @@ class SpecdecEngine:
         return SamplingParams(s.temperature, s.top_k, s.top_p, s.min_p), config
 
     def _run(self, job: Job, speculative: bool) -> Samples:
-        from ...engine.decoder import SpeculativeDecoder
+        from ....engine.decoder import SpeculativeDecoder
 
         if len(set(job.sampling)) != 1:
             raise Refused("specdec's decoder takes one SamplingParams and one generation config per generate_batch "

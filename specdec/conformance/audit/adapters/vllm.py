@@ -66,6 +66,9 @@ class VLLMEngine:
         cpu_expand: one of :data:`CPU_EXPAND` (see the module docstring).
         python: the interpreter that has vLLM (default: this one).
         extra_paths: prepended to the worker's ``PYTHONPATH`` (e.g. ArcticInference's built module).
+        fix_module: the module with the CPU expand fix (``install()``, ``KERNEL``), imported in the
+            worker; required for ``cpu_expand`` other than ``"as-shipped"``. The command line passes
+            ``specdec.integrations.vllm.cpu_sampling`` (this layer does not import the integrations).
         timeout: seconds a worker may run before it is killed (its jobs become errors).
     """
 
@@ -74,9 +77,12 @@ class VLLMEngine:
 
     def __init__(self, model_dir, method: str, *, k: int = 3, draft=None, cpu_expand: str = "as-shipped",
                  python: str | None = None, extra_paths: Sequence[str] = (), max_num_seqs: int = 256,
-                 timeout: float = 1800.0):
+                 fix_module: str | None = None, timeout: float = 1800.0):
         if cpu_expand not in CPU_EXPAND:
             raise ValueError(f"cpu_expand must be one of {CPU_EXPAND}, got {cpu_expand!r}")
+        if cpu_expand != "as-shipped" and not fix_module:
+            raise ValueError(f"cpu_expand={cpu_expand!r} needs fix_module (the module with the CPU expand fix)")
+        self.fix_module = fix_module
         if cpu_expand == "put-back-55005" and method != "custom_class":
             raise ValueError("put-back-55005 undoes the fix specdec's drafter installs: it applies to custom_class")
         self.model_dir = Path(model_dir)
@@ -114,7 +120,7 @@ class VLLMEngine:
             # every prompt of a full batch fits one step: vLLM 0.32's CPU build crashes when it splits
             # a seeded request's prefill ("CPU Generator does not use offset")
             "max_num_batched_tokens": max(8192, self.max_num_seqs * (longest + self.k + 8)),
-            "cpu_expand": self.cpu_expand if speculative else "as-shipped",
+            "cpu_expand": self.cpu_expand if speculative else "as-shipped", "fix_module": self.fix_module,
             "jobs": [job_json(j) for j in jobs]}
 
     def run(self, jobs: Sequence[Job], speculative: bool) -> list:
@@ -136,7 +142,7 @@ class VLLMEngine:
         fix = ""
         if self.cpu_expand == "specdec-fix":
             fix = ("    if speculative:  # specdec's fix for vLLM issue 55005, as the audit ran it\n"
-                   "        from specdec.integrations.vllm import cpu_sampling\n"
+                   f"        import {self.fix_module} as cpu_sampling\n"
                    "        cpu_sampling.install()\n")
         elif self.cpu_expand == "put-back-55005":
             fix = ("    if speculative:  # vLLM's own CPU expand kernel, registered again after specdec's fix\n"

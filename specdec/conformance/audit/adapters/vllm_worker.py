@@ -8,12 +8,13 @@ method has loaded numba, llvmlite's library wrapper breaks that scan:
 ``'_lib_fn_wrapper' object has no attribute 'get'``), and a crashed engine takes its process down.
 
 REQUEST: ``{"model", "speculative_config" (or null), "engine_seed", "kv_cache_bytes", "max_num_seqs",
-"cpu_expand": "as-shipped" | "specdec-fix" | "put-back-55005", "jobs": [...], "start": i}`` where a
+"cpu_expand": "as-shipped" | "specdec-fix" | "put-back-55005", "fix_module", "jobs": [...], "start": i}`` where a
 job is ``{"prompts", "sampling" (Sampling fields), "n", "seed"}``. RESULTS gets one JSON line per
 job, in order, as soon as it is done: ``{"job", "outputs"|"refused"|"error", "drafted", "accepted",
 "requests", "seconds"}``; a line ``{"engine_failed": message}`` when the engine cannot start. After a
 crash inside a job the engine is rebuilt for the next one. Imports only vLLM, the standard library
-and specdec's vLLM integration (for the CPU expand fix), never the rest of specdec.
+and, for the CPU expand modes, the module ``fix_module`` names (specdec's
+``integrations.vllm.cpu_sampling``: its ``install()`` and ``KERNEL``), never the rest of specdec.
 """
 
 from __future__ import annotations
@@ -89,16 +90,17 @@ def _build(req: dict):
               gpu_memory_utilization=0.2, disable_log_stats=False, seed=req["engine_seed"])
     mode = req["cpu_expand"]
     if mode != "as-shipped":
-        from specdec.integrations.vllm import cpu_sampling
+        import importlib
 
+        fix = importlib.import_module(req["fix_module"])  # specdec's vLLM integration, named by the caller
         with without_llvmlite():
             if mode == "specdec-fix":
-                cpu_sampling.install()
+                fix.install()
             elif mode == "put-back-55005":
                 from vllm.triton_utils.dispatcher import register_kernels
                 from vllm.utils import cpu_triton_utils
 
-                register_kernels({cpu_sampling.KERNEL: cpu_triton_utils._expand_kernel_impl})
+                register_kernels({fix.KERNEL: cpu_triton_utils._expand_kernel_impl})
     return llm
 
 
