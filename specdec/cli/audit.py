@@ -18,6 +18,9 @@ Engines and methods (``--engine`` / ``--methods``):
   ``--python`` that has vLLM; ``--cpu-expand`` for vLLM issue 55005 on the CPU build;
   ``--extra-path`` for ArcticInference's suffix module);
 * ``llamacpp``: ``prompt_lookup`` (``--python`` that has llama-cpp-python);
+* ``vllm-server``: two running vLLM servers (``--url`` speculating, ``--plain-url`` not) serving the
+  audit target, written by ``python -m specdec.conformance.audit.fixtures DIR`` (the servers'
+  ``--served-model-name`` goes to ``--served-model``); ``--methods`` only labels the report;
 * ``reference``: the audit's own honest reference engine (a self-check).
 """
 
@@ -31,7 +34,7 @@ from .args import UsageError, bounded, csv, positive, positive_int
 
 ENGINES = {"specdec": ("suffix",), "hf": ("prompt_lookup", "assistant_model", "specdec"),
            "vllm": ("ngram", "suffix", "draft_model", "custom_class", "eagle", "eagle3"),
-           "llamacpp": ("prompt_lookup",), "reference": ("ngram",)}
+           "llamacpp": ("prompt_lookup",), "reference": ("ngram",), "vllm-server": ()}
 FIX_MODULE = "specdec.integrations.vllm.cpu_sampling"
 """specdec's fix for vLLM issue 55005, handed to the vLLM worker by name."""
 FULL = {"samples": 600, "max_tv": 0.12}
@@ -42,6 +45,14 @@ def _engines(args, model, out: Path) -> list:
     """One engine per method (built before anything runs; bad combinations refused here)."""
     from ..conformance.audit.fixtures import audit_draft, save_checkpoint
 
+    if args.engine == "vllm-server":
+        from ..conformance.audit.adapters.vllm_server import VLLMServerEngine
+
+        if not (args.url and args.plain_url):
+            raise UsageError("--engine vllm-server needs --url (speculating) and --plain-url (not speculating)")
+        save_checkpoint(model, out / "model")  # what the servers must serve
+        label = args.methods[0] if args.methods else "speculative"
+        return [VLLMServerEngine(args.url, args.plain_url, args.served_model or str(out / "model"), method=label)]
     methods = args.methods or [ENGINES[args.engine][0]]
     bad = [m for m in methods if m not in ENGINES[args.engine]]
     if bad:
@@ -180,6 +191,9 @@ def register(subparsers) -> None:
                                                   "(comma-separated: one audit each)")
     p.add_argument("--extra-path", action="append", help="prepended to the vLLM worker's PYTHONPATH (repeatable)")
     p.add_argument("--eagle", help="EAGLE checkpoint folder for --methods eagle/eagle3")
+    p.add_argument("--url", help="vllm-server: base URL of the server that speculates")
+    p.add_argument("--plain-url", help="vllm-server: base URL of the same model served without speculation")
+    p.add_argument("--served-model", help="vllm-server: the served model name (default: the checkpoint path)")
     p.add_argument("--greedy", type=bounded(int, 0, 80), default=0,
                    help="also compare N SmolLM2 dev prompts greedily, token for token (default 0: off)")
     p.add_argument("--greedy-tokens", type=positive_int, default=64)

@@ -14,6 +14,9 @@ a case where nothing is accepted never runs the rejection path and proves nothin
 * :func:`audit_draft`: a noisy copy of the target, the draft model of ``draft_model`` methods.
 * :func:`save_checkpoint`: the target as a safetensors folder with a word-level tokenizer (token
   ``i`` is the word ``t{i}``), so engines that want a tokenizer (vLLM's bad words) have one.
+
+``python -m specdec.conformance.audit.fixtures DIR [DRAFT_DIR]`` writes the target (and its draft)
+for engines started by hand, e.g. the vLLM servers an audit reaches by URL.
 """
 
 from __future__ import annotations
@@ -73,3 +76,14 @@ def save_checkpoint(model, path: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0").save_pretrained(path)
     return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python -m specdec.conformance.audit.fixtures DIR [DRAFT_DIR]")
+    target = audit_target()
+    print(save_checkpoint(target, Path(sys.argv[1])))
+    if len(sys.argv) == 3:
+        print(save_checkpoint(audit_draft(target), Path(sys.argv[2])))
