@@ -18,6 +18,7 @@ are the accepted ones.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -129,10 +130,11 @@ def main(argv: list[str]) -> None:
         except ValueError as exc:
             emit({"job": index, "refused": f"{type(exc).__name__}: {exc}", "seconds": time.time() - t0})
             continue
-        except Exception as exc:
+        except Exception as exc:  # the model may be in any state: a fresh process for the rest (exit 3)
             emit({"job": index, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-4000:],
                   "seconds": time.time() - t0})
-            continue
+            sink.close()
+            os._exit(3)  # worker.EXIT_RESTART (this script runs without specdec)
         emit({"job": index, "outputs": outputs, "drafted": drafted if recorder else 0,
               "accepted": accepted if recorder else 0, "requests": requests, "seconds": time.time() - t0})
 

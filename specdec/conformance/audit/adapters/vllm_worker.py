@@ -12,7 +12,8 @@ REQUEST: ``{"model", "speculative_config" (or null), "engine_seed", "kv_cache_by
 job is ``{"prompts", "sampling" (Sampling fields), "n", "seed"}``. RESULTS gets one JSON line per
 job, in order, as soon as it is done: ``{"job", "outputs"|"refused"|"error", "drafted", "accepted",
 "requests", "seconds"}``; a line ``{"engine_failed": message}`` when the engine cannot start. After a
-crash inside a job the engine is rebuilt for the next one. Imports only vLLM, the standard library
+crash inside a job the worker exits with status 3 and the caller starts a fresh one for the rest
+(:mod:`.worker`): a second engine in this process would fail to start. Imports only vLLM, the standard library
 and, for the CPU expand modes, the module ``fix_module`` names (specdec's
 ``integrations.vllm.cpu_sampling``: its ``install()`` and ``KERNEL``), never the rest of specdec.
 """
@@ -25,6 +26,8 @@ import os
 import sys
 import time
 import traceback
+
+from .worker import EXIT_RESTART
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -151,10 +154,9 @@ def main(argv: list[str]) -> None:
             kind = "error" if frames & _ENGINE_FRAMES else "refused"
             emit({"job": index, kind: f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-4000:],
                   "seconds": time.time() - t0})
-            if kind == "error":  # the engine may be dead: build a fresh one for the rest
-                with contextlib.suppress(Exception):
-                    llm.llm_engine.engine_core.shutdown()
-                llm = _build(req)
+            if kind == "error":  # the engine may be dead, and cannot be rebuilt in this process: ask for a new one
+                sink.close()
+                os._exit(EXIT_RESTART)
             continue
         res.update(job=index, seconds=time.time() - t0)
         emit(res)

@@ -4,9 +4,12 @@ The workers (:mod:`.vllm_worker`, :mod:`.llamacpp_worker`) read a JSON request
 (``{"jobs": [...], "start": i, ...}``) and append one JSON line per job to a results file as soon
 as the job is done: ``{"job": i, "outputs", "drafted", "accepted", "requests", "seconds"}``, or
 ``{"job": i, "refused": msg}`` / ``{"job": i, "error": msg}``; a first line
-``{"engine_failed": msg}`` means the engine did not start. :func:`run_jobs` restarts the worker
-after the job it died in (that job becomes an :class:`~specdec.conformance.audit.engine.EngineFailed`
-with the end of its log) until every job has an outcome.
+``{"engine_failed": msg}`` means the engine did not start. A worker whose engine broke inside a job
+writes that job's ``error`` line and exits with :data:`EXIT_RESTART`: :func:`run_jobs` then starts
+a fresh worker for the remaining jobs (an engine is never rebuilt in the process it broke in: vLLM
+0.32's CPU build cannot start a second engine in a process that ran ``ngram``). A worker that dies
+without a word makes the job it died in an :class:`~specdec.conformance.audit.engine.EngineFailed`
+with the end of its log, and is restarted too.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..engine import EngineFailed, Job, Refused, Samples
+
+EXIT_RESTART = 3
+"""A worker's exit status after its engine broke in a job it reported: start a fresh one."""
 
 
 def job_json(job: Job) -> dict:
@@ -65,7 +71,7 @@ def run_jobs(command: Callable[[Path, Path], list[str]], env: dict, request: dic
                 break
             for line in lines:
                 results[line["job"]] = outcome(line, jobs[line["job"]])
-            if len(results) < len(jobs):
+            if len(results) < len(jobs) and code != EXIT_RESTART:
                 if code == 0:
                     raise RuntimeError(f"the worker exited cleanly without a result for every job: {log[-2000:]}")
                 first = min(i for i in range(len(jobs)) if i not in results)

@@ -1,11 +1,13 @@
-"""The vLLM server adapter against a stand-in server: request fields, ids back, refusals, acceptance.
+"""Adapter plumbing without a real engine: the vLLM server adapter against a stand-in server, the
+worker protocol's restarts, llvmlite hidden from vLLM's kernel registry.
 
-The stand-in answers ``/v1/completions`` the way vLLM's OpenAI server does with ``return_token_ids``
+The stand-in server answers ``/v1/completions`` the way vLLM's OpenAI server does with ``return_token_ids``
 (and with a 400 and vLLM's message for ``min_p`` under speculation), and ``/metrics`` with vLLM's
 speculative counters; it records every request so the test can read what the adapter sent.
 """
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,6 +15,8 @@ import pytest
 
 from specdec.conformance.audit import EngineFailed, Job, Refused, Sampling, Samples
 from specdec.conformance.audit.adapters.vllm_server import VLLMServerEngine
+from specdec.conformance.audit.adapters.vllm_worker import without_llvmlite
+from specdec.conformance.audit.adapters.worker import EXIT_RESTART, run_jobs
 
 
 def _server(speculative: bool):
@@ -91,3 +95,49 @@ def test_server_refusal_and_failure(servers):
     assert isinstance(broken, EngineFailed) and "500" in str(broken)
     with pytest.raises(ValueError, match="same server"):
         VLLMServerEngine(url, url, "m")
+
+
+_FAKE_WORKER = """
+import json, os, sys
+req = json.load(open(sys.argv[1]))
+out = open(sys.argv[2], "a")
+for i, job in enumerate(req["jobs"]):
+    if i < req["start"]:
+        continue
+    if job["seed"] == 13 and not os.environ.get("ONCE_DONE_" + str(req["start"])):
+        out.write(json.dumps({"job": i, "error": "RuntimeError: kernel exploded"}) + "\\n")
+        out.close()
+        os._exit(%d)
+    if job["seed"] == 99:
+        os._exit(9)  # dies without a word
+    outputs = [[[1, 2]] * job["n"] for _ in job["prompts"]]
+    out.write(json.dumps({"job": i, "outputs": outputs, "drafted": 4, "accepted": 2, "requests": job["n"],
+                          "seconds": 0.0}) + "\\n")
+    out.flush()
+""" % EXIT_RESTART
+
+
+def test_worker_protocol_restarts_after_a_crash(tmp_path):
+    """A job whose engine broke is an error, the jobs after it run in a fresh worker; a worker that dies
+    without a word costs only the job it died in."""
+    from specdec.conformance.audit.adapters.worker import job_json
+
+    script = tmp_path / "fake_worker.py"
+    script.write_text(_FAKE_WORKER)
+    s = Sampling(max_tokens=2)
+    jobs = [Job(((1,),), (s,), 2, seed) for seed in (1, 13, 2, 99, 3)]
+    outcomes, _ = run_jobs(lambda req, out: [sys.executable, str(script), str(req), str(out)], {},
+                           {"jobs": [job_json(j) for j in jobs]}, jobs, timeout=60)
+    kinds = [type(o).__name__ for o in outcomes]
+    assert kinds == ["Samples", "EngineFailed", "Samples", "EngineFailed", "Samples"], outcomes
+    assert "kernel exploded" in str(outcomes[1]) and "exit 9" in str(outcomes[3])
+
+
+def test_llvmlite_is_hidden_only_inside_the_block(monkeypatch):
+    import types
+
+    fake = types.ModuleType("llvmlite.binding.ffi")
+    monkeypatch.setitem(sys.modules, "llvmlite.binding.ffi", fake)
+    with without_llvmlite():
+        assert "llvmlite.binding.ffi" not in sys.modules
+    assert sys.modules["llvmlite.binding.ffi"] is fake
