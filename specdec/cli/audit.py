@@ -84,8 +84,8 @@ def _engines(args, model, out: Path) -> list:
     for m in methods:
         modes = args.cpu_expand or ["as-shipped"]
         for mode in modes:
-            if mode == "put-back-55005" and m != "custom_class":
-                continue
+            if (mode == "put-back-55005") != (m == "custom_class") and mode != "as-shipped":
+                continue  # put-back undoes the drafter's own fix; the drafter installs specdec-fix itself
             engines.append(VLLMEngine(ckpt, m, k=args.k, cpu_expand=mode, python=args.python,
                                       draft=args.eagle if m.startswith("eagle") else draft,
                                       extra_paths=args.extra_path or (), fix_module=FIX_MODULE))

@@ -106,8 +106,10 @@ class HFEngine:
     def _kwargs(self, s: Sampling, speculative: bool) -> dict:
         from transformers import GenerationConfig
 
-        config = GenerationConfig(do_sample=True, temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p,
-                                  min_p=s.min_p or None, repetition_penalty=s.repetition_penalty,
+        sampled = dict(do_sample=False) if s.greedy else dict(do_sample=True, temperature=s.temperature,
+                                                                  top_k=s.top_k or 0, top_p=s.top_p,
+                                                                  min_p=s.min_p or None)
+        config = GenerationConfig(**sampled, repetition_penalty=s.repetition_penalty,
                                   max_new_tokens=s.max_tokens, min_new_tokens=0, num_return_sequences=s.n,
                                   eos_token_id=list(s.stop_tokens) or None, pad_token_id=0, bos_token_id=None)
         if s.logit_bias:

@@ -10,7 +10,8 @@ over the tokens its sampler has accepted (the sampled ones; ``generate`` never f
 top-k, typical-p, top-p, min-p, then the temperature. Refused by the adapter: ``n > 1`` (one output
 per call) and mixed batches (one sequence at a time: there is no batch). Every request carries its
 own seed: ``Llama.set_seed`` before each call, since the sampler chain is rebuilt with the model's
-seed on every ``generate`` and a fixed one would repeat the same draws.
+seed on every ``generate`` and a fixed one would repeat the same draws. The KV cache is float32
+(llama.cpp's default f16 cache moves logits by ~1e-3 from the float32 law).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def generate(speculative):
 
     recorder = RecordingLookup(LlamaPromptLookupDecoding(max_ngram_size={self.max_ngram}, num_pred_tokens={self.k})) \\
         if speculative else None
-    llm = Llama(model_path=GGUF, n_ctx=256, n_batch=256, n_threads=1, seed=0, draft_model=recorder, verbose=False)
+    llm = Llama(model_path=GGUF, n_ctx=256, n_batch=256, n_threads=1, seed=0, draft_model=recorder, verbose=False,
+                type_k=F32, type_v=F32)
     outputs = [[] for _ in JOB["prompts"]]
     request = 0
     for r in range(JOB["n"]):
