@@ -92,33 +92,48 @@ def _engines(args, model, out: Path) -> list:
     return engines
 
 
-def _greedy_prompts(count: int):
+def _smollm2_folder() -> Path:
+    """SmolLM2's converted safetensors folder (converted once, by :func:`specdec.models.load_default`)."""
+    from ..models import DEFAULT_NAME, cache_dir, load_default
+
+    folder = cache_dir() / DEFAULT_NAME
+    if not (folder / "model.safetensors").exists():
+        load_default()
+    return folder
+
+
+def _greedy_prompts(count: int) -> list[list[int]]:
     from importlib.resources import files
 
-    from ..models import load_default
+    from transformers import AutoTokenizer
+
     from ..prompts import encode_first_turn, read_prompt_records
 
-    model, tok = load_default()
+    tok = AutoTokenizer.from_pretrained(_smollm2_folder())
     records = read_prompt_records(str(files("specdec") / "data" / "prompts_dev_sample.jsonl"))[:count]
-    return model, [encode_first_turn(tok, r) for r in records]
+    return [encode_first_turn(tok, r) for r in records]
 
 
-def _greedy_engine(engine, smollm2, out: Path):
+def _greedy_engine(engine, out: Path):
     """The same engine and method over SmolLM2 (None where the method needs a draft SmolLM2 lacks)."""
     from ..conformance.audit.adapters.hf import HFEngine
     from ..conformance.audit.adapters.llamacpp import LlamaCppEngine
     from ..conformance.audit.adapters.specdec_decoder import SpecdecEngine
     from ..conformance.audit.adapters.vllm import VLLMEngine
 
-    if isinstance(engine, SpecdecEngine):
-        return SpecdecEngine(smollm2, budget=engine.budget)
-    if isinstance(engine, HFEngine):
-        return None if engine.method == "assistant_model" else HFEngine(smollm2, engine.method, k=engine.k)
+    if isinstance(engine, (SpecdecEngine, HFEngine)):
+        from transformers import AutoModelForCausalLM
+
+        if isinstance(engine, HFEngine) and engine.method == "assistant_model":
+            return None
+        smollm2 = AutoModelForCausalLM.from_pretrained(_smollm2_folder(), dtype="float32").eval()
+        if isinstance(engine, SpecdecEngine):
+            return SpecdecEngine(smollm2, budget=engine.budget)
+        return HFEngine(smollm2, engine.method, k=engine.k)
     if isinstance(engine, (VLLMEngine, LlamaCppEngine)):
         from ..integrations.vllm.checkpoint import vllm_ready
-        from ..models import DEFAULT_NAME, cache_dir
 
-        folder = vllm_ready(cache_dir() / DEFAULT_NAME)
+        folder = vllm_ready(_smollm2_folder())
         if isinstance(engine, LlamaCppEngine):
             return LlamaCppEngine(folder, engine.python, k=engine.k, gguf=out / "smollm2.gguf")
         if engine.base_method in ("draft_model", "eagle", "eagle3"):
@@ -151,15 +166,15 @@ def audit_main(args) -> int:
         print(f"[{time.time() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
     reports, plain = [], None
-    greedy_setup = _greedy_prompts(args.greedy) if args.greedy else None
+    greedy_prompts = _greedy_prompts(args.greedy) if args.greedy else None
     for engine in engines:
         report = audit(engine, model, config, plain_outcomes=plain, progress=say)
         plain = report.plain_outcomes  # the same engine without speculation: run once for every method
-        if greedy_setup is not None:
-            g = _greedy_engine(engine, greedy_setup[0], out)
+        if greedy_prompts is not None:
+            g = _greedy_engine(engine, out)
             if g is not None:
                 say(f"greedy: {args.greedy} SmolLM2 prompts")
-                report.greedy = check_greedy(g, greedy_setup[1], args.greedy_tokens)
+                report.greedy = check_greedy(g, greedy_prompts, args.greedy_tokens)
         reports.append(report)
     write_report(reports, out, engines=engines)
     print(markdown(reports))
