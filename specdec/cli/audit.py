@@ -43,7 +43,7 @@ QUICK_SIZES = {"samples": 250, "max_tv": 0.2}
 
 def _engines(args, model, out: Path) -> list:
     """One engine per method (built before anything runs; bad combinations refused here)."""
-    from ..conformance.audit.fixtures import audit_draft, save_checkpoint
+    from ..conformance.audit.fixtures import audit_draft, save_checkpoint, save_eagle_checkpoint
 
     if args.engine == "vllm-server":
         from ..conformance.audit.adapters.vllm_server import VLLMServerEngine
@@ -78,8 +78,11 @@ def _engines(args, model, out: Path) -> list:
     from ..conformance.audit.adapters.vllm import VLLMEngine
 
     draft = save_checkpoint(audit_draft(model), out / "draft") if "draft_model" in methods else None
-    if any(m in ("eagle", "eagle3") for m in methods) and args.eagle is None:
-        raise UsageError("--methods eagle/eagle3 need --eagle DIR (an EAGLE checkpoint for the audit target)")
+    if "eagle3" in methods and args.eagle is None:
+        raise UsageError("--methods eagle3 needs --eagle DIR (an EAGLE-3 checkpoint for the audit target)")
+    eagle = args.eagle
+    if eagle is None and "eagle" in methods:
+        eagle = save_eagle_checkpoint(model, out / "eagle")
     engines = []
     for m in methods:
         modes = args.cpu_expand or ["as-shipped"]
@@ -87,7 +90,7 @@ def _engines(args, model, out: Path) -> list:
             if (mode == "put-back-55005") != (m == "custom_class") and mode != "as-shipped":
                 continue  # put-back undoes the drafter's own fix; the drafter installs specdec-fix itself
             engines.append(VLLMEngine(ckpt, m, k=args.k, cpu_expand=mode, python=args.python,
-                                      draft=args.eagle if m.startswith("eagle") else draft,
+                                      draft=eagle if m.startswith("eagle") else draft,
                                       extra_paths=args.extra_path or (), fix_module=FIX_MODULE))
     return engines
 
@@ -205,7 +208,8 @@ def register(subparsers) -> None:
     p.add_argument("--cpu-expand", type=csv, help="vLLM issue 55005: as-shipped, specdec-fix, put-back-55005 "
                                                   "(comma-separated: one audit each)")
     p.add_argument("--extra-path", action="append", help="prepended to the vLLM worker's PYTHONPATH (repeatable)")
-    p.add_argument("--eagle", help="EAGLE checkpoint folder for --methods eagle/eagle3")
+    p.add_argument("--eagle", help="EAGLE checkpoint folder for --methods eagle3 (eagle: default, a head "
+                                   "built for the audit target)")
     p.add_argument("--url", help="vllm-server: base URL of the server that speculates")
     p.add_argument("--plain-url", help="vllm-server: base URL of the same model served without speculation")
     p.add_argument("--served-model", help="vllm-server: the served model name (default: the checkpoint path)")

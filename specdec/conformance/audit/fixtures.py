@@ -12,6 +12,9 @@ a case where nothing is accepted never runs the rejection path and proves nothin
   repeats itself, so a lookup drafter (n-gram, suffix, prompt lookup) finds the next tokens in the
   prompt, and at temperature ~0.9 the target agrees with such a draft about half the time.
 * :func:`audit_draft`: a noisy copy of the target, the draft model of ``draft_model`` methods.
+* :func:`save_eagle_checkpoint`: an EAGLE-1 head for the target in the layout vLLM's ``eagle``
+  method loads (``fc`` over ``[embedding; target hidden]`` and one decoder layer), made to pass the
+  target's hidden state through, so its drafts are the target's own guesses one position early;
 * :func:`save_checkpoint`: the target as a safetensors folder with a word-level tokenizer (token
   ``i`` is the word ``t{i}``), so engines that want a tokenizer (vLLM's bad words) have one.
 
@@ -60,6 +63,35 @@ def audit_prompts(model, count: int = 3, *, start: int = 6, greedy: int = 24, se
             ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
         prompts.append(tuple(int(t) for t in ids[0]))
     return tuple(prompts)
+
+
+def save_eagle_checkpoint(model, path: Path) -> Path:
+    """An EAGLE-1 head for ``model`` in the layout of vLLM's ``EagleLlamaForCausalLM``: ``fc.weight``
+    ``[H, 2H]`` = ``[0 | I]`` (the target's hidden state passes, the token embedding is ignored) and
+    one decoder layer whose output projections are zero (an identity around its residual), so the
+    head drafts what the target's LM head reads from its last hidden state. It shares the target's
+    embedding and LM head; ``config.json`` is the target's with one layer."""
+    import json
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    H = int(model.config.hidden_size)
+    layer = model.model.layers[-1]
+    tensors = {"fc.weight": torch.cat([torch.zeros(H, H), torch.eye(H)], 1)}
+    for name, p in layer.named_parameters():
+        if name.startswith("input_layernorm"):
+            continue  # the first EAGLE layer has none
+        t = p.detach().clone()
+        if name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            t.zero_()
+        tensors[f"layers.0.{name}"] = t.contiguous()
+    save_file(tensors, str(path / "model.safetensors"))
+    config = model.config.to_dict()
+    config.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"])
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    return path
 
 
 def save_checkpoint(model, path: Path) -> Path:
