@@ -168,7 +168,7 @@ def audit_main(args) -> int:
     def say(msg):
         print(f"[{time.time() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
-    reports, plain = [], None
+    reports, plain, greedy_plain = [], None, None
     greedy_prompts = _greedy_prompts(args.greedy) if args.greedy else None
     for engine in engines:
         report = audit(engine, model, config, plain_outcomes=plain, progress=say)
@@ -177,7 +177,8 @@ def audit_main(args) -> int:
             g = _greedy_engine(engine, out)
             if g is not None:
                 say(f"greedy: {args.greedy} SmolLM2 prompts")
-                report.greedy = check_greedy(g, greedy_prompts, args.greedy_tokens)
+                report.greedy = check_greedy(g, greedy_prompts, args.greedy_tokens, plain_outcome=greedy_plain)
+                greedy_plain = report.greedy.plain_outcome
         reports.append(report)
     write_report(reports, out, engines=engines)
     print(markdown(reports))

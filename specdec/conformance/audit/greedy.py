@@ -36,6 +36,7 @@ class GreedyResult:
     accepted: int | None = None
     requests: int | None = None
     message: str | None = None
+    plain_outcome: object | None = None
 
     @property
     def mismatched(self) -> int:
@@ -59,18 +60,24 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def check_greedy(engine: Engine, prompts: Sequence[Sequence[int]], tokens: int = 64, *, seed: int = 0,
-                 stop_tokens: tuple[int, ...] = ()) -> GreedyResult:
-    """Greedy outputs of ``prompts`` with speculation against without (``tokens`` each)."""
+                 stop_tokens: tuple[int, ...] = (), plain_outcome=None) -> GreedyResult:
+    """Greedy outputs of ``prompts`` with speculation against without (``tokens`` each).
+
+    ``plain_outcome``: the run without speculation of an earlier check on the same engine and
+    prompts (``result.plain_outcome``), so that checking several methods runs it once.
+    """
     if not prompts:
         raise ValueError("check_greedy needs at least one prompt")
     s = Sampling(temperature=0.0, max_tokens=tokens, stop_tokens=tuple(stop_tokens))
     prompts = tuple(tuple(int(t) for t in p) for p in prompts)
     spec = engine.run([Job(prompts, (s,) * len(prompts), 1, seed)], True)[0]
-    plain = engine.run([Job(prompts, (s,) * len(prompts), 1, seed + len(prompts))], False)[0]
+    plain = plain_outcome if plain_outcome is not None else \
+        engine.run([Job(prompts, (s,) * len(prompts), 1, seed + len(prompts))], False)[0]
     for arm, out in (("with", spec), ("without", plain)):
         if isinstance(out, (Refused, EngineFailed)):
             kind = "refused" if isinstance(out, Refused) else "error"
-            return GreedyResult(kind, len(prompts), tokens, message=f"{kind} {arm} speculation: {out}")
+            return GreedyResult(kind, len(prompts), tokens, message=f"{kind} {arm} speculation: {out}",
+                                plain_outcome=plain)
     assert isinstance(spec, Samples) and isinstance(plain, Samples)
     positions = [_first_difference(a[0], b[0]) for a, b in zip(spec.outputs, plain.outputs)]
     if any(p is not None for p in positions):
@@ -79,4 +86,5 @@ def check_greedy(engine: Engine, prompts: Sequence[Sequence[int]], tokens: int =
         verdict = "inconclusive"
     else:
         verdict = "exact"
-    return GreedyResult(verdict, len(prompts), tokens, positions, spec.drafted, spec.accepted, spec.requests)
+    return GreedyResult(verdict, len(prompts), tokens, positions, spec.drafted, spec.accepted, spec.requests,
+                        plain_outcome=plain)
