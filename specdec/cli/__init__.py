@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "specdec.cli.review",
     "specdec.cli.train",
     "specdec.cli.check",
+    "specdec.cli.audit",
 )
 
 

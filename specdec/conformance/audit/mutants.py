@@ -1,0 +1,81 @@
+"""Deliberately broken speculative engines: an audit must flag every one of them.
+
+Each is :class:`~specdec.conformance.audit.reference.ReferenceEngine` with one plausible bug, each
+of a kind engines have shipped, made small so that flagging it is evidence of power:
+
+* :class:`WrongTemperatureOnDrafts`: steps that verify drafts process every row at 1.15 x the
+  request's temperature (what vLLM issue 55005 does with garbage instead of 1.15; Hugging Face
+  issue 32867 drafted greedily while the target sampled);
+* :class:`PenaltyIgnoredOnDrafts`: the rows that verify draft tokens skip the repetition, presence
+  and frequency penalties (vLLM issue 42744's class: processors not applied to verified tokens);
+* :class:`RejectionOffByFactor`: a draft is accepted with ``min(1, 1.15 p(x))`` instead of ``p(x)``;
+* :class:`SwappedMixedSettings`: in steps that verify drafts, each request's rows are processed with
+  the next request's settings (a per-request parameter expanded to the wrong rows; invisible unless
+  the batch mixes settings).
+
+:data:`MUTANTS` maps names to classes; :data:`FLAGGED_BY` names the setting each must be flagged on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import torch
+
+from .reference import ReferenceEngine
+
+
+class WrongTemperatureOnDrafts(ReferenceEngine):
+    """Verify steps process their rows at 1.15 x the temperature."""
+
+    method = "ngram+wrong-temperature"
+
+    def row_sampling(self, batch, b, row, drafts):
+        s = batch[b]
+        return replace(s, temperature=s.temperature * 1.15) if drafts else s
+
+
+class PenaltyIgnoredOnDrafts(ReferenceEngine):
+    """Rows verifying a draft token are processed without penalties (the bonus row keeps them)."""
+
+    method = "ngram+penalty-ignored"
+
+    def row_sampling(self, batch, b, row, drafts):
+        s = batch[b]
+        return replace(s, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0) if row < drafts else s
+
+
+class RejectionOffByFactor(ReferenceEngine):
+    """Accepts a draft with ``min(1, 1.15 p(x))``."""
+
+    method = "ngram+acceptance-x1.15"
+
+    def accept_probability(self, p_draft: torch.Tensor) -> torch.Tensor:
+        return (1.15 * p_draft).clamp(max=1.0)
+
+
+class SwappedMixedSettings(ReferenceEngine):
+    """Verify steps process request ``b``'s rows with request ``b + 1``'s settings."""
+
+    method = "ngram+swapped-settings"
+
+    def row_sampling(self, batch, b, row, drafts):
+        return batch[(b + 1) % len(batch)] if drafts else batch[b]
+
+
+MUTANTS: "MappingProxyType[str, type[ReferenceEngine]]" = MappingProxyType({
+    "wrong_temperature_on_drafts": WrongTemperatureOnDrafts,
+    "penalty_ignored_on_drafts": PenaltyIgnoredOnDrafts,
+    "rejection_off_by_factor": RejectionOffByFactor,
+    "swapped_mixed_settings": SwappedMixedSettings,
+})
+"""Name -> mutant engine class (read-only)."""
+
+FLAGGED_BY: "MappingProxyType[str, str]" = MappingProxyType({
+    "wrong_temperature_on_drafts": "temperature",
+    "penalty_ignored_on_drafts": "repetition_penalty",
+    "rejection_off_by_factor": "temperature",
+    "swapped_mixed_settings": "mixed",
+})
+"""Mutant name -> the setting (:data:`~specdec.conformance.audit.settings.SETTINGS`) it must be flagged on."""
