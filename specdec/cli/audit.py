@@ -58,7 +58,7 @@ def _engines(args, model, out: Path) -> list:
     if bad:
         raise UsageError(f"--methods {bad} are not methods of {args.engine}; known: {', '.join(ENGINES[args.engine])}")
     if args.engine == "reference":
-        from ..conformance.audit.reference import ReferenceEngine
+        from ..conformance.audit.honest_engine import ReferenceEngine
 
         return [ReferenceEngine(model, args.length)]
     if args.engine == "specdec":
@@ -66,7 +66,7 @@ def _engines(args, model, out: Path) -> list:
 
         return [SpecdecEngine(model, budget=args.k)]
     if args.engine == "hf":
-        from ..conformance.audit.adapters.hf import HFEngine
+        from ..conformance.audit.adapters.hf_engine import HFEngine
 
         draft = audit_draft(model) if "assistant_model" in methods else None
         return [HFEngine(model, m, draft=draft, k=args.k) for m in methods]
@@ -119,7 +119,7 @@ def _greedy_prompts(count: int) -> list[list[int]]:
 
 def _greedy_engine(engine, out: Path):
     """The same engine and method over SmolLM2 (None where the method needs a draft SmolLM2 lacks)."""
-    from ..conformance.audit.adapters.hf import HFEngine
+    from ..conformance.audit.adapters.hf_engine import HFEngine
     from ..conformance.audit.adapters.llamacpp import LlamaCppEngine
     from ..conformance.audit.adapters.specdec_decoder import SpecdecEngine
     from ..conformance.audit.adapters.vllm import VLLMEngine

@@ -2,7 +2,7 @@
 
 * the reference engine (honest by construction) and specdec's own decoder are *exact* on the
   settings they run; the decoder's adapter refuses, with the reason, what it cannot run;
-* each mutant of :mod:`specdec.conformance.audit.mutants` is *biased* (scope: speculation) on the
+* each mutant of :mod:`specdec.conformance.audit.broken_engines` is *biased* (scope: speculation) on the
   setting that exercises its bug;
 * an engine that does not report acceptance, or whose drafts never land, is *inconclusive*, and the
   command line exits 1 for it;
@@ -21,8 +21,8 @@ import pytest
 from specdec.conformance.audit import AuditConfig, CallableEngine, LogitTables, Refused, Samples, audit, select
 from specdec.conformance.audit.adapters.specdec_decoder import SpecdecEngine
 from specdec.conformance.audit.fixtures import audit_prompts, audit_target
-from specdec.conformance.audit.mutants import FLAGGED_BY, MUTANTS
-from specdec.conformance.audit.reference import ReferenceEngine
+from specdec.conformance.audit.broken_engines import FLAGGED_BY, MUTANTS
+from specdec.conformance.audit.honest_engine import ReferenceEngine
 from specdec.conformance.audit.report import markdown, to_json, write_report
 
 pytestmark = pytest.mark.usefixtures("one_thread")

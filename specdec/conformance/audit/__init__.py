@@ -17,7 +17,7 @@ promise, with stated power:
   :mod:`.reproducer`).
 
 Engines (:mod:`.adapters`): specdec's decoder, Hugging Face, vLLM (in-process or a server),
-llama.cpp, and any other through :class:`CallableEngine`. :mod:`.reference` and :mod:`.mutants` are
+llama.cpp, and any other through :class:`CallableEngine`. :mod:`.honest_engine` and :mod:`.broken_engines` are
 an honest engine and broken ones the audit must flag. ``specdec audit`` is the command line.
 """
 

@@ -91,7 +91,7 @@ class LogitTables:
     """The logit tables of one model at one length, per prompt, each computed on first use.
 
     Owned by whoever runs an audit (the runner, or a test that hands the same tables to an audit
-    and to a :class:`~specdec.conformance.audit.reference.ReferenceEngine`), never global.
+    and to a :class:`~specdec.conformance.audit.honest_engine.ReferenceEngine`), never global.
     """
 
     def __init__(self, model, length: int):

@@ -2,7 +2,7 @@
 
 It runs speculation the way vLLM's V1 engine does, in plain torch, so the audit's own tests can
 show both that an honest engine passes and that each plausible engine bug
-(:mod:`~specdec.conformance.audit.mutants`) is flagged:
+(:mod:`~specdec.conformance.audit.broken_engines`) is flagged:
 
 * a batch of requests, each with its own :class:`~specdec.conformance.audit.settings.Sampling`,
   processed in vLLM's order (:data:`~specdec.conformance.audit.processing.PROFILES` ``["vllm"]``);

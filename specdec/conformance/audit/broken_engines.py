@@ -1,6 +1,6 @@
 """Deliberately broken speculative engines: an audit must flag every one of them.
 
-Each is :class:`~specdec.conformance.audit.reference.ReferenceEngine` with one plausible bug, each
+Each is :class:`~specdec.conformance.audit.honest_engine.ReferenceEngine` with one plausible bug, each
 of a kind engines have shipped, made small so that flagging it is evidence of power:
 
 * :class:`WrongTemperatureOnDrafts`: steps that verify drafts process every row at 1.15 x the
@@ -23,7 +23,7 @@ from types import MappingProxyType
 
 import torch
 
-from .reference import ReferenceEngine
+from .honest_engine import ReferenceEngine
 
 
 class WrongTemperatureOnDrafts(ReferenceEngine):
