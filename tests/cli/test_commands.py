@@ -8,7 +8,7 @@ from specdec.cli import build_parser
 def test_all_commands_registered():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {"generate", "bench", "plan", "review", "train", "check"}
+    assert set(sub.choices) == {"generate", "bench", "plan", "review", "train", "check", "audit"}
 
 
 def test_unknown_command_is_refused(capsys):
