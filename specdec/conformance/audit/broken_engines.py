@@ -1,19 +1,7 @@
 """Deliberately broken speculative engines: an audit must flag every one of them.
 
-Each is :class:`~specdec.conformance.audit.honest_engine.ReferenceEngine` with one plausible bug, each
-of a kind engines have shipped, made small so that flagging it is evidence of power:
-
-* :class:`WrongTemperatureOnDrafts`: steps that verify drafts process every row at 1.15 x the
-  request's temperature (what vLLM issue 55005 does with garbage instead of 1.15; Hugging Face
-  issue 32867 drafted greedily while the target sampled);
-* :class:`PenaltyIgnoredOnDrafts`: the rows that verify draft tokens skip the repetition, presence
-  and frequency penalties (vLLM issue 42744's class: processors not applied to verified tokens);
-* :class:`RejectionOffByFactor`: a draft is accepted with ``min(1, 1.15 p(x))`` instead of ``p(x)``;
-* :class:`SwappedMixedSettings`: in steps that verify drafts, each request's rows are processed with
-  the next request's settings (a per-request parameter expanded to the wrong rows; invisible unless
-  the batch mixes settings).
-
-:data:`MUTANTS` maps names to classes; :data:`FLAGGED_BY` names the setting each must be flagged on.
+Each is :class:`~specdec.conformance.audit.honest_engine.ReferenceEngine` with one small bug of a kind engines have
+shipped (docs/audit.md, "The reference engine"). :data:`FLAGGED_BY` names the setting each must be flagged on.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
-"""The engine adapter protocol, and the documented callable adapter for any other engine.
+"""The engine adapter protocol, and :class:`CallableEngine`, the documented adapter for any other engine.
 
-An audit talks to an engine through :class:`Engine`: it hands over :class:`Job` s (prompts, one
-:class:`~specdec.conformance.audit.settings.Sampling` per prompt, completions per prompt, a seed)
-once with speculation and once without, and gets back, per job, :class:`Samples` (the token lists,
-and what the engine says it drafted and accepted), :class:`Refused` (the engine declined the
-setting: its own message) or :class:`EngineFailed` (it broke mid-run). Jobs of one arm come in
-one call so an adapter can serve them all from one engine (vLLM's adapter starts one engine per
-arm, in its own process).
-
-Any engine can be audited through :class:`CallableEngine`, which wraps a function::
-
-    def my_engine(prompts, sampling, n, seed, speculative):
-        # prompts: list of token-id lists; sampling: one Sampling per prompt (mixed batches carry
-        # different ones: submit them together); n: completions wanted per prompt; seed: this
-        # arm's seed (derive per-request seeds with request_seed when Sampling.seeded);
-        # speculative: run with or without speculation, everything else the same.
-        ...
-        return outputs   # outputs[i][j]: completion j of prompt i, a list of token ids
-        # or Samples(outputs, drafted=..., accepted=..., requests=...) to report acceptance
-
-    report = audit(CallableEngine(my_engine, name="mine", profile="vllm"), model, config)
-
-Without drafted/accepted counts an audit cannot tell whether drafts ever landed, so it reports
-such a case *inconclusive*, never *exact*. Raise :class:`Refused` with the engine's message for a
-setting the engine declines.
+An audit hands an :class:`Engine` :class:`Job` s, once with speculation and once without, and gets back one
+:class:`Samples`, :class:`Refused` or :class:`EngineFailed` per job. Usage: docs/audit.md.
 """
 
 from __future__ import annotations
@@ -49,15 +27,8 @@ class EngineFailed(Exception):
 
 @dataclass(frozen=True)
 class Job:
-    """One setting's requests for one arm.
-
-    Attributes:
-        prompts: token-id prompts (a mixed setting lists each prompt once per part).
-        sampling: one :class:`Sampling` per prompt.
-        n: completions wanted per prompt (an adapter makes ``n / sampling.n`` requests per prompt
-            when the engine runs ``sampling.n`` outputs per request).
-        seed: the arm's seed; per-request seeds are :func:`request_seed` of it.
-    """
+    """One setting's requests for one arm: ``prompts`` (a mixed setting lists each once per part), one
+    ``sampling`` per prompt, ``n`` completions per prompt (``n / sampling.n`` requests), the arm's ``seed``."""
 
     prompts: tuple[tuple[int, ...], ...]
     sampling: tuple[Sampling, ...]
@@ -80,20 +51,14 @@ class Job:
 
 
 def request_seed(seed: int, request: int, n: int = 1) -> int:
-    """The seed of request ``request`` (0-based in a job) whose request makes ``n`` outputs:
-    ``seed + request * n``. vLLM seeds output ``i`` of an ``n > 1`` request with ``seed + i``, so a
-    stride of ``n`` keeps every output's seed distinct; a stride of 1 would give requests
-    ``r`` and ``r + 1`` shared seeds, and correlated samples the G test counts as independent."""
+    """``seed + request * n``: the stride ``n`` keeps every output's seed distinct (vLLM seeds output ``i``
+    of an ``n > 1`` request with ``seed + i``)."""
     return seed + request * n
 
 
 def check_independent(jobs_a: Sequence[Job], jobs_b: Sequence[Job]) -> None:
-    """Raise ValueError when two arms' seed ranges ``[seed, seed + outputs)`` overlap.
-
-    Equal seeds draw the same random numbers in both arms: the first token (sampled from the
-    prefill, before any draft) is then identical in both, the arms are correlated, and the
-    two-sample test, which assumes independent samples, goes blind to the difference it exists to see.
-    """
+    """Raise ValueError when two arms' seed ranges ``[seed, seed + outputs)`` overlap (equal seeds correlate
+    the arms and blind the two-sample test)."""
     for a in jobs_a:
         for b in jobs_b:
             if a.seed < b.seed + b.outputs and b.seed < a.seed + a.outputs:
@@ -105,15 +70,9 @@ def check_independent(jobs_a: Sequence[Job], jobs_b: Sequence[Job]) -> None:
 
 @dataclass
 class Samples:
-    """What one job produced.
-
-    Attributes:
-        outputs: ``outputs[i][j]``: completion ``j`` of prompt ``i`` (token ids, stop token kept).
-        drafted / accepted: draft tokens the engine verified / accepted over the job; None when
-            the engine does not say (then no case can be *exact*).
-        requests: engine requests made (``n > 1`` settings make fewer requests than outputs).
-        extra: anything else the adapter measured (shown in the JSON report).
-    """
+    """What one job produced: ``outputs[i][j]``, completion ``j`` of prompt ``i`` (stop token kept); draft
+    tokens ``drafted`` / ``accepted`` over the job (None: unknown, so never *exact*); ``requests`` made;
+    ``extra`` measurements for the JSON report."""
 
     outputs: list[list[list[int]]]
     drafted: int | None = None
@@ -134,14 +93,8 @@ Outcome = "Samples | Refused | EngineFailed"
 
 @runtime_checkable
 class Engine(Protocol):
-    """An engine under audit.
-
-    Attributes:
-        name: the engine (``"vllm"``, ``"hf"``, ...).
-        method: the speculative method (``"ngram"``, ``"draft_model"``, ...).
-        profile: the name of its processing order in
-            :data:`~specdec.conformance.audit.processing.PROFILES` (the law is computed with it).
-    """
+    """An engine under audit: its ``name``, speculative ``method``, and ``profile``, the name of its processing
+    order in :data:`~specdec.conformance.audit.processing.PROFILES`."""
 
     name: str
     method: str
@@ -155,7 +108,8 @@ class Engine(Protocol):
 
 
 class CallableEngine:
-    """:class:`Engine` over ``fn(prompts, sampling, n, seed, speculative)`` (see the module docstring)."""
+    """:class:`Engine` over ``fn(prompts, sampling, n, seed, speculative)`` returning ``outputs[i][j]`` or
+    :class:`Samples`; ``fn`` raises :class:`Refused` for a setting the engine declines (docs/audit.md)."""
 
     def __init__(self, fn: Callable, *, name: str = "callable", method: str = "speculative", profile: str = "vllm",
                  info: dict | None = None):

@@ -1,25 +1,7 @@
-"""The checkpoint, prompts and draft model an audit runs engines on.
+"""The checkpoint, prompts and draft model an audit runs engines on (why they are built so: docs/audit.md).
 
-A law test needs a vocabulary small enough to enumerate (``V = 8``), a law that depends on the
-whole context (so penalties, positions and KV bugs move it) and prompts on which drafts *land*:
-a case where nothing is accepted never runs the rejection path and proves nothing.
-
-* :func:`audit_target`: :func:`specdec.conformance.targets.context_target` with a head dimension of
-  64 (vLLM's CPU attention needs >= 64) and scales that keep the law peaked but spread: mean total
-  variation 0.12-0.15 between laws after contexts that differ 2-4 tokens back, 0.08 when a position
-  moves by one, mean entropy 1.1 nats of the ``log 8 = 2.08`` possible.
-* :func:`audit_prompts`: prompts made of the target's own greedy continuations. Its greedy path
-  repeats itself, so a lookup drafter (n-gram, suffix, prompt lookup) finds the next tokens in the
-  prompt, and at temperature ~0.9 the target agrees with such a draft about half the time.
-* :func:`audit_draft`: a noisy copy of the target, the draft model of ``draft_model`` methods.
-* :func:`save_eagle_checkpoint`: an EAGLE-1 head for the target in the layout vLLM's ``eagle``
-  method loads (``fc`` over ``[embedding; target hidden]`` and one decoder layer), made to pass the
-  target's hidden state through, so its drafts are the target's own guesses one position early;
-* :func:`save_checkpoint`: the target as a safetensors folder with a word-level tokenizer (token
-  ``i`` is the word ``t{i}``), so engines that want a tokenizer (vLLM's bad words) have one.
-
-``python -m specdec.conformance.audit.fixtures DIR [DRAFT_DIR]`` writes the target (and its draft)
-for engines started by hand, e.g. the vLLM servers an audit reaches by URL.
+``python -m specdec.conformance.audit.fixtures DIR [DRAFT_DIR]`` writes the target (and its draft) for
+engines started by hand.
 """
 
 from __future__ import annotations
@@ -34,8 +16,7 @@ VOCAB = 8
 
 
 def audit_target(vocab: int = VOCAB, *, seed: int = 0):
-    """The audit's target: a random fp32 Llama (hidden 128, 2 heads of 64, 2 layers) in eval mode,
-    built under a forked RNG; no EOS (an audit decides its own stops)."""
+    """The audit's target: a random fp32 Llama (hidden 128, 2 heads of 64, 2 layers), eval mode, no EOS."""
     model = context_target(vocab, hidden=128, heads=2, kv_heads=1, qk_scale=8.0, vo_scale=8.0, lm_scale=8.0,
                            seed=seed)
     model.config.head_dim = 64
@@ -66,11 +47,9 @@ def audit_prompts(model, count: int = 3, *, start: int = 6, greedy: int = 24, se
 
 
 def save_eagle_checkpoint(model, path: Path) -> Path:
-    """An EAGLE-1 head for ``model`` in the layout of vLLM's ``EagleLlamaForCausalLM``: ``fc.weight``
-    ``[H, 2H]`` = ``[0 | I]`` (the target's hidden state passes, the token embedding is ignored) and
-    one decoder layer whose output projections are zero (an identity around its residual), so the
-    head drafts what the target's LM head reads from its last hidden state. It shares the target's
-    embedding and LM head; ``config.json`` is the target's with one layer."""
+    """An EAGLE-1 head for ``model`` in vLLM's ``EagleLlamaForCausalLM`` layout that passes the target's hidden
+    state through: ``fc.weight = [0 | I]``, one layer with zero output projections, embedding and LM head
+    shared."""
     import json
 
     from safetensors.torch import save_file

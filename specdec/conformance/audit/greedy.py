@@ -1,11 +1,7 @@
 """Greedy speculation: token-for-token equality with the same engine's greedy output without it.
 
-Greedy speculation promises identical tokens. An engine can still break that without any sampling
-bug: kernels whose numerics depend on how many tokens a step verifies (batch shapes, split-K,
-attention over a verify block) can flip an argmax where two logits nearly tie. :func:`check_greedy`
-runs the same prompts through the engine with and without speculation at temperature 0 and reports
-how many outputs differ and where the first difference falls, so a flip is told from a bias (a
-bias differs early and often; a near-tie flip late and rarely).
+Kernels whose numerics depend on how many tokens a step verifies can flip a near-tie argmax: a bias
+differs early and often, a flip late and rarely, so :func:`check_greedy` reports where outputs differ.
 """
 
 from __future__ import annotations
@@ -19,14 +15,8 @@ from .settings import Sampling
 
 @dataclass
 class GreedyResult:
-    """Greedy equality over ``prompts`` prompts of ``tokens`` tokens.
-
-    Attributes:
-        verdict: ``exact`` (all equal, drafts accepted), ``biased`` (some output differs),
-            ``inconclusive`` (all equal but no accepted draft reported), ``refused`` / ``error``.
-        positions: per prompt, the first position (0-based) where the outputs differ, or None.
-        message: the refusal or error, if any.
-    """
+    """Greedy equality of ``prompts`` prompts x ``tokens``: ``verdict`` (``inconclusive``: equal, no draft
+    accepted), per prompt the first differing ``positions`` (0-based, or None), a refusal's ``message``."""
 
     verdict: str
     prompts: int
@@ -61,11 +51,8 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def check_greedy(engine: Engine, prompts: Sequence[Sequence[int]], tokens: int = 64, *, seed: int = 0,
                  stop_tokens: tuple[int, ...] = (), plain_outcome=None) -> GreedyResult:
-    """Greedy outputs of ``prompts`` with speculation against without (``tokens`` each).
-
-    ``plain_outcome``: the run without speculation of an earlier check on the same engine and
-    prompts (``result.plain_outcome``), so that checking several methods runs it once.
-    """
+    """Greedy outputs of ``prompts`` with speculation against without; ``plain_outcome``: reuse an earlier
+    result's run without speculation (same engine and prompts)."""
     if not prompts:
         raise ValueError("check_greedy needs at least one prompt")
     s = Sampling(temperature=0.0, max_tokens=tokens, stop_tokens=tuple(stop_tokens))

@@ -1,27 +1,9 @@
 """A reference speculative engine, honest by construction, and the base of the audit's mutant engines.
 
-It runs speculation the way vLLM's V1 engine does, in plain torch, so the audit's own tests can
-show both that an honest engine passes and that each plausible engine bug
-(:mod:`~specdec.conformance.audit.broken_engines`) is flagged:
-
-* a batch of requests, each with its own :class:`~specdec.conformance.audit.settings.Sampling`,
-  processed in vLLM's order (:data:`~specdec.conformance.audit.processing.PROFILES` ``["vllm"]``);
-* an n-gram lookup drafter over each request's own context (the longest suffix of 1-3 tokens seen
-  before proposes what followed it, up to ``k`` tokens, never past ``max_tokens``);
-* chain verification of deterministic drafts: draft ``x`` is accepted with probability ``p(x)``;
-  on rejection the token is drawn from ``p`` with ``x`` removed, renormalised; after a fully
-  accepted chain a bonus token is drawn from the next row (exact for point-mass drafts);
-* stop tokens end a request after they are emitted; ``n > 1`` outputs are independent samples;
-  seeded requests draw from their own generator (:func:`~specdec.conformance.audit.engine.request_seed`).
-
-The target's logits come from the teacher-forced :class:`~specdec.conformance.audit.law.LogitTable`
-of each prompt (every continuation of up to ``length - 1`` tokens), so the engine is exact and fast
-without a KV cache, and generates at most ``length`` tokens. What it tests is the engine logic
-around the logits (processing, drafting, verification, batching); specdec's decoder law test
-(:mod:`specdec.conformance.decoder_law`) covers real forwards, caches and positions.
-
-Hooks a mutant overrides: :meth:`ReferenceEngine.row_sampling` (the settings a verify row is
-processed with) and :meth:`ReferenceEngine.accept_probability` (the acceptance rule).
+vLLM V1's speculation in plain torch (batched mixed settings in vLLM's order, an n-gram drafter, chain
+verification), reading logits from the teacher-forced :class:`~specdec.conformance.audit.law.LogitTable` s:
+it tests the logic around the logits, not forwards or caches. Design: docs/audit.md, "The reference engine".
+Mutants override :meth:`ReferenceEngine.row_sampling` and :meth:`ReferenceEngine.accept_probability`.
 """
 
 from __future__ import annotations
@@ -48,15 +30,8 @@ class _Seq:
 
 
 class ReferenceEngine:
-    """Honest speculative engine over a Hugging Face model (see the module docstring).
-
-    Args:
-        model: the target (its tables are built per prompt on first use).
-        length: the most tokens any request may generate (the tables' depth).
-        k: draft tokens per step at most.
-        tables: the :class:`~specdec.conformance.audit.law.LogitTables` to read logits from (pass
-            the audit's own to compute each prompt's table once); None: the engine's own.
-    """
+    """Honest speculative engine over ``model``: at most ``length`` tokens per request, ``k`` drafts per step;
+    ``tables``: LogitTables to share with an audit (None: its own)."""
 
     name = "reference"
     method = "ngram"
@@ -76,8 +51,7 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------ hooks
     def row_sampling(self, batch: Sequence[Sampling], b: int, row: int, drafts: int) -> Sampling:
-        """The settings row ``row`` of request ``b`` is processed with, in a step that verifies
-        ``drafts`` draft tokens (rows ``0 .. drafts - 1`` verify drafts, row ``drafts`` is the bonus)."""
+        """The settings of row ``row`` (``drafts``: the bonus row) of request ``b`` in a step verifying ``drafts``."""
         return batch[b]
 
     def accept_probability(self, p_draft: torch.Tensor) -> torch.Tensor:

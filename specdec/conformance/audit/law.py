@@ -1,15 +1,7 @@
 """The exact law of an engine's first ``L`` tokens, enumerated from the checkpoint it serves.
 
-For a prompt, one teacher-forced forward of the plain Hugging Face model over every continuation
-of ``L - 1`` tokens (``V ** (L - 1)`` rows, no cache, no engine code) gives the logits after every
-prefix (:func:`logit_table`). A setting's law is then the product of the processed next-token laws
-along each sequence (:func:`exact_law`), each row processed by the engine's :class:`Profile` with
-that row's own context (prompt counts and the output so far), so penalties are exact.
-
-Symbols: tokens ``0 .. V - 1`` and ``END = V``, the filler after a stop token. A sequence is coded
-as a base-``V + 1`` number, first token most significant (the coding of
-:func:`specdec.conformance.suite.window_law_tests`); without stop tokens no sequence holds END and
-its cells have probability 0 (an engine that stops early is then an impossible observation).
+Symbols are tokens ``0 .. V - 1`` and ``END = V`` (after a stop token); a sequence is coded base ``V + 1``,
+first token most significant, as :func:`specdec.conformance.suite.window_law_tests` codes it.
 """
 
 from __future__ import annotations
@@ -27,16 +19,8 @@ _CHUNK = 2048
 
 @dataclass(frozen=True)
 class LogitTable:
-    """Raw logits after every continuation of a prompt.
-
-    Attributes:
-        prompt: the prompt's token ids.
-        vocab: ``V``.
-        length: ``L``, tokens per sequence.
-        logits: ``float32 [V ** (L - 1), L, V]``: row ``m``, position ``j``: the logits after the
-            prompt and the first ``j`` tokens of continuation ``m``.
-        cont: ``[V ** (L - 1), L - 1]``: continuation ``m``'s tokens (base ``V`` digits of ``m``).
-    """
+    """Raw logits after every continuation of ``prompt``: ``logits float32 [V ** (L - 1), L, V]`` (row ``m``,
+    position ``j``: after the first ``j`` tokens of continuation ``m``), ``cont [V ** (L - 1), L - 1]``."""
 
     prompt: tuple[int, ...]
     vocab: int
@@ -47,14 +31,8 @@ class LogitTable:
 
 @torch.no_grad()
 def logit_table(model, prompt: Sequence[int], length: int) -> LogitTable:
-    """Teacher-force ``model`` (a Hugging Face causal LM) over every continuation of ``prompt``.
-
-    The prompt runs once; its KV cache is repeated for each chunk of continuations, so the cost is
-    ``V ** (L - 1) x (L - 1)`` tokens, not ``x (len(prompt) + L - 1)``.
-
-    Raises ValueError when the table would exceed ~2**26 logits (vocabulary and length too large
-    to enumerate: the audit is for tiny vocabularies).
-    """
+    """Teacher-force ``model`` (a Hugging Face causal LM) over every continuation of ``prompt``, reusing the
+    prompt's KV cache. Raises ValueError above ~2**26 logits (the audit is for tiny vocabularies)."""
     import copy
     import inspect
 
@@ -88,11 +66,8 @@ def logit_table(model, prompt: Sequence[int], length: int) -> LogitTable:
 
 
 class LogitTables:
-    """The logit tables of one model at one length, per prompt, each computed on first use.
-
-    Owned by whoever runs an audit (the runner, or a test that hands the same tables to an audit
-    and to a :class:`~specdec.conformance.audit.honest_engine.ReferenceEngine`), never global.
-    """
+    """The logit tables of one model at one length, per prompt, computed on first use (owned by a run, never
+    global)."""
 
     def __init__(self, model, length: int):
         self.model, self.length = model, length
@@ -151,14 +126,9 @@ def encode(seqs: torch.Tensor, stop_tokens: Sequence[int], vocab: int) -> torch.
 
 
 def pad_outputs(outputs: Sequence[Sequence[int]], length: int, vocab: int) -> torch.Tensor:
-    """``LongTensor [T, length]`` of engine outputs as observed symbols: each cut at ``length`` and
-    padded with END where it ended. Tokens an engine emitted after a stop token are kept: the law
-    gives such a sequence probability 0, so the G test reports it as impossible.
-
-    An output that ended early without a stop token is padded the same way, and is impossible too.
-
-    Raises ValueError for a token outside ``[0, vocab)`` (a malformed output, not a law).
-    """
+    """``LongTensor [T, length]``: outputs cut at ``length``, padded with END. Tokens after a stop, or an early
+    end without one, are kept as observed: the law makes them impossible. ValueError: a token outside the
+    vocabulary."""
     out = torch.full((len(outputs), length), vocab, dtype=torch.long)
     for i, toks in enumerate(outputs):
         toks = [int(t) for t in list(toks)[:length]]

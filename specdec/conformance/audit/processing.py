@@ -1,28 +1,8 @@
 """Each engine's documented logits processing, as the exact law of an audit computes it.
 
-Engines agree on what each knob means but not on the order they apply them in, and order changes
-the law: vLLM applies min-p before top-k/top-p, Hugging Face after; llama.cpp applies the
-temperature last, after the truncations. The exact law of a setting must therefore be computed with
-the engine's own order, or a correct engine is reported biased. A :class:`Profile` is that order,
-as a tuple of named steps, each a function of the raw logits and the row's context:
-
-* ``allowed`` / ``bad``: ``-inf`` outside the allowed tokens / on the bad tokens;
-* ``bias``: ``logits[t] += bias`` (logit bias, Hugging Face's one-token ``sequence_bias``);
-* ``repetition``: every token seen (of the prompt and the output so far, or of the output only):
-  positive logits divided by the penalty, negative ones multiplied by it;
-* ``presence_frequency``: ``logits[t] -= presence * [count_t > 0] + frequency * count_t``, counting
-  the output only (OpenAI's and vLLM's definition) or the whole context;
-* ``temperature``: divide by the temperature;
-* ``top_k``: ``-inf`` below the k-th largest logit (ties with it kept);
-* ``top_p``: of the tokens sorted by probability, drop those whose cumulative mass counted from the
-  least likely is at most ``1 - top_p`` (the most likely token always kept);
-* ``min_p``: ``-inf`` where the probability is below ``min_p`` times the largest.
-
-The law is the softmax of what the last step leaves; at temperature 0 (greedy) the truncations and
-the temperature are skipped and the law is the point mass on the argmax of what the others leave.
-Computed in float64 from the model's float32
-logits; :data:`PROFILES` holds vLLM's, Hugging Face's (specdec's decoder processes as Hugging Face
-does) and llama.cpp's (llama-cpp-python's sampler chain).
+Order changes the law (vLLM applies min-p before top-k/top-p, Hugging Face after; llama.cpp the temperature
+last), so a :class:`Profile` is an engine's order of named steps (defined in docs/audit.md, "Processing
+steps"), computed in float64 from the model's float32 logits.
 """
 
 from __future__ import annotations
@@ -38,16 +18,8 @@ from .settings import Sampling
 
 @dataclass(frozen=True)
 class Profile:
-    """An engine's processing order.
-
-    Attributes:
-        name: the engine.
-        steps: step names in the order the engine applies them (see the module docstring).
-        penalty_counts: ``"output"`` (presence/frequency count output tokens only) or
-            ``"context"`` (prompt and output tokens).
-        repetition_counts: the same for the repetition penalty.
-        source: where the order was read (for the report).
-    """
+    """An engine's processing order: ``steps`` as applied; what presence/frequency (``penalty_counts``) and
+    repetition (``repetition_counts``) count, ``"output"`` or ``"context"``; ``source``, where it was read."""
 
     name: str
     steps: tuple[str, ...]
@@ -57,11 +29,8 @@ class Profile:
 
     def probs(self, logits: torch.Tensor, prompt_counts: torch.Tensor, out_counts: torch.Tensor,
               sampling: Sampling) -> torch.Tensor:
-        """``float64 [R, V]`` processed probabilities of rows ``logits [R, V]``.
-
-        ``prompt_counts [V]``: how often each token occurs in the prompt; ``out_counts [R, V]``: in
-        each row's output so far.
-        """
+        """``float64 [R, V]`` probabilities of ``logits [R, V]`` given token counts ``prompt_counts [V]`` and
+        ``out_counts [R, V]``; greedy skips temperature and truncations and returns the argmax's point mass."""
         x = logits.double().clone()
         for step in self.steps:
             if sampling.greedy and step in _SAMPLING_ONLY:

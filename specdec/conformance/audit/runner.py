@@ -1,21 +1,7 @@
 """The audit loop: every setting through the engine with and without speculation, tested, decided.
 
-:func:`audit` runs one engine (one speculative method) over every setting of an
-:class:`AuditConfig`:
-
-1. the exact law of each (prompt, setting part) stratum is enumerated from the checkpoint
-   (:mod:`~specdec.conformance.audit.law`) with the engine's processing profile;
-2. the engine runs every setting's job with speculation (one call, so an adapter can serve them from
-   one engine), then again without, each arm with its own disjoint seeds (overlapping seeds are
-   refused: :func:`~specdec.conformance.audit.engine.check_independent`);
-3. per case: the one-sample G tests of both arms against the exact law
-   (:func:`specdec.conformance.suite.window_law_tests`), the two-sample test between the arms, the
-   perturbation arm's detectable distance (toward :func:`~specdec.conformance.audit.stats.flattened`
-   laws), the observed distances of the first two tokens' law, and the verdict
-   (:func:`~specdec.conformance.audit.verdict.decide`).
-
-α: every test of the audit (3 kinds x windows x settings) runs at ``alpha / m`` (Bonferroni), so
-an exact engine is reported biased somewhere with probability at most ``alpha``.
+Every test of the audit (3 kinds x windows x settings) runs at ``alpha / m`` (Bonferroni), so an exact
+engine is reported biased somewhere with probability at most ``alpha``. The steps: docs/audit.md.
 """
 
 from __future__ import annotations
@@ -41,22 +27,9 @@ _SEED_SPAN = 1 << 24
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """What an audit runs.
-
-    Attributes:
-        prompts: token-id prompts (each is a stratum of every setting).
-        settings: ``{name: Sampling | Mixed}`` (:data:`~specdec.conformance.audit.settings.SETTINGS`).
-        samples: completions per prompt, per setting part and per arm.
-        length: tokens per completion whose joint law is tested (``L``).
-        windows: ``(first, last)`` token windows tested (1-based, inclusive, ``last <= length``).
-        alpha: family-wise false-rejection rate of the whole audit.
-        seed: the speculative arm's base seed.
-        plain_seed: the plain arm's base seed (None: ``seed + 2 ** 24``); seed ranges that overlap
-            the speculative arm's are refused.
-        min_accepted: accepted draft tokens per request below which a case is inconclusive.
-        max_tv: a case whose perturbation arm cannot detect this total variation is inconclusive.
-        power_replicates: replicates per distance in the perturbation arm.
-    """
+    """What an audit runs: ``prompts`` (a stratum each), ``settings`` by name, ``samples`` per prompt, part and
+    arm, ``length`` tokens tested in 1-based inclusive ``windows``, family ``alpha``, each arm's base seed
+    (overlapping ranges refused), and the inconclusive thresholds ``min_accepted`` (per request) and ``max_tv``."""
 
     prompts: tuple[tuple[int, ...], ...]
     settings: Mapping[str, object]
@@ -188,15 +161,9 @@ def _outcome_name(o) -> str:
 
 def audit(engine: Engine, model, config: AuditConfig, *, tables: LogitTables | None = None,
           plain_outcomes: list | None = None, progress=None) -> AuditReport:
-    """Audit ``engine`` (one speculative method) on checkpoint ``model`` (the Hugging Face model the
-    engine serves) under every setting of ``config``.
-
-    ``tables``: the model's :class:`~specdec.conformance.audit.law.LogitTables` at ``config.length``
-    when the caller already has them. ``plain_outcomes``: the plain arm of an earlier audit of the
-    same engine without speculation, same config (``report.plain_outcomes``), so that auditing
-    several methods of one engine runs the plain arm once. ``progress(message)`` is called between
-    stages.
-    """
+    """Audit ``engine`` (one method) on ``model``, the Hugging Face checkpoint it serves, under ``config``.
+    ``tables``: reuse the model's LogitTables; ``plain_outcomes``: an earlier report's plain arm (same engine
+    and config), so several methods share it; ``progress(message)`` between stages."""
     say = progress or (lambda msg: None)
     start = time.perf_counter()
     vocab = int(model.get_output_embeddings().weight.shape[0])

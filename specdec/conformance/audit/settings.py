@@ -1,16 +1,8 @@
-"""Engine-neutral sampling settings of an audit, and the catalogue of settings it runs.
+"""Engine-neutral sampling settings of an audit (:class:`Sampling`, :class:`Mixed`), and their catalogue.
 
-:class:`Sampling` is what one request asks of an engine: the knobs serving users set (temperature,
-top-k, top-p, min-p, repetition / presence / frequency penalties, logit bias, allowed and bad
-tokens, stop tokens, several outputs per request, a per-request seed). An engine adapter maps it
-onto its engine's own parameters, or raises :class:`~specdec.conformance.audit.engine.Refused`
-with the engine's words when the engine (or the adapter, for a knob the engine lacks) does not
-run it. The exact law of a setting is computed by :mod:`~specdec.conformance.audit.law` with the
-processing order the engine documents (:mod:`~specdec.conformance.audit.processing`).
-
-:data:`SETTINGS` names the settings a default audit runs, :data:`QUICK` the subset of ``--quick``.
-A *mixed* setting (:class:`Mixed`) is a batch whose requests carry different settings, assigned
-round-robin: each part is tested against its own law.
+An adapter maps a :class:`Sampling` onto its engine's parameters, or raises
+:class:`~specdec.conformance.audit.engine.Refused` when the engine (or the adapter) cannot run it.
+:data:`SETTINGS` names the settings a default audit runs, :data:`QUICK` those of ``--quick``.
 """
 
 from __future__ import annotations
@@ -23,27 +15,9 @@ from typing import Sequence
 
 @dataclass(frozen=True)
 class Sampling:
-    """One request's sampling settings (engine-neutral).
-
-    Attributes:
-        temperature: > 0 (a law test needs sampling; greedy has its own check,
-            :mod:`~specdec.conformance.audit.greedy`); 0 only for greedy runs.
-        top_k: keep the ``top_k`` most likely tokens; None = off.
-        top_p: nucleus mass in (0, 1]; 1 = off.
-        min_p: drop tokens below ``min_p`` times the top token's probability; 0 = off.
-        repetition_penalty: > 0, 1 = off (divide positive logits, multiply negative ones, of every
-            token in the prompt or the output).
-        presence_penalty / frequency_penalty: subtracted once / per occurrence from the logit of
-            each token already in the output (OpenAI's definition).
-        logit_bias: ``((token, bias), ...)`` added to the logits.
-        allowed_tokens: only these tokens may be sampled; None = all.
-        bad_tokens: these tokens are never sampled.
-        stop_tokens: generation ends after emitting one of these (the stop token is kept in the
-            output; nothing follows it).
-        n: outputs per request (vLLM's ``n``), each an independent sample.
-        seeded: every request carries its own seed (the adapter derives it from the arm's seed).
-        max_tokens: tokens generated per output (set by the audit: the law's length).
-    """
+    """One request's sampling settings; each knob's default is off. ``temperature`` 0 only for greedy runs;
+    ``stop_tokens`` end an output after the stop token (kept); ``n`` outputs per request; ``seeded``: a seed per
+    request; ``max_tokens``: set by the audit. Knob semantics: docs/audit.md, "Processing steps"."""
 
     temperature: float = 1.0
     top_k: int | None = None

@@ -1,19 +1,6 @@
 """The audit's two-sample test and its calibrated power, on the conformance suite's G statistic.
 
-The one-sample test is :func:`specdec.conformance.suite.window_law_tests` itself. This module adds:
-
-* :func:`two_sample_tests`: speculative against the same engine without speculation. A 2 x C
-  homogeneity G test per window and stratum: cells whose expected count in the smaller arm is
-  below :data:`~specdec.conformance.suite.MIN_EXPECTED` are pooled, and the statistic is
-  :func:`~specdec.conformance.suite.g_test` of each arm's counts against the pooled proportions,
-  summed (``(2 - 1) x (C - 1)`` degrees of freedom, added over strata). It needs no exact law, so
-  it separates speculation's errors from the engine's own sampler and from the enumeration.
-* :func:`detectable_tv`: the perturbation arm. Samples of the case's exact size are drawn from
-  ``Q = (1 - e) P + e R``, a law at total variation ``e * TV(P, R)`` from the exact ``P`` (``R`` is
-  chosen by the caller: the audit uses :func:`flattened`, ``R ~ P ** (2 / 3)``, a hotter law on the
-  same support, so no impossible sequence makes a tiny distance trivially visible), and run
-  through the very one-sample test the case ran. The smallest distance detected in at least ``power`` of
-  the replicates is what the case could see; a distance below it may have gone unseen.
+The one-sample test is :func:`specdec.conformance.suite.window_law_tests` itself; the method is in docs/audit.md.
 """
 
 from __future__ import annotations
@@ -61,8 +48,8 @@ def _homogeneity(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
 
 def two_sample_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tensor]], symbols: int,
                      windows: Sequence[tuple[int, int]]) -> list[GTestResult]:
-    """One homogeneity G test per window: ``strata`` pairs ``(seqs_a [Ta, L], seqs_b [Tb, L])`` of the
-    same stratum (prompt and setting) from the two arms; statistics and dof add over strata."""
+    """One 2 x C homogeneity G test per window of ``strata``, pairs ``(seqs_a [Ta, L], seqs_b [Tb, L])``;
+    G and dof add over strata."""
     results = []
     for first, last in windows:
         g_sum, dof_sum = 0.0, 0
@@ -79,18 +66,8 @@ def two_sample_tests(name: str, strata: Sequence[tuple[torch.Tensor, torch.Tenso
 
 @dataclass(frozen=True)
 class Power:
-    """The perturbation arm's finding for one case.
-
-    Attributes:
-        min_tv: the smallest total variation from the exact law detected in ``>= power`` of the
-            replicates (None: not even ``max_tv``, the whole perturbation, was).
-        max_tv: ``TV(P, R)``, the largest distance the perturbation reaches.
-        power: the detection rate asked for.
-        replicates: replicates per tried distance.
-        null_rejections: rejections among as many replicates drawn from the exact law itself
-            (the calibration: should be about ``alpha x replicates``, usually 0).
-        tried: ``(tv, detection rate)`` of every distance tried.
-    """
+    """The perturbation arm's finding: ``min_tv`` detected in ``>= power`` of ``replicates`` (None: not even
+    ``max_tv = TV(P, R)``), ``null_rejections`` of the exact law (~0), ``tried`` ``(tv, rate)`` pairs."""
 
     min_tv: float | None
     max_tv: float
@@ -107,15 +84,8 @@ def flattened(law: torch.Tensor, power: float = 2 / 3) -> torch.Tensor:
 
 
 class WindowTester:
-    """The one-sample window tests of fixed strata (exact laws and sample sizes), prepared once.
-
-    Each window's marginal law per stratum and the pooling of its sparse cells are fixed by the
-    law and the sample size, so they are computed here, with
-    :func:`~specdec.conformance.suite.g_test`'s own rule (cells of expected count below
-    ``MIN_EXPECTED`` pooled; a pool still sparse joins the smallest kept cell); a replicate then
-    costs one bincount per window and stratum. :meth:`p_values` equals
-    :func:`~specdec.conformance.suite.window_law_tests` on the same samples (tested).
-    """
+    """The one-sample window tests of fixed laws and sizes, marginals and pooling (``g_test``'s rule) prepared
+    once. :meth:`p_values` equals :func:`~specdec.conformance.suite.window_law_tests` (tested)."""
 
     def __init__(self, laws: Sequence[torch.Tensor], sizes: Sequence[int], symbols: int, length: int,
                  windows: Sequence[tuple[int, int]]):
@@ -174,13 +144,8 @@ class WindowTester:
 def detectable_tv(laws: Sequence[torch.Tensor], alternatives: Sequence[torch.Tensor], sizes: Sequence[int],
                   symbols: int, length: int, windows: Sequence[tuple[int, int]], alpha: float, *,
                   power: float = 0.8, replicates: int = 30, steps: int = 6, seed: int = 0) -> Power:
-    """:class:`Power` of the one-sample test on strata of exact laws ``laws`` (each ``float64
-    [symbols ** length]``) with ``sizes`` samples each, perturbed toward ``alternatives``.
-
-    The distance reported is the sample-weighted mean of the strata's TVs (the TV of the joint law
-    of (stratum, sequence)). Bisection on the mixing weight in log space, ``steps`` steps between
-    ``1e-3`` and 1.
-    """
+    """:class:`Power` of the one-sample test on ``laws`` (``float64 [symbols ** length]``, ``sizes`` samples each)
+    mixed toward ``alternatives``; TV is sample-weighted over strata; log-space bisection from ``1e-3`` to 1."""
     gen = torch.Generator().manual_seed(seed)
     tester = WindowTester(laws, sizes, symbols, length, windows)
     weights = [n / sum(sizes) for n in sizes]

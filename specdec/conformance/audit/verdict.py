@@ -1,20 +1,7 @@
-"""One case's verdict from its tests, its acceptance and its power.
+"""One case's verdict from its tests, its acceptance and its power (:data:`VERDICTS`, defined in docs/audit.md).
 
-Verdicts:
-
-* ``exact``: no test rejected, drafts landed (at least ``min_accepted`` accepted draft tokens per
-  request) and the perturbation arm detected a distance of at most ``max_tv``;
-* ``biased``: a test rejected at the per-test level. ``scope`` says where: ``"speculation"`` when
-  the two-sample test rejects, or the speculative arm's one-sample test rejects while the plain
-  arm's passes; ``"engine"`` when the plain arm fails the one-sample test too and the two arms do
-  not differ (the engine's own sampler, or the processing the law assumes, disagrees with the
-  model: speculation changed nothing the test can see); ``"unsplit"`` when the speculative arm
-  fails and the plain arm could not run;
-* ``refused``: the engine declined the setting with speculation on (its message kept);
-* ``error``: the engine broke mid-run on a setting it had accepted (a crash is a finding, not a
-  refusal);
-* ``inconclusive``: nothing rejected, but the case could not have shown a bias: too few accepted
-  drafts, acceptance not reported, or too little power. Never a pass.
+``biased`` carries a scope: ``speculation`` (the arms differ, or only the speculative arm fails), ``engine``
+(the plain arm fails too and the arms agree), ``unsplit`` (the speculative arm fails, the plain one did not run).
 """
 
 from __future__ import annotations

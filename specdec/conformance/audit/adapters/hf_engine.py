@@ -1,29 +1,8 @@
 """Adapter: Hugging Face transformers ``generate`` with its own speculation, or specdec's loop in it.
 
-Methods (:data:`METHODS`):
-
-* ``assistant_model``: ``generate(..., assistant_model=draft)`` (a draft model sharing the vocabulary);
-* ``prompt_lookup``: ``generate(..., prompt_lookup_num_tokens=k)``;
-* ``specdec``: ``generate(..., custom_generate=specdec.integrations.hf.generate, proposer="suffix")``,
-  specdec's decoding loop inside ``generate``. The hook: :data:`SPECDEC_GENERATE` names the callable;
-  until that integration is installed, every setting of this method is *refused* by the adapter
-  with the import error.
-
-Transformers' assisted decoding runs one sequence at a time (``"assisted generate is only
-supported for batch_size = 1"``), so the speculative arm makes one ``generate`` call per request;
-the plain arm batches each prompt's requests. Accepted drafts are not reported by ``generate``:
-the adapter counts the target's forward calls with a forward hook registered for the call (and
-removed after it) and reports ``accepted = emitted tokens - target forwards`` (every assisted step
-is one target forward that emits its accepted drafts plus one token).
-
-Settings map onto a ``GenerationConfig`` (``do_sample``, temperature, top-k, top-p, min-p,
-repetition penalty, one-token ``sequence_bias`` for logit bias, ``bad_words_ids``, stop tokens as
-``eos_token_id``, ``num_return_sequences`` for ``n``) and ``prefix_allowed_tokens_fn`` (transformers'
-allow-list). Presence and frequency penalties are passed as they are named, so ``generate`` answers
-for itself. Per-request seeds: ``torch.manual_seed`` before each request's call. A mixed batch is
-refused by the adapter (one generation config per call). Each job runs under a forked global RNG,
-so the caller's random state is left as it was. The law is Hugging Face's processing order
-(profile ``"hf"``).
+``generate`` reports no acceptance: a forward hook counts target forwards and ``accepted = emitted - forwards``.
+Speculative requests run one per call (assisted decoding is batch 1); a mixed batch is refused by the adapter;
+each job runs under a forked global RNG. Settings mapping: docs/audit.md, "Engines".
 """
 
 from __future__ import annotations
@@ -63,15 +42,9 @@ def _specdec_generate():
 
 
 class HFEngine:
-    """``model.generate`` with one of :data:`METHODS`.
-
-    Args:
-        model: the target (a Hugging Face causal LM, eval mode).
-        method: one of :data:`METHODS`.
-        draft: the assistant model (``assistant_model``).
-        k: ``prompt_lookup_num_tokens`` / the assistant's ``num_assistant_tokens``.
-        batch: plain-arm sequences per ``generate`` call.
-    """
+    """``model.generate`` with ``method`` of :data:`METHODS`, ``k`` drafts per step, ``draft`` the assistant
+    model; the plain arm batches ``batch`` sequences per call. ``specdec`` is refused until
+    :data:`SPECDEC_GENERATE` imports."""
 
     name = "hf"
     profile = "hf"

@@ -1,17 +1,8 @@
 """Adapter: llama.cpp through llama-cpp-python, speculating with ``LlamaPromptLookupDecoding``.
 
-The checkpoint folder is exported once to a float32 GGUF (:mod:`.gguf_export`) and every arm runs
-in a worker process (:mod:`.llamacpp_worker`) of the Python that has llama-cpp-python; both are
-standalone scripts, so that Python needs only llama-cpp-python, numpy, ``gguf`` and
-``safetensors``. Method ``prompt_lookup``: ``Llama(draft_model=LlamaPromptLookupDecoding(...))``.
-
-The law is llama-cpp-python's sampler chain (profile ``"llamacpp"``): logits processors, penalties
-over the tokens its sampler has accepted (the sampled ones; ``generate`` never feeds it the prompt),
-top-k, typical-p, top-p, min-p, then the temperature. Refused by the adapter: ``n > 1`` (one output
-per call) and mixed batches (one sequence at a time: there is no batch). Every request carries its
-own seed: ``Llama.set_seed`` before each call, since the sampler chain is rebuilt with the model's
-seed on every ``generate`` and a fixed one would repeat the same draws. The KV cache is float32
-(llama.cpp's default f16 cache moves logits by ~1e-3 from the float32 law).
+The checkpoint is exported once to a float32 GGUF (:mod:`.gguf_export`); every arm runs in a standalone worker
+(:mod:`.llamacpp_worker`) that needs only llama-cpp-python, numpy, ``gguf`` and ``safetensors``. Refused by the
+adapter: ``n > 1`` and mixed batches. Seeds and KV cache: docs/audit.md, "Engines".
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Adapter: specdec's own :class:`~specdec.engine.decoder.SpeculativeDecoder`.
 
-Settings map onto the decoder's two inputs: :class:`~specdec.sampling.params.SamplingParams`
-(temperature, top-k, top-p, min-p) and a transformers ``GenerationConfig`` whose processors the
-decoder applies to every verify row with that row's own context (repetition penalty, one-token
-``sequence_bias`` for logit bias, ``bad_words_ids``, ``suppress_tokens`` for the complement of the
-allowed tokens). The law is Hugging Face's processing order (profile ``"hf"``).
-
-Refused by the adapter, with the reason: presence and frequency penalties (transformers has no
-such processor), ``n > 1`` (the decoder makes one output per prompt) and mixed batches (one
-``SamplingParams`` and one generation config per ``generate_batch`` call). Seeded requests run one
-``generate`` call each with its own generator, which is what a per-request seed means here.
+Settings map onto :class:`~specdec.sampling.params.SamplingParams` and a transformers ``GenerationConfig`` whose
+processors the decoder applies per verify row (profile ``"hf"``). Refused by the adapter: presence and frequency
+penalties, ``n > 1``, mixed batches (docs/audit.md, "Engines"). Seeded requests run one call each.
 """
 
 from __future__ import annotations

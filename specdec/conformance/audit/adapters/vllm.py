@@ -1,24 +1,9 @@
 """Adapter: vLLM, in-process ``LLM`` in a worker process per engine, for every speculative method.
 
-Each arm of an audit starts one engine in its own process
-(:mod:`~specdec.conformance.audit.adapters.vllm_worker`, run by the Python that has vLLM) and
-serves all of the arm's settings from it; a crash costs only the job it happened in (the worker
-rebuilds the engine, or is restarted for the remaining jobs). A speculative configuration the
-engine refuses at start makes every setting of that arm *refused*, with vLLM's message.
-
-Methods (:data:`METHODS`): vLLM's ``ngram``, ``suffix`` (ArcticInference's suffix tree; its module
-must be importable in the worker, see ``extra_paths``), ``draft_model`` (``draft`` = a checkpoint
-folder), ``eagle`` / ``eagle3`` (``draft`` = an EAGLE checkpoint), and specdec's ``custom_class``
-drafter. ``cpu_expand`` decides vLLM issue 55005 on the CPU build: ``"as-shipped"`` (vLLM's own
-kernel; the ``custom_class`` drafter installs specdec's fix itself, as it does in production),
-``"specdec-fix"`` (specdec's fix registered for vLLM's own methods too), or ``"put-back-55005"``
-(vLLM's broken kernel registered again after the drafter fixed it: what an engine without the fix
-runs).
-
-Settings map one to one onto ``vllm.SamplingParams``; bad tokens go through ``bad_words`` (the
-audit checkpoint's tokenizer spells token ``i`` as the word ``t{i}``), so the checkpoint must come
-from :func:`~specdec.conformance.audit.fixtures.save_checkpoint`. The law is vLLM's processing order
-(profile ``"vllm"``).
+Each arm runs in one worker (:mod:`~specdec.conformance.audit.adapters.vllm_worker`, under the Python that
+has vLLM); a crash costs only its job, and a speculative configuration refused at start makes the arm
+*refused*. The checkpoint must come from :func:`~specdec.conformance.audit.fixtures.save_checkpoint` (bad
+tokens go through ``bad_words``). Methods, ``cpu_expand`` and the mapping: docs/audit.md, "Engines".
 """
 
 from __future__ import annotations
@@ -40,8 +25,7 @@ _ROOT = Path(__file__).resolve().parents[4]
 
 
 def speculative_config(method: str, k: int, draft: str | None = None) -> dict:
-    """vLLM's ``speculative_config`` for ``method`` with ``k`` draft tokens (ValueError when a method
-    that needs a draft checkpoint has none, or the method is unknown)."""
+    """vLLM's ``speculative_config`` for ``method``, ``k`` drafts (ValueError: unknown, or no draft given)."""
     if method not in METHODS:
         raise ValueError(f"unknown vLLM method {method!r}; known: {', '.join(METHODS)}")
     if method == "ngram":
@@ -56,21 +40,11 @@ def speculative_config(method: str, k: int, draft: str | None = None) -> dict:
 
 
 class VLLMEngine:
-    """vLLM ``LLM`` over the checkpoint folder ``model_dir``, one worker process per arm.
-
-    Args:
-        model_dir: a checkpoint folder made by :func:`~specdec.conformance.audit.fixtures.save_checkpoint`.
-        method: one of :data:`METHODS`.
-        k: ``num_speculative_tokens``.
-        draft: the draft checkpoint of ``draft_model`` / ``eagle`` / ``eagle3``.
-        cpu_expand: one of :data:`CPU_EXPAND` (see the module docstring).
-        python: the interpreter that has vLLM (default: this one).
-        extra_paths: prepended to the worker's ``PYTHONPATH`` (e.g. ArcticInference's built module).
-        fix_module: the module with the CPU expand fix (``install()``, ``KERNEL``), imported in the
-            worker; required for ``cpu_expand`` other than ``"as-shipped"``. The command line passes
-            ``specdec.integrations.vllm.cpu_sampling`` (this layer does not import the integrations).
-        timeout: seconds a worker may run before it is killed (its jobs become errors).
-    """
+    """vLLM ``LLM`` over checkpoint folder ``model_dir``, one worker per arm under ``python``: ``method`` of
+    :data:`METHODS` with ``k`` drafts (``draft``: the draft or EAGLE checkpoint), ``cpu_expand`` of
+    :data:`CPU_EXPAND`, which needs ``fix_module`` (``install()``, ``KERNEL``; the command line passes
+    ``specdec.integrations.vllm.cpu_sampling``) unless ``"as-shipped"``. ``extra_paths`` prefix the worker's
+    ``PYTHONPATH``; a worker past ``timeout`` seconds is killed (its jobs become errors)."""
 
     name = "vllm"
     profile = "vllm"
@@ -134,9 +108,8 @@ class VLLMEngine:
         return outcomes
 
     def reproducer_source(self, job: Job) -> str:
-        """``generate(speculative)`` for :mod:`~specdec.conformance.audit.reproducer`: this engine's
-        requests with vLLM alone (the CPU expand fix or the kernel put back, when the audit used them,
-        still come from specdec's integration)."""
+        """``generate(speculative)`` for :mod:`~specdec.conformance.audit.reproducer`, vLLM only (plus specdec's
+        CPU expand fix or put-back when the audit used them)."""
         req = self.request([job], True)
         spec = json.dumps(req["speculative_config"])
         fix = ""

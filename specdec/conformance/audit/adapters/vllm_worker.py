@@ -1,21 +1,10 @@
 """One vLLM engine in its own process: runs an audit arm's jobs and streams each job's outcome.
 
 ``python -m specdec.conformance.audit.adapters.vllm_worker REQUEST.json RESULTS.jsonl``, started by
-:class:`~specdec.conformance.audit.adapters.vllm.VLLMEngine` in the Python that has vLLM. Why a
-process per engine: vLLM 0.32's CPU build cannot build a second engine with another speculative
-config in one process (its kernel registry scans every loaded module, and once the ``ngram``
-method has loaded numba, llvmlite's library wrapper breaks that scan:
-``'_lib_fn_wrapper' object has no attribute 'get'``), and a crashed engine takes its process down.
-
-REQUEST: ``{"model", "speculative_config" (or null), "engine_seed", "kv_cache_bytes", "max_num_seqs",
-"cpu_expand": "as-shipped" | "specdec-fix" | "put-back-55005", "fix_module", "jobs": [...], "start": i}`` where a
-job is ``{"prompts", "sampling" (Sampling fields), "n", "seed"}``. RESULTS gets one JSON line per
-job, in order, as soon as it is done: ``{"job", "outputs"|"refused"|"error", "drafted", "accepted",
-"requests", "seconds"}``; a line ``{"engine_failed": message}`` when the engine cannot start. After a
-crash inside a job the worker exits with status 3 and the caller starts a fresh one for the rest
-(:mod:`.worker`): a second engine in this process would fail to start. Imports only vLLM, the standard library
-and, for the CPU expand modes, the module ``fix_module`` names (specdec's
-``integrations.vllm.cpu_sampling``: its ``install()`` and ``KERNEL``), never the rest of specdec.
+:class:`~specdec.conformance.audit.adapters.vllm.VLLMEngine` (why one process per engine: docs/audit.md,
+"Engines"). REQUEST: ``{"model", "speculative_config" (or null), "engine_seed", "kv_cache_bytes",
+"max_num_seqs", "cpu_expand", "fix_module", "jobs": [...], "start": i}``; results and restarts follow
+:mod:`.worker`'s protocol. Imports only vLLM, the standard library and ``fix_module``, never the rest of specdec.
 """
 
 from __future__ import annotations
@@ -37,14 +26,8 @@ _ENGINE_FRAMES = {"_run_engine", "step", "execute_model", "sample_tokens", "step
 
 @contextlib.contextmanager
 def without_llvmlite():
-    """Hide llvmlite's modules from ``sys.modules`` for the duration of a kernel registration.
-
-    vLLM's ``register_kernels`` scans every loaded module's attributes and calls ``vars()`` on any
-    that has ``__dict__``; llvmlite's ``lib`` answers every attribute, ``__dict__`` included, with
-    a function wrapper, so the scan raises (``'_lib_fn_wrapper' object has no attribute 'get'``)
-    once numba is loaded (vLLM's ``ngram`` method loads it). llvmlite holds no vLLM kernel, so
-    skipping it changes nothing the registration needs; the modules are back when the block ends.
-    """
+    """Hide llvmlite's modules from ``sys.modules`` inside the block, so vLLM's ``register_kernels`` scan does
+    not trip on llvmlite's ``lib`` once numba is loaded (docs/audit.md, "One engine per process")."""
     hidden = {name: mod for name, mod in sys.modules.items() if name == "llvmlite" or name.startswith("llvmlite.")}
     for name in hidden:
         del sys.modules[name]
