@@ -48,9 +48,10 @@ def p_values(seqs: np.ndarray, law: torch.Tensor) -> dict[str, float]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("trials", type=int, help="seeded requests per arm (seeds 0..trials-1)")
+    ap.add_argument("trials", type=int, help="seeded requests per arm")
     ap.add_argument("arms", help="comma-separated: control, fixed")
     ap.add_argument("--law", choices=("temperature", "full"), default="temperature")
+    ap.add_argument("--first-seed", type=int, default=0, help="requests are seeded first_seed..first_seed+trials-1")
     args = ap.parse_args(argv)
     arms = args.arms.split(",")
     if args.trials < 1 or not set(arms) <= {"control", "fixed"}:
@@ -63,9 +64,9 @@ def main(argv=None) -> None:
             t0 = time.time()
             with engine(model, speculative=None if arm == "control" else spec_config(3), max_num_seqs=64,
                         max_model_len=64) as llm:
-                seqs = emitted(llm, settings, args.trials)
+                seqs = emitted(llm, settings, args.trials, args.first_seed)
             pv = p_values(seqs, law)
-            print(f"{arm:8s} {args.law} {args.trials} requests, {time.time() - t0:.0f} s: "
+            print(f"{arm:8s} {args.law} {args.trials} requests from seed {args.first_seed}, {time.time() - t0:.0f} s: "
                   + ", ".join(f"{k} p={v:.2e}" for k, v in pv.items()), flush=True)
 
 

@@ -36,10 +36,11 @@ def exact_law(path, law: dict) -> torch.Tensor:
     return p1[:, None, None] * p2[:, :, None] * p3
 
 
-def emitted(llm, law: dict, trials: int) -> np.ndarray:
-    """``[trials, 3]``: the first three tokens of ``trials`` requests seeded 0..trials-1."""
+def emitted(llm, law: dict, trials: int, first_seed: int = 0) -> np.ndarray:
+    """``[trials, 3]``: the first three tokens of ``trials`` requests seeded ``first_seed`` onwards."""
     from vllm import SamplingParams
 
-    params = [SamplingParams(max_tokens=3, ignore_eos=True, detokenize=False, seed=i, **law) for i in range(trials)]
+    params = [SamplingParams(max_tokens=3, ignore_eos=True, detokenize=False, seed=first_seed + i, **law)
+              for i in range(trials)]
     outs = llm.generate([{"prompt_token_ids": PROMPT}] * trials, params, use_tqdm=False)
     return np.array([list(o.outputs[0].token_ids) for o in outs])
