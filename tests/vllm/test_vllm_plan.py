@@ -79,7 +79,13 @@ max_tokens = 24
     assert o.runs["ngram:3"].counters.drafts > 0 and o.runs["off"].cache.num_blocks == 512
 
     config = json.loads((out / "copy.speculative_config.json").read_text())
-    assert config == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    if config is None:
+        # The choice is measured: on a loaded machine ngram's CPU drafting can cost more than it saves. Then the
+        # file says off, the sentence gives ngram's measured figures, and the config it measured is checked below.
+        assert o.decision.chosen.name == "off" and "ngram:3" in o.decision.sentence, o.decision.sentence
+        config = o.candidates["ngram:3"].config
+    assert config == ngram
     assert json.loads((out / "review.json").read_text())["vllm_version"] == "0.32.0"
 
     # vLLM starts with the file's config as it is, and serves the pool's prompts as off served them
