@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specdec import SuffixProposer
+from specdec.proposers.suffix_options import SuffixGlobalCache
 from specdec.integrations.rows import NEW, RESUMED
 from specdec.integrations.vllm.drafter import PROMPT_EMBEDS_REFUSED, SuffixDrafter
 from specdec.integrations.vllm.gate import GatedDrafting
@@ -75,7 +76,7 @@ def test_a_next_turn_is_a_new_request_and_a_resumed_drafts_count_as_unverified()
     """Tracker level: the row that holds a finished request's tokens plus a new turn is new (its prompt
     is everything before this step's sample); a request back from preemption reports no drafted tokens
     (vLLM cleared them), so they are never counted as rejected."""
-    batch = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=3)
+    batch = SuffixProposer(VOCAB, cache=SuffixGlobalCache(use_global=False)).row_batch(tree_budget=3)
     tok = np.zeros((2, 32), np.int32)
     first = [1, 2, 3, 4, 1, 2, 3]
     tok[0, :7] = first
