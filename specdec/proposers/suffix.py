@@ -210,12 +210,7 @@ class SuffixProposer:
         """Close ``req_id``; its response (and prompt if ``index_prompts``) joins its tenant's cache."""
         req = self._get(req_id)
         del self._requests[req_id]
-        if not self.cache.use_global or self.cache.freeze_global:
-            return
-        start = 0 if self.cache.index_prompts else req.prompt_len
-        doc = np.array(req.buf[start : req.n], dtype=np.int32)
-        if doc.size:
-            self._partition(req.partition, create=True).add(doc)
+        self._file_ended(req.buf[: req.n], req.prompt_len, req.partition)
 
     def warm(self, documents, *, tenant: Hashable | None = None) -> int:
         """Index past responses into ``tenant``'s global cache, as if their requests had ended
@@ -334,11 +329,26 @@ class SuffixProposer:
         part = self._partitions.get(self._partition_key(tenant))
         return None if part is None else (part.sam, part.generation)
 
-    def index_document(self, tokens, tenant: Hashable | None = None) -> None:
-        """Add one finished document (int token ids) to ``tenant``'s global cache; a no-op when it is off."""
-        doc = as_token_array(tokens, self.vocab_size, "document")
-        if self.cache.use_global and doc.size:
-            self._partition(self._partition_key(tenant), create=True).add(doc)
+    @property
+    def keeps_ended(self) -> bool:
+        """Whether ended requests join the global cache (it is on and not frozen)."""
+        return self.cache.use_global and not self.cache.freeze_global
+
+    def index_ended(self, tokens, prompt_len: int, tenant: Hashable | None = None) -> None:
+        """File an ended request's ``tokens`` (int ids, its ``prompt_len`` prompt tokens first) in
+        ``tenant``'s global cache as :meth:`end` does: nothing when the cache is off or frozen, the
+        prompt only under ``index_prompts``."""
+        if not 0 <= prompt_len <= len(tokens):
+            raise ValueError(f"prompt_len must be in [0, {len(tokens)}], got {prompt_len}")
+        self._file_ended(as_token_array(tokens, self.vocab_size, "tokens"), prompt_len, self._partition_key(tenant))
+
+    def global_documents(self, tenant: Hashable | None = None) -> list[np.ndarray]:
+        """The documents ``tenant``'s global cache holds now, oldest first (read-only int32 views)."""
+        part = self._partitions.get(self._partition_key(tenant))
+        views = [] if part is None else [d.view() for d in part.docs]
+        for v in views:
+            v.flags.writeable = False
+        return views
 
     # ------------------------------------------------------------------ internals
     def _get(self, req_id: Hashable) -> _Request:
@@ -346,6 +356,13 @@ class SuffixProposer:
             return self._requests[req_id]
         except KeyError:
             raise KeyError(f"unknown request {req_id!r}: call begin() first") from None
+
+    def _file_ended(self, tokens: np.ndarray, prompt_len: int, key: tuple) -> None:
+        if not self.keeps_ended:
+            return
+        doc = np.array(tokens[0 if self.cache.index_prompts else prompt_len :], dtype=np.int32)
+        if doc.size:
+            self._partition(key, create=True).add(doc)
 
     def _partition_key(self, tenant: Hashable | None) -> tuple:
         if self.cache.share_across_tenants:

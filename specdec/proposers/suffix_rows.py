@@ -56,8 +56,8 @@ def native_settings(drafting: SuffixDrafting, calibration: SuffixCalibration) ->
 
 class SuffixRowBatch:
     """A whole engine step's bookkeeping and drafting in one C++ call, under
-    :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (same trees; ended requests join the
-    proposer's global cache under the default tenant). Each drafted row gets the tree's best path
+    :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (same trees; ended requests are filed
+    by its ``index_ended`` under the default tenant). Each drafted row gets the tree's best path
     (largest summed node probability), at most ``k`` tokens. Requests live here, not in the proposer's
     table; the match calibration table is the batch's own (:attr:`match_calibration`)."""
 
@@ -86,11 +86,9 @@ class SuffixRowBatch:
         out = self._batch.step(token_ids, num_tokens, num_sampled, int(k), None if shared is None else shared[0],
                                -1 if shared is None else shared[1], float(min_prob), int(max_unseen), float(now),
                                bool(strict))
-        cache = self.proposer.cache
-        if cache.use_global:
+        if self.proposer.keeps_ended:
             for rid in self._batch.ended():
-                tokens, prompt_len = self._batch.request(rid)
-                self.proposer.index_document(tokens[0 if cache.index_prompts else prompt_len:])
+                self.proposer.index_ended(*self._batch.request(rid))
         return out
 
     def events(self):

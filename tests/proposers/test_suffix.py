@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from specdec.proposers.base import Proposer
 from specdec.proposers.suffix import SuffixProposer
 from specdec.proposers.suffix_options import SuffixCalibration, SuffixDrafting, SuffixGlobalCache
+from specdec.proposers.suffix_rows import RowTracking
 from specdec.tree import DraftTree
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -450,3 +451,39 @@ def test_warm_equals_ending_requests_with_those_responses():
         other.warm([[1], [100]])
     with pytest.raises(ValueError, match="use_global=False"):
         SuffixProposer(100, cache=NO_GLOBAL).warm([[1]])
+
+
+@pytest.mark.parametrize("cache", [SuffixGlobalCache(), SuffixGlobalCache(index_prompts=True),
+                                   SuffixGlobalCache(freeze_global=True), NO_GLOBAL])
+def test_ended_requests_are_filed_by_one_rule_on_both_paths(cache):
+    """end(), index_ended() and the row batch file the same document (the response, the prompt too
+    under index_prompts) and nothing when the cache is off or frozen."""
+    text = [1, 2, 3, 4, 5, 6, 7, 8]
+    want = [] if not cache.use_global or cache.freeze_global else [text[0 if cache.index_prompts else 3:]]
+    ended, filed, rows = (SuffixProposer(20, cache=cache) for _ in range(3))
+    ended.begin(0, [1, 2, 3])
+    ended.commit(0, [4, 5, 6, 7, 8])
+    ended.end(0)
+    filed.index_ended(np.array([1, 2, 3, 4, 5, 6, 7, 8]), 3)
+    batch = rows.row_batch(tree_budget=4, tracking=RowTracking(park_steps=1, max_parked=0))
+    tok = np.zeros((1, 16), np.int32)
+    tok[0, :8] = [1, 2, 3, 4, 5, 6, 7, 8]
+    batch.step(tok, np.array([3], np.int32), np.array([0], np.int32), 4)  # prompt 1 2 3
+    for n in range(4, 9):
+        batch.step(tok, np.array([n], np.int32), np.array([1], np.int32), 4)
+    batch.step(np.zeros((0, 1), np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32), 4)  # it leaves
+    for prop in (ended, filed, rows):
+        assert [d.tolist() for d in prop.global_documents()] == want
+    assert ended.keeps_ended == bool(want)
+
+
+def test_index_ended_and_global_documents_refuse_misuse():
+    prop = SuffixProposer(20)
+    with pytest.raises(ValueError, match=r"prompt_len must be in \[0, 2\], got 3"):
+        prop.index_ended([1, 2], 3)
+    with pytest.raises(ValueError, match="token id 20"):
+        prop.index_ended([1, 20], 1)
+    prop.index_ended([1, 2, 3], 1, tenant="acme")
+    assert prop.global_documents() == [] and [d.tolist() for d in prop.global_documents("acme")] == [[2, 3]]
+    with pytest.raises(ValueError, match="read-only"):
+        prop.global_documents("acme")[0][0] = 7
