@@ -19,6 +19,7 @@ import torch
 from specdec.sampling.params import SamplingParams
 from specdec.models import load_default, tiny_model
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixDrafting
 from specdec.sampling.rejection import rejection_sample
 from specdec.verify.hf import HFTarget
 
@@ -38,7 +39,7 @@ def main(argv=None):
         model, tok = tiny_model("llama"), None
         prompt = [8, 9]
     target = HFTarget(model)
-    proposer = SuffixProposer(target.vocab_size, min_match_len=1)
+    proposer = SuffixProposer(target.vocab_size, drafting=SuffixDrafting(min_match_len=1))
     params = SamplingParams(temperature=args.temperature)
     gen = torch.Generator().manual_seed(0)
 

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixGlobalCache
 from specdec.proposers.suffix_automaton import SuffixAutomaton, build_suffix_draft
 
 VOCAB = 49152
@@ -152,12 +153,13 @@ def bench_context(prop: SuffixProposer, traffic: Traffic, ctx_len: int, steps: i
     rid = ("bench", ctx_len)
     prop.begin(rid, prompt)
     core, full, commit_us, extend_us, nodes = [], [], [], [], []
+    rules = prop.drafting
     one = np.zeros(1, dtype=np.int32)
     for s in range(steps):
         # Re-matches the global cache when needed, so the timed calls measure the steady state.
         sources = list(prop.match_sources(rid).values())
-        core += timed(lambda: build_suffix_draft(sources, budget, prop.min_match_len, prop.min_prob,
-                                                 prop.max_depth, prop.depth_factor), 1)
+        core += timed(lambda: build_suffix_draft(sources, budget, rules.min_match_len, rules.min_prob,
+                                                 rules.max_depth, rules.depth_factor), 1)
         full += timed(lambda: prop.propose([rid], budget), 1)
         nodes.append(prop.propose([rid], budget)[0].num_nodes)
         tok = int(future[s])
@@ -207,7 +209,7 @@ def bench_context(prop: SuffixProposer, traffic: Traffic, ctx_len: int, steps: i
 
 def run(global_tokens: int, contexts: list[int], steps: int, hf_steps: int, budget: int) -> dict:
     traffic = Traffic(seed=0)
-    prop = SuffixProposer(VOCAB, global_cache_bytes=4 << 30)
+    prop = SuffixProposer(VOCAB, cache=SuffixGlobalCache(global_cache_bytes=4 << 30))
     build_s_per_token = build_global(prop, traffic, global_tokens)
     stats = prop.global_stats()
     result = {
@@ -270,7 +272,7 @@ def main(argv=None) -> None:
 # ---------------------------------------------------------------- pytest-benchmark mode (smaller sizes)
 def _setup(global_tokens=100_000, ctx_len=8192):
     traffic = Traffic(seed=1)
-    prop = SuffixProposer(VOCAB, global_cache_bytes=1 << 30)
+    prop = SuffixProposer(VOCAB, cache=SuffixGlobalCache(global_cache_bytes=1 << 30))
     build_global(prop, traffic, global_tokens)
     stream = traffic.document(ctx_len + 1)
     prop.begin("r", stream[:ctx_len])

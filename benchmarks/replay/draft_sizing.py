@@ -21,7 +21,7 @@ Variants, all in the same run on the same answers:
 * ``one scale`` / ``one scale, no decay`` -- one ratio pooled over all depths (the decoder's
   policy before 2026-11-30 is ``one scale, no decay``).
 
-``--calibrate online,off`` runs every variant once per ``SuffixProposer(calibrate=...)`` mode: the
+``--calibrate online,off`` runs every variant once per ``SuffixCalibration(mode=...)``: the
 proposer's own match-length calibration of each node (``online``, the default) against raw
 frequencies (``off``, the proposer before 2026-12-01). ``--variants "per-depth;one scale"`` picks variants by name.
 The global cache fills from the answers replayed before (file order), as in serving.
@@ -43,6 +43,7 @@ from specdec.control.sizer import DraftSizer, ScoreCalibration
 from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.measure.greedy_replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixCalibration
 
 
 @dataclass
@@ -69,7 +70,7 @@ def replay(rows: list[dict], variant, cost: VerifyCostModel, budget: int, calibr
     """Totals over ``rows`` for one policy (a :data:`VARIANTS` value), overall (``None``) and per
     category: tokens, steps, accepted, drafted, relative cost."""
     make_calibration, per_request = variant
-    prop = SuffixProposer(VOCAB, calibrate=calibrate)
+    prop = SuffixProposer(VOCAB, calibration=SuffixCalibration(mode=calibrate))
     sizer = DraftSizer("auto", budget, calibration=make_calibration, per_request=per_request,
                        adaptive_ask=adaptive_ask)
     sizer.set_cost(cost)

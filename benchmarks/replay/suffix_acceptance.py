@@ -32,6 +32,7 @@ from benchmarks.common.answers import DEFAULT_DATA, VOCAB, read_rows
 from specdec import DraftTree
 from specdec.measure.greedy_replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixDrafting, SuffixGlobalCache
 
 
 def replay_suffix(prop: SuffixProposer, rid, prompt: list[int], output: list[int], budget: int,
@@ -90,13 +91,14 @@ def main(argv=None) -> None:
     ap.add_argument("--count-prior", type=float, default=None)
     ap.add_argument("--global-count-prior", type=float, default=None)
     args = ap.parse_args(argv)
-    opts = {k: v for k, v in [("min_match_len", args.min_match_len), ("min_prob", args.min_prob),
+    rules = {k: v for k, v in [("min_match_len", args.min_match_len), ("min_prob", args.min_prob),
                               ("depth_factor", args.depth_factor), ("combine", args.combine),
                               ("count_prior", args.count_prior), ("global_count_prior", args.global_count_prior)]
             if v is not None}
     rows = read_rows(args.data)
-    req_only = SuffixProposer(VOCAB, use_global=False, **opts)
-    with_global = SuffixProposer(VOCAB, **opts)
+    drafting = SuffixDrafting(**rules)
+    req_only = SuffixProposer(VOCAB, drafting=drafting, cache=SuffixGlobalCache(use_global=False))
+    with_global = SuffixProposer(VOCAB, drafting=drafting)
     warmed = with_global.warm(r["output_ids"] for r in read_rows(args.warm)) if args.warm else 0
     table = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0, 0]))
     calibration: dict = {}
@@ -117,7 +119,7 @@ def main(argv=None) -> None:
     names = ["suffix-req", "suffix+global", "hf-lookup"]
     print(f"warm global cache: {warmed} tokens from {args.warm}" if args.warm else "cold global cache")
     print(
-        f"{len(rows)} requests, budget {args.budget}, options {opts or 'defaults'}; cells: mean accepted draft "
+        f"{len(rows)} requests, budget {args.budget}, options {rules or 'defaults'}; cells: mean accepted draft "
         "tokens per step / share of steps drafting"
     )
     print(f"{'category':>15} | " + " | ".join(f"{n:>18}" for n in names))

@@ -39,6 +39,7 @@ import numpy as np
 from benchmarks.common.paths import ROOT
 from benchmarks.kernels.suffix import VOCAB, Traffic
 from specdec import SuffixProposer
+from specdec.proposers.suffix_options import SuffixDrafting, SuffixGlobalCache
 from specdec.integrations.rows import RowSession
 from specdec.integrations.vllm.drafter import SuffixDrafter
 
@@ -75,7 +76,8 @@ class _Drafter(SuffixDrafter):
 
 
 def make_proposer(traffic: Traffic, global_tokens: int) -> SuffixProposer:
-    prop = SuffixProposer(VOCAB, max_depth=K, use_global=True, global_cache_bytes=1 << 30)
+    prop = SuffixProposer(VOCAB, drafting=SuffixDrafting(max_depth=K),
+                          cache=SuffixGlobalCache(use_global=True, global_cache_bytes=1 << 30))
     prop.warm(make_docs(traffic, global_tokens))
     return prop
 

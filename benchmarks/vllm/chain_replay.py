@@ -36,6 +36,7 @@ from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.integrations.rows import best_chain
 from specdec.measure.greedy_replay import AnswerReplay
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixCalibration
 from specdec.proposers.suffix_automaton import MatchCalibration
 
 DEFAULT_COST = "0:23.2,1:25.4,2:25.4,4:27.0,8:29.5,16:42.4,32:52.3"  # docs/engine.md, SmolLM2 on this CPU (ms)
@@ -43,7 +44,7 @@ DEFAULT_COST = "0:23.2,1:25.4,2:25.4,4:27.0,8:29.5,16:42.4,32:52.3"  # docs/engi
 
 class SpecdecChains:
     def __init__(self, mode: str, k: int, tree_budget: int, floor: float = 0.0):
-        self.prop = SuffixProposer(VOCAB, calibrate=mode)
+        self.prop = SuffixProposer(VOCAB, calibration=SuffixCalibration(mode=mode))
         self.k, self.budget, self.floor = k, tree_budget, floor
 
     def begin(self, rid, prompt):
@@ -108,7 +109,7 @@ SHORTEST = (1, 2, 3, 5, 9, 17, 33, 65)  # the shortest matched length of each bu
 def print_cells(prop: SuffixProposer) -> None:
     """The learnt table's single-continuation cells (one continuation seen once) by matched length:
     nodes tested and the share accepted (accepted / predicted: their raw estimate is 1)."""
-    c = prop.calibration
+    c = prop.match_calibration
     print("\nsingle continuation seen once, by matched context length (tested nodes: accepted share)")
     print("| cache | " + " | ".join(LENGTHS) + " |")
     print("|---|" + "---:|" * len(LENGTHS))

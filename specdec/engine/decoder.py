@@ -80,7 +80,7 @@ class SpeculativeDecoder:
         adapt: let the sizer learn while decoding (calibrations, live cost curve, drafting overhead).
             Exact either way; for bit-reproducible seeded runs give a ``cost_model`` (or int
             ``budget``), ``adapt=False`` and a proposer without cross-request learning or timing
-            (``SuffixProposer(freeze_global=True)``, ``HybridProposer(..., model_gate=None)``).
+            (``SuffixGlobalCache(freeze_global=True)``, ``HybridProposer(..., model_gate=None)``).
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",

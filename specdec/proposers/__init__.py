@@ -10,6 +10,9 @@ from .base import Artifact, Proposer, ScoredDraft, ScoredProposer
 _LAZY = {
     "ReplayProposer": "specdec.proposers.replay",
     "SuffixProposer": "specdec.proposers.suffix",
+    "SuffixDrafting": "specdec.proposers.suffix_options",
+    "SuffixGlobalCache": "specdec.proposers.suffix_options",
+    "SuffixCalibration": "specdec.proposers.suffix_options",
     "SuffixAutomaton": "specdec.proposers.suffix_automaton",
     "DraftModelProposer": "specdec.proposers.draft_model",
     "MedusaProposer": "specdec.proposers.heads",

@@ -21,11 +21,11 @@ import torch
 
 from ..prompts import read_jsonl
 from .suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
+from .suffix_options import SuffixCalibration, SuffixDrafting, SuffixGlobalCache
 from ..tree import DraftTree
 from .base import Artifact, ScoredDraft
 from ..checks import as_token_array, normalize_budgets
 
-_MIN_CACHE_BYTES = 64 * 1024
 _DOC_BYTES_PER_TOKEN = 4  # documents are kept as int32 arrays for rebuilds
 _MAX_BYTES_PER_TOKEN = 256  # generous bound on automaton + document bytes per indexed token
 
@@ -144,103 +144,40 @@ class SuffixProposer:
 
     Args:
         vocab_size: token ids must lie in ``[0, vocab_size)``.
-        min_match_len: a cache whose current match is shorter than this drafts nothing (>= 1).
-        min_prob: nodes with estimated acceptance below this are not drafted.
-        max_depth: hard cap on draft depth; depth is also capped at ``ceil(depth_factor * match
-            length)`` (``depth_factor <= 0`` disables that cap).
-        use_global: consult and fill the global cache; ``freeze_global``: stop filling it from ended
-            requests (``warm`` still adds), so seeded runs draft alike; ``index_prompts``: index prompts too.
-        global_cache_bytes: cap per tenant partition; ``max_partitions`` (LRU) bounds the partitions.
-        share_across_tenants: one partition for all tenants (acceptance timing then leaks across them).
-        combine: ``"longest"`` (the cache with the longer match drafts alone; ties go to the request
-            cache) or ``"pool"`` (counts of both caches added).
-        count_prior, global_count_prior: pseudo-count added to every continuation total when the
-            request (or pooled) / global cache drafts: a continuation seen once reads
-            ``1 / (1 + prior)``. Default 0 (plain frequencies).
-        calibrate: ``"online"`` scales each conditional by how its cell (cache, match length,
-            evidence, share) fared on committed tokens (frequencies ignore match length); ``"frozen"``
-            reads the table without updating; ``"off"``: raw. None: ``"frozen"`` under
-            ``freeze_global``, else ``"online"``.
-        calibration_prior: pseudo-observations behind each cell's ratio (> 0).
+        drafting: how trees are grown (:class:`~specdec.proposers.suffix_options.SuffixDrafting`).
+        cache: the global cache (:class:`~specdec.proposers.suffix_options.SuffixGlobalCache`).
+        calibration: the match calibration's mode and prior
+            (:class:`~specdec.proposers.suffix_options.SuffixCalibration`); kept as :attr:`calibration`
+            with its mode resolved. The live table is :attr:`match_calibration`.
 
     Raises:
-        ValueError: for out-of-range arguments.
+        ValueError: a bad ``vocab_size``; TypeError: an option of the wrong class.
     """
 
     requires_target_hidden = False
 
-    def __init__(
-        self,
-        vocab_size: int,
-        *,
-        min_match_len: int = 1,
-        min_prob: float = 0.05,
-        max_depth: int = 32,
-        depth_factor: float = 4.0,
-        use_global: bool = True,
-        freeze_global: bool = False,
-        global_cache_bytes: int = 256 << 20,
-        max_partitions: int = 64,
-        index_prompts: bool = False,
-        share_across_tenants: bool = False,
-        rematch_window: int = 1024,
-        combine: str = "longest",
-        count_prior: float = 0.0,
-        global_count_prior: float = 0.0,
-        calibrate: str | None = None,
-        calibration_prior: float = 4.0,
-    ):
+    def __init__(self, vocab_size: int, *, drafting: SuffixDrafting = SuffixDrafting(),
+                 cache: SuffixGlobalCache = SuffixGlobalCache(), calibration: SuffixCalibration = SuffixCalibration()):
         if not isinstance(vocab_size, int) or not 1 <= vocab_size < 2**31:
             raise ValueError(f"vocab_size must be an int in [1, 2^31), got {vocab_size!r}")
-        if min_match_len < 1:
-            raise ValueError(f"min_match_len must be >= 1, got {min_match_len}")
-        if not 0.0 <= min_prob <= 1.0:
-            raise ValueError(f"min_prob must be in [0, 1], got {min_prob}")
-        if max_depth < 0:
-            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
-        if global_cache_bytes < _MIN_CACHE_BYTES:
-            raise ValueError(f"global_cache_bytes must be >= {_MIN_CACHE_BYTES}, got {global_cache_bytes}")
-        if max_partitions < 1:
-            raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
-        if rematch_window < 1:
-            raise ValueError(f"rematch_window must be >= 1, got {rematch_window}")
-        if combine not in ("longest", "pool"):
-            raise ValueError(f"combine must be 'longest' or 'pool', got {combine!r}")
-        for name, value in (("count_prior", count_prior), ("global_count_prior", global_count_prior)):
-            if not 0.0 <= value < float("inf"):
-                raise ValueError(f"{name} must be finite and >= 0, got {value}")
-        if calibrate is None:
-            calibrate = "frozen" if freeze_global else "online"
-        if calibrate not in ("online", "frozen", "off"):
-            raise ValueError(f"calibrate must be 'online', 'frozen', 'off' or None, got {calibrate!r}")
-        if not 0.0 < calibration_prior < float("inf"):
-            raise ValueError(f"calibration_prior must be finite and > 0, got {calibration_prior}")
+        for name, value, cls in (("drafting", drafting, SuffixDrafting), ("cache", cache, SuffixGlobalCache),
+                                 ("calibration", calibration, SuffixCalibration)):
+            if not isinstance(value, cls):
+                raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
         self.vocab_size = vocab_size
-        self.calibrate = calibrate
-        self.calibration = MatchCalibration(float(calibration_prior))
-        self.min_match_len = int(min_match_len)
-        self.min_prob = float(min_prob)
-        self.max_depth = int(max_depth)
-        self.depth_factor = float(depth_factor)
-        self.use_global = bool(use_global)
-        self.freeze_global = bool(freeze_global)
-        self.global_cache_bytes = int(global_cache_bytes)
-        self.max_partitions = int(max_partitions)
-        self.index_prompts = bool(index_prompts)
-        self.share_across_tenants = bool(share_across_tenants)
-        self.rematch_window = int(rematch_window)
-        self.combine = combine
-        self.count_prior = float(count_prior)
-        self.global_count_prior = float(global_count_prior)
+        self.drafting = drafting
+        self.cache = cache
+        self.calibration = calibration.resolved(cache)
+        self.match_calibration = MatchCalibration(self.calibration.prior)
         self._requests: dict[Hashable, _Request] = {}
         self._partitions: OrderedDict[Hashable, _Partition] = OrderedDict()
         self._stamps = itertools.count()
         self.artifact = Artifact(
             name="suffix",
             bound_to="nothing",
-            details={"global_cache_bytes": self.global_cache_bytes, "share_across_tenants": self.share_across_tenants,
-                     "combine": combine, "count_prior": self.count_prior,
-                     "global_count_prior": self.global_count_prior, "calibrate": calibrate},
+            details={"global_cache_bytes": cache.global_cache_bytes, "share_across_tenants": cache.share_across_tenants,
+                     "combine": drafting.combine, "count_prior": drafting.count_prior,
+                     "global_count_prior": drafting.global_count_prior, "calibrate": self.calibration.mode},
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -261,11 +198,11 @@ class SuffixProposer:
         req = self._get(req_id)
         ids = as_token_array(accepted_ids, self.vocab_size, "accepted_ids")
         if req.drafted_at == req.n and ids.size:
-            self.calibration.observe(*req.last, ids)
+            self.match_calibration.observe(*req.last, ids)
             req.drafted_at = -1
         req.sam.extend(ids)
         req.append(ids)
-        part = self._partitions.get(req.partition) if self.use_global else None
+        part = self._partitions.get(req.partition) if self.cache.use_global else None
         if part is not None and req.g_generation == part.generation:
             req.g_len, req.g_state = part.sam.advance(req.g_len, req.g_state, ids)
 
@@ -273,12 +210,7 @@ class SuffixProposer:
         """Close ``req_id``; its response (and prompt if ``index_prompts``) joins its tenant's cache."""
         req = self._get(req_id)
         del self._requests[req_id]
-        if not self.use_global or self.freeze_global:
-            return
-        start = 0 if self.index_prompts else req.prompt_len
-        doc = np.array(req.buf[start : req.n], dtype=np.int32)
-        if doc.size:
-            self._partition(req.partition, create=True).add(doc)
+        self._file_ended(req.buf[: req.n], req.prompt_len, req.partition)
 
     def warm(self, documents, *, tenant: Hashable | None = None) -> int:
         """Index past responses into ``tenant``'s global cache, as if their requests had ended
@@ -288,7 +220,7 @@ class SuffixProposer:
         Raises:
             ValueError: ``use_global=False``, or a document with ids outside the vocabulary.
         """
-        if not self.use_global:
+        if not self.cache.use_global:
             raise ValueError("warm() fills the global cache, but this proposer has use_global=False")
         part = self._partition(self._partition_key(tenant), create=True)
         indexed = 0
@@ -328,33 +260,33 @@ class SuffixProposer:
     def _sources(self, req: _Request) -> dict[str, tuple]:
         sources = {}  # cache name -> (automaton, match length, match state); the request's first
         length, state = req.sam.repeat_match()
-        if length >= self.min_match_len:
+        if length >= self.drafting.min_match_len:
             sources["request"] = (req.sam, length, state)
-        part = self._partitions.get(req.partition) if self.use_global else None
+        part = self._partitions.get(req.partition) if self.cache.use_global else None
         if part is not None:
             if req.g_generation != part.generation:
-                window = req.buf[max(0, req.n - self.rematch_window) : req.n]
+                window = req.buf[max(0, req.n - self.drafting.rematch_window) : req.n]
                 req.g_len, req.g_state = part.sam.longest_match(window)
                 req.g_generation = part.generation
-            if req.g_len >= self.min_match_len:
+            if req.g_len >= self.drafting.min_match_len:
                 sources["global"] = (part.sam, req.g_len, req.g_state)
         return sources
 
     def _draft(self, req: _Request, budget: int):
         """(tokens int64[n], parents int32[n], probs float32[n], source) for one request; source
         names the cache(s) drafted from: ``"request"``, ``"global"``, ``"pooled"`` or ``""``."""
+        rules, mode = self.drafting, self.calibration.mode
         sources = self._sources(req)
-        if self.combine == "longest" and len(sources) > 1:
+        if rules.combine == "longest" and len(sources) > 1:
             best = max(sources, key=lambda name: sources[name][1])  # first maximum: the request on ties
             sources = {best: sources[best]}
         source = "pooled" if len(sources) > 1 else next(iter(sources), "")
-        prior = self.global_count_prior if source == "global" else self.count_prior
-        calibration = None if self.calibrate == "off" else self.calibration
+        prior = rules.global_count_prior if source == "global" else rules.count_prior
         toks, parents, probs, cells, raws, _ = build_suffix_draft(
-            list(sources.values()), budget, self.min_match_len, self.min_prob, self.max_depth, self.depth_factor, prior,
-            calibration, source or "request", True,
+            list(sources.values()), budget, rules.min_match_len, rules.min_prob, rules.max_depth, rules.depth_factor,
+            prior, None if mode == "off" else self.match_calibration, source or "request", True,
         )
-        if self.calibrate == "online":  # scored against the next commit
+        if mode == "online":  # scored against the next commit
             req.last, req.drafted_at = (toks, parents, cells, raws), req.n
         return toks, parents, probs, source
 
@@ -392,16 +324,31 @@ class SuffixProposer:
     def shared_cache(self, tenant: Hashable | None = None):
         """``(automaton, generation)`` of ``tenant``'s global cache, or None (off, or empty);
         ``generation`` changes when a rebuild replaces the automaton (a held match must be redone)."""
-        if not self.use_global:
+        if not self.cache.use_global:
             return None
         part = self._partitions.get(self._partition_key(tenant))
         return None if part is None else (part.sam, part.generation)
 
-    def index_document(self, tokens, tenant: Hashable | None = None) -> None:
-        """Add one finished document (int token ids) to ``tenant``'s global cache; a no-op when it is off."""
-        doc = as_token_array(tokens, self.vocab_size, "document")
-        if self.use_global and doc.size:
-            self._partition(self._partition_key(tenant), create=True).add(doc)
+    @property
+    def keeps_ended(self) -> bool:
+        """Whether ended requests join the global cache (it is on and not frozen)."""
+        return self.cache.use_global and not self.cache.freeze_global
+
+    def index_ended(self, tokens, prompt_len: int, tenant: Hashable | None = None) -> None:
+        """File an ended request's ``tokens`` (int ids, its ``prompt_len`` prompt tokens first) in
+        ``tenant``'s global cache as :meth:`end` does: nothing when the cache is off or frozen, the
+        prompt only under ``index_prompts``."""
+        if not 0 <= prompt_len <= len(tokens):
+            raise ValueError(f"prompt_len must be in [0, {len(tokens)}], got {prompt_len}")
+        self._file_ended(as_token_array(tokens, self.vocab_size, "tokens"), prompt_len, self._partition_key(tenant))
+
+    def global_documents(self, tenant: Hashable | None = None) -> list[np.ndarray]:
+        """The documents ``tenant``'s global cache holds now, oldest first (read-only int32 views)."""
+        part = self._partitions.get(self._partition_key(tenant))
+        views = [] if part is None else [d.view() for d in part.docs]
+        for v in views:
+            v.flags.writeable = False
+        return views
 
     # ------------------------------------------------------------------ internals
     def _get(self, req_id: Hashable) -> _Request:
@@ -410,8 +357,15 @@ class SuffixProposer:
         except KeyError:
             raise KeyError(f"unknown request {req_id!r}: call begin() first") from None
 
+    def _file_ended(self, tokens: np.ndarray, prompt_len: int, key: tuple) -> None:
+        if not self.keeps_ended:
+            return
+        doc = np.array(tokens[0 if self.cache.index_prompts else prompt_len :], dtype=np.int32)
+        if doc.size:
+            self._partition(key, create=True).add(doc)
+
     def _partition_key(self, tenant: Hashable | None) -> tuple:
-        if self.share_across_tenants:
+        if self.cache.share_across_tenants:
             return ("shared",)
         try:
             hash(tenant)
@@ -422,9 +376,9 @@ class SuffixProposer:
     def _partition(self, key: tuple, create: bool) -> _Partition | None:
         part = self._partitions.get(key)
         if part is None and create:
-            part = _Partition(self.vocab_size, self.global_cache_bytes, lambda: next(self._stamps))
+            part = _Partition(self.vocab_size, self.cache.global_cache_bytes, lambda: next(self._stamps))
             self._partitions[key] = part
-            while len(self._partitions) > self.max_partitions:
+            while len(self._partitions) > self.cache.max_partitions:
                 self._partitions.popitem(last=False)
         if part is not None:
             self._partitions.move_to_end(key)

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from .._ext import load
+from .suffix_options import SuffixCalibration, SuffixDrafting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,28 +42,36 @@ class RowTracking:
         return dataclasses.asdict(self)
 
 
+def native_settings(drafting: SuffixDrafting, calibration: SuffixCalibration) -> dict:
+    """The C++ ``SuffixRowBatch``'s drafting and calibration keyword arguments for these options
+    (``calibration.mode`` resolved, not None)."""
+    if calibration.mode is None:
+        raise ValueError("native_settings needs a resolved SuffixCalibration (mode not None)")
+    return dict(min_match_len=drafting.min_match_len, min_prob=drafting.min_prob, max_depth=drafting.max_depth,
+                depth_factor=drafting.depth_factor, count_prior=drafting.count_prior,
+                global_count_prior=drafting.global_count_prior, rematch_window=drafting.rematch_window,
+                combine_longest=drafting.combine == "longest", calibrate=calibration.mode != "off",
+                learn=calibration.mode == "online", calibration_prior=calibration.prior)
+
+
 class SuffixRowBatch:
     """A whole engine step's bookkeeping and drafting in one C++ call, under
-    :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (same trees; ended requests join the
-    proposer's global cache under the default tenant). Each drafted row gets the tree's best path
+    :class:`~specdec.proposers.suffix.SuffixProposer`'s rules (same trees; ended requests are filed
+    by its ``index_ended`` under the default tenant). Each drafted row gets the tree's best path
     (largest summed node probability), at most ``k`` tokens. Requests live here, not in the proposer's
-    table; the match calibration is the batch's own (:attr:`calibration`)."""
+    table; the match calibration table is the batch's own (:attr:`match_calibration`)."""
 
     def __init__(self, proposer, *, tree_budget: int, tracking: RowTracking):
         if not isinstance(tree_budget, int) or tree_budget < 0:
             raise ValueError(f"tree_budget must be an int >= 0, got {tree_budget!r}")
         if not isinstance(tracking, RowTracking):
             raise TypeError(f"tracking must be a RowTracking, got {type(tracking).__name__}")
-        p = proposer
-        self.proposer = p
+        self.proposer = proposer
         self.tree_budget = tree_budget
         self.tracking = tracking
-        self._batch = load().SuffixRowBatch(
-            p.vocab_size, tree_budget=tree_budget, min_match_len=p.min_match_len, min_prob=p.min_prob,
-            max_depth=p.max_depth, depth_factor=p.depth_factor, count_prior=p.count_prior,
-            global_count_prior=p.global_count_prior, rematch_window=p.rematch_window,
-            combine_longest=p.combine == "longest", calibrate=p.calibrate != "off", learn=p.calibrate == "online",
-            calibration_prior=p.calibration.prior_weight, **tracking.kwargs())
+        self._batch = load().SuffixRowBatch(proposer.vocab_size, tree_budget=tree_budget,
+                                            **native_settings(proposer.drafting, proposer.calibration),
+                                            **tracking.kwargs())
 
     def step(self, token_ids: np.ndarray, num_tokens: np.ndarray, num_sampled: np.ndarray, k: int,
              min_prob: float = 0.0, *, max_unseen: int = 0, now: float = 0.0, strict: bool = True):
@@ -77,10 +86,9 @@ class SuffixRowBatch:
         out = self._batch.step(token_ids, num_tokens, num_sampled, int(k), None if shared is None else shared[0],
                                -1 if shared is None else shared[1], float(min_prob), int(max_unseen), float(now),
                                bool(strict))
-        if self.proposer.use_global:
+        if self.proposer.keeps_ended:
             for rid in self._batch.ended():
-                tokens, prompt_len = self._batch.request(rid)
-                self.proposer.index_document(tokens[0 if self.proposer.index_prompts else prompt_len:])
+                self.proposer.index_ended(*self._batch.request(rid))
         return out
 
     def events(self):
@@ -103,8 +111,8 @@ class SuffixRowBatch:
         return self._batch.parked_tokens
 
     @property
-    def calibration(self):
-        """The batch's :class:`MatchCalibration` (live)."""
+    def match_calibration(self):
+        """The batch's :class:`MatchCalibration` table (live)."""
         return self._batch.calibration
 
     def memory_bytes(self) -> int:

@@ -15,6 +15,7 @@ from specdec.engine.decoder import SpeculativeDecoder
 from specdec.sampling.params import SamplingParams
 from specdec.models import tiny_model
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixDrafting
 
 PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5], [8, 9], [10, 11, 12, 13, 14, 15, 16, 10, 11]]
 NEW = 24
@@ -88,8 +89,8 @@ def test_random_trees_are_exact(model, reference, batch):
 
 
 def test_suffix_proposer_is_exact(model, reference):
-    dec = SpeculativeDecoder(model, SuffixProposer(64, min_match_len=1, min_prob=0.0), max_budget=16,
-                             cost_model=cheap_cost())
+    dec = SpeculativeDecoder(model, SuffixProposer(64, drafting=SuffixDrafting(min_match_len=1, min_prob=0.0)),
+                             max_budget=16, cost_model=cheap_cost())
     results = check_all(dec, reference, batch=True)
     assert sum(r.metrics.accepted for r in results) > 0
 
@@ -104,7 +105,7 @@ def test_each_requests_tenant_reaches_the_proposer(model, reference):
             seen[req_id] = tenant
             super().begin(req_id, prompt_ids, tenant=tenant, target_hidden=target_hidden)
 
-    prop = Recording(64, min_match_len=1, min_prob=0.0)
+    prop = Recording(64, drafting=SuffixDrafting(min_match_len=1, min_prob=0.0))
     dec = SpeculativeDecoder(model, prop, max_budget=16, cost_model=cheap_cost())
     dec.generate_batch(PROMPTS[:2], 4, stop_tokens=(), req_ids=["a", "b"], tenants=["t1", "t2"])
     dec.generate(PROMPTS[0], 4, stop_tokens=(), req_id="c")
@@ -443,7 +444,7 @@ def test_a_scored_proposer_is_shown_each_sized_tree_and_the_cost_curve(model, re
             self.commits += 1
             super().commit(req_id, accepted_ids, **kw)
 
-    dec = SpeculativeDecoder(model, Watching(64, min_match_len=1, min_prob=0.0), max_budget=16,
+    dec = SpeculativeDecoder(model, Watching(64, drafting=SuffixDrafting(min_match_len=1, min_prob=0.0)), max_budget=16,
                              cost_model=cheap_cost())
     res = dec.generate(PROMPTS[0], NEW, stop_tokens=())
     assert res.tokens == reference[0]

@@ -15,6 +15,7 @@ from specdec.engine.decoder import SpeculativeDecoder
 from specdec.control.sizer import VerifyCostModel
 from specdec.models import clean_generate, load_target
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixDrafting
 from specdec.verify.hf import HFTarget
 
 pytestmark = pytest.mark.slow
@@ -63,8 +64,8 @@ def test_greedy_equals_generate(gemma):
     cheap = VerifyCostModel([0, 64], [1.0, 1.2])  # verify most drafts: the point is exactness, not speed
     for mode in ("mask", "tree_op"):
         target = HFTarget(model, attention=mode)
-        dec = SpeculativeDecoder(target, SuffixProposer(target.vocab_size, min_match_len=1, min_prob=0.0),
-                                 max_budget=6, cost_model=cheap)
+        prop = SuffixProposer(target.vocab_size, drafting=SuffixDrafting(min_match_len=1, min_prob=0.0))
+        dec = SpeculativeDecoder(target, prop, max_budget=6, cost_model=cheap)
         results = dec.generate_batch(ps, NEW, stop_tokens=())
         assert [r.tokens for r in results] == refs, mode
         assert sum(r.metrics.accepted for r in results) > 0

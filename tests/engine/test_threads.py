@@ -9,6 +9,7 @@ from specdec import ReplayProposer
 from specdec.engine.decoder import SpeculativeDecoder
 from specdec.models import tiny_model
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixGlobalCache
 
 PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5], [8, 9, 8, 9], [10, 11, 12, 10, 11], [13, 14, 13, 14, 13]]
 
@@ -78,7 +79,7 @@ def test_frozen_runs_are_bit_reproducible_with_a_seed():
     from specdec.sampling.params import SamplingParams
 
     model = tiny_model("llama")
-    prop = SuffixProposer(64, freeze_global=True)
+    prop = SuffixProposer(64, cache=SuffixGlobalCache(freeze_global=True))
     prop.warm([PROMPTS[0] * 3, PROMPTS[2] * 3])
     dec = SpeculativeDecoder(model, prop, cost_model=VerifyCostModel([0, 1, 8], [1.0, 1.05, 1.3]), adapt=False)
     runs = [[r.tokens for r in dec.generate_batch(PROMPTS, 12, SamplingParams(temperature=1.0),

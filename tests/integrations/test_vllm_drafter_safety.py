@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specdec import SuffixProposer
+from specdec.proposers.suffix_options import SuffixGlobalCache
 from specdec.integrations.rows import NEW, RESUMED
 from specdec.integrations.vllm.drafter import PROMPT_EMBEDS_REFUSED, SuffixDrafter
 from specdec.integrations.vllm.gate import GatedDrafting
@@ -62,7 +63,7 @@ def test_the_global_cache_indexes_only_what_the_engine_generated(drafter_cls):
         engine.step(drafter)
     assert engine.continued > 20
     generated = [tuple(r.tokens[r.prompt_len:]) for r in engine.finished + engine.rows + engine.waiting]
-    docs = [tuple(d.tolist()) for part in drafter.proposer._partitions.values() for d in part.docs]
+    docs = [tuple(d.tolist()) for d in drafter.proposer.global_documents()]  # the row paths' default tenant
     assert len(docs) > 50
     def inside(doc, gen):
         return any(gen[i: i + len(doc)] == doc for i in range(len(gen) - len(doc) + 1))
@@ -75,7 +76,7 @@ def test_a_next_turn_is_a_new_request_and_a_resumed_drafts_count_as_unverified()
     """Tracker level: the row that holds a finished request's tokens plus a new turn is new (its prompt
     is everything before this step's sample); a request back from preemption reports no drafted tokens
     (vLLM cleared them), so they are never counted as rejected."""
-    batch = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=3)
+    batch = SuffixProposer(VOCAB, cache=SuffixGlobalCache(use_global=False)).row_batch(tree_budget=3)
     tok = np.zeros((2, 32), np.int32)
     first = [1, 2, 3, 4, 1, 2, 3]
     tok[0, :7] = first

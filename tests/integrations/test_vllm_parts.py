@@ -144,10 +144,12 @@ def test_global_cache_memory_flat_and_acceptance_steady_over_10k_requests():
     """10k requests of mixed lengths through the batched path with the global cache on: the cache stays
     under its cap through many rebuilds, and acceptance after rebuilds does not fall below the start."""
     from specdec import SuffixProposer
+    from specdec.proposers.suffix_options import SuffixDrafting, SuffixGlobalCache
     from specdec.proposers.suffix_rows import RowTracking
 
     vocab, cap = 500, 1 << 20
-    prop = SuffixProposer(vocab, use_global=True, global_cache_bytes=cap, max_depth=4)
+    prop = SuffixProposer(vocab, drafting=SuffixDrafting(max_depth=4),
+                          cache=SuffixGlobalCache(use_global=True, global_cache_bytes=cap))
     batch = prop.row_batch(tree_budget=8, tracking=RowTracking(park_steps=1, max_parked=0))
     rng = np.random.default_rng(0)
     phrases = [rng.integers(0, vocab, int(rng.integers(5, 30))).astype(np.int32) for _ in range(300)]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from specdec import SuffixProposer
+from specdec.proposers.suffix_options import SuffixGlobalCache
 from specdec.integrations.rows import RowSession
 from specdec.integrations.vllm.drafter import SuffixDrafter
 from specdec.proposers.suffix_rows import RowTracking
@@ -153,9 +154,9 @@ def test_batched_cpp_path_drafts_exactly_what_the_python_proposer_drafts(seed):
     assert fast.proposer.global_stats()["documents"] == slow.proposer.global_stats()["documents"] > 0
     assert fast.stats.accepted == slow.stats.accepted > 0
     # both paths learnt the same match-length calibration from the same commits
-    assert fast._fast.calibration.tested.sum() > 0
-    assert (fast._fast.calibration.tested == slow.proposer.calibration.tested).all()
-    assert np.allclose(fast._fast.calibration.ratios(), slow.proposer.calibration.ratios())
+    assert fast._fast.match_calibration.tested.sum() > 0
+    assert (fast._fast.match_calibration.tested == slow.proposer.match_calibration.tested).all()
+    assert np.allclose(fast._fast.match_calibration.ratios(), slow.proposer.match_calibration.ratios())
 
 
 def test_drafts_are_accepted_and_counted():
@@ -224,7 +225,7 @@ def test_sampled_drafts_are_refused():
 
 def test_bad_rows_are_refused_before_any_change():
     """Strict callers get the whole step refused, nothing changed; the drafter refuses a bad row alone."""
-    batch = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=3)
+    batch = SuffixProposer(VOCAB, cache=SuffixGlobalCache(use_global=False)).row_batch(tree_budget=3)
     tok = np.zeros((2, 8), np.int32)
     n = np.array([3, 2], np.int32)
     batch.step(tok, n, np.array([1, 0], np.int32), 3)
@@ -322,11 +323,11 @@ def test_chain_floor_cuts_chains_and_the_tracker_counts_what_was_sent():
     tok = np.zeros((1, 64), np.int32)
     tok[0, : len(row)] = row
     n, none = np.array([len(row)], np.int32), np.array([0], np.int32)
-    whole = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=16)
+    whole = SuffixProposer(VOCAB, cache=SuffixGlobalCache(use_global=False)).row_batch(tree_budget=16)
     whole.step(tok, n, none, 4)
     _, chain, probs = whole.step(tok, n, np.array([1], np.int32), 4)
     assert chain.tolist()[:2] == [8, 9] and probs[-1] < probs[0]
-    cut = SuffixProposer(VOCAB, use_global=False).row_batch(tree_budget=16)
+    cut = SuffixProposer(VOCAB, cache=SuffixGlobalCache(use_global=False)).row_batch(tree_budget=16)
     cut.step(tok, n, none, 4)
     bar = float(probs[-1]) + 1e-3
     _, short, short_probs = cut.step(tok, n, np.array([1], np.int32), 4, bar)

@@ -1,4 +1,4 @@
-"""Match-length calibration of suffix drafts (csrc/suffix/match_calibration.h, SuffixProposer(calibrate=...)).
+"""Match-length calibration of suffix drafts (csrc/suffix/match_calibration.h, SuffixCalibration(mode=...)).
 
 What must hold: cells bucket what they say; only nodes whose parent was accepted count as tested,
 each scored against the committed token at its depth; the calibrated conditional is the raw one
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixCalibration, SuffixGlobalCache
 from specdec.proposers.suffix_automaton import MatchCalibration, SuffixAutomaton, build_suffix_draft
 
 LB, EB, SB = MatchCalibration.length_buckets, MatchCalibration.evidence_buckets, MatchCalibration.share_buckets
@@ -87,8 +88,8 @@ def test_calibrated_conditionals_scale_the_raw_ones_and_reach_deeper_where_cells
 
 
 def test_proposer_learns_online_freezes_and_turns_off():
-    def run(**kw):
-        prop = SuffixProposer(20, use_global=False, **kw)
+    def run(mode=None):
+        prop = SuffixProposer(20, cache=SuffixGlobalCache(use_global=False), calibration=SuffixCalibration(mode))
         prop.begin(0, [1, 2, 3, 1, 2])
         for _ in range(30):
             (d,) = prop.propose_scored([0], 8)
@@ -97,21 +98,17 @@ def test_proposer_learns_online_freezes_and_turns_off():
         (d,) = prop.propose_scored([0], 8)
         return prop, d
     online, d_on = run()
-    frozen, d_fr = run(calibrate="frozen")
-    off, d_off = run(calibrate="off")
-    assert online.calibration.tested.sum() > 0 and frozen.calibration.tested.sum() == 0
-    assert off.calibration.tested.sum() == 0
+    frozen, d_fr = run("frozen")
+    off, d_off = run("off")
+    assert online.match_calibration.tested.sum() > 0 and frozen.match_calibration.tested.sum() == 0
+    assert off.match_calibration.tested.sum() == 0
     assert d_fr.node_probs.tolist() == d_off.node_probs.tolist()  # an empty table is the raw estimate
     assert d_on.expected_accepted < d_off.expected_accepted
-    assert SuffixProposer(20, freeze_global=True).calibrate == "frozen"
-    assert SuffixProposer(20).calibrate == "online"
-
-
-@pytest.mark.parametrize("kwargs, msg", [({"calibrate": "yes"}, "calibrate must be"),
-                                         ({"calibration_prior": 0.0}, "calibration_prior")])
-def test_bad_calibration_settings_are_refused(kwargs, msg):
-    with pytest.raises(ValueError, match=msg):
-        SuffixProposer(20, **kwargs)
+    assert SuffixProposer(20, cache=SuffixGlobalCache(freeze_global=True)).calibration.mode == "frozen"
+    assert SuffixProposer(20).calibration.mode == "online"
+    given = SuffixCalibration("off", prior=2.0)  # an explicit mode wins over the frozen cache's default
+    assert SuffixProposer(20, cache=SuffixGlobalCache(freeze_global=True), calibration=given).calibration is given
+    assert SuffixProposer(20, calibration=SuffixCalibration(prior=2.0)).match_calibration.prior_weight == 2.0
 
 
 def test_bad_calibration_input_is_refused():
@@ -171,7 +168,7 @@ def _replay(prop, docs):
 def test_calibration_finds_that_long_matches_are_reliable_and_short_ones_not():
     docs = list(_stream(np.random.default_rng(0), 60))
     warm, test = docs[:40], docs[40:]
-    on, off = SuffixProposer(400), SuffixProposer(400, calibrate="off")
+    on, off = SuffixProposer(400), SuffixProposer(400, calibration=SuffixCalibration(mode="off"))
     _replay(on, warm)
     _replay(off, warm)
     est_on, acc_on, dr_on = _replay(on, test)
@@ -180,8 +177,8 @@ def test_calibration_finds_that_long_matches_are_reliable_and_short_ones_not():
     assert est_on == pytest.approx(acc_on, rel=0.25)   # calibrated: close to what is accepted
     assert acc_on / dr_on > 1.3 * acc_off / dr_off     # fewer wasted nodes per accepted one
     assert acc_on > 0.9 * acc_off                      # at nearly the same acceptance
-    ratios = on.calibration.ratios()
+    ratios = on.match_calibration.ratios()
     short = cell_of(0, 0, 0, 0)                        # a single continuation after a 1-token match
     long = cell_of(0, 4, 0, 0)                         # the same after a 9-16-token match
-    assert on.calibration.tested[short] > 50 and on.calibration.tested[long] > 50
+    assert on.match_calibration.tested[short] > 50 and on.match_calibration.tested[long] > 50
     assert ratios[long] > 3 * ratios[short]

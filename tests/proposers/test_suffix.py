@@ -1,6 +1,8 @@
 """SuffixProposer: drafts vs brute-force continuation counts, global cache, tenancy, memory, bad input."""
 
+import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -10,9 +12,12 @@ from hypothesis import strategies as st
 
 from specdec.proposers.base import Proposer
 from specdec.proposers.suffix import SuffixProposer
+from specdec.proposers.suffix_options import SuffixCalibration, SuffixDrafting, SuffixGlobalCache
+from specdec.proposers.suffix_rows import RowTracking
 from specdec.tree import DraftTree
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NO_GLOBAL = SuffixGlobalCache(use_global=False)  # the request cache alone
 
 
 def occurs(text, pattern):
@@ -46,8 +51,9 @@ def assert_valid_tree(tree, vocab):
        min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.1, 0.3]), factor=st.sampled_from([1.0, 4.0]),
        prior=st.sampled_from([0.0, 1.0, 3.0]))
 def test_request_draft_matches_reference(text, budget, min_match, min_prob, factor, prior):
-    prop = SuffixProposer(4, min_match_len=min_match, min_prob=min_prob, max_depth=8, depth_factor=factor,
-                          use_global=False, count_prior=prior)
+    rules = SuffixDrafting(min_match_len=min_match, min_prob=min_prob, max_depth=8, depth_factor=factor,
+                           count_prior=prior)
+    prop = SuffixProposer(4, drafting=rules, cache=NO_GLOBAL)
     prop.begin("r", text)
     (scored,) = prop.propose_scored(["r"], budget)
     tree, probs = scored.tree, scored.node_probs.tolist()
@@ -117,8 +123,9 @@ def ref_root(context, docs, min_match, combine, prior=0.0, global_prior=0.0):
        context=st.lists(st.integers(0, 3), min_size=1, max_size=25), min_match=st.integers(1, 3),
        combine=st.sampled_from(["longest", "pool"]), priors=st.sampled_from([(0.0, 0.0), (1.0, 8.0), (2.0, 0.5)]))
 def test_root_probabilities_come_from_the_longest_match_or_pooled_counts(docs, context, min_match, combine, priors):
-    prop = SuffixProposer(4, min_match_len=min_match, min_prob=0.0, max_depth=1, combine=combine,
-                          count_prior=priors[0], global_count_prior=priors[1])
+    rules = SuffixDrafting(min_match_len=min_match, min_prob=0.0, max_depth=1, combine=combine,
+                           count_prior=priors[0], global_count_prior=priors[1])
+    prop = SuffixProposer(4, drafting=rules)
     for i, d in enumerate(docs):
         prop.begin(i, [3])
         prop.commit(i, d)
@@ -134,7 +141,7 @@ def test_root_probabilities_come_from_the_longest_match_or_pooled_counts(docs, c
 
 def test_automata_stay_consistent_under_random_traffic():
     rng = np.random.default_rng(5)
-    prop = SuffixProposer(8, global_cache_bytes=64 * 1024, max_partitions=3)
+    prop = SuffixProposer(8, cache=SuffixGlobalCache(global_cache_bytes=64 * 1024, max_partitions=3))
     live = {}
     for step in range(1500):
         action = rng.integers(3)
@@ -159,32 +166,32 @@ def test_automata_stay_consistent_under_random_traffic():
 
 
 def test_looping_text_drafts_beyond_one_period():
-    prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0, count_prior=0.0)
+    prop = SuffixProposer(50, drafting=SuffixDrafting(max_depth=10, depth_factor=2.0, count_prior=0.0), cache=NO_GLOBAL)
     prop.begin("r", [7, 8, 9] * 4)
     tree = prop.propose(["r"], 10)[0]
     assert tree.tokens.tolist() == [7, 8, 9, 7, 8, 9, 7, 8, 9, 7]
     # a pseudo-count of 0.5 discounts each single-occurrence step (2/3 each): still past one period
-    prop = SuffixProposer(50, use_global=False, max_depth=10, depth_factor=2.0, count_prior=0.5)
+    prop = SuffixProposer(50, drafting=SuffixDrafting(max_depth=10, depth_factor=2.0, count_prior=0.5), cache=NO_GLOBAL)
     prop.begin("r", [7, 8, 9] * 4)
     assert prop.propose(["r"], 10)[0].tokens.tolist() == [7, 8, 9, 7, 8, 9, 7]
     assert tree.is_chain
 
 
 def test_short_matches_draft_little_or_nothing():
-    prop = SuffixProposer(100, min_match_len=3, depth_factor=1.0, use_global=False)
+    prop = SuffixProposer(100, drafting=SuffixDrafting(min_match_len=3, depth_factor=1.0), cache=NO_GLOBAL)
     prop.begin("r", [1, 2, 50, 60, 1, 2])  # longest repeated suffix "1 2": below min_match_len
     assert prop.propose(["r"], 8)[0].num_nodes == 0
     prop.commit("r", [50])  # now "1 2 50" repeats: a 3-token match, so depth <= ceil(1.0 * 3)
     tree = prop.propose(["r"], 8)[0]
     assert tree.tokens.tolist() == [60, 1, 2]
-    prop2 = SuffixProposer(100, min_match_len=3, depth_factor=0.5, use_global=False)
+    prop2 = SuffixProposer(100, drafting=SuffixDrafting(min_match_len=3, depth_factor=0.5), cache=NO_GLOBAL)
     prop2.begin("r", [1, 2, 50, 60, 1, 2, 50])
     assert prop2.propose(["r"], 8)[0].tokens.tolist() == [60, 1]
 
 
 def test_global_cache_drafts_previous_responses_without_crossing_documents():
     # cache mechanics, with the plain frequency estimate (no pseudo-count) so drafts run to the end
-    prop = SuffixProposer(100, global_count_prior=0.0)
+    prop = SuffixProposer(100, drafting=SuffixDrafting(global_count_prior=0.0))
     prop.begin("a", [90, 91])
     prop.commit("a", [1, 2, 3, 4, 5])
     prop.end("a")
@@ -208,7 +215,8 @@ def test_global_cache_drafts_previous_responses_without_crossing_documents():
 
 def test_prompts_are_indexed_only_when_asked():
     for index_prompts, expect in [(False, 0), (True, 2)]:
-        prop = SuffixProposer(100, index_prompts=index_prompts, global_count_prior=0.0)
+        prop = SuffixProposer(100, drafting=SuffixDrafting(global_count_prior=0.0),
+                              cache=SuffixGlobalCache(index_prompts=index_prompts))
         prop.begin("a", [10, 11, 12, 13])
         prop.commit("a", [1])
         prop.end("a")
@@ -219,7 +227,8 @@ def test_prompts_are_indexed_only_when_asked():
 def test_tenants_are_isolated_unless_sharing_is_configured():
     response = [5, 6, 7, 8, 9]
     for share in (False, True):
-        prop = SuffixProposer(100, share_across_tenants=share, global_count_prior=0.0)
+        prop = SuffixProposer(100, drafting=SuffixDrafting(global_count_prior=0.0),
+                              cache=SuffixGlobalCache(share_across_tenants=share))
         prop.begin("a", [1], tenant="acme")
         prop.commit("a", response)
         prop.end("a")
@@ -235,7 +244,8 @@ def test_tenants_are_isolated_unless_sharing_is_configured():
 
 def test_global_memory_cap_is_honoured_and_recent_documents_survive():
     cap = 256 * 1024
-    prop = SuffixProposer(49152, global_cache_bytes=cap, global_count_prior=0.0)
+    prop = SuffixProposer(49152, drafting=SuffixDrafting(global_count_prior=0.0),
+                          cache=SuffixGlobalCache(global_cache_bytes=cap))
     rng = np.random.default_rng(0)
     last = None
     for i in range(200):
@@ -252,7 +262,8 @@ def test_global_memory_cap_is_honoured_and_recent_documents_survive():
 
 def test_oversized_document_keeps_its_tail_under_the_cap():
     cap = 128 * 1024
-    prop = SuffixProposer(49152, global_cache_bytes=cap, global_count_prior=0.0)
+    prop = SuffixProposer(49152, drafting=SuffixDrafting(global_count_prior=0.0),
+                          cache=SuffixGlobalCache(global_cache_bytes=cap))
     doc = np.random.default_rng(3).integers(0, 49152, size=100_000)
     prop.begin("big", [1])
     prop.commit("big", doc)
@@ -264,7 +275,7 @@ def test_oversized_document_keeps_its_tail_under_the_cap():
 
 
 def test_partitions_beyond_max_are_dropped_least_recent_first():
-    prop = SuffixProposer(100, max_partitions=2)
+    prop = SuffixProposer(100, cache=SuffixGlobalCache(max_partitions=2))
     for tenant in ("t1", "t2", "t3"):
         prop.begin(tenant, [1], tenant=tenant)
         prop.commit(tenant, [2, 3, 4])
@@ -303,7 +314,7 @@ def test_memory_is_flat_over_request_cycles(use_global):
     import sys
 
     cap = 1 << 20
-    prop = SuffixProposer(49152, use_global=use_global, global_cache_bytes=cap)
+    prop = SuffixProposer(49152, cache=SuffixGlobalCache(use_global=use_global, global_cache_bytes=cap))
     rng = np.random.default_rng(0)
     prompts = rng.integers(0, 49152, size=(64, 48)).astype(np.int32)
     outs = rng.integers(0, 49152, size=(64, 24)).astype(np.int32)
@@ -371,22 +382,52 @@ def test_bad_input_raises_clear_errors(call, exc, msg):
         call(prop)
 
 
-@pytest.mark.parametrize(
-    "kwargs,msg",
-    [
-        ({"min_match_len": 0}, "min_match_len"),
-        ({"min_prob": 1.5}, "min_prob"),
-        ({"max_depth": -1}, "max_depth"),
-        ({"global_cache_bytes": 10}, "global_cache_bytes"),
-        ({"max_partitions": 0}, "max_partitions"),
-        ({"combine": "sum"}, "combine must be 'longest' or 'pool'"),
-        ({"count_prior": -1.0}, "count_prior"),
-        ({"global_count_prior": float("inf")}, "global_count_prior must be finite"),
-    ],
-)
-def test_bad_configuration_is_refused(kwargs, msg):
-    with pytest.raises(ValueError, match=msg):
-        SuffixProposer(10, **kwargs)
+BAD_OPTIONS = [
+    (SuffixDrafting, "min_match_len", 0), (SuffixDrafting, "min_match_len", 1.5), (SuffixDrafting, "min_prob", 1.5),
+    (SuffixDrafting, "max_depth", -1), (SuffixDrafting, "max_depth", True), (SuffixDrafting, "depth_factor", "4"),
+    (SuffixDrafting, "combine", "sum"), (SuffixDrafting, "count_prior", -1.0),
+    (SuffixDrafting, "global_count_prior", float("inf")), (SuffixDrafting, "rematch_window", 0),
+    (SuffixGlobalCache, "use_global", "yes"), (SuffixGlobalCache, "freeze_global", 1),
+    (SuffixGlobalCache, "global_cache_bytes", 10), (SuffixGlobalCache, "max_partitions", 0),
+    (SuffixGlobalCache, "index_prompts", None), (SuffixGlobalCache, "share_across_tenants", "no"),
+    (SuffixCalibration, "mode", "yes"), (SuffixCalibration, "prior", 0.0), (SuffixCalibration, "prior", float("nan")),
+]
+
+
+@pytest.mark.parametrize("cls,field,bad", BAD_OPTIONS)
+def test_each_option_refuses_a_bad_value_naming_its_field(cls, field, bad):
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}\.{field} must be .*got {re.escape(repr(bad))}$"):
+        cls(**{field: bad})
+
+
+def test_every_option_field_has_a_refusal_case():
+    covered = {(cls, field) for cls, field, _ in BAD_OPTIONS}
+    for cls in (SuffixDrafting, SuffixGlobalCache, SuffixCalibration):
+        assert {(cls, f.name) for f in dataclasses.fields(cls)} <= covered, cls.__name__
+
+
+def test_options_default_to_the_documented_settings_and_store_plain_numbers():
+    prop = SuffixProposer(10)
+    assert dataclasses.asdict(prop.drafting) == dict(min_match_len=1, min_prob=0.05, max_depth=32, depth_factor=4.0,
+                                                     combine="longest", count_prior=0.0, global_count_prior=0.0,
+                                                     rematch_window=1024)
+    assert dataclasses.asdict(prop.cache) == dict(use_global=True, freeze_global=False, global_cache_bytes=256 << 20,
+                                                  max_partitions=64, index_prompts=False, share_across_tenants=False)
+    assert prop.calibration == SuffixCalibration("online", 4.0)
+    assert prop.artifact.details == {"global_cache_bytes": 256 << 20, "share_across_tenants": False,
+                                     "combine": "longest", "count_prior": 0.0, "global_count_prior": 0.0,
+                                     "calibrate": "online"}
+    rules = SuffixDrafting(max_depth=np.int64(4), count_prior=1)
+    assert type(rules.max_depth) is int and type(rules.count_prior) is float
+
+
+def test_options_of_the_wrong_class_and_the_old_keywords_are_refused():
+    with pytest.raises(TypeError, match="drafting must be a SuffixDrafting, got dict"):
+        SuffixProposer(10, drafting={"max_depth": 4})
+    with pytest.raises(TypeError, match="cache must be a SuffixGlobalCache, got SuffixDrafting"):
+        SuffixProposer(10, cache=SuffixDrafting())
+    with pytest.raises(TypeError, match="min_match_len"):
+        SuffixProposer(10, min_match_len=2)  # removed in 0.3: the settings live in the option objects
 
 
 def test_warm_equals_ending_requests_with_those_responses():
@@ -409,4 +450,40 @@ def test_warm_equals_ending_requests_with_those_responses():
     with pytest.raises(ValueError, match=r"documents\[1\] contains token id 100"):
         other.warm([[1], [100]])
     with pytest.raises(ValueError, match="use_global=False"):
-        SuffixProposer(100, use_global=False).warm([[1]])
+        SuffixProposer(100, cache=NO_GLOBAL).warm([[1]])
+
+
+@pytest.mark.parametrize("cache", [SuffixGlobalCache(), SuffixGlobalCache(index_prompts=True),
+                                   SuffixGlobalCache(freeze_global=True), NO_GLOBAL])
+def test_ended_requests_are_filed_by_one_rule_on_both_paths(cache):
+    """end(), index_ended() and the row batch file the same document (the response, the prompt too
+    under index_prompts) and nothing when the cache is off or frozen."""
+    text = [1, 2, 3, 4, 5, 6, 7, 8]
+    want = [] if not cache.use_global or cache.freeze_global else [text[0 if cache.index_prompts else 3:]]
+    ended, filed, rows = (SuffixProposer(20, cache=cache) for _ in range(3))
+    ended.begin(0, [1, 2, 3])
+    ended.commit(0, [4, 5, 6, 7, 8])
+    ended.end(0)
+    filed.index_ended(np.array([1, 2, 3, 4, 5, 6, 7, 8]), 3)
+    batch = rows.row_batch(tree_budget=4, tracking=RowTracking(park_steps=1, max_parked=0))
+    tok = np.zeros((1, 16), np.int32)
+    tok[0, :8] = [1, 2, 3, 4, 5, 6, 7, 8]
+    batch.step(tok, np.array([3], np.int32), np.array([0], np.int32), 4)  # prompt 1 2 3
+    for n in range(4, 9):
+        batch.step(tok, np.array([n], np.int32), np.array([1], np.int32), 4)
+    batch.step(np.zeros((0, 1), np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32), 4)  # it leaves
+    for prop in (ended, filed, rows):
+        assert [d.tolist() for d in prop.global_documents()] == want
+    assert ended.keeps_ended == bool(want)
+
+
+def test_index_ended_and_global_documents_refuse_misuse():
+    prop = SuffixProposer(20)
+    with pytest.raises(ValueError, match=r"prompt_len must be in \[0, 2\], got 3"):
+        prop.index_ended([1, 2], 3)
+    with pytest.raises(ValueError, match="token id 20"):
+        prop.index_ended([1, 20], 1)
+    prop.index_ended([1, 2, 3], 1, tenant="acme")
+    assert prop.global_documents() == [] and [d.tolist() for d in prop.global_documents("acme")] == [[2, 3]]
+    with pytest.raises(ValueError, match="read-only"):
+        prop.global_documents("acme")[0][0] = 7

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...proposers.suffix import SuffixProposer
+from ...proposers.suffix_options import SuffixDrafting, SuffixGlobalCache
 from ..rows import CONTINUED, REFUSED, RowSession
 from ...proposers.suffix_rows import RowTracking
 
@@ -108,9 +109,10 @@ class SuffixDrafter:
         tracking = RowTracking(park_steps=opts.park_steps, max_parked=opts.max_parked,
                                max_parked_tokens=opts.max_parked_tokens, park_seconds=opts.park_seconds)
         if opts.proposer in ("suffix", "suffix-python"):
-            self.proposer = SuffixProposer(self.vocab_size, min_match_len=opts.min_match_len, min_prob=opts.min_prob,
-                                           max_depth=depth, use_global=opts.use_global,
-                                           global_cache_bytes=opts.global_cache_bytes)
+            self.proposer = SuffixProposer(
+                self.vocab_size,
+                drafting=SuffixDrafting(min_match_len=opts.min_match_len, min_prob=opts.min_prob, max_depth=depth),
+                cache=SuffixGlobalCache(use_global=opts.use_global, global_cache_bytes=opts.global_cache_bytes))
         else:
             self.proposer = _load_factory(opts.proposer)(self.vocab_size)
         if opts.proposer == "suffix":
