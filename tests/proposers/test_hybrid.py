@@ -8,6 +8,7 @@ from hybrid_fixtures import FixedDraft
 from specdec import Artifact, SpeculativeDecoder
 from specdec.artifacts import Manifest, save_artifact, target_fingerprint
 from specdec.cli.args import proposer_spec as check_spec
+from specdec.control.sizer import VerifyCostModel
 from specdec.models import tiny_model
 from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle3_layer import Eagle3Config, Eagle3Layer
@@ -16,6 +17,7 @@ from specdec.proposers.suffix import SuffixProposer
 from specdec.proposers.registry import make_proposer
 
 LAYERS = (1, 3, 5)
+CHEAP_VERIFY = VerifyCostModel([0, 8, 64], [1.0, 1.05, 1.5])
 
 
 def _eagle(target, seed=0):
@@ -66,7 +68,8 @@ def test_hybrid_greedy_decoding_equals_plain_on_repetitive_and_plain_prompts():
         plain = SpeculativeDecoder(target).generate(prompt, 30).tokens
         for budget in (6, "auto"):
             hyb = HybridProposer(SuffixProposer(64), _eagle(target, 1))
-            dec = SpeculativeDecoder(target, hyb, budget=budget, max_budget=8)
+            # "auto" sizes from a fixed cheap verify curve: a timed one made the test depend on the machine's load
+            dec = SpeculativeDecoder(target, hyb, budget=budget, max_budget=8, cost_model=CHEAP_VERIFY)
             assert dec.target.hidden_layers == LAYERS
             counts = _count_verified_model_nodes(dec, hyb)
             out = dec.generate(prompt, 30)
