@@ -23,7 +23,7 @@ from specdec.conformance.audit.adapters.specdec_decoder import SpecdecEngine
 from specdec.conformance.audit.fixtures import audit_prompts, audit_target
 from specdec.conformance.audit.broken_engines import FLAGGED_BY, MUTANTS
 from specdec.conformance.audit.honest_engine import ReferenceEngine
-from specdec.conformance.audit.report import markdown, to_json, write_report
+from specdec.conformance.audit.report import markdown, matrix, to_json, write_report
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LENGTH = 5
@@ -61,6 +61,8 @@ def test_every_mutant_engine_is_flagged(model, prompts, tables, name):
     assert (case.verdict.verdict, case.verdict.scope) == ("biased", "speculation"), markdown([report])
     assert min(t.p_value for t in case.two_sample + case.spec_tests) < config.per_test_alpha / 10  # not borderline
     assert min(t.p_value for t in case.plain_tests) > config.per_test_alpha  # the plain arm is honest
+    row = matrix([report]).splitlines()[2]
+    assert row.startswith(f"| {report.engine['engine']}/{report.engine['method']} |") and "| BIASED |" in row
 
 
 def test_specdec_decoder_is_exact_and_refuses_what_it_cannot_run(model, prompts, tables):

@@ -47,9 +47,23 @@ HEADER = ("| engine | method | setting | verdict | min p: speculative / plain / 
           "|---|---|---|---|---|---|---|---|---|")
 
 
+_SHORT = {"exact": "exact", "biased": "BIASED", "refused": "refused", "error": "ERROR", "inconclusive": "?"}
+
+
+def matrix(reports: Sequence[AuditReport]) -> str:
+    """One row per engine/method, one column per setting, each cell the case's verdict (``?``: inconclusive)."""
+    settings = list(dict.fromkeys(c.setting for r in reports for c in r.cases))
+    lines = ["| engine/method | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
+    for r in reports:
+        cells = {c.setting: _SHORT.get(c.verdict.verdict, c.verdict.verdict) for c in r.cases}
+        lines.append(f"| {r.engine.get('engine', '?')}/{r.engine.get('method', '?')} | "
+                     + " | ".join(cells.get(s, "") for s in settings) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(reports: Sequence[AuditReport]) -> str:
-    """The verdict table of one or more audits, then each audit's settings and parameters."""
-    lines = [HEADER]
+    """The verdict matrix, the table of every case, then each audit's settings and parameters."""
+    lines = [matrix(reports), HEADER]
     for r in reports:
         lines += [case_row(r, c) for c in r.cases]
     for r in reports:
