@@ -141,3 +141,14 @@ def test_llvmlite_is_hidden_only_inside_the_block(monkeypatch):
     with without_llvmlite():
         assert "llvmlite.binding.ffi" not in sys.modules
     assert sys.modules["llvmlite.binding.ffi"] is fake
+
+
+def test_llamacpp_stop_criterion_ignores_the_prompt_and_ends_after_the_stop_token():
+    """llama-cpp-python hands the criterion the ids evaluated so far: the prompt on the first step. A prompt
+    ending in a stop token must not end the request (the bug behind a 0.38-TV 'biased (engine)' stop case)."""
+    from specdec.conformance.audit.adapters.llamacpp_worker import stop_after
+
+    crit = stop_after(3, {3})
+    assert not crit([5, 6, 3], None)  # the prompt's last token is a stop token: generation goes on
+    assert not crit([5, 6, 3, 4], None)
+    assert crit([5, 6, 3, 4, 3], None)  # an emitted stop token: what follows it is never yielded

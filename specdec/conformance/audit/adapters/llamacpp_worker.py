@@ -62,6 +62,16 @@ def _processor(s: dict, vocab: int):
     return apply
 
 
+def stop_after(prompt_len: int, stops: set[int]):
+    """llama-cpp-python's stopping criterion: True once an emitted token is in ``stops``.
+
+    ``generate`` calls it with the evaluated ids, which end with the token emitted one step earlier
+    (on the first step, the prompt's last token), and ends without yielding the token just sampled:
+    so a stop token is emitted, then generation ends; a prompt that ends in a stop token stops nothing.
+    """
+    return lambda ids, logits: len(ids) > prompt_len and int(ids[-1]) in stops
+
+
 def _request(llm, recorder, prompt, s: dict, seed: int) -> tuple[list[int], int, int]:
     from llama_cpp import LogitsProcessorList, StoppingCriteriaList
 
@@ -75,8 +85,7 @@ def _request(llm, recorder, prompt, s: dict, seed: int) -> tuple[list[int], int,
                        temp=s["temperature"], repeat_penalty=s["repetition_penalty"],
                        frequency_penalty=s["frequency_penalty"], presence_penalty=s["presence_penalty"],
                        logits_processor=LogitsProcessorList([proc]) if proc else None,
-                       stopping_criteria=StoppingCriteriaList([lambda ids, logits: len(ids) > 0 and
-                                                               int(ids[-1]) in stops]) if stops else None)
+                       stopping_criteria=StoppingCriteriaList([stop_after(len(prompt), stops)]) if stops else None)
     for tok in gen:
         out.append(int(tok))
         if len(out) >= s["max_tokens"]:
