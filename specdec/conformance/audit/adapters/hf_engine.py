@@ -107,6 +107,7 @@ class HFEngine:
             else:
                 kw["custom_generate"] = _specdec_generate()
                 kw["proposer"] = "suffix"
+                kw["budget"] = self.k  # fixed, like the other methods' k: "auto" would time a cost curve per call
         return kw
 
     def _cut(self, tokens: list[int], s: Sampling) -> list[int]:
