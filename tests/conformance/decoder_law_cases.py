@@ -1,6 +1,6 @@
 """Scenarios of the end-to-end decoder law test: one per proposer family, sampling setting and mutant.
 
-``tests/conformance/test_decoder_law.py`` runs them; ``python tests/conformance/decoder_law_cases.py``
+``tests/conformance/test_decoder_law.py`` runs them; ``python -m tests.conformance.decoder_law_cases``
 prints the tables of docs/exactness.md: every case and mutant with its p-values; ``--old`` runs the mutants against the
 old, nearly bigram ``specdec.models.tiny_model`` instead; ``--power`` runs every mutant on every
 exact case (the power of each case's own test).
