@@ -47,53 +47,43 @@ def calibrate(
     import torch
     from transformers import DynamicCache
 
-    batches, tokens, contexts, prefills = _check_grid("calibrate", batches, tokens, contexts, prefills, repeats)
+    grid = _check_grid("calibrate", batches, tokens, contexts, prefills, repeats)
     vocab = int(model.config.vocab_size)
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(0)
-    total = len(batches) * len(contexts) * len(tokens) + len(prefills)
-    done = 0
-    samples: list[Sample] = []
     # transformers >= 5.2x names the cache argument ``cache``; older versions ``past_key_values``
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    def timed(fn) -> float:
-        return _fastest(fn, repeats, device)
+    def at_context(B: int, C: int):
+        cache = DynamicCache()
+        ids = torch.randint(vocab, (B, C), generator=gen).to(device)
+        model(input_ids=ids, use_cache=True, **{cache_kw: cache})
+
+        def at_tokens(n: int) -> float:
+            new = torch.randint(vocab, (B, n), generator=gen).to(device)
+            pos = torch.arange(C, C + n, device=device).expand(B, n)
+
+            def step():
+                model(input_ids=new, position_ids=pos, use_cache=True, **{cache_kw: cache})
+                cache.crop(C - cache.get_seq_length())  # negative: tokens to drop
+
+            step()  # warm-up (allocator, kernels) at this shape
+            return _fastest(step, repeats, device)
+
+        return at_tokens
+
+    def at_prefill(P: int) -> float:
+        ids = torch.randint(vocab, (1, P), generator=gen).to(device)
+        return _fastest(lambda: model(input_ids=ids, use_cache=True), repeats, device)
 
     with torch.inference_mode():
-        for B in batches:
-            for C in contexts:
-                cache = DynamicCache()
-                ids = torch.randint(vocab, (B, C), generator=gen).to(device)
-                model(input_ids=ids, use_cache=True, **{cache_kw: cache})
-                for n in tokens:
-                    new = torch.randint(vocab, (B, n), generator=gen).to(device)
-                    pos = torch.arange(C, C + n, device=device).expand(B, n)
-
-                    def step():
-                        model(input_ids=new, position_ids=pos, use_cache=True, **{cache_kw: cache})
-                        cache.crop(C - cache.get_seq_length())  # negative: tokens to drop
-
-                    step()  # warm-up (allocator, kernels) at this shape
-                    samples.append(Sample(B, n, C, timed(step)))
-                    done += 1
-                    if progress:
-                        progress(done, total)
-        for P in prefills:
-            ids = torch.randint(vocab, (1, P), generator=gen).to(device)
-            samples.append(Sample(1, P, 0, timed(lambda: model(input_ids=ids, use_cache=True))))
-            done += 1
-            if progress:
-                progress(done, total)
+        samples = _sweep(*grid, at_context, at_prefill, progress)
     info = {
         "model": getattr(model.config, "name_or_path", "") or type(model).__name__,
         "dtype": str(next(model.parameters()).dtype),
         "device": str(device),
-        "threads": torch.get_num_threads(),
-        "repeats": repeats,
     }
-    info.update(meta or {})
-    return StepCostModel.fit(samples, info)
+    return _fit(samples, info, repeats, meta)
 
 
 def calibrate_engine(
@@ -118,49 +108,73 @@ def calibrate_engine(
 
     if not isinstance(target, HFTarget):
         target = HFTarget(target)
-    batches, tokens, contexts, prefills = _check_grid("calibrate_engine", batches, tokens, contexts, prefills, repeats)
+    grid = _check_grid("calibrate_engine", batches, tokens, contexts, prefills, repeats)
     gen = torch.Generator().manual_seed(0)
     vocab = target.vocab_size
-    total = len(batches) * len(contexts) * len(tokens) + len(prefills)
-    done = 0
-    samples: list[Sample] = []
 
     def timed(fn) -> float:
         fn()  # warm-up at this shape
         return _fastest(fn, repeats, target.device)
 
-    for B in batches:
-        for C in contexts:
-            lens = [C - (b * (3 * C // 4)) // max(1, B - 1) for b in range(B)]
-            prompts = [torch.randint(vocab, (max(1, L),), generator=gen).tolist() for L in lens]
-            state, _, _ = target.prefill(prompts)
-            target.set_pending(state, [0] * B)
-            for n in tokens:
-                chain = torch.randint(vocab, (n - 1,), generator=gen)
-                trees = [DraftTree.chain(chain, vocab_size=vocab) if n > 1 else DraftTree.empty(vocab_size=vocab)] * B
+    def at_context(B: int, C: int):
+        lens = [C - (b * (3 * C // 4)) // max(1, B - 1) for b in range(B)]
+        prompts = [torch.randint(vocab, (max(1, L),), generator=gen).tolist() for L in lens]
+        state, _, _ = target.prefill(prompts)
+        target.set_pending(state, [0] * B)
 
-                def step():
-                    target.verify(state, trees)
-                    target.commit(state, [[]] * B, [0] * B)
+        def at_tokens(n: int) -> float:
+            chain = torch.randint(vocab, (n - 1,), generator=gen)
+            trees = [DraftTree.chain(chain, vocab_size=vocab) if n > 1 else DraftTree.empty(vocab_size=vocab)] * B
 
-                samples.append(Sample(B, n, C, timed(step)))
-                done += 1
-                if progress:
-                    progress(done, total)
-    for P in prefills:
+            def step():
+                target.verify(state, trees)
+                target.commit(state, [[]] * B, [0] * B)
+
+            return timed(step)
+
+        return at_tokens
+
+    def at_prefill(P: int) -> float:
         prompt = torch.randint(vocab, (P,), generator=gen).tolist()
-        samples.append(Sample(1, P, 0, timed(lambda: target.prefill([prompt]))))
-        done += 1
-        if progress:
-            progress(done, total)
+        return timed(lambda: target.prefill([prompt]))
+
+    samples = _sweep(*grid, at_context, at_prefill, progress)
     info = {
         "model": getattr(target.config, "name_or_path", "") or type(target.model).__name__,
         "path": "HFTarget.verify",
         "dtype": str(target.dtype),
         "device": str(target.device),
-        "threads": torch.get_num_threads(),
-        "repeats": repeats,
     }
+    return _fit(samples, info, repeats, meta)
+
+
+def _sweep(batches, tokens, contexts, prefills, at_context, at_prefill, progress) -> list[Sample]:
+    """One :class:`Sample` per grid point: ``at_context(B, C)`` sets up a context once and returns
+    ``at_tokens(n) -> seconds`` for each ``tokens`` size at it; ``at_prefill(P) -> seconds`` times a single
+    prefill. ``progress(done, total)`` after each point."""
+    total = len(batches) * len(contexts) * len(tokens) + len(prefills)
+    samples: list[Sample] = []
+
+    def record(sample: Sample) -> None:
+        samples.append(sample)
+        if progress:
+            progress(len(samples), total)
+
+    for B in batches:
+        for C in contexts:
+            at_tokens = at_context(B, C)
+            for n in tokens:
+                record(Sample(B, n, C, at_tokens(n)))
+    for P in prefills:
+        record(Sample(1, P, 0, at_prefill(P)))
+    return samples
+
+
+def _fit(samples: list[Sample], info: dict, repeats: int, meta: dict | None) -> StepCostModel:
+    """The model fitted on ``samples``, its info ``info`` plus threads and repeats, then ``meta`` over them."""
+    import torch
+
+    info = {**info, "threads": torch.get_num_threads(), "repeats": repeats}
     info.update(meta or {})
     return StepCostModel.fit(samples, info)
 

@@ -292,14 +292,7 @@ def threshold_scores(
         items, policies, server, rates, settings.n_requests, slo, settings.seed + 1, replications=settings.replications
     )
     by_rate = by_rate_and_policy(rows, "goodput_rps")
-    scores = {}
-    for t in candidates:
-        ratios = [
-            1.0 if max(g["off"], g["always"]) <= 0 else g[f"gated@{t}"] / max(g["off"], g["always"])
-            for g in by_rate.values()
-        ]
-        scores[t] = min(ratios)
-    return scores
+    return {t: min(_to_best_fixed(g, f"gated@{t}") for g in by_rate.values()) for t in candidates}
 
 
 def gated_goal(rows: Sequence[dict], tolerance: float = 0.02) -> tuple[bool, float]:
@@ -309,6 +302,11 @@ def gated_goal(rows: Sequence[dict], tolerance: float = 0.02) -> tuple[bool, flo
     for g in by_rate.values():
         if "gated" not in g:
             continue
-        ref = max(g["off"], g["always"])
-        worst = min(worst, 1.0 if ref <= 0 else g["gated"] / ref)
+        worst = min(worst, _to_best_fixed(g, "gated"))
     return worst >= 1 - tolerance, worst
+
+
+def _to_best_fixed(goodput: dict, policy: str) -> float:
+    """``policy``'s goodput over max(off, always) at one load level (1.0 when neither serves any)."""
+    ref = max(goodput["off"], goodput["always"])
+    return 1.0 if ref <= 0 else goodput[policy] / ref

@@ -22,13 +22,14 @@ pool), validated with errors that say what to fix. Format::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import tomllib
 from pathlib import Path
 
 from ..control.load_gate import BudgetOptimizer
 from .goodput import SLO
 from .policies import AlwaysOn, Off, Policy, adaptive, gated
+from .toml_checks import check_number, read_tables
 
 POLICIES = ("off", "always", "gated", "adaptive")
 _POOL_KEYS = {"ttft_s", "tpot_s", "proposer", "policy", "budget", "gate"}
@@ -67,13 +68,8 @@ class Pool:
         return adaptive(optimizer, g.off_above, g.on_below)
 
 
-def _num(where: str, key: str, v, *, integer: bool = False, lo: float = 0.0, strict: bool = False):
-    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok_type:
-        raise ValueError(f"{where}.{key} must be {'an integer' if integer else 'a number'}, got {v!r}")
-    if (v <= lo) if strict else (v < lo):
-        raise ValueError(f"{where}.{key} must be {'>' if strict else '>='} {lo}, got {v!r}")
-    return v
+# no finiteness check: ``ttft_s = inf`` states no objective
+_num = functools.partial(check_number, lo=0.0, finite=False)
 
 
 def _parse_pool(name: str, d) -> Pool:
@@ -134,14 +130,7 @@ def _parse_pool(name: str, d) -> Pool:
 
 def parse_pools(text: str, source: str = "<string>") -> dict[str, Pool]:
     """Parse and validate pool TOML text; returns pools by name, in file order."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
-    unknown = set(data) - {"pools"}
-    if unknown:
-        raise ValueError(f"{source}: unknown top-level keys {sorted(unknown)}; expected only [pools.<name>] tables")
-    pools = data.get("pools")
+    pools = read_tables(text, source, {"pools"}, "only [pools.<name>] tables").get("pools")
     if not isinstance(pools, dict) or not pools:
         raise ValueError(f"{source}: no pools defined; add at least one [pools.<name>] table")
     try:

@@ -1,27 +1,15 @@
 """``specdec plan --engine vllm`` / ``specdec review --engine vllm`` on the command line (fake servers, no vLLM)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from plan_fixtures import PROMPTS, fake_serve, pool_toml
 from specdec.cli import main
 
-HERE = Path(__file__).resolve().parent
-PROMPTS = HERE.parents[1] / "specdec" / "data" / "prompts_dev_sample.jsonl"
-SERVE = f"{sys.executable} {HERE / 'fake_vllm_server.py'} --port {{port}} {{speculative_config}}"
-POOL = f"""
-[pools.chat]
-share = 1.0
-ttft_s = 1.0
-tpot_s = 0.02
-rates = [2.0, 40.0]
-prompts = "{PROMPTS}"
-requests = 12
-[pools.chat.sampling]
-max_tokens = 16
-"""
+SERVE = fake_serve()
+POOL = pool_toml("chat", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 40.0], prompts=PROMPTS, requests=12,
+                 sampling={"max_tokens": 16})
 
 
 @pytest.fixture

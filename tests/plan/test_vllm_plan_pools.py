@@ -1,43 +1,19 @@
 """The vLLM plan's pool file: what parses, and every bad file refused by name before any server starts."""
 
 import json
-from pathlib import Path
 
 import pytest
 
+from plan_fixtures import PROMPTS, pool_toml, toml_table
 from specdec.cli import main
 from specdec.plan.vllm.pool_spec import PoolFileError, load_pool_file, parse_pool_file, pool_from_description
 
-PROMPTS = Path(__file__).resolve().parents[2] / "specdec" / "data" / "prompts_dev_sample.jsonl"
-
-GOOD = f"""
-[defaults]
-prompts = "{PROMPTS}"
-requests = 4
-
-[pools.interactive]
-share = 0.75
-ttft_s = 2.0
-tpot_s = 0.15
-rates = [0.5, 4.0]
-categories = ["extraction", "summarization", "rag", "translation"]
-[pools.interactive.sampling]
-max_tokens = 32
-
-[pools.bulk]
-share = 0.25
-objective = "throughput"
-ttft_s = 30.0
-tpot_s = 1.0
-rates = [0.25, 2.0]
-categories = ["writing", "roleplay", "reasoning"]
-api = "completions"
-[pools.bulk.sampling]
-temperature = 0.7
-top_p = 0.9
-top_k = 40
-seed = 3
-"""
+GOOD = (toml_table("defaults", prompts=PROMPTS, requests=4)
+        + pool_toml("interactive", share=0.75, ttft_s=2.0, tpot_s=0.15, rates=[0.5, 4.0],
+                    categories=["extraction", "summarization", "rag", "translation"], sampling={"max_tokens": 32})
+        + pool_toml("bulk", share=0.25, objective="throughput", ttft_s=30.0, tpot_s=1.0, rates=[0.25, 2.0],
+                    categories=["writing", "roleplay", "reasoning"], api="completions",
+                    sampling={"temperature": 0.7, "top_p": 0.9, "top_k": 40, "seed": 3}))
 
 
 def test_a_good_file_parses_with_its_prompts_round_robin_by_category():
@@ -60,18 +36,9 @@ def test_a_pool_rebuilds_from_its_recorded_description():
     assert again.prompts == pool.prompts and again.sampling == pool.sampling and again.rates == pool.rates
 
 
-def _one(extra: str, *, pool_lines: str = "", share: str = "1.0", requests: str = "4") -> str:
-    return f"""
-[pools.p]
-share = {share}
-ttft_s = 1.0
-tpot_s = 0.1
-rates = [0.5, 2.0]
-prompts = "{PROMPTS}"
-requests = {requests}
-{pool_lines}
-{extra}
-"""
+def _one(extra: str, *, pool_lines: str = "", share: float = 1.0, requests: int = 4) -> str:
+    return (pool_toml("p", share=share, ttft_s=1.0, tpot_s=0.1, rates=[0.5, 2.0], prompts=PROMPTS, requests=requests)
+            + f"{pool_lines}\n{extra}\n")
 
 
 BAD = [
@@ -84,13 +51,13 @@ BAD = [
     (_one("[pools.p.sampling]\ntop_p = 0"), "pools.p.sampling.top_p must be > 0.0"),
     (_one("[pools.p.sampling]\nmax_tokens = 0"), "pools.p.sampling.max_tokens must be >= 1"),
     (_one("[pools.p.sampling]\nignore_eos = 'yes'"), "pools.p.sampling.ignore_eos must be true or false"),
-    (_one("", share="0.5"), "the pools' shares sum to 0.5, not 1"),
+    (_one("", share=0.5), "the pools' shares sum to 0.5, not 1"),
     (_one("", pool_lines="objective = 'fast'"), "pools.p.objective must be one of"),
     (_one("", pool_lines="api = 'grpc'"), "pools.p.api must be one of"),
     (_one("", pool_lines="categories = []"), "pools.p.categories must be a non-empty list"),
     (_one("", pool_lines="categories = ['poetry']"), "pools.p.prompts: unknown categories ['poetry']"),
-    (_one("", requests="500"), "the pool measures requests = 500 plus 2 for warm-up: lower requests"),
-    (_one("", requests="0"), "pools.p.requests must be >= 1"),
+    (_one("", requests=500), "the pool measures requests = 500 plus 2 for warm-up: lower requests"),
+    (_one("", requests=0), "pools.p.requests must be >= 1"),
     ("[pools.p]\nshare = 1.0", "pools.p: missing required key 'ttft_s'"),
     ("[pools.empty]\n", "pools.empty: missing required key 'share'"),
     ("pools = 3", "no pools defined"),

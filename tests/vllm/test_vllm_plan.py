@@ -16,8 +16,7 @@ import sys
 import pytest
 
 from engines import smollm2_dir, tiny_llama
-
-PROMPTS_CATEGORIES = '["extraction", "summarization", "rag", "translation"]'
+from plan_fixtures import PROMPTS, pool_toml
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +31,6 @@ def tiny_chat(tmp_path_factory):
 
 
 def test_a_short_plan_writes_a_config_vllm_starts_with_and_serves_exactly(tiny_chat, tmp_path):
-    from importlib.resources import files
-
     from vllm import LLM, SamplingParams
     from vllm.engine.arg_utils import EngineArgs
 
@@ -46,20 +43,10 @@ def test_a_short_plan_writes_a_config_vllm_starts_with_and_serves_exactly(tiny_c
     from specdec.plan.vllm.predict import Engine
     from specdec.plan.vllm.summary import write
 
-    prompts = files("specdec") / "data" / "prompts_dev_sample.jsonl"
     pool_file = tmp_path / "pools.toml"
-    pool_file.write_text(f"""
-[pools.copy]
-share = 1.0
-ttft_s = 2.0
-tpot_s = 0.2
-rates = [1.0, 6.0]
-prompts = "{prompts}"
-categories = {PROMPTS_CATEGORIES}
-requests = 8
-[pools.copy.sampling]
-max_tokens = 24
-""")
+    pool_file.write_text(pool_toml("copy", share=1.0, ttft_s=2.0, tpot_s=0.2, rates=[1.0, 6.0], prompts=PROMPTS,
+                                   categories=["extraction", "summarization", "rag", "translation"], requests=8,
+                                   sampling={"max_tokens": 24}))
     pools = load_pool_file(pool_file)
     serve = (f"{sys.executable} -m vllm.entrypoints.openai.api_server --model {tiny_chat} --host 127.0.0.1 "
              "--port {port} --dtype float32 --max-model-len 1024 --max-num-seqs 4 --max-num-batched-tokens 1024 "

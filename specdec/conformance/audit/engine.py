@@ -91,6 +91,24 @@ class Samples:
 Outcome = "Samples | Refused | EngineFailed"
 
 
+def run_each(jobs: Sequence[Job], run_one: Callable[[Job], Samples], *, refuse: tuple = (),
+             fail: tuple = ()) -> list:
+    """One outcome per job, in order: ``run_one(job)``, or the :class:`Refused` it raised, or an exception of a
+    ``refuse`` type as ``Refused`` (by the engine), or one of a ``fail`` type as :class:`EngineFailed`; both
+    messages ``"<type>: <message>"``. Any other exception propagates."""
+    out = []
+    for job in jobs:
+        try:
+            out.append(run_one(job))
+        except Refused as exc:
+            out.append(exc)
+        except refuse as exc:
+            out.append(Refused(f"{type(exc).__name__}: {exc}"))
+        except fail as exc:
+            out.append(EngineFailed(f"{type(exc).__name__}: {exc}"))
+    return out
+
+
 @runtime_checkable
 class Engine(Protocol):
     """An engine under audit: its ``name``, speculative ``method``, and ``profile``, the name of its processing

@@ -23,12 +23,12 @@ gives the keys' ranges.
 from __future__ import annotations
 
 import dataclasses
-import math
-import tomllib
+import functools
 from pathlib import Path
 from typing import Any, Sequence
 
 from ...prompts import read_prompt_records
+from ..toml_checks import check_number, read_tables
 
 OBJECTIVES = ("latency", "throughput")
 APIS = ("chat", "completions")
@@ -103,18 +103,7 @@ class PoolFileError(ValueError):
     """A pool file that cannot be planned; the message names the file, the pool and the key."""
 
 
-def _number(where: str, key: str, value, *, integer: bool = False, lo: float | None = None, strict: bool = False,
-            hi: float | None = None):
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok:
-        raise PoolFileError(f"{where}.{key} must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if not integer and not math.isfinite(value):
-        raise PoolFileError(f"{where}.{key} must be finite, got {value!r}")
-    if lo is not None and (value <= lo if strict else value < lo):
-        raise PoolFileError(f"{where}.{key} must be {'>' if strict else '>='} {lo}, got {value!r}")
-    if hi is not None and value > hi:
-        raise PoolFileError(f"{where}.{key} must be <= {hi}, got {value!r}")
-    return value
+_number = functools.partial(check_number, error=PoolFileError)
 
 
 def _sampling(where: str, d) -> Sampling:
@@ -201,14 +190,7 @@ def parse_pool_file(text: str, source: str | Path = "<string>", base: Path | Non
     """Parse and check a pool file's text (prompt files relative to ``base``); pools in file order.
     Raises :class:`PoolFileError` on the first problem, prefixed with ``source`` and naming the key."""
     base = Path(".") if base is None else base
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PoolFileError(f"{source}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"pools", "defaults"}
-    if unknown:
-        raise PoolFileError(f"{source}: unknown top-level keys {sorted(unknown)}; expected [defaults] and "
-                            "[pools.<name>] tables")
+    data = read_tables(text, source, {"pools", "defaults"}, "[defaults] and [pools.<name>] tables", PoolFileError)
     defaults = data.get("defaults", {})
     pools = data.get("pools")
     try:

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from ..engine import EngineFailed, Job, Refused, Samples, request_seed
+from ..engine import Job, Refused, Samples, request_seed, run_each
 from ..settings import Sampling
 
 METHODS = ("assistant_model", "prompt_lookup", "specdec")
@@ -64,17 +64,9 @@ class HFEngine:
                 "transformers": transformers.__version__, "torch": torch.__version__}
 
     def run(self, jobs: Sequence[Job], speculative: bool) -> list:
-        out = []
-        for job in jobs:
-            try:
-                out.append(self._run(job, speculative))
-            except Refused as exc:
-                out.append(exc)
-            except (ValueError, TypeError) as exc:  # generate validates its arguments before any forward
-                out.append(Refused(f"{type(exc).__name__}: {exc}"))
-            except RuntimeError as exc:
-                out.append(EngineFailed(f"{type(exc).__name__}: {exc}"))
-        return out
+        # generate validates its arguments (ValueError, TypeError) before any forward: a refusal, not a crash
+        return run_each(jobs, lambda job: self._run(job, speculative), refuse=(ValueError, TypeError),
+                        fail=(RuntimeError,))
 
     def _kwargs(self, s: Sampling, speculative: bool) -> dict:
         from transformers import GenerationConfig

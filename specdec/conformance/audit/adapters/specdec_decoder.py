@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..engine import EngineFailed, Job, Refused, Samples, request_seed
+from ..engine import Job, Refused, Samples, request_seed, run_each
 from ..settings import Sampling
 
 
@@ -46,15 +46,7 @@ class SpecdecEngine:
                 "specdec": getattr(specdec, "__version__", "?")}
 
     def run(self, jobs: Sequence[Job], speculative: bool) -> list:
-        out = []
-        for job in jobs:
-            try:
-                out.append(self._run(job, speculative))
-            except Refused as exc:
-                out.append(exc)
-            except (RuntimeError, ValueError, TypeError) as exc:
-                out.append(EngineFailed(f"{type(exc).__name__}: {exc}"))
-        return out
+        return run_each(jobs, lambda job: self._run(job, speculative), fail=(RuntimeError, ValueError, TypeError))
 
     @staticmethod
     def _translate(s: Sampling, vocab: int):
