@@ -152,3 +152,21 @@ def test_llamacpp_stop_criterion_ignores_the_prompt_and_ends_after_the_stop_toke
     assert not crit([5, 6, 3], None)  # the prompt's last token is a stop token: generation goes on
     assert not crit([5, 6, 3, 4], None)
     assert crit([5, 6, 3, 4, 3], None)  # an emitted stop token: what follows it is never yielded
+
+
+@pytest.mark.parametrize("method", ["prompt_lookup", "specdec"])
+def test_hf_adapter_counts_accepted_drafts_not_emitted_tokens(method):
+    """Acceptance is what makes a case conclusive. specdec's verify forwards do not pass through the model's
+    forward hooks, so counting hooked forwards read every token after the first as accepted (4.0 per request
+    of 5 tokens): its count comes from the decoder's own metrics instead."""
+    from specdec.conformance.audit.adapters.hf_engine import HFEngine
+    from specdec.conformance.audit.fixtures import audit_prompts, audit_target
+
+    model = audit_target()
+    prompts = tuple(tuple(p) for p in audit_prompts(model, 2))
+    s = Sampling(0.9, max_tokens=5)
+    out = HFEngine(model, method, k=3).run([Job(prompts, (s, s), 20, 7)], True)[0]
+    assert isinstance(out, Samples) and out.requests == 40, out
+    emitted = out.extra["emitted"]
+    assert 0 < out.accepted < emitted - out.requests, (out.accepted, emitted)  # some drafts land, some are rejected
+    assert out.drafted is None or out.drafted > out.accepted

@@ -100,6 +100,7 @@ class HFEngine:
                 kw["custom_generate"] = _specdec_generate()
                 kw["proposer"] = "suffix"
                 kw["budget"] = self.k  # fixed, like the other methods' k: "auto" would time a cost curve per call
+                config.return_dict_in_generate = True  # per-row metrics count drafts (verify skips forward hooks)
         return kw
 
     def _cut(self, tokens: list[int], s: Sampling) -> list[int]:
@@ -121,6 +122,7 @@ class HFEngine:
         per = job.n // s.n
         outputs = [[] for _ in job.prompts]
         emitted = forwards = requests = 0
+        reported = {"drafted": 0, "accepted": 0} if speculative and self.method == "specdec" else None
         if not s.seeded:
             torch.manual_seed(job.seed)
         order = [(i, r) for r in range(per) for i in range(len(job.prompts))]
@@ -136,11 +138,19 @@ class HFEngine:
             ids = torch.tensor([list(job.prompts[i])] * len(rs))
             with _count_forwards(self.model) as count:
                 seqs = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+            if reported is not None:
+                reported["drafted"] += sum(m.drafted for m in seqs.metrics)
+                reported["accepted"] += sum(m.accepted for m in seqs.metrics)
+                seqs = seqs.sequences
             new = [self._cut(row[ids.shape[1]:].tolist(), s) for row in seqs]
             outputs[i] += new
             emitted += sum(len(x) for x in new)
             forwards += count[0]
             requests += len(rs)
+        if reported is not None:
+            return Samples(outputs, drafted=reported["drafted"], accepted=reported["accepted"], requests=requests,
+                           extra={"emitted": emitted})
+        # Hugging Face's own speculation: every target forward emits one token, the rest were accepted drafts.
         accepted = max(emitted - forwards, 0) if speculative else 0
         return Samples(outputs, drafted=None, accepted=accepted, requests=requests,
                        extra={"target_forwards": forwards, "emitted": emitted})
