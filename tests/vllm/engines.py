@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from specdec.conformance.audit.adapters.vllm_worker import without_llvmlite
+
 DRAFTER = "specdec.integrations.vllm.drafter.SuffixDrafter"
 
 
@@ -62,11 +64,14 @@ def engine(model: Path, *, speculative: dict | None, options: dict | None = None
     old = os.environ.get("SPECDEC_VLLM_OPTIONS")
     os.environ["SPECDEC_VLLM_OPTIONS"] = json.dumps(options or {})
     try:
-        llm = LLM(model=str(model), skip_tokenizer_init=not tokenizer, speculative_config=speculative,
-                  max_model_len=max_model_len, max_num_seqs=max_num_seqs, enforce_eager=True, dtype="float32",
-                  kv_cache_memory_bytes=kv_cache_bytes, gpu_memory_utilization=0.2, disable_log_stats=False, seed=seed,
-                  **({} if max_num_batched_tokens is None else {"max_num_batched_tokens": max_num_batched_tokens,
-                                                              "enable_chunked_prefill": True}))
+        # An earlier test in this process may have run vLLM's ngram method, which loads numba and llvmlite; the CPU
+        # platform's kernel registration then trips on llvmlite (docs/audit.md, "One engine per process").
+        with without_llvmlite():
+            llm = LLM(model=str(model), skip_tokenizer_init=not tokenizer, speculative_config=speculative,
+                      max_model_len=max_model_len, max_num_seqs=max_num_seqs, enforce_eager=True, dtype="float32",
+                      kv_cache_memory_bytes=kv_cache_bytes, gpu_memory_utilization=0.2, disable_log_stats=False,
+                      seed=seed, **({} if max_num_batched_tokens is None else
+                                    {"max_num_batched_tokens": max_num_batched_tokens, "enable_chunked_prefill": True}))
     finally:
         if old is None:
             os.environ.pop("SPECDEC_VLLM_OPTIONS")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from engines import engine, spec_config, tiny_llama
+from engines import engine, spec_config, tiny_llama, without_llvmlite
 from sampling_law import FULL, TEMPERATURE, VOCAB, emitted, exact_law
 
 TRIALS = 3000
@@ -51,7 +51,8 @@ def _break_cpu_expand():
 
     from specdec.integrations.vllm import cpu_sampling
 
-    register_kernels({cpu_sampling.KERNEL: cpu_triton_utils._expand_kernel_impl})
+    with without_llvmlite():  # see engines.engine
+        register_kernels({cpu_sampling.KERNEL: cpu_triton_utils._expand_kernel_impl})
 
 
 def test_sampled_law_control_and_with_fix_pass_without_fix_fails(model):
