@@ -56,6 +56,8 @@ def main(argv=None) -> None:
     arms = args.arms.split(",")
     if args.trials < 1 or not set(arms) <= {"control", "fixed"}:
         ap.error("trials must be >= 1 and arms a comma-separated subset of control,fixed")
+    if args.first_seed < 0:
+        ap.error(f"--first-seed must be >= 0, got {args.first_seed}")
     settings = TEMPERATURE if args.law == "temperature" else FULL
     with tempfile.TemporaryDirectory() as tmp:
         model = tiny_llama(Path(tmp) / "llama", vocab=VOCAB, scale=4.0, seed=7)
