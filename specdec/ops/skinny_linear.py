@@ -19,10 +19,10 @@ from torch import nn
 from .. import _ext
 
 
-#: Row counts for which the compiled kernel is used by the target adapter: up to 64 it beat the BLAS
-#: path at every count measured on the development machine (AMD EPYC, MKL; 1.3-1.9x with one
-#: thread, benchmarks/kernels/skinny_linear.py); prefill's hundreds of rows stay with BLAS.
-FAST_ROWS = range(1, 65)
+#: Row counts for which the compiled kernel is used by the target adapter: those where it beat the
+#: BLAS path at every count measured, per vector ISA (the kernel's register tile differs; figures in
+#: docs/performance.md, "CPU skinny linear"); prefill's hundreds of rows stay with BLAS.
+FAST_ROWS = range(1, 65) if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else range(1, 25)
 
 
 def skinny_linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
