@@ -3,7 +3,10 @@
 Keeping the ``k`` most likely nodes of a tree (prefix-closed: path probabilities never grow along a
 path) emits ``1 + sum of their path probabilities`` tokens in ``c(k)`` seconds, ``c`` the measured
 :class:`~specdec.estimate.verify_cost.VerifyCostModel`; the decoder verifies the ``k`` maximising
-that rate (``k = 0``: do not speculate). docs/engine.md explains the estimates and the adaptive ask.
+that rate (``k = 0``: do not speculate). ``B`` rows share one forward padded to the largest tree, so
+a batched step keeps one ``k`` for every row, the one maximising the batch's tokens per second under
+the ``B``-row curve: where one more node per row costs more than the rows expect to gain, the step
+does not speculate. docs/engine.md explains the estimates and the adaptive ask.
 """
 
 from __future__ import annotations
@@ -147,34 +150,6 @@ class DraftOverhead:
         return max(0.0, self.means[1] - self.means[0])
 
 
-def size_draft(
-    tree: DraftTree, path_probs: Sequence[float], cost: VerifyCostModel, draft_overhead: float = 0.0
-) -> tuple[DraftTree, list[int] | None]:
-    """The cost-optimal part of a tree whose nodes have acceptance estimates ``path_probs``:
-    ``(kept tree, indices of the kept nodes)``, or ``(tree, None)`` when it is kept whole (every
-    node pays for its verify time plus ``draft_overhead``, or the tree has sampled nodes)."""
-    k = cost.best_size(path_probs, draft_overhead)
-    if k >= tree.num_nodes or not bool(tree.deterministic.all()):
-        return tree, None
-    return prune_tree(tree, path_probs, k), top_nodes(path_probs, k)
-
-
-def size_scored_draft(
-    tree: DraftTree,
-    raw: Sequence[float],
-    calibration: ScoreCalibration,
-    cost: VerifyCostModel,
-    draft_overhead: float = 0.0,
-) -> tuple[DraftTree, list[float]]:
-    """The cost-optimal part of a scored draft: ``(kept tree, raw estimates of the kept nodes)``.
-    ``raw``: the proposer's per-node estimates, which ``calibration`` corrects by depth before
-    :meth:`VerifyCostModel.best_size` keeps the nodes worth their verify time plus ``draft_overhead``.
-    Trees with sampled nodes are returned whole."""
-    raw = [float(p) for p in raw]
-    kept, keep = size_draft(tree, calibration.apply(raw, tree.depth_list), cost, draft_overhead)
-    return kept, raw if keep is None else [raw[i] for i in keep]
-
-
 def check_draft(tree, node_probs: Sequence[float] | None, budget: int) -> None:
     """Refuse what a proposer returned when it breaks the contract: not a DraftTree, over the node
     budget, or (scored drafts) estimates that do not cover the tree or are not probabilities."""
@@ -247,7 +222,7 @@ class DraftSizer:
         self.make_calibration, self.per_request, self.adapt = calibration, per_request, bool(adapt)
         self.adaptive_ask = bool(adaptive_ask)
         self._kept: dict[Hashable, tuple[float, int]] = {}  # req_id -> (decayed most kept, steps sized)
-        self.live_cost: VerifyCostModel | None = None
+        self.live_costs: dict[int, VerifyCostModel] = {}  # batch size -> the live curve of that many rows
         self.estimator = AcceptanceEstimator()
         self.draft_overhead = DraftOverhead()
         self.calibrations: dict[str, ScoreCalibration] = {}
@@ -283,48 +258,91 @@ class DraftSizer:
                       adapt=self.adapt, adaptive_ask=self.adaptive_ask)
 
     def set_cost(self, cost: VerifyCostModel) -> None:
-        """Start the live curve from ``cost`` (copied: the caller's model is never modified)."""
-        self.live_cost = replace(cost, seconds=list(cost.seconds))
+        """Start the live curve of ``cost.batch`` rows from ``cost`` (copied: the caller's model is never modified)."""
+        self.live_costs[cost.batch] = replace(cost, seconds=list(cost.seconds))
+
+    @property
+    def live_cost(self) -> VerifyCostModel | None:
+        """The live one-row curve (None before :meth:`set_cost`)."""
+        return self.live_costs.get(1)
+
+    def cost_for(self, batch: int) -> VerifyCostModel:
+        """The curve for a step of ``batch`` rows: the live curve of the fewest rows >= ``batch`` (more
+        rows make a node relatively dearer, so a larger batch's curve errs toward not drafting), else
+        one estimated from the one-row curve (:meth:`VerifyCostModel.for_batch`), kept live from then on."""
+        fits = [b for b in self.live_costs if b >= batch]
+        if fits:
+            return self.live_costs[min(fits)]
+        if self.live_cost is None:
+            raise ValueError("DraftSizer(budget='auto') needs a verify-cost curve: call set_cost() first")
+        self.live_costs[batch] = self.live_cost.for_batch(batch)
+        return self.live_costs[batch]
 
     def size(
         self, req_id: Hashable, tree: DraftTree, node_probs: Sequence[float] | None = None, source: str = ""
     ) -> tuple[DraftTree, Ticket | None]:
-        """``(tree to verify, ticket for observe)`` for one request's draft; scored drafts pass
-        ``node_probs`` and ``source``. An empty draft has no ticket."""
-        sized, ticket = self._sized(req_id, tree, node_probs, source)
-        if self.auto and self.adapt and self.adaptive_ask:
-            most, steps = self._kept.get(req_id, (0.0, 0))
-            self._kept[req_id] = (max(float(sized.num_nodes), self.ASK_DECAY * most), steps + 1)
-        return sized, ticket
+        """``(tree to verify, ticket for observe)`` for one request's draft verified alone; scored drafts
+        pass ``node_probs`` and ``source``. An empty draft has no ticket."""
+        return self.size_step([(req_id, tree, node_probs, source)])[0]
 
-    def _sized(self, req_id, tree, node_probs, source) -> tuple[DraftTree, Ticket | None]:
-        if not tree.num_nodes:
-            return tree, None
-        if self.auto and self.live_cost is None:
+    def size_step(
+        self, drafts: Sequence[tuple[Hashable, DraftTree, Sequence[float] | None, str]]
+    ) -> list[tuple[DraftTree, Ticket | None]]:
+        """Size the drafts ``(req_id, tree, node_probs or None, source)`` of one step, verified together:
+        each row keeps its most likely nodes, up to the one count :meth:`VerifyCostModel.best_shared_size`
+        picks for all of them under the curve of this many rows (:meth:`cost_for`), the measured drafting
+        overhead counted once per row. Trees with sampled nodes are kept whole."""
+        if self.auto and drafts and self.live_cost is None:
             raise ValueError("DraftSizer(budget='auto') needs a verify-cost curve: call set_cost() first")
-        overhead = self.draft_overhead.seconds
-        if node_probs is None:  # no estimates: the proposer's running acceptance by depth and rank
+        rows = [self._estimates(req_id, tree, probs, source) if tree.num_nodes else None
+                for req_id, tree, probs, source in drafts]
+        k = None
+        if self.auto:
+            cost = self.cost_for(len(drafts))
+            k = cost.best_shared_size([r[0] for r in rows if r is not None], self.draft_overhead.seconds * len(drafts))
+        out = []
+        for (req_id, tree, _, _), row in zip(drafts, rows):
+            sized, ticket = tree, None
+            if row is not None:
+                keep = None
+                if k is not None and k < tree.num_nodes and bool(tree.deterministic.all()):
+                    keep = top_nodes(row[0], k)
+                    sized = tree.select(keep)
+                ticket = row[1](sized, keep)
+            if self.auto and self.adapt and self.adaptive_ask:
+                most, steps = self._kept.get(req_id, (0.0, 0))
+                self._kept[req_id] = (max(float(sized.num_nodes), self.ASK_DECAY * most), steps + 1)
+            out.append((sized, ticket))
+        return out
+
+    def _estimates(self, req_id, tree, node_probs, source) -> tuple[list[float], Callable]:
+        """``(acceptance estimate of each node, ticket(kept tree, kept indices or None))`` of one draft:
+        the proposer's calibrated scores, or its running acceptance by depth and rank."""
+        if node_probs is None:
             ranks = self.estimator.ranks(tree)
-            if self.auto:
-                tree, keep = size_draft(tree, self.estimator.path_probs(tree), self.live_cost, overhead)
-                ranks = ranks if keep is None else [ranks[i] for i in keep]
-            return tree, Ticket(tree, ranks=ranks)
+            return self.estimator.path_probs(tree), lambda t, keep: Ticket(
+                t, ranks=ranks if keep is None else [ranks[i] for i in keep])
         cal = self._calibration(req_id, source)
         raw = [float(p) for p in node_probs]
-        if self.auto:
-            tree, raw = size_scored_draft(tree, raw, cal, self.live_cost, overhead)
-        return tree, Ticket(tree, raw, cal)
+        return cal.apply(raw, tree.depth_list), lambda t, keep: Ticket(
+            t, raw if keep is None else [raw[i] for i in keep], cal)
 
     def observe(self, outcome: Outcome) -> None:
         """Learn from one step: each request's verified draft (``outcome.details``), then :meth:`tick`,
-        then for a single-request step with ``outcome.timings`` its verify and accept times."""
+        then with ``outcome.timings`` its verify time (the live curve of that many rows, at its largest
+        tree) and, for a single-request step, its accept time (the drafting overhead)."""
         if not self.adapt:
             return
         for ticket, path in outcome.details.values():
             self.learn(ticket, path)
         self.tick()
-        if outcome.timings and outcome.drafted.size == 1:
-            self.observe_step(int(outcome.drafted[0]), outcome.timings["verify"], outcome.timings["accept"])
+        if not outcome.timings or not outcome.drafted.size:
+            return
+        rows, nodes = int(outcome.drafted.size), int(outcome.drafted.max())
+        if rows == 1:
+            self.observe_step(nodes, outcome.timings["verify"], outcome.timings["accept"])
+        elif rows in self.live_costs:
+            self.live_costs[rows].observe(nodes, outcome.timings["verify"])
 
     def learn(self, ticket: Ticket | None, path: Sequence[int] | int) -> None:
         """Learn from one verified draft: its accepted node ``path`` (or, for a chain, its length)."""

@@ -138,14 +138,21 @@ class SpeculativeDecoder:
         yield from self.run([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens, generator=generator,
                             req_ids=ids, tenants=[tenant])
 
-    def ensure_cost_model(self) -> VerifyCostModel:
-        """The verify cost model, measured now (seconds) if none was given; never modified (the sizer
-        refines its own copy, ``live_cost``)."""
+    def ensure_cost_model(self, batch: int = 1) -> VerifyCostModel:
+        """The verify cost curve of ``batch`` rows. One row: the given ``cost_model``, else measured now
+        (seconds). Several: measured now, the first time this many rows run together (a few seconds);
+        with ``adapt=False`` never measured, estimated from the one-row curve instead
+        (:meth:`VerifyCostModel.for_batch`). Curves are never modified (the sizer refines its own copies)."""
         if self.cost_model is None:
             self.cost_model = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
         if self.sizer.live_cost is None:
             self.sizer.set_cost(self.cost_model)
-        return self.cost_model
+        if batch == 1:
+            return self.cost_model
+        if batch not in self.sizer.live_costs and self.sizer.adapt:
+            self.sizer.set_cost(VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix,
+                                                          batch=batch))
+        return self.sizer.cost_for(batch)
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
@@ -161,7 +168,7 @@ class SpeculativeDecoder:
         self.target.check_room([len(r.prompt) for r in reqs], limit)
         speculate = self.proposer is not None and self.max_budget > 0
         if speculate and self.sizer.auto:
-            self.ensure_cost_model()
+            self.ensure_cost_model(len(reqs))
         with self._in_use():
             try:
                 t0 = time.perf_counter()
@@ -263,15 +270,17 @@ class SpeculativeDecoder:
             drafts = [(t, None, "") for t in self.proposer.propose(ids, budget)]
         if len(drafts) != len(ids):
             raise ValueError(f"proposer returned {len(drafts)} trees for {len(ids)} requests")
-        sized = []
-        observe = self.proposer.observe_sized if isinstance(self.proposer, SizeObserver) else None
-        for req_id, b, d, (tree, probs, source) in zip(ids, budgets, depth, drafts):
+        cut = []
+        for b, d, (tree, probs, source) in zip(budgets, depth, drafts):
             check_draft(tree, probs, b)
             tree, keep = tree.cut(d)
-            probs = probs if keep is None or probs is None else [probs[i] for i in keep]
-            sized.append(self.sizer.size(req_id, tree, probs, source))
-            if observe is not None and probs is not None and self.sizer.live_cost is not None:
-                observe(req_id, sized[-1][0], self.sizer.live_cost)
+            cut.append((tree, probs if keep is None or probs is None else [probs[i] for i in keep], source))
+        sized = self.sizer.size_step([(req_id, tree, probs, source) for req_id, (tree, probs, source) in zip(ids, cut)])
+        if isinstance(self.proposer, SizeObserver) and self.sizer.live_cost is not None:
+            cost = self.sizer.cost_for(len(ids))
+            for req_id, (_, probs, _), (tree, _) in zip(ids, cut, sized):
+                if probs is not None:
+                    self.proposer.observe_sized(req_id, tree, cost)
         return [t for t, _ in sized], [ticket for _, ticket in sized]
 
     def _first_tokens(self, logits: torch.Tensor, sampling: SamplingParams | None, generator) -> list[int]:

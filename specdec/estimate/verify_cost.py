@@ -1,8 +1,11 @@
-"""The verify-cost curve ``c(n)``: seconds one target forward takes to verify ``n`` draft nodes.
+"""The verify-cost curve ``c(n)``: seconds one target forward takes to verify ``n`` draft nodes per row.
 
-A step over ``n`` nodes costs ``c(n)`` and emits ``1 + E[accepted]`` tokens; :mod:`specdec.control.sizer`
-weighs the two. ``c`` is calibrated per target (:meth:`VerifyCostModel.calibrate`) because its shape
-depends on the hardware. (Batch-level step times: :mod:`specdec.estimate.step_cost`.)
+A step over ``n`` nodes costs ``c(n)`` and emits ``1 + E[accepted]`` tokens per row; :mod:`specdec.control.sizer`
+weighs the two. ``c`` is calibrated per target and batch size (:meth:`VerifyCostModel.calibrate`)
+because its shape depends on the hardware and on how many rows share the forward: rows are padded to
+the largest tree, so ``B`` rows of ``n`` nodes cost ``c_B(n)``, and a node that is nearly free for one
+row (the weights are read anyway) is a real cost when ``B`` rows each add one.
+(Engine-level step times: :mod:`specdec.estimate.step_cost`.)
 """
 
 from __future__ import annotations
@@ -21,24 +24,29 @@ from ..tree import DraftTree
 
 
 CALIBRATION_SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
+BATCH_CALIBRATION_SIZES = (0, 1, 2, 4, 8, 16)  # several rows: the sizer rarely keeps more nodes per row
 COST_KIND = "specdec-verify-cost"
 
 
 @dataclass
 class VerifyCostModel:
-    """Piecewise-linear verify time ``c(n)`` over measured tree sizes.
+    """Piecewise-linear verify time ``c(n)`` over measured tree sizes, for ``batch`` rows of ``n`` nodes each.
 
     Attributes:
-        sizes: measured node counts, increasing, starting at 0.
-        seconds: median verify seconds at each size.
+        sizes: measured node counts per row, increasing, starting at 0.
+        seconds: verify seconds at each size.
         prefix_len: committed prefix length the measurement used.
+        batch: rows verified together.
     """
 
     sizes: list[int]
     seconds: list[float]
     prefix_len: int = 0
+    batch: int = 1
 
     def __post_init__(self):
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise ValueError(f"VerifyCostModel batch must be an int >= 1, got {self.batch!r}")
         if not self.sizes or self.sizes[0] != 0 or len(self.sizes) != len(self.seconds):
             raise ValueError("VerifyCostModel needs sizes starting at 0 and one time per size")
         if any(b <= a for a, b in zip(self.sizes, self.sizes[1:])):
@@ -92,51 +100,72 @@ class VerifyCostModel:
     def best_size(self, path_probs: Sequence[float], draft_overhead: float = 0.0) -> int:
         """``k`` maximising ``(1 + sum(top-k path_probs)) / (cost(k) + draft_overhead [k > 0])``
         (``k <= max_nodes``); ``draft_overhead``: seconds a step spends outside the verify forward
-        only because it drafted (the decoder measures it)."""
+        only because it drafted (the decoder measures it). One row: :meth:`best_shared_size`."""
+        return self.best_shared_size([path_probs], draft_overhead)
+
+    def best_shared_size(self, rows: Sequence[Sequence[float]], draft_overhead: float = 0.0) -> int:
+        """The one node count ``k`` per row that maximises a step's expected tokens per second,
+        ``sum over rows of (1 + sum(its top-k path_probs)) / (cost(k) + draft_overhead [k > 0])``:
+        rows share one forward padded to the largest tree, so a row given fewer nodes saves nothing.
+        ``k = 0``: no row drafts. ``draft_overhead``: the whole step's extra seconds for drafting."""
         if draft_overhead < 0:
             raise ValueError(f"draft_overhead must be >= 0 seconds, got {draft_overhead}")
-        probs = sorted((float(p) for p in path_probs), reverse=True)[: self.max_nodes]
-        best_k, best_rate, gain = 0, 1.0 / self.cost(0), 1.0
-        for k, p in enumerate(probs, start=1):
-            gain += p
+        probs = [sorted((float(p) for p in row), reverse=True)[: self.max_nodes] for row in rows]
+        gain = float(len(probs))
+        best_k, best_rate = 0, gain / self.cost(0)
+        for k in range(1, max((len(p) for p in probs), default=0) + 1):
+            gain += sum(p[k - 1] for p in probs if len(p) >= k)
             rate = gain / (self.cost(k) + draft_overhead)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
 
+    def for_batch(self, batch: int) -> "VerifyCostModel":
+        """An estimate of the ``batch``-row curve from this one-row curve, where no measured one exists:
+        ``batch`` rows of ``n`` nodes read as one row of the same ``batch * (1 + n) - 1`` tokens (the
+        products dominate; per-row attention is left out, so it errs cheap)."""
+        if self.batch != 1:
+            raise ValueError(f"for_batch derives from a one-row curve, this one has batch {self.batch}")
+        return VerifyCostModel(sizes=list(self.sizes), seconds=[self.cost(batch * (1 + n) - 1) for n in self.sizes],
+                               prefix_len=self.prefix_len, batch=batch)
+
     @classmethod
-    def calibrate(cls, target, *, prefix_len: int = 256, sizes: Sequence[int] = CALIBRATION_SIZES,
-                  repeats: int = 2, seed: int = 0) -> "VerifyCostModel":
-        """Time ``target.verify`` for chains of each size over a random ``prefix_len``-token prefix,
-        keeping each size's fastest repeat (interference only adds time); ``len(sizes) * (repeats +
-        1)`` forwards."""
+    def calibrate(cls, target, *, prefix_len: int = 256, sizes: Sequence[int] | None = None,
+                  repeats: int = 2, seed: int = 0, batch: int = 1) -> "VerifyCostModel":
+        """Time ``target.verify`` of ``batch`` rows, each a chain of each size over its own random
+        ``prefix_len``-token prefix, keeping each size's fastest repeat (interference only adds time);
+        ``len(sizes) * (repeats + 1)`` forwards. ``sizes`` default: :data:`CALIBRATION_SIZES` for one
+        row, :data:`BATCH_CALIBRATION_SIZES` for several."""
+        if sizes is None:
+            sizes = CALIBRATION_SIZES if batch == 1 else BATCH_CALIBRATION_SIZES
         limit = getattr(target, "max_positions", None)
         if limit is not None:  # the prefix and the longest chain must fit the model's positions
             prefix_len = max(1, min(prefix_len, limit - 1 - max(sizes)))
         gen = torch.Generator().manual_seed(seed)
-        prompt = torch.randint(0, target.vocab_size, (prefix_len,), generator=gen).tolist()
-        state, _, _ = target.prefill([prompt])
-        target.set_pending(state, [prompt[-1]])
-        trees = [DraftTree.chain(torch.randint(0, target.vocab_size, (n,), generator=gen)) for n in sizes]
+        prompts = [torch.randint(0, target.vocab_size, (prefix_len,), generator=gen).tolist() for _ in range(batch)]
+        state, _, _ = target.prefill(prompts)
+        target.set_pending(state, [p[-1] for p in prompts])
+        trees = [[DraftTree.chain(torch.randint(0, target.vocab_size, (n,), generator=gen))] * batch for n in sizes]
         times: list[list[float]] = [[] for _ in sizes]
         for sweep in range(repeats + 1):  # sweeps interleave sizes, so a burst of load hits them alike
-            for i, tree in enumerate(trees):
+            for i, rows in enumerate(trees):
                 t0 = time.perf_counter()
-                target.verify(state, [tree])
+                target.verify(state, rows)
                 elapsed = time.perf_counter() - t0
                 target.discard(state)
                 if sweep:  # the first sweep warms caches and the allocator for every shape
                     times[i].append(elapsed)
         seconds = [min(t) for t in times]
-        return cls(sizes=list(sizes), seconds=seconds, prefix_len=prefix_len)
+        return cls(sizes=list(sizes), seconds=seconds, prefix_len=prefix_len, batch=batch)
 
     def describe(self) -> str:
-        return ", ".join(f"n={n}: {1e3 * s:.1f} ms" for n, s in zip(self.sizes, self.seconds))
+        rows = f"{self.batch} rows: " if self.batch > 1 else ""
+        return rows + ", ".join(f"n={n}: {1e3 * s:.1f} ms" for n, s in zip(self.sizes, self.seconds))
 
     def save(self, path: str | Path) -> None:
         """Write the curve as JSON, so a later run reuses it instead of calibrating again."""
         Path(path).write_text(json.dumps({"kind": COST_KIND, "sizes": self.sizes, "seconds": self.seconds,
-                                          "prefix_len": self.prefix_len}, indent=1) + "\n")
+                                          "prefix_len": self.prefix_len, "batch": self.batch}, indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "VerifyCostModel":
@@ -151,6 +180,6 @@ class VerifyCostModel:
             raise ValueError(f"{path}: not a specdec verify cost file (written by VerifyCostModel.save)")
         try:
             return cls(sizes=[int(n) for n in data["sizes"]], seconds=[float(t) for t in data["seconds"]],
-                       prefix_len=int(data.get("prefix_len", 0)))
+                       prefix_len=int(data.get("prefix_len", 0)), batch=int(data.get("batch", 1)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: bad verify cost curve ({exc})") from exc

@@ -2,6 +2,7 @@
 the sizer's estimate must not count them all, and its automatic budget must do at least as well as
 the best fixed budget on a replay where the truth is known."""
 
+import pytest
 import torch
 
 from specdec import DraftTree
@@ -189,3 +190,32 @@ def test_fixed_ask_when_adaptive_ask_is_off_frozen_or_budget_fixed():
         for _ in range(3):
             sizer.size("r", _chain(sizer.ask), [0.02] * sizer.ask, "s")
         assert sizer.ask_for("r") == sizer.ask
+
+
+def test_a_batched_step_keeps_one_node_count_for_every_row():
+    """Four rows share a forward: each keeps its own most likely nodes, up to the one count that pays
+    under the four-row curve; where the rows' gains do not cover a node per row, none drafts, even a
+    row whose draft would pay alone."""
+    sizer = DraftSizer("auto", 32, adapt=False)
+    sizer.set_cost(COST)
+    sizer.set_cost(VerifyCostModel([0, 1, 2, 4, 8], [0.030, 0.036, 0.042, 0.054, 0.08], batch=4))
+    weak = [("a", _chain(4), [0.3, 0.1, 0.05, 0.02], "s")] + [(r, _chain(4), [0.02] * 4, "s") for r in "bcd"]
+    assert sizer.size("a", _chain(4), [0.3, 0.1, 0.05, 0.02], "s")[0].num_nodes > 0  # alone it pays
+    assert [t.num_nodes for t, _ in sizer.size_step(weak)] == [0, 0, 0, 0]
+    sure = [(r, _chain(4), [0.97, 0.95, 0.9, 0.2], "s") for r in "abc"] + [("d", _chain(1), [0.9], "s")]
+    sized = sizer.size_step(sure)
+    assert [t.num_nodes for t, _ in sized] == [3, 3, 3, 1]  # one k for all; a shorter draft keeps all it has
+    assert all(ticket is not None and ticket.tree is t for t, ticket in sized)
+
+
+def test_a_batch_without_its_own_curve_uses_a_larger_batch_or_one_estimated_from_one_row():
+    sizer = DraftSizer("auto", 32)
+    sizer.set_cost(COST)
+    eight = VerifyCostModel([0, 1, 2], [0.05, 0.09, 0.12], batch=8)
+    sizer.set_cost(eight)
+    assert sizer.cost_for(1) is sizer.live_cost and sizer.cost_for(5) is sizer.live_costs[8]
+    assert sizer.cost_for(8).seconds == eight.seconds and sizer.cost_for(8) is not eight  # a live copy
+    sixteen = sizer.cost_for(16)
+    assert sixteen.batch == 16 and sixteen.cost(0) == pytest.approx(COST.cost(15))
+    with pytest.raises(ValueError, match="needs a verify-cost curve"):
+        DraftSizer("auto", 32).size_step([("r", _chain(2), [0.5, 0.5], "s")])

@@ -55,6 +55,24 @@ def test_decoder_refines_its_own_copy_of_the_cost_model():
     assert dec.live_cost is not given and dec.live_cost.seconds[0] > given.seconds[0]  # real steps are slower
 
 
+def test_decoder_measures_a_curve_for_each_batch_size_once_unless_frozen():
+    from specdec import SpeculativeDecoder
+    from specdec.proposers.suffix import SuffixProposer
+
+    target = HFTarget(tiny_model("llama"))
+    given = VerifyCostModel([0, 1, 2, 4], [1e-3, 1.1e-3, 1.2e-3, 1.4e-3])
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 6, 4, 5, 6], [7, 8, 7, 8, 7]]
+    dec = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=given, calibration_prefix=16)
+    dec.generate_batch(prompts, max_new_tokens=6)
+    measured = dec.sizer.live_costs[3]
+    assert measured.batch == 3 and measured.sizes == [0, 1, 2, 4, 8, 16]
+    dec.generate_batch(prompts, max_new_tokens=6)
+    assert dec.sizer.live_costs[3] is measured  # measured once per decoder
+    frozen = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=given, adapt=False)
+    frozen.generate_batch(prompts, max_new_tokens=6)
+    assert frozen.sizer.live_costs[3].seconds == given.for_batch(3).seconds  # estimated, never timed
+
+
 def test_draft_overhead_prices_out_marginal_drafts():
     model = VerifyCostModel([0, 1], [1.0, 1.05])
     assert model.best_size([0.1]) == 1  # 1.1 tokens for 1.05: worth it on verify time alone
@@ -128,8 +146,38 @@ def test_calibration_measures_every_size():
     assert model.seconds == sorted(model.seconds)
 
 
+def test_calibration_of_several_rows_verifies_them_together():
+    target = HFTarget(tiny_model())
+    model = VerifyCostModel.calibrate(target, prefix_len=16, repeats=1, batch=3)
+    assert model.batch == 3 and model.sizes == [0, 1, 2, 4, 8, 16] and all(s > 0 for s in model.seconds)
+    with pytest.raises(ValueError, match="batch must be an int >= 1"):
+        VerifyCostModel([0, 1], [1.0, 1.0], batch=0)
+
+
+def test_shared_size_weighs_every_row_against_the_batch_curve():
+    """Rows are padded to the largest tree: one k for all, worth it only if the rows' gains together
+    beat the batch forward's extra time."""
+    one = VerifyCostModel([0, 1, 2, 4], [1.0, 1.0, 1.05, 1.1])  # one row: nodes nearly free
+    four = VerifyCostModel([0, 1, 2, 4], [1.0, 1.4, 1.7, 2.3], batch=4)  # four rows: a node each is dear
+    rows = [[0.9, 0.8], [0.1], [0.05], []]
+    assert one.best_size(rows[1]) == 1  # alone, a 0.1 node pays
+    assert four.best_shared_size(rows) == 0  # (4 + 0.9 + 0.1 + 0.05) / 1.4 < 4 / 1.0
+    assert four.best_shared_size([[0.9, 0.8]] * 4) == 2  # (4 + 4 * 1.7) / 1.7 beats 1 node and none
+    assert four.best_shared_size([[0.5]] * 4, draft_overhead=1.0) == 0
+    assert one.best_shared_size([[0.3, 0.1]]) == one.best_size([0.3, 0.1])
+
+
+def test_a_batch_curve_estimated_from_one_row_reads_the_same_token_count():
+    one = VerifyCostModel([0, 1, 2, 4, 8, 16], [1.0, 1.0, 1.1, 1.2, 1.6, 2.4])
+    four = one.for_batch(4)
+    assert four.batch == 4 and four.sizes == one.sizes
+    assert four.cost(0) == pytest.approx(one.cost(3)) and four.cost(1) == pytest.approx(one.cost(7))
+    with pytest.raises(ValueError, match="derives from a one-row curve"):
+        four.for_batch(2)
+
+
 def test_cost_model_saves_and_loads(tmp_path):
-    model = VerifyCostModel([0, 1, 4], [0.02, 0.021, 0.03], prefix_len=128)
+    model = VerifyCostModel([0, 1, 4], [0.02, 0.021, 0.03], prefix_len=128, batch=2)
     model.save(tmp_path / "c.json")
     back = VerifyCostModel.load(tmp_path / "c.json")
     assert back == model
