@@ -90,7 +90,9 @@ def compare(model, prompt, ref: list[int], got: list[int]) -> dict | None:
             "margin": round(margin_at(model, prompt, ref[:i]), 5) if i < min(len(ref), len(got)) else None}
 
 
-def decoders(model, tokenizer, methods: dict[str, str | None]):
+def decoders(model, tokenizer, methods: dict[str, str | None], batch: int):
+    """One decoder per method; the verify cost curves (one row and ``batch`` rows) are measured by the
+    first drafting one and shared by the rest."""
     from specdec.engine.decoder import SpeculativeDecoder
     from specdec.proposers.registry import make_proposer
 
@@ -98,8 +100,8 @@ def decoders(model, tokenizer, methods: dict[str, str | None]):
     for name, spec in methods.items():
         prop = None if spec is None else make_proposer(spec, model, tokenizer, allow_mismatch=True)
         dec = SpeculativeDecoder(model, prop, cost_model=cost)
-        if prop is not None and cost is None:
-            cost = dec.ensure_cost_model()  # measured once per dtype, shared by every proposer
+        if prop is not None and cost is None:  # measured once per dtype, shared by every proposer
+            cost = [dec.ensure_cost_model()] + ([dec.ensure_cost_model(batch)] if batch > 1 else [])
         out[name] = dec
     return out
 
@@ -130,7 +132,7 @@ def run_dtype(model32, tokenizer, dtype_name, prompts, args, methods, res: Resul
     part["bench"]["hf_generate"] = {"batch1": {"tokens": sum(map(len, refs)), "seconds": round(t_gen, 4),
                                                "tokens_per_s": round(sum(map(len, refs)) / t_gen, 2)}}
     res.save()
-    decs = decoders(model, tokenizer, methods)
+    decs = decoders(model, tokenizer, methods, min(args.batch, len(prompts)))
     for name, dec in decs.items():
         dec.generate(prompts[0], 4, stop_tokens=stops)  # warm-up
         eq = part["equality"].setdefault(name, {})

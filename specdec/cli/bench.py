@@ -5,7 +5,8 @@ Writes ``bench.md`` (one table per category + overall), ``speedup.png`` and ``ru
 
 ``--custom-generate`` benchmarks ``model.generate`` itself instead, on left-padded batches of each
 ``--batch-sizes``: plain, Hugging Face prompt lookup and assisted decoding (batch 1, as Hugging Face
-runs them) and specdec through ``custom_generate`` with each ``--proposer``; it writes
+runs them) and specdec through ``custom_generate`` with each ``--proposer`` (``none``: specdec's loop
+without drafting, which separates what speculation gains from what the loop itself does); it writes
 ``generate.md`` and ``generate_runs.json`` (speedups over plain ``model.generate`` at the same batch).
 """
 
@@ -163,8 +164,9 @@ def execute(args):
 def generate_methods(args, model, tok, cost_model=None):
     """``(methods_for, cost, eos_id, pad_id)``: ``methods_for(batch)`` builds the ``--custom-generate``
     methods with fresh specdec decoders (no proposer state carried from one batch size to the next),
-    each reused across the calls of its batch size; the verify cost curve is measured once (or read
-    from ``--cost``) and shared, and ``cost["model"]`` holds it afterwards."""
+    each reused across the calls of its batch size; the verify cost curves (one row, read from
+    ``--cost`` when given, and each batch size) are measured once and shared, and ``cost["model"]``
+    holds the one-row curve afterwards."""
     import torch
 
     from ..measure.speedup import generate_method
@@ -180,6 +182,22 @@ def generate_methods(args, model, tok, cost_model=None):
         assistant = AutoModelForCausalLM.from_pretrained(args.assistant_model, dtype=torch.float32,
                                                          local_files_only=True).eval()
     cost = {"model": cost_model}
+    measured = {}
+
+    def curves(batch: int):
+        """The one-row and ``batch``-row verify cost curves, each measured once and shared by every
+        decoder (the one-row curve read from ``--cost`` when given); None for a fixed budget."""
+        if args.budget != "auto":
+            return None
+        from ..estimate.verify_cost import VerifyCostModel
+        from ..verify.hf import HFTarget
+
+        for b in {1, batch}:
+            if b not in measured and not (b == 1 and cost["model"] is not None):
+                log(f"calibrating the verify cost curve of {b} row(s) (a few seconds)")
+                measured[b] = VerifyCostModel.calibrate(HFTarget(model), batch=b)
+        cost["model"] = cost["model"] or measured[1]
+        return [cost["model"]] + [measured[b] for b in sorted(measured) if b > 1]
 
     def methods_for(batch: int):
         methods = [generate_method("hf_generate", model, eos, pad)]
@@ -190,16 +208,13 @@ def generate_methods(args, model, tok, cost_model=None):
             methods.append(generate_method("hf_assisted", model, eos, pad, max_batch=1, assistant_model=assistant))
         for spec in proposers(args):
             prop = make_proposer(spec, model, tok, allow_mismatch=args.allow_mismatch)
-            dec = SpeculativeDecoder(model, prop, cost_model=cost["model"], budget=args.budget)
-            if args.budget == "auto" and cost["model"] is None:
-                log("calibrating the verify cost curve (a few seconds; --cost FILE reuses a saved one)")
-                cost["model"] = dec.ensure_cost_model()
+            dec = SpeculativeDecoder(model, prop, cost_model=curves(batch), budget=args.budget)
             methods.append(generate_method(f"custom_generate:{short_label(spec)}", model, eos, pad,
                                            custom_generate=generate, decoder=dec))
         if assistant is not None:
             methods.append(generate_method("custom_generate:assistant", model, eos, pad, custom_generate=generate,
                                            assistant_model=assistant, target_tokenizer=tok, budget=args.budget,
-                                           cost_model=cost["model"]))
+                                           cost_model=curves(batch)))
         return methods
 
     return methods_for, cost, eos, pad
@@ -216,9 +231,7 @@ def execute_generate(args):
     from ..prompts import read_prompt_records
 
     started, load_start = time.time(), os.getloadavg()[0]
-    specs = proposers(args)
-    if "none" in specs:
-        raise UsageError("--proposer none is plain decoding: --custom-generate always runs plain model.generate")
+    proposers(args)  # a bad spec is refused before the model loads
     if args.no_hf_generate:
         raise UsageError("--custom-generate compares with plain model.generate: drop --no-hf-generate")
     path = args.prompts or SAMPLE_PROMPTS

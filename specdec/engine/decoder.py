@@ -72,7 +72,10 @@ class SpeculativeDecoder:
         max_budget: most draft nodes requested from the proposer per request and step.
         budget: ``"auto"`` (verify the cost-model-optimal number of nodes) or an int (verify at most
             that many nodes, no cost model: for experiments and tests).
-        cost_model: a measured :class:`VerifyCostModel`; calibrated on first use when None.
+        cost_model: a measured :class:`VerifyCostModel`, or several with distinct ``batch`` (one of them
+            the one-row curve). None: the one-row curve is measured on first use, and each batch
+            size's the first time that many rows run; given: never timed, a batch size without its
+            own curve is estimated from the one-row curve (:meth:`VerifyCostModel.for_batch`).
         calibration_prefix: prefix length for that calibration.
         generation_config: the ``GenerationConfig`` to reproduce (default: the model's own): its
             logits processors are honoured exactly, its sampling defaults apply without ``sampling``,
@@ -84,8 +87,8 @@ class SpeculativeDecoder:
     """
 
     def __init__(self, target, proposer=None, *, max_budget: int = 64, budget: str | int = "auto",
-                 cost_model: VerifyCostModel | None = None, calibration_prefix: int = 256, generation_config=None,
-                 adapt: bool = True):
+                 cost_model: VerifyCostModel | Sequence[VerifyCostModel] | None = None, calibration_prefix: int = 256,
+                 generation_config=None, adapt: bool = True):
         self.target = target if isinstance(target, HFTarget) else HFTarget(target)
         layers = getattr(proposer, "target_layers", None)  # an EAGLE-3 proposer reads fused hidden states
         if layers is not None and self.target.hidden_layers != tuple(layers):
@@ -94,7 +97,8 @@ class SpeculativeDecoder:
         self.proposer = proposer
         self.sizer = DraftSizer(budget, max_budget, adapt=adapt)
         self.max_budget, self.budget = max_budget, budget
-        self.cost_model = cost_model
+        self.cost_models = _cost_curves(cost_model)  # batch size -> the curve given or measured
+        self._measures_costs = cost_model is None
         self.calibration_prefix = calibration_prefix
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -138,21 +142,25 @@ class SpeculativeDecoder:
         yield from self.run([prompt_ids], max_new_tokens, sampling, stop_tokens=stop_tokens, generator=generator,
                             req_ids=ids, tenants=[tenant])
 
+    @property
+    def cost_model(self) -> VerifyCostModel | None:
+        """The one-row verify cost curve (None until given or measured)."""
+        return self.cost_models.get(1)
+
     def ensure_cost_model(self, batch: int = 1) -> VerifyCostModel:
-        """The verify cost curve of ``batch`` rows. One row: the given ``cost_model``, else measured now
-        (seconds). Several: measured now, the first time this many rows run together (a few seconds);
-        with ``adapt=False`` never measured, estimated from the one-row curve instead
-        (:meth:`VerifyCostModel.for_batch`). Curves are never modified (the sizer refines its own copies)."""
+        """The verify cost curve of ``batch`` rows: the one given, else measured now (seconds; one row
+        on first use, ``batch`` rows the first time that many run together), else (curves were given)
+        estimated from the one-row curve. Given and measured curves are never modified: the sizer
+        refines its own copies."""
         if self.cost_model is None:
-            self.cost_model = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
-        if self.sizer.live_cost is None:
-            self.sizer.set_cost(self.cost_model)
-        if batch == 1:
-            return self.cost_model
-        if batch not in self.sizer.live_costs and self.sizer.adapt:
-            self.sizer.set_cost(VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix,
-                                                          batch=batch))
-        return self.sizer.cost_for(batch)
+            self.cost_models[1] = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix)
+        if batch > 1 and batch not in self.cost_models and self._measures_costs:
+            self.cost_models[batch] = VerifyCostModel.calibrate(self.target, prefix_len=self.calibration_prefix,
+                                                                batch=batch)
+        for curve in self.cost_models.values():
+            if curve.batch not in self.sizer.live_costs:
+                self.sizer.set_cost(curve)
+        return self.cost_model if batch == 1 else self.sizer.cost_for(batch)
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, sampling: SamplingParams | None = None,
@@ -387,6 +395,20 @@ class _InUse:
         with d._lock:
             thread, runs = d._owner
             d._owner = (thread, runs - 1) if runs > 1 else None
+
+
+def _cost_curves(cost_model) -> dict[int, VerifyCostModel]:
+    """``cost_model`` (None, one curve or several) as ``{batch: curve}``; TypeError/ValueError naming the problem."""
+    if cost_model is None:
+        return {}
+    curves = [cost_model] if isinstance(cost_model, VerifyCostModel) else list(cost_model)
+    bad = next((c for c in curves if not isinstance(c, VerifyCostModel)), None)
+    if bad is not None:
+        raise TypeError(f"cost_model must be a VerifyCostModel or a sequence of them, got a {type(bad).__name__}")
+    batches = [c.batch for c in curves]
+    if 1 not in batches or len(set(batches)) != len(batches):
+        raise ValueError(f"cost_model curves need distinct batch sizes, one of them 1 (one row), got {batches}")
+    return {c.batch: c for c in curves}
 
 
 def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:

@@ -245,9 +245,10 @@ def cast(model, dtype: str):
 def case(model, spec: Spec) -> DecoderCase:
     """The :class:`DecoderCase` of ``spec`` over ``model`` (cast to ``spec.dtype``). ``suffix_tree_op``
     verifies with ``attention="tree_op"``; ``random_tree_auto`` and ``hybrid`` let the cost-model
-    sizer prune the trees (``random_tree_auto``: each node costs a fifth of a step, about half the
-    drafted nodes are cut; ``hybrid``: a twenty-fifth, so its calibrated low estimates are cut and
-    enough nodes stay for the tree mutants to show; the sizer never prunes sampled trees);
+    sizer prune the trees, at every batch size alike (``random_tree_auto``: each node costs a fifth of
+    a step, about half the drafted nodes are cut; ``hybrid``: a twenty-fifth, so its calibrated low
+    estimates are cut and enough nodes stay for the tree mutants to show; the sizer never prunes
+    sampled trees);
     ``draft_model`` drafts chains of 2."""
     sampling = SETTINGS[spec.setting]
     attention = "tree_op" if spec.family == "suffix_tree_op" else "mask"
@@ -259,7 +260,8 @@ def case(model, spec: Spec) -> DecoderCase:
         proposer = FAMILIES[spec.family](target, sampling)
         if spec.wrap is not None:
             proposer = WRAPPERS[spec.wrap](proposer)
-        cost = VerifyCostModel([0, 5], [1.0, node_cost]) if budget == "auto" else None
+        # the same node cost at any batch size (the curve of the most rows covers every smaller batch)
+        cost = [VerifyCostModel([0, 5], [1.0, node_cost], batch=b) for b in (1, 10 ** 6)] if budget == "auto" else None
         return SpeculativeDecoder(TARGETS[spec.target](target, attention=attention), proposer, max_budget=6,
                                   budget=budget, cost_model=cost)
 

@@ -55,22 +55,29 @@ def test_decoder_refines_its_own_copy_of_the_cost_model():
     assert dec.live_cost is not given and dec.live_cost.seconds[0] > given.seconds[0]  # real steps are slower
 
 
-def test_decoder_measures_a_curve_for_each_batch_size_once_unless_frozen():
+def test_decoder_measures_a_curve_for_each_batch_size_once_unless_curves_are_given():
     from specdec import SpeculativeDecoder
     from specdec.proposers.suffix import SuffixProposer
 
     target = HFTarget(tiny_model("llama"))
-    given = VerifyCostModel([0, 1, 2, 4], [1e-3, 1.1e-3, 1.2e-3, 1.4e-3])
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 6, 4, 5, 6], [7, 8, 7, 8, 7]]
-    dec = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=given, calibration_prefix=16)
+    dec = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), calibration_prefix=16)
     dec.generate_batch(prompts, max_new_tokens=6)
-    measured = dec.sizer.live_costs[3]
-    assert measured.batch == 3 and measured.sizes == [0, 1, 2, 4, 8, 16]
+    measured = dec.cost_models[3]
+    assert measured.batch == 3 and measured.sizes == [0, 1, 2, 4, 8, 16] and dec.cost_model.batch == 1
     dec.generate_batch(prompts, max_new_tokens=6)
-    assert dec.sizer.live_costs[3] is measured  # measured once per decoder
-    frozen = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=given, adapt=False)
-    frozen.generate_batch(prompts, max_new_tokens=6)
-    assert frozen.sizer.live_costs[3].seconds == given.for_batch(3).seconds  # estimated, never timed
+    assert dec.cost_models[3] is measured  # measured once per decoder
+    given = VerifyCostModel([0, 1, 2, 4], [1e-3, 1.1e-3, 1.2e-3, 1.4e-3])
+    estimated = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=given, adapt=False)
+    estimated.generate_batch(prompts, max_new_tokens=6)
+    assert 3 not in estimated.cost_models and estimated.sizer.live_costs[3].seconds == given.for_batch(3).seconds
+    three = VerifyCostModel([0, 1], [2e-3, 3e-3], batch=3)
+    both = SpeculativeDecoder(target, SuffixProposer(target.vocab_size), cost_model=[given, three], adapt=False)
+    assert both.ensure_cost_model(3).seconds == three.seconds and both.ensure_cost_model(2).seconds == three.seconds
+    with pytest.raises(ValueError, match="one of them 1"):
+        SpeculativeDecoder(target, None, cost_model=[three])
+    with pytest.raises(TypeError, match="sequence of them"):
+        SpeculativeDecoder(target, None, cost_model=[given, "fast"])
 
 
 def test_draft_overhead_prices_out_marginal_drafts():

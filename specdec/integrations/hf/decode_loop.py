@@ -28,8 +28,9 @@ class Options:
         proposer: a spec string or a proposer object (default ``"suffix"``).
         decoder: a :class:`~specdec.SpeculativeDecoder` over the same model, reused across calls.
         target_tokenizer: the model's tokenizer (checks a tokenizer-bound drafter).
-        cost_model: a :class:`~specdec.estimate.verify_cost.VerifyCostModel` or the path of a saved one;
-            measured at the start of the call when None.
+        cost_model: a :class:`~specdec.estimate.verify_cost.VerifyCostModel`, a list of them (one per
+            batch size, one of them one row) or the path of a saved one; measured at the start of the
+            call when None (one row, and the call's batch size).
         budget: ``"auto"`` or a fixed number of nodes.
         max_budget: most nodes drafted per request and step (default 64; ``prompt_lookup_num_tokens``).
         generator: a ``torch.Generator`` for sampling (default: torch's global one).
@@ -122,8 +123,10 @@ def _decoder(model, source: Source, options: Options, tokenizer, caller: CallerA
     cost = options.cost_model
     if isinstance(cost, (str, Path)):
         cost = VerifyCostModel.load(cost)
-    elif cost is not None and not isinstance(cost, VerifyCostModel):
-        raise TypeError(f"cost_model= must be a VerifyCostModel or the path of a saved one, got {type(cost).__name__}")
+    elif cost is not None and not isinstance(cost, VerifyCostModel) and not (
+            isinstance(cost, (list, tuple)) and cost and all(isinstance(c, VerifyCostModel) for c in cost)):
+        raise TypeError("cost_model= must be a VerifyCostModel, a list of them (one per batch size) or the path of a "
+                        f"saved one, got {type(cost).__name__}")
     max_budget = options.max_budget if options.max_budget is not None else source.max_budget or DEFAULT_MAX_BUDGET
     inspect_model(model)  # refuses, by feature and without a forward, an architecture it cannot verify exactly
     proposer = build_proposer(source, model, tokenizer=tokenizer, assistant_tokenizer=caller.assistant_tokenizer,
