@@ -26,7 +26,7 @@ from ..verify.hf import HFTarget
 from .metrics import RequestMetrics
 from ..control.interface import BatchView, Outcome
 from ..control.sizer import DraftSizer, Ticket, check_draft
-from ..estimate.verify_cost import VerifyCostModel
+from ..estimate.verify_cost import VerifyCostModel, curves_by_batch
 
 
 @dataclass
@@ -97,7 +97,7 @@ class SpeculativeDecoder:
         self.proposer = proposer
         self.sizer = DraftSizer(budget, max_budget, adapt=adapt)
         self.max_budget, self.budget = max_budget, budget
-        self.cost_models = _cost_curves(cost_model)  # batch size -> the curve given or measured
+        self.cost_models = curves_by_batch(cost_model)  # batch size -> the curve given or measured
         self._measures_costs = cost_model is None
         self.calibration_prefix = calibration_prefix
         self._ids = itertools.count()
@@ -395,20 +395,6 @@ class _InUse:
         with d._lock:
             thread, runs = d._owner
             d._owner = (thread, runs - 1) if runs > 1 else None
-
-
-def _cost_curves(cost_model) -> dict[int, VerifyCostModel]:
-    """``cost_model`` (None, one curve or several) as ``{batch: curve}``; TypeError/ValueError naming the problem."""
-    if cost_model is None:
-        return {}
-    curves = [cost_model] if isinstance(cost_model, VerifyCostModel) else list(cost_model)
-    bad = next((c for c in curves if not isinstance(c, VerifyCostModel)), None)
-    if bad is not None:
-        raise TypeError(f"cost_model must be a VerifyCostModel or a sequence of them, got a {type(bad).__name__}")
-    batches = [c.batch for c in curves]
-    if 1 not in batches or len(set(batches)) != len(batches):
-        raise ValueError(f"cost_model curves need distinct batch sizes, one of them 1 (one row), got {batches}")
-    return {c.batch: c for c in curves}
 
 
 def _check_prompt(prompt, index: int, vocab_size: int) -> list[int]:

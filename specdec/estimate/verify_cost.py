@@ -183,3 +183,19 @@ class VerifyCostModel:
                        prefix_len=int(data.get("prefix_len", 0)), batch=int(data.get("batch", 1)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: bad verify cost curve ({exc})") from exc
+
+
+def curves_by_batch(cost_model) -> dict[int, VerifyCostModel]:
+    """``cost_model`` (None, one curve or several) as ``{batch: curve}``. TypeError for anything but
+    curves; ValueError unless the batch sizes are distinct and one of them is 1 (one row)."""
+    if cost_model is None:
+        return {}
+    curves = [cost_model] if isinstance(cost_model, VerifyCostModel) else (
+        list(cost_model) if isinstance(cost_model, (list, tuple)) else [cost_model])
+    bad = next((c for c in curves if not isinstance(c, VerifyCostModel)), None)
+    if bad is not None:
+        raise TypeError(f"cost_model must be a VerifyCostModel or a sequence of them, got a {type(bad).__name__}")
+    batches = [c.batch for c in curves]
+    if 1 not in batches or len(set(batches)) != len(batches):
+        raise ValueError(f"cost_model curves need distinct batch sizes, one of them 1 (one row), got {batches}")
+    return {c.batch: c for c in curves}

@@ -11,6 +11,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from specdec import SpeculativeDecoder
 from specdec.artifacts import IncompatibleArtifactError, target_fingerprint
 from specdec.conformance.targets import noisy_copy
+from specdec.estimate.verify_cost import VerifyCostModel
 from specdec.integrations.hf import FOLDER, generate
 from specdec.models import tiny_model
 from specdec.artifacts import Artifact
@@ -109,6 +110,9 @@ def test_sources_and_decoders(model):
     _refused(model, ValueError, "unknown proposer spec 'beam'", proposer="beam")
     _refused(model, ValueError, "budget= must be 'auto' or an int >= 0", budget="max")
     _refused(model, TypeError, "generator= must be a torch.Generator", generator=0)
+    _refused(model, TypeError, "cost_model must be a VerifyCostModel or a sequence of them", cost_model=[0.02])
+    _refused(model, ValueError, r"one of them 1 \(one row\), got \[2\]",
+             cost_model=[VerifyCostModel([0, 1], [0.02, 0.03], batch=2)])
 
 
 def test_architectures_specdec_refuses():

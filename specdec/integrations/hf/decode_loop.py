@@ -110,7 +110,7 @@ def _decoder(model, source: Source, options: Options, tokenizer, caller: CallerA
     """The :class:`~specdec.SpeculativeDecoder` of this call: the one given, or a new one (the
     architecture checked first, then the proposer loaded and checked)."""
     from ...engine.decoder import SpeculativeDecoder
-    from ...estimate.verify_cost import VerifyCostModel
+    from ...estimate.verify_cost import VerifyCostModel, curves_by_batch
     from ...verify.capabilities import inspect_model
     from ...verify.hf import HFTarget
 
@@ -123,10 +123,7 @@ def _decoder(model, source: Source, options: Options, tokenizer, caller: CallerA
     cost = options.cost_model
     if isinstance(cost, (str, Path)):
         cost = VerifyCostModel.load(cost)
-    elif cost is not None and not isinstance(cost, VerifyCostModel) and not (
-            isinstance(cost, (list, tuple)) and cost and all(isinstance(c, VerifyCostModel) for c in cost)):
-        raise TypeError("cost_model= must be a VerifyCostModel, a list of them (one per batch size) or the path of a "
-                        f"saved one, got {type(cost).__name__}")
+    curves_by_batch(cost)  # a bad curve list is refused here, before the target's probe forward
     max_budget = options.max_budget if options.max_budget is not None else source.max_budget or DEFAULT_MAX_BUDGET
     inspect_model(model)  # refuses, by feature and without a forward, an architecture it cannot verify exactly
     proposer = build_proposer(source, model, tokenizer=tokenizer, assistant_tokenizer=caller.assistant_tokenizer,
