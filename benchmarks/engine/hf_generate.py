@@ -29,8 +29,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EAGLE = next((ROOT / "artifacts" / name for name in ("eagle3-smollm2-135m", "eagle-smollm2-135m")
-              if (ROOT / "artifacts" / name).is_dir()), None)
+_EAGLE3 = ROOT / "artifacts" / "eagle3-smollm2-135m"
+EAGLE = _EAGLE3 if _EAGLE3.is_dir() else None
 
 
 def default_proposers() -> list[str]:

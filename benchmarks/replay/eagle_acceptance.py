@@ -11,11 +11,11 @@
 * ``--online N``: plain decoding vs EAGLE through :class:`~specdec.SpeculativeDecoder` on N
   held-out prompts in the same process: wall-clock ratio, outputs checked identical.
 
-Usage (after ``specdec train eagle``)::
+Usage (after ``specdec train eagle --out DIR``)::
 
-    python -m benchmarks.replay.eagle_acceptance --artifact artifacts/eagle-smollm2-135m \\
+    python -m benchmarks.replay.eagle_acceptance --artifact DIR \\
         --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl --budgets 8 16 32 \\
-        --medusa artifacts/medusa-smollm2-135m --online 4 --record
+        --medusa artifacts/medusa-kd-smollm2-135m --online 4 --record
 """
 
 from __future__ import annotations

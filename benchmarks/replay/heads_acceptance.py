@@ -12,9 +12,9 @@ Two measurements:
   decoding through the same loop on N held-out prompts, in the same process, and reports the
   wall-clock ratio (and checks both outputs are identical).
 
-Usage (after ``specdec train heads``)::
+Usage (after ``specdec train heads --out DIR``)::
 
-    python -m benchmarks.replay.heads_acceptance --artifact artifacts/medusa-smollm2-135m \\
+    python -m benchmarks.replay.heads_acceptance --artifact DIR \\
         --responses benchmarks/data/selfdistill-<fp>-384x256.jsonl \\
         --tensors benchmarks/data/selfdistill-<fp>-384x256-budget12000.safetensors --max-tokens 12000 \\
         --budgets 4 8 16 32 --record

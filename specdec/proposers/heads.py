@@ -76,9 +76,11 @@ class MedusaHeads(nn.Module):
         """Map drafting-vocabulary indices to token ids."""
         return idx if self.vocab_ids is None else self.vocab_ids.to(idx.device)[idx]
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Tensors to save (the LM head is not among them: it belongs to the target)."""
-        out = {k: v for k, v in self.state_dict().items()}
+    def state_tensors(self, dtype: torch.dtype | None = torch.float16) -> dict[str, torch.Tensor]:
+        """Tensors to save, weights cast to ``dtype`` (float16 halves the artifact; loading casts them
+        to the target's dtype); the LM head is not among them: it belongs to the target."""
+        out = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v)
+               for k, v in self.state_dict().items()}
         if self.vocab_ids is not None:
             out["vocab_ids"] = self.vocab_ids
         return out

@@ -21,7 +21,7 @@ from specdec.proposers.suffix import SuffixProposer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9]]
-EAGLE = Path(__file__).resolve().parents[2] / "artifacts" / "eagle-smollm2-135m"
+EAGLE = Path(__file__).resolve().parents[2] / "artifacts" / "eagle3-smollm2-135m"
 
 
 class BoundProposer(SuffixProposer):

