@@ -8,6 +8,11 @@ split into parts. Each call's command first stashes its part of the payload in a
 the machine (``/tmp/specdec-gpu`` by default), which outlives the call while the machine stays up
 (about 30 s between calls); the call that completes the GGUF joins it and checks its sha256.
 
+Roles: ``model`` (split across calls; it may travel compressed, ``.xz``, with the file it unpacks to
+named in the lock's ``unpacked`` entry, checked after unpacking), ``wheel`` (installed with pip
+``--target`` on the machine), ``site`` (a ``.site.tar.xz`` of an installed package tree, made by
+``trim_site.py``, extracted beside the wheels) and ``data``.
+
 Only the standard library: it runs on the machine before any wheel is installed.
 
     python scripts/gpu/carry.py plan  [--lock scripts/gpu/payload.json] [--max-calls 2]
@@ -59,14 +64,25 @@ def tree_bytes(root: Path = ROOT) -> int:
     return total
 
 
+ROLES = ("model", "wheel", "site", "data")
+
+
 @dataclass
 class Item:
-    """One payload file: ``role`` is ``model`` (split when needed), ``wheel`` or ``data``."""
+    """One payload file: ``role`` is one of :data:`ROLES` (``model`` is split when needed);
+    ``unpacked`` (``{"name", "bytes", "sha256"}``), for an ``.xz`` file, what it decompresses to."""
 
     name: str
     role: str
     bytes: int
     sha256: str
+    unpacked: dict | None = None
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"payload item {self.name}: role {self.role!r} is not one of {ROLES}")
+        if self.unpacked is not None and not self.name.endswith(".xz"):
+            raise ValueError(f"payload item {self.name}: 'unpacked' is for .xz files")
 
 
 @dataclass
@@ -110,7 +126,7 @@ def make_plan(items: list[Item], tree: int, *, limit: int = LIMIT, margin: int =
     if plan.room <= 0:
         raise ValueError(f"the working tree alone ({tree / MiB:.2f} MiB) leaves no room under {limit / MiB:.0f} MiB")
     free: list[int] = []
-    whole = [i for i in items if i.role != "model"]
+    whole = [i for i in items if i.role != "model"]  # wheels, site trees, data
     for it in sorted(whole, key=lambda i: -i.bytes):
         if it.bytes > plan.room:
             raise ValueError(f"{it.name} ({it.bytes / MiB:.2f} MiB) cannot fit one call ({plan.room / MiB:.2f} MiB)")
@@ -143,7 +159,18 @@ def read_lock(path: Path = LOCK) -> dict:
 
 
 def lock_items(lock: dict) -> list[Item]:
-    return [Item(e["name"], e["role"], int(e["bytes"]), e["sha256"]) for e in lock["items"]]
+    return [Item(e["name"], e["role"], int(e["bytes"]), e["sha256"], e.get("unpacked")) for e in lock["items"]]
+
+
+def unpack_xz(src: Path, dest: Path, expect: dict) -> Path:
+    """Decompress ``src`` into ``dest`` and check it against ``expect`` (``bytes``, ``sha256``)."""
+    import lzma
+
+    with lzma.open(src, "rb") as f, open(dest, "wb") as out:
+        shutil.copyfileobj(f, out, 1 << 22)
+    if dest.stat().st_size != expect["bytes"] or sha256(dest) != expect["sha256"]:
+        raise ValueError(f"{dest}: unpacked from {src.name}, but its size or sha256 differs from the lock's")
+    return dest
 
 
 def write_calls(plan: Plan, items: list[Item], files: Path, out: Path, extra: dict) -> list[Path]:
@@ -191,7 +218,8 @@ def stash(call_dir: Path, state: Path) -> dict:
 
 def join(state: Path, name: str | None = None) -> Path:
     """Join the stashed parts of the model item (all calls' manifests together), check its sha256,
-    return its path under ``state/model``. Names the missing parts when a call's stash is absent."""
+    unpack it when it travelled compressed (checked again), and return the model file's path under
+    ``state/model``. Names the missing parts when a call's stash is absent."""
     dest = state / "stash"
     manifests = [json.loads(p.read_text()) for p in sorted(dest.glob("call*.json"))]
     if not manifests:
@@ -218,6 +246,10 @@ def join(state: Path, name: str | None = None) -> Path:
                 shutil.copyfileobj(src, dst)
     if sha256(out) != item["sha256"]:
         raise ValueError(f"{out}: joined file's sha256 differs from the lock's")
+    if item.get("unpacked"):
+        unpacked = unpack_xz(out, out.parent / item["unpacked"]["name"], item["unpacked"])
+        out.unlink()
+        return unpacked
     return out
 
 

@@ -15,15 +15,17 @@
 # folders (eagle3-gpu/, medusa-kd-gpu/): 7 files, each under 16 MB, two folders deep at most.
 #
 # THE CALLS. Each call sends the working tree plus the carried folder, 64 MiB in all; the payload
-# is the GGUF (93.8 MiB) + the transformers 5.24 and gguf wheels (13.0 MiB; the machine has
-# transformers 5.17) + the ShareGPT prompt token ids (1.0 MiB). scripts/gpu/prepare.sh (run here,
-# with network) splits it into .gpu-carry/call1 .. callN, N as small as the tree allows, and
-# refuses N > MAX_CALLS (2). With the tree at 30.9 MiB (28 MiB of it artifacts/*/weights) N is 4;
-# N = 2 once the tree is at most 9.1 MiB. Every call stashes its share in $SPECDEC_GPU_STATE
-# (/tmp/specdec-gpu on the machine), which survives between calls while the machine stays up
-# (~30 s: issue the next call at once). Work per call:
-#   call N-1: stash (+ install the wheels into the state folder), build, CUDA tests, verify op, ncu
-#   call N  : stash, join + check the GGUF, convert it, train (step 4), decoder (step 2), summary
+# is the GGUF xz-compressed (86.2 MiB; 93.8 unpacked) + transformers 5.24 trimmed to the model
+# folders the run imports (1.4 MiB, scripts/gpu/trim_site.py; the machine has 5.17) + the gguf
+# wheel (0.1 MiB) + the ShareGPT prompt token ids (1.0 MiB): 88.8 MiB. scripts/gpu/prepare.sh (run
+# here, with network) splits it into .gpu-carry/call1 .. callN, N as small as the tree allows, and
+# refuses N > MAX_CALLS (2). With the tree at 15.8 MiB N is 2 (it may grow by 2.8 MiB before N is 3).
+# Every call stashes its share in $SPECDEC_GPU_STATE (/tmp/specdec-gpu on the machine), which
+# survives between calls while the machine stays up (~30 s: issue the next call at once). Work per
+# call:
+#   call N-1: stash (+ install the wheel and the trimmed tree into the state folder), build, CUDA
+#             tests, verify op, ncu
+#   call N  : stash, join + check + unpack the GGUF, convert it, train (step 4), decoder (step 2), summary
 #   earlier calls (only when N > 2): stash only, a few seconds each
 # Caps (seconds, env CAP_<STEP> overrides): build 90, tests 90, verify 130, ncu 30 (call N-1: 340 s);
 # model 50, train 190, decoder 130, summary 20 (call N: 390 s); 730 s = 12.2 min of caps in all.
@@ -177,17 +179,23 @@ do_call() {
   echo "=== call $K of $NCALLS ($DEVICE), state $STATE, out $OUT"
   step stash 60 "$PY" scripts/gpu/carry.py stash --call "$CARRY/call$K" --state "$STATE"
   "$PY" scripts/gpu/summary.py env --state "$STATE" --call "$K" --command "bash scripts/gpu/run.sh${CALL:+ --call $CALL}$([ "$SMOKE" = 1 ] && echo ' --smoke') --out <OUT>" >"$LOGS/env.json" 2>&1
-  if compgen -G "$STATE/stash/*.whl" >/dev/null && [ ! -f "$STATE/site/.installed" ]; then
-    step wheels 60 bash -c '"$0" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$1/site" "$1"/stash/*.whl && touch "$1/site/.installed"' "$PY" "$STATE"
+  if compgen -G "$STATE/stash/*.whl" >/dev/null || compgen -G "$STATE/stash/*.site.tar.xz" >/dev/null; then
+    [ -f "$STATE/site/.installed" ] || step site 60 bash -c 'set -e; mkdir -p "$1/site"
+      if compgen -G "$1/stash/*.whl" >/dev/null; then
+        "$0" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$1/site" "$1"/stash/*.whl
+      fi
+      for t in "$1"/stash/*.site.tar.xz; do [ -e "$t" ] && tar xJf "$t" -C "$1/site"; done
+      touch "$1/site/.installed"' "$PY" "$STATE"
   fi
   with_site
   if [ "$DEVICE" = cuda ]; then
     step site_check 30 "$PY" -c "import gguf, transformers; from importlib.metadata import version; \
 from specdec._requires import require_transformers as r; r('the GPU run'); \
 print('transformers', transformers.__version__, transformers.__file__, 'gguf', version('gguf'))"
-  else  # smoke: the toy wheel went through the same offline install line
-    step site_check 30 "$PY" -c "import specdec_smoke_wheel as w; assert w.INSTALLED; print(w.__file__)"
+  else  # smoke: the toy wheel and the toy site tree went through the same install lines
+    step site_check 30 "$PY" -c "import specdec_smoke_wheel as w, specdec_smoke_site as t; \
+from importlib.metadata import version; assert w.INSTALLED and t.EXTRACTED and version('specdec-smoke-site') == '0.0.1'; \
+print(w.__file__, t.__file__)"
   fi
   if [ "$K" -eq "$((NCALLS - 1))" ] || [ "$NCALLS" -eq 1 ]; then model_free_steps; fi
   if [ "$K" -eq "$NCALLS" ]; then model_steps; fi
