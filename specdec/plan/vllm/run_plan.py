@@ -247,27 +247,31 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
                               margin=t.margin)
             bound[name] = pays_up_to(table, c.k, t.margin)
     schedule_basis: dict[str, tuple[Calibration, float]] = {}
-    if settings.schedules:
-        sched = _schedule(pool, cands, cals, predictions, exact, settings, gains)
-        if sched is not None and not source.can_start(sched[0]):
-            skipped[sched[0].name] = "derived but not measured: no server for it (--server gives URLs only)"
-        elif sched is not None:
-            cand, basis = sched
-            log(f"candidate {cand.name} for pool {pool.name}: {json.dumps(cand.config)}")
-            try:
-                run = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name)[pool.name]
-                cal = calibrate(run, gap=settings.gap)
-                cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
-                exact[cand.name] = _exact(run, runs["off"], pool)
-                schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand))
-                models[cand.name] = model_of(cand.name, cals, schedule_basis)
-                bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
-                predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
-            except ServerRefused as exc:
-                skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
-            except (ServerDied, MeasurementError, TimeoutError) as exc:
-                skipped[cand.name] = str(exc)
-                failed[cand.name] = str(exc)
+    # The best family's schedule first; when vLLM refuses it or dies serving it (0.32's suffix drafter
+    # asserts a fixed K), the next family's, so a pool keeps a measured schedule wherever one runs.
+    for cand, basis in (_schedules(pool, cands, cals, predictions, exact, settings, gains)
+                        if settings.schedules else []):
+        if not source.can_start(cand):
+            skipped[cand.name] = "derived but not measured: no server for it (--server gives URLs only)"
+            break
+        log(f"candidate {cand.name} for pool {pool.name}: {json.dumps(cand.config)}")
+        try:
+            run = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name)[pool.name]
+        except ServerRefused as exc:
+            skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
+            continue
+        except (ServerDied, MeasurementError, TimeoutError) as exc:
+            skipped[cand.name] = str(exc)
+            failed[cand.name] = str(exc)
+            continue
+        cal = calibrate(run, gap=settings.gap)
+        cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
+        exact[cand.name] = _exact(run, runs["off"], pool)
+        schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand))
+        models[cand.name] = model_of(cand.name, cals, schedule_basis)
+        bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
+        predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
+        break
     decision = decide(pool.name, pool.objective, cands, predictions, cals,
                       {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs)
     log(f"pool {pool.name}: {decision.sentence}")
@@ -275,24 +279,25 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
                        _memory(cals["off"], runs, cands, settings), decision, skipped, models)
 
 
-def _schedule(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
-              predictions: Mapping[str, list[dict]], exact: Mapping[str, bool | None], settings: PlanSettings,
-              gains: dict[str, list[Gain]]) -> tuple[Candidate, Calibration] | None:
-    """The schedule for the family of the pool's best exact static candidate, with the static member it
-    is predicted from (the one with the schedule's largest K); None when it would add nothing."""
+def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
+               predictions: Mapping[str, list[dict]], exact: Mapping[str, bool | None], settings: PlanSettings,
+               gains: dict[str, list[Gain]]) -> list[tuple[Candidate, Calibration]]:
+    """One schedule per method family, best family first (ranked by its best exact static candidate),
+    each with the basis it is predicted from (:func:`~.schedule.family_basis`); families whose
+    schedule would add nothing (every batch size at one K) are left out. ``gains`` receives each
+    family's per-batch-size gain table."""
     t = settings.thresholds
     off = predictions["off"]
     best_at = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(off))]
     static = [n for n, c in cands.items() if c.method in SCHEDULABLE and c.schedule is None and exact[n] is not False]
     ranked = sorted((assess(n, predictions[n], off, best_at, t, "score", True) for n in static),
                     key=lambda a: (round(a.worst_vs_best, 2), a.gain), reverse=True)
-    if not ranked:
-        return None
-    top = cands[ranked[0].name]
-    family = {c.k: c for c in cands.values() if c.family == top.family and c.schedule is None}
-    schedule, table = derive(cals["off"], family, {k: cals[c.name] for k, c in family.items()},
-                             settings.engine.max_num_seqs, margin=t.margin)
-    gains[top.family] = table
-    if schedule is None:
-        return None
-    return schedule_candidate(family, schedule), family_basis({k: cals[c.name] for k, c in family.items()})
+    out = []
+    for family_name in dict.fromkeys(cands[a.name].family for a in ranked):
+        family = {c.k: c for c in cands.values() if c.family == family_name and c.schedule is None}
+        schedule, table = derive(cals["off"], family, {k: cals[c.name] for k, c in family.items()},
+                                 settings.engine.max_num_seqs, margin=t.margin)
+        gains[family_name] = table
+        if schedule is not None:
+            out.append((schedule_candidate(family, schedule), family_basis({k: cals[c.name] for k, c in family.items()})))
+    return out
