@@ -299,5 +299,6 @@ def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str
                                  settings.engine.max_num_seqs, margin=t.margin)
         gains[family_name] = table
         if schedule is not None:
-            out.append((schedule_candidate(family, schedule), family_basis({k: cals[c.name] for k, c in family.items()})))
+            basis = family_basis({k: cals[c.name] for k, c in family.items()})
+            out.append((schedule_candidate(family, schedule), basis))
     return out
