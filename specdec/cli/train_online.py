@@ -218,7 +218,8 @@ def online_main(args) -> int:
     if result["medusa"] is not None:
         heads, report = result["medusa"]
         heads = heads.cpu()
-        save_artifact(args.medusa_out, heads.state_tensors(), _medusa_manifest(args, model, tok, fp, heads, report, facts))
+        manifest = _medusa_manifest(args, model, tok, fp, heads, report, facts)
+        save_artifact(args.medusa_out, heads.state_tensors(), manifest)
         summary["medusa"] = {k: report[k] for k in ("heldout_before", "heldout", "train_tokens", "steps",
                                                     "train_loss_last")}
         log(f"saved {args.medusa_out}: heads top-1 (held-out greedy windows) {report['heldout']['top1']} (before "
