@@ -175,6 +175,22 @@ def test_the_rule_prefers_what_pays_never_loses_and_is_exact():
     assert d3.config is None and d3.sentence.startswith("nothing to gain: no speculation")
 
 
+def test_a_load_past_collapse_neither_vetoes_nor_recommends():
+    """Past saturation off's goodput is ~0 and so is every candidate's: 0.001 against 0.0006 is noise,
+    not a 100% loss (which refused every candidate on the 2026-12-05 CPU plan) or a +67% gain."""
+    cands = {n: Candidate(n, m, k) for n, m, k in (("off", "off", 0), ("suffix:4", "suffix", 4),
+                                                   ("ngram:4", "ngram", 4))}
+    preds = {"off": _rows([0.09, 0.12, 0.0006]), "suffix:4": _rows([0.095, 0.15, 0.0], 0.03),
+             "ngram:4": _rows([0.09, 0.12, 0.001])}
+    d = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(), 16)
+    assert d.chosen.name == "suffix:4", d.sentence
+    assert d.assessments["suffix:4"].worst_vs_off == pytest.approx(0.095 / 0.09)  # the collapsed load left out
+    assert not d.assessments["ngram:4"].eligible and "+0.0%" in d.assessments["ngram:4"].why_not
+    strict = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(collapsed=0.0), 16)
+    assert "loses 100% goodput at 4 req/s" in strict.assessments["suffix:4"].why_not
+    assert strict.chosen.name == "ngram:4" and "+67% goodput (at 4 req/s)" in strict.sentence  # noise, chosen
+
+
 def test_ramps_rise_and_are_seeded():
     a, b = ramp_arrivals(50, 1.0, 10.0, 3), ramp_arrivals(50, 1.0, 10.0, 3)
     assert a == b and a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:]))

@@ -2,7 +2,9 @@
 
 A speculating candidate is **eligible** when at every load it keeps at least ``1 - max_loss`` of
 off's score and somewhere gains ``min_gain`` score or ``min_tpot_gain`` median time per output
-token. Among the eligible the highest worst-case ratio to the best candidate wins (two decimals),
+token. Loads where off keeps less than ``collapsed`` of its best score are past collapse (almost
+no request meets the objective): a ratio of two near-zero scores there is noise, so neither gain
+nor loss is counted at them. Among the eligible the highest worst-case ratio to the best candidate wins (two decimals),
 then the larger gain, then the lighter lifecycle (bound to nothing, the tokenizer, the target),
 then the smaller K; none eligible: off. Candidates whose greedy outputs differed from off's are
 never eligible.
@@ -28,6 +30,7 @@ class Thresholds:
     max_loss: float = 0.02
     tolerance: float = 0.15  # review: acceptance or traffic-mix drift that asks for a new plan
     margin: float = 0.02  # schedule: the gain a batch size needs before K > 0 is written for it
+    collapsed: float = 0.05  # a load where off keeps less than this share of its best score counts for nothing
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -70,9 +73,11 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
                  for r, o in zip(rows, off)]
     ratio_best = [r["score"] / b if b > 0 else 1.0 for r, b in zip(rows, best)]
     tpot = [1.0 - r["tpot_p50"] / o["tpot_p50"] if o["tpot_p50"] > 0 else 0.0 for r, o in zip(rows, off)]
-    i_gain = max(range(len(rows)), key=lambda i: ratio_off[i])
-    i_loss = min(range(len(rows)), key=lambda i: ratio_off[i])
-    gain, tpot_gain = ratio_off[i_gain] - 1.0, max(tpot)
+    peak = max(o["score"] for o in off)
+    live = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak] or list(range(len(rows)))
+    i_gain = max(live, key=lambda i: ratio_off[i])
+    i_loss = min(live, key=lambda i: ratio_off[i])
+    gain, tpot_gain = ratio_off[i_gain] - 1.0, max(tpot[i] for i in live)
     worst = ratio_off[i_loss]
     why = ""
     if not exact:
@@ -82,8 +87,8 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     elif gain < t.min_gain and tpot_gain < t.min_tpot_gain:
         why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
                f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
-    return Assessment(name, worst, min(ratio_best), gain, tpot_gain, rows[i_gain]["rate"], rows[i_loss]["rate"],
-                      not why, why)
+    return Assessment(name, worst, min(ratio_best[i] for i in live), gain, tpot_gain, rows[i_gain]["rate"],
+                      rows[i_loss]["rate"], not why, why)
 
 
 def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predictions: Mapping[str, list[dict]],
