@@ -188,15 +188,13 @@ do_call() {
       touch "$1/site/.installed"' "$PY" "$STATE"
   fi
   with_site
-  if [ "$DEVICE" = cuda ]; then
-    step site_check 30 "$PY" -c "import gguf, transformers; from importlib.metadata import version; \
-from specdec._requires import require_transformers as r; r('the GPU run'); \
-print('transformers', transformers.__version__, transformers.__file__, 'gguf', version('gguf'))"
-  else  # smoke: the toy wheel and the toy site tree went through the same install lines
-    step site_check 30 "$PY" -c "import specdec_smoke_wheel as w, specdec_smoke_site as t; \
-from importlib.metadata import version; assert w.INSTALLED and t.EXTRACTED and version('specdec-smoke-site') == '0.0.1'; \
-print(w.__file__, t.__file__)"
-  fi
+  # the same check on both: the transformers specdec sees is one it accepts (the carried 5.24 on the GPU)
+  local carried="import gguf; print('gguf', version('gguf'))"
+  [ "$DEVICE" = cuda ] || carried="import specdec_smoke_wheel as w, specdec_smoke_site as t; \
+assert w.INSTALLED and t.EXTRACTED and version('specdec-smoke-site') == '0.0.1'; print(w.__file__, t.__file__)"
+  step site_check 30 "$PY" -c "from importlib.metadata import version; import transformers; \
+from specdec._imports import require_transformers; require_transformers('the GPU run'); \
+print('transformers', transformers.__version__, transformers.__file__); $carried"
   if [ "$K" -eq "$((NCALLS - 1))" ] || [ "$NCALLS" -eq 1 ]; then model_free_steps; fi
   if [ "$K" -eq "$NCALLS" ]; then model_steps; fi
   step summary "$CAP_SUMMARY" "$PY" scripts/gpu/summary.py write --state "$STATE" --out "$OUT"
