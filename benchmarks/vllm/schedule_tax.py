@@ -36,8 +36,16 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--rates", default="0.316,1.0", help="load levels (req/s)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--configs", default="off,custom_class,sched",
+                    help="what to serve: off, sched (the schedule above), or METHOD (at --k)")
+    ap.add_argument("--requests", type=int, default=None,
+                    help="held-out requests a run (default plan_goodput's; more let the queue settle at the knee)")
     args = ap.parse_args(argv)
     g = pg.main_parser().parse_args([])  # plan_goodput's pools, SLOs and server settings
+    if args.requests is not None:
+        if args.requests < 1:
+            ap.error(f"--requests: at least 1, got {args.requests}")
+        setattr(g, "measure_requests" if args.pool == "interactive" else "measure_requests_bulk", args.requests)
     if not g.prompts.is_file():
         ap.error(f"prompts not found: {g.prompts} (../shared/data/prompts_dev.jsonl beside the repository)")
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -58,8 +66,11 @@ def main(argv=None):
     n_plan = g.plan_requests if args.pool == "interactive" else g.plan_requests_bulk
     _, heldout = pg.split(pool, n_plan)
     schedule = ((1, 1, args.k), (2, g.max_num_seqs, 0))
-    configs = {c.name: c for c in parse_candidates(f"off,custom_class:{args.k}", {})}
-    configs[f"{args.method}:sched"] = Candidate(f"{args.method}:sched", args.method, args.k, None, schedule)
+    names = [c for c in args.configs.split(",") if c]
+    static = ",".join(c if c == "off" else f"{c}:{args.k}" for c in names if c != "sched")
+    configs = {c.name: c for c in parse_candidates(static, {})} if static else {}
+    if "sched" in names:
+        configs[f"{args.method}:sched"] = Candidate(f"{args.method}:sched", args.method, args.k, None, schedule)
     model = vllm_ready(cache_dir() / DEFAULT_NAME)
     command = ServeCommand(pg.serve_command(g, model))
     args.out.mkdir(parents=True, exist_ok=True)
