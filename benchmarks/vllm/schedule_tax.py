@@ -10,6 +10,9 @@ a fresh server each, on the same held-out prompts and Poisson arrivals as ``plan
 at each ``--rates`` level (``--repeats`` runs each, median). Above one running request the
 schedule's steps draft nothing, so its TPOT against off's there is the K = 0 tax.
 
+``--configs`` serves another set and ``--requests`` longer runs (at the knee a 12-request run is a
+transient: the queue has not settled).
+
 Run in .venv-vllm (the pool, its SLO and the server as plan_goodput.py's defaults):
     .venv-vllm/bin/python -m benchmarks.vllm.schedule_tax --out benchmarks/results/vllm-schedule-tax
 """
@@ -99,7 +102,9 @@ def main(argv=None):
             rows.append(row)
             log(f"{rate:.3g} req/s {name}: " + (f"score {row['score']:.3g}, TPOT p50 {row['tpot_p50']:.3f} s "
                                                  f"({len(scores)} runs)" if scores else f"failed: {errors[0][:200]}"))
-    lines = [f"# vLLM's schedule as deployed: {args.method} K = {args.k} at one request, 0 above", "",
+    title = (f"vLLM's schedule as deployed: {args.method} K = {args.k} at one request, 0 above, beside "
+             if "sched" in names else "Served at a fixed load: ") + ", ".join(configs)
+    lines = [f"# {title}", "",
              f"Pool `{args.pool}` (TTFT <= {pool.ttft_s:g} s, TPOT <= {pool.tpot_s:g} s, {pool.objective}), "
              f"{len(heldout)} held-out requests a run, median of {args.repeats} runs, fresh server each.", "",
              "| load (req/s) | configuration | score (runs) | TPOT p50 (s) | TPOT / off's | TTFT p50 (s) | load avg |",
