@@ -6,8 +6,8 @@ token. Loads where off keeps less than ``collapsed`` of its best score are past 
 no request meets the objective): a ratio of two near-zero scores there is noise, so neither gain
 nor loss is counted at them. Among the eligible the highest worst-case ratio to the best
 candidate wins (two decimals), then the larger gain, then the lighter lifecycle (bound to
-nothing, the tokenizer, the target), then the smaller K; none eligible: off. Candidates whose greedy outputs differed from off's are
-never eligible.
+nothing, the tokenizer, the target), then the smaller K; none eligible: off. Candidates whose
+greedy outputs differed from off's are never eligible.
 """
 
 from __future__ import annotations
