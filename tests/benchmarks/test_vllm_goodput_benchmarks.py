@@ -50,3 +50,19 @@ def test_schedule_tax_refuses_bad_rates_before_any_server(argv, message, capsys)
     with pytest.raises(SystemExit):
         schedule_tax.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_serve_runs_counts_each_fresh_servers_run_and_a_dead_server_as_an_error(tmp_path):
+    from plan_fixtures import PROMPTS, fake_serve, pool_toml
+    from specdec.plan.vllm.launcher import ServeCommand
+    from specdec.plan.vllm.pool_spec import parse_pool_file
+    from specdec.plan.vllm.run_plan import ServerSource
+
+    pool = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0], prompts=PROMPTS,
+                                     requests=6, sampling={"max_tokens": 8}))["copy"]
+    source = ServerSource(tmp_path / "logs", command=ServeCommand(fake_serve("--die ngram=0")), start_timeout=60)
+    off, ngram = parse_candidates("off,ngram:4", {})
+    runs, errors = plan_goodput.serve_runs(source, off, pool, list(pool.prompts), 5.0, 2, 0, tag="t")
+    assert len(runs) == 2 and not errors and all(len(r.streams) == 6 for r in runs)
+    runs, errors = plan_goodput.serve_runs(source, ngram, pool, list(pool.prompts), 5.0, 2, 0, tag="t")
+    assert not runs and len(errors) == 2 and all("failed" in e for e in errors)
