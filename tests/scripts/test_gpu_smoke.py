@@ -164,3 +164,11 @@ def test_trim_site_keeps_the_named_model_folders_and_the_metadata(tmp_path):
             "transformers-9.9.9.dist-info/METADATA"} <= names
     with pytest.raises(ValueError, match=r"no transformers/models/ folder for \['qwen3'\]"):
         trim_site.trim(wheel, out, {"llama", "qwen3"})
+
+
+def test_trim_site_refuses_an_output_run_sh_would_not_extract(tmp_path, capsys):
+    import trim_site
+
+    with pytest.raises(SystemExit):
+        trim_site.main([str(tmp_path / "t-1-py3-none-any.whl"), "--out", str(tmp_path / "t.tar.gz")])
+    assert "--out must end in .site.tar.xz" in capsys.readouterr().err
