@@ -121,8 +121,11 @@ def knee_levels(outcome, rates: list[float], width: float = 0.2) -> set[float]:
 
 
 def serve_runs(source, cand, pool, records: list, rate: float, repeats: int, seed: int, tag: str):
-    """``repeats`` runs of ``records`` at ``rate`` req/s (Poisson, ``seed``), each on a fresh server for
-    ``cand``: ``(runs, errors)``, a server vLLM refused or that died counted as an error, not raised."""
+    """``repeats`` runs of ``records`` at ``rate`` req/s, each on a fresh server for ``cand``: ``(runs,
+    errors)``, a server vLLM refused or that died counted as an error, not raised. Run ``rep`` draws its
+    Poisson arrivals from ``seed + rep``: repeats sample the arrival process (not only the server's
+    timing), and the same call for another configuration replays the same arrivals run by run, so runs
+    pair across configurations."""
     from specdec.plan.vllm.launcher import ServerDied, ServerRefused
     from specdec.plan.vllm.measure import MeasurementError, measure_pool
 
@@ -130,7 +133,7 @@ def serve_runs(source, cand, pool, records: list, rate: float, repeats: int, see
     for rep in range(repeats):
         try:
             with source.server(cand, tag=f"{tag}-{rep}") as server:
-                runs.append(measure_pool(server, cand.name, pool, seed=seed, timeout=300.0, records=records,
+                runs.append(measure_pool(server, cand.name, pool, seed=seed + rep, timeout=300.0, records=records,
                                          rates=(rate, rate), expect_k=cand.k))
         except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
             errors.append(str(exc))
@@ -152,30 +155,31 @@ def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
             repeats = args.repeats if rate in knees else 1
             off_ids = None
             for label, cand in configs.items():
-                runs, errors = serve_runs(source, cand, pool, heldout[pname], rate, repeats, args.seed + li,
+                runs, errors = serve_runs(source, cand, pool, heldout[pname], rate, repeats, args.seed + 1000 * li,
                                           tag=f"{pname}-{li}")
                 if not runs:
                     rows.append({"pool": pname, "config": label, "rate": rate, "error": errors[0]})
                     log(f"{pname} {rate:.3g} req/s {label}: {errors[0]}")
                     continue
                 scores = [score_run(r, slo, pool.objective) for r in runs]
-                ids = [s.token_ids for s in runs[0].streams]
+                ids = [[s.token_ids for s in r.streams] for r in runs]  # run by run: the same prompts each run
                 if cand.method == "off":
-                    off_ids = ids
+                    off_ids = ids[0]
                 cost, acc = o.models[cand.name]
-                pred = predict_run(cand, cost, acc, runs[0], runs[0].cache.tokens, plan_result.settings.engine, slo,
-                                   pool.objective, seed=args.seed)
+                preds = [predict_run(cand, cost, acc, r, r.cache.tokens, plan_result.settings.engine, slo,
+                                     pool.objective, seed=args.seed) for r in runs]  # each for its run's arrivals
                 measured = statistics.median(s["score"] for s in scores)
                 row = {"pool": pname, "config": label, "candidate": cand.name, "rate": rate, "runs": len(runs),
                        "measured": measured, "measured_all": [s["score"] for s in scores],
                        "tpot_p50": statistics.median(s["tpot_p50"] for s in scores),
                        "ttft_p50": statistics.median(s["ttft_p50"] for s in scores),
-                       "predicted": pred["score"], "lo": pred["lo"], "hi": pred["hi"], "knee": rate in knees,
-                       "exact": None if not pool.sampling.greedy or off_ids is None else ids == off_ids,
+                       "predicted": statistics.median(p["score"] for p in preds), "lo": min(p["lo"] for p in preds),
+                       "hi": max(p["hi"] for p in preds), "knee": rate in knees,
+                       "exact": None if not pool.sampling.greedy or off_ids is None else all(i == off_ids for i in ids),
                        "blocks": runs[0].cache.num_blocks, "load_average": list(os.getloadavg())}
                 rows.append(row)
                 log(f"{pname} {rate:.3g} req/s {label}: measured {measured:.3g} ({len(runs)} runs), predicted "
-                    f"{pred['score']:.3g} ({pred['lo']:.3g}-{pred['hi']:.3g}), exact {row['exact']}")
+                    f"{row['predicted']:.3g} ({row['lo']:.3g}-{row['hi']:.3g}), exact {row['exact']}")
     return rows
 
 

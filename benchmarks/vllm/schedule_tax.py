@@ -7,11 +7,13 @@ dies serving one: it asserts a fixed K). This benchmark measures the smallest sc
 ``--method`` drafting ``--k`` tokens for a lone request and nothing at two or more
 (``[[1, 1, K], [2, max_num_seqs, 0]]``), beside off and the cost-gated ``custom_class`` drafter, on
 a fresh server each, on the same held-out prompts and Poisson arrivals as ``plan_goodput.py``'s pool,
-at each ``--rates`` level (``--repeats`` runs each, median). Above one running request the
+at each ``--rates`` level (``--repeats`` rounds of one run each, median). Above one running request the
 schedule's steps draft nothing, so its TPOT against off's there is the K = 0 tax.
 
 ``--configs`` serves another set and ``--requests`` longer runs (at the knee a 12-request run is a
-transient: the queue has not settled).
+transient: the queue has not settled). Run ``i`` of every configuration replays the same arrivals, so
+runs pair; ``--planned`` names one configuration to hold to the goodput goal (at least 0.98x every
+other) with :func:`verdict`'s stated test.
 
 Run in .venv-vllm (the pool, its SLO and the server as plan_goodput.py's defaults):
     .venv-vllm/bin/python -m benchmarks.vllm.schedule_tax --out benchmarks/results/vllm-schedule-tax
@@ -31,6 +33,42 @@ from benchmarks.vllm import plan_goodput as pg
 ROOT = pg.ROOT
 
 
+GOAL = 0.98  # the issue's goal: the planned configuration at least this fraction of the best other
+SIGN_RUNS = 5  # agreeing pairs a one-sided sign test needs for p <= 1/32 < 0.05
+
+
+def paired(a: dict, b: dict) -> list[float]:
+    """Run-by-run ratios ``a / b`` of two rows' ``per_run`` scores, pairing runs that replayed the same
+    arrivals (a run that failed on either side drops its pair); 0 / 0 counts as 1 (equally good)."""
+    mine = {round(x["arrivals_end"], 6): x["score"] for x in a.get("per_run", [])}
+    out = []
+    for x in b.get("per_run", []):
+        key = round(x["arrivals_end"], 6)
+        if key in mine:
+            out.append(1.0 if mine[key] == x["score"] == 0 else mine[key] / x["score"] if x["score"] else float("inf"))
+    return out
+
+
+def verdict(rows: dict, planned: str) -> str:
+    """Met only when every pair with every other configuration is >= GOAL, over >= SIGN_RUNS pairs.
+
+    A one-sided sign test: with ``n`` pairs all on one side of GOAL, p = 2**-n, so 5 pairs are the
+    fewest that reach p < 0.05. "NOT met" likewise needs some other configuration beating the planned
+    one by more than 2% in >= SIGN_RUNS pairs out of SIGN_RUNS or more; anything else is inconclusive,
+    never a pass. ``rows``: configuration name -> row (``per_run`` scores)."""
+    parts, met, lost = [], True, False
+    for name, row in rows.items():
+        if name == planned:
+            continue
+        ratios = paired(rows[planned], row)
+        below = sum(r < GOAL for r in ratios)
+        parts.append(f"vs {name} " + (", ".join(f"{r:.2f}" for r in ratios) or "no pairs") + "x")
+        met &= len(ratios) >= SIGN_RUNS and below == 0
+        lost |= below >= SIGN_RUNS
+    word = "met" if met else "NOT met" if lost else "inconclusive"
+    return f"{word} ({'; '.join(parts)})"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-schedule-tax")
@@ -41,6 +79,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--configs", default="off,custom_class,sched",
                     help="what to serve: off, sched (the schedule above), or METHOD (at --k)")
+    ap.add_argument("--planned", default=None,
+                    help="a configuration of --configs held to >= 0.98x every other, run by run (see verdict)")
     ap.add_argument("--requests", type=int, default=None,
                     help="held-out requests a run (default plan_goodput's; more let the queue settle at the knee)")
     args = ap.parse_args(argv)
@@ -54,6 +94,10 @@ def main(argv=None):
     rates = [float(r) for r in args.rates.split(",") if r]
     if not rates or min(rates) <= 0:
         ap.error(f"--rates: positive request rates, got {args.rates!r}")
+    names = [c for c in args.configs.split(",") if c]
+    if args.planned is not None and (args.planned not in names or args.planned == "sched" or len(names) < 2):
+        ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
+                 f"with --configs {args.configs!r}")
 
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
@@ -68,7 +112,6 @@ def main(argv=None):
     n_plan = g.plan_requests if args.pool == "interactive" else g.plan_requests_bulk
     _, heldout = pg.split(pool, n_plan)
     schedule = ((1, 1, args.k), (2, g.max_num_seqs, 0))
-    names = [c for c in args.configs.split(",") if c]
     static = ",".join(c if c == "off" else f"{c}:{args.k}" for c in names if c != "sched")
     configs = {c.name: c for c in parse_candidates(static, {})} if static else {}
     if "sched" in names:
@@ -84,22 +127,33 @@ def main(argv=None):
 
     rows = []
     for li, rate in enumerate(rates):
-        for name, cand in configs.items():
-            runs, errors = pg.serve_runs(source, cand, pool, heldout, rate, args.repeats, g.seed + li, tag=str(li))
-            scores = [score_run(run, slo, pool.objective) for run in runs]
-            row = {"rate": rate, "config": name, "speculative_config": cand.config, "runs": len(scores),
-                   "errors": errors, "load_average": list(os.getloadavg())}
+        got = {name: ([], [], []) for name in configs}  # runs, scores, errors
+        for rep in range(args.repeats):  # round by round, so drift over the hour falls on every configuration
+            for name, cand in configs.items():
+                runs, errors = pg.serve_runs(source, cand, pool, heldout, rate, 1, g.seed + 1000 * li + rep,
+                                             tag=f"{li}-{rep}")
+                got[name][0].extend(runs)
+                got[name][1].extend(score_run(run, slo, pool.objective) for run in runs)
+                got[name][2].extend(errors)
+                log(f"{rate:.3g} req/s {name} run {rep + 1}: " + (f"score {got[name][1][-1]['score']:.3g}" if runs
+                                                                   else f"failed: {errors[0][:200]}"))
+        for name, (runs, scores, errors) in got.items():
+            row = {"rate": rate, "config": name, "speculative_config": configs[name].config, "runs": len(scores),
+                   "errors": errors, "load_average": list(os.getloadavg()),
+                   "per_run": [{"arrivals_end": run.arrivals[-1], "score": sc["score"], "tpot_p50": sc["tpot_p50"],
+                                "ttft_p50": sc["ttft_p50"]} for run, sc in zip(runs, scores)]}
             if scores:
                 row.update({k: statistics.median(s[k] for s in scores) for k in ("score", "tpot_p50", "ttft_p50")})
             rows.append(row)
-            log(f"{rate:.3g} req/s {name}: " + (f"score {row['score']:.3g}, TPOT p50 {row['tpot_p50']:.3f} s "
-                                                 f"({len(scores)} runs)" if scores else f"failed: {errors[0][:200]}"))
+    (args.out / "schedule_tax.json").write_text(json.dumps({"rows": rows, "args": vars(args) | {"out": str(args.out)}},
+                                                           indent=1))
     title = (f"vLLM's schedule as deployed: {args.method} K = {args.k} at one request, 0 above, beside "
              if "sched" in names else "Served at a fixed load: ") + ", ".join(configs)
     lines = [f"# {title}", "",
              f"Pool `{args.pool}` (TTFT <= {pool.ttft_s:g} s, TPOT <= {pool.tpot_s:g} s, {pool.objective}), "
              f"{len(heldout)} held-out requests a run, median of {args.repeats} runs, fresh server each.", "",
-             "| load (req/s) | configuration | score (runs) | TPOT p50 (s) | TPOT / off's | TTFT p50 (s) | load avg |",
+             "| load (req/s) | configuration | score: median (each run) | TPOT p50 (s) | TPOT / off's | TTFT p50 (s) "
+             "| load avg |",
              "|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         off = next((o for o in rows if o["rate"] == r["rate"] and o["config"] == "off" and "score" in o), None)
@@ -107,11 +161,17 @@ def main(argv=None):
             lines.append(f"| {r['rate']:.3g} | {r['config']} | failed: {r['errors'][0][:80]} | | | | |")
             continue
         ratio = f"{r['tpot_p50'] / off['tpot_p50']:.2f}" if off and off["tpot_p50"] else "-"
-        lines.append(f"| {r['rate']:.3g} | {r['config']} | {r['score']:.3g} ({r['runs']}) | {r['tpot_p50']:.3f} | "
+        each = ", ".join(f"{x['score']:.3g}" for x in r["per_run"])
+        lines.append(f"| {r['rate']:.3g} | {r['config']} | {r['score']:.3g} ({each}) | {r['tpot_p50']:.3f} | "
                      f"{ratio} | {r['ttft_p50']:.2f} | {r['load_average'][0]:.1f} |")
+    if args.planned is not None:
+        planned = next(n for n in configs if n.split(":")[0] == args.planned)
+        lines += ["", f"Goal: `{planned}` at least {GOAL}x every other configuration, run by run "
+                      f"(runs paired by their arrivals; {verdict.__doc__.split(chr(10))[0].strip()}):", ""]
+        for rate in rates:
+            here = {r["config"]: r for r in rows if r["rate"] == rate}
+            lines.append(f"- {rate:.3g} req/s: " + verdict(here, planned))
     (args.out / "schedule_tax.md").write_text("\n".join(lines) + "\n")
-    (args.out / "schedule_tax.json").write_text(json.dumps({"rows": rows, "args": vars(args) | {"out": str(args.out)}},
-                                                           indent=1))
     print("\n".join(lines))
 
 

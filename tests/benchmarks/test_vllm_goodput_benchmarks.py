@@ -64,5 +64,37 @@ def test_serve_runs_counts_each_fresh_servers_run_and_a_dead_server_as_an_error(
     off, ngram = parse_candidates("off,ngram:4", {})
     runs, errors = plan_goodput.serve_runs(source, off, pool, list(pool.prompts), 5.0, 2, 0, tag="t")
     assert len(runs) == 2 and not errors and all(len(r.streams) == 6 for r in runs)
+    assert runs[0].arrivals != runs[1].arrivals  # repeats sample the arrival process...
+    again, _ = plan_goodput.serve_runs(source, off, pool, list(pool.prompts), 5.0, 2, 0, tag="u")
+    assert [r.arrivals for r in again] == [r.arrivals for r in runs]  # ...and pair run by run across calls
     runs, errors = plan_goodput.serve_runs(source, ngram, pool, list(pool.prompts), 5.0, 2, 0, tag="t")
     assert not runs and len(errors) == 2 and all("failed" in e for e in errors)
+
+
+def _runs(*scores, ends=None):
+    ends = ends or range(len(scores))
+    return {"per_run": [{"arrivals_end": float(e), "score": s} for e, s in zip(ends, scores)]}
+
+
+def test_the_planned_goal_is_met_only_by_five_agreeing_pairs_with_every_other():
+    v = schedule_tax.verdict
+    five = {"off": _runs(1.0, 1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(1.0, 0.99, 1.01, 0.9, 1.0)}
+    assert v(five, "off").startswith("met")
+    four = {"off": _runs(1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(0.5, 0.5, 0.5, 0.5)}
+    assert v(four, "off").startswith("inconclusive")  # p = 1/16: not enough runs to say met
+    one_below = dict(five, **{"suffix:4": _runs(1.0, 1.0, 1.0, 1.03, 1.0)})
+    assert v(one_below, "off").startswith("inconclusive")
+    lost = {"off": _runs(0.5, 0.5, 0.5, 0.5, 0.5), "suffix:4": _runs(1.0, 1.0, 1.0, 1.0, 1.0)}
+    assert v(lost, "off").startswith("NOT met")
+
+
+def test_runs_pair_by_their_arrivals_and_a_failed_run_drops_its_pair():
+    a = _runs(2.0, 3.0, 0.0, 0.0, ends=[10, 11, 12, 13])
+    b = _runs(4.0, 0.0, 0.0, ends=[12, 10, 13])  # run 11 failed on this side
+    assert schedule_tax.paired(a, b) == [0.0, float("inf"), 1.0]  # 2 / 0 beats it; 0 / 0 is a tie
+
+
+def test_schedule_tax_refuses_a_planned_configuration_it_does_not_serve(capsys):
+    with pytest.raises(SystemExit):
+        schedule_tax.main(["--configs", "off,custom_class", "--planned", "ngram"])
+    assert "--planned" in capsys.readouterr().err
