@@ -66,6 +66,17 @@ def _cal(step_ms: float, per_row_ms: float, accepted: float, k: int, per_batch=N
                        per_batch or {}, 1000, 1000, 1000 * k)
 
 
+def test_a_load_is_sustained_while_the_backlog_stays_within_one_batch_and_past_capacity_it_grows():
+    """5 ms + 1 ms a row serves 8 rows of 40 tokens in ~0.5 s: ~15 req/s. At 2 req/s the backlog at the
+    last arrival is a request or two, whatever the run's length; at 200 req/s it grows with the run."""
+    off, engine = _cal(5, 1, 0, 0), Engine(8, 1024)
+    rows = {n: predict_calibrated(Candidate("off", "off"), off, 65536, engine, [2.0, 200.0], SLO(2.0, 0.2),
+                                  "latency", n_requests=n, replications=1) for n in (60, 120)}
+    for n, (low, high) in rows.items():
+        assert low["sustained"] and low["backlog"] <= 3, (n, low)
+        assert not high["sustained"] and high["backlog"] > 0.8 * n, (n, high)
+
+
 def test_the_schedule_keeps_drafts_where_they_pay_and_is_non_increasing():
     off = _cal(5, 1, 0, 0)
     # K = 2: accepts 1 token a step and each row costs 3x: pays while the fixed cost dominates (small batches)
@@ -153,8 +164,9 @@ def test_the_cost_gated_drafter_is_the_whole_setting():
     assert COST_GATED_DRAFTER.endswith(".CostGatedSuffixDrafter")
 
 
-def _rows(scores, tpot=0.05):
-    return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s} for r, s in zip((1.0, 2.0, 4.0), scores)]
+def _rows(scores, tpot=0.05, kept_up=(True, True, True)):
+    return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s, "sustained": k}
+            for r, s, k in zip((1.0, 2.0, 4.0), scores, kept_up)]
 
 
 def test_the_rule_prefers_what_pays_never_loses_and_is_exact():
@@ -189,6 +201,26 @@ def test_a_load_past_collapse_neither_vetoes_nor_recommends():
     strict = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(collapsed=0.0), 16)
     assert "loses 100% goodput at 4 req/s" in strict.assessments["suffix:4"].why_not
     assert strict.chosen.name == "ngram:4" and "+67% goodput (at 4 req/s)" in strict.sentence  # noise, chosen
+
+
+def test_an_overload_neither_keeps_up_with_counts_for_nothing_but_one_speculation_sustains_counts():
+    """The 2026-12-05 CPU plan chose the cost gate for its bulk pool on +26% good tokens/s at 3 req/s, a
+    load 3x past every configuration's capacity (simulated backlog 140-150 of 200 requests), where the
+    score measures how long the simulated overload lasts; the measured bursts there had off ahead."""
+    cands = {n: Candidate(n, m, k) for n, m, k in (("off", "off", 0), ("custom_class:4", "custom_class", 4))}
+    over = (True, True, False)
+    preds = {"off": _rows([13.8, 50.5, 15.7], 0.10, over), "custom_class:4": _rows([13.7, 50.6, 19.8], 0.10, over)}
+    d = decide("p", "throughput", cands, preds, {}, {}, {}, Thresholds(), 16)
+    assert d.config is None and d.sentence.startswith("nothing to gain"), d.sentence
+    a = d.assessments["custom_class:4"]
+    assert a.overloaded == (4.0,) and a.gain == pytest.approx(50.6 / 50.5 - 1)
+    counted = dict(preds, **{"custom_class:4": _rows([13.7, 50.6, 19.8], 0.10)})  # speculation keeps up at 4 req/s
+    d2 = decide("p", "throughput", cands, counted, {}, {}, {}, Thresholds(), 16)
+    assert d2.chosen.name == "custom_class:4" and "+26%" in d2.sentence
+    assert not d2.assessments["custom_class:4"].overloaded
+    nothing = {n: _rows([x["score"] for x in r], 0.10, (False, False, False)) for n, r in preds.items()}
+    d3 = decide("p", "throughput", cands, nothing, {}, {}, {}, Thresholds(), 16)
+    assert d3.config is None and "needs capacity, not speculation" in d3.sentence
 
 
 def test_ramps_rise_and_are_seeded():

@@ -2,9 +2,16 @@
 
 A speculating candidate is **eligible** when at every load it keeps at least ``1 - max_loss`` of
 off's score and somewhere gains ``min_gain`` score or ``min_tpot_gain`` median time per output
-token. Loads where off keeps less than ``collapsed`` of its best score are past collapse (almost
-no request meets the objective): a ratio of two near-zero scores there is noise, so neither gain
-nor loss is counted at them. Among the eligible the highest worst-case ratio to the best
+token. Two kinds of load count for neither gain nor loss:
+
+* **overloaded**: neither the candidate nor off keeps up (``sustained`` false in both rows: a queue
+  that grows with every request). Both scores then measure how long the simulated overload lasted,
+  not the configuration, and the remedy is capacity or admission control: speculation is judged as
+  a latency instrument, not a capacity one. A load one of the two sustains counts.
+* **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
+  the objective): a ratio of two near-zero scores there is noise.
+
+A candidate with no load left to count is not eligible. Among the eligible the highest worst-case ratio to the best
 candidate wins (two decimals), then the larger gain, then the lighter lifecycle (bound to
 nothing, the tokenizer, the target), then the smaller K; none eligible: off. Candidates whose
 greedy outputs differed from off's are never eligible.
@@ -52,6 +59,7 @@ class Assessment:
     loss_rate: float
     eligible: bool
     why_not: str
+    overloaded: tuple[float, ...] = ()  # rates neither it nor off sustains (not counted)
 
 
 @dataclasses.dataclass
@@ -68,13 +76,20 @@ class Decision:
 
 def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: Thresholds, unit: str,
            exact: bool) -> Assessment:
-    """``rows``, ``off``: predicted rows at the same rates; ``best``: the best score at each rate."""
+    """``rows``, ``off``: predicted rows (:func:`~.predict.predict`'s, ``sustained`` included) at the same
+    rates; ``best``: the best score at each rate."""
     ratio_off = [r["score"] / o["score"] if o["score"] > 0 else (1.0 if r["score"] >= 0 else 0.0)
                  for r, o in zip(rows, off)]
     ratio_best = [r["score"] / b if b > 0 else 1.0 for r, b in zip(rows, best)]
     tpot = [1.0 - r["tpot_p50"] / o["tpot_p50"] if o["tpot_p50"] > 0 else 0.0 for r, o in zip(rows, off)]
     peak = max(o["score"] for o in off)
-    live = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak] or list(range(len(rows)))
+    over = [i for i, (r, o) in enumerate(zip(rows, off)) if not (r["sustained"] or o["sustained"])]
+    live = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak and i not in over]
+    overloaded = tuple(rows[i]["rate"] for i in over)
+    if not live:
+        return Assessment(name, 1.0, 1.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
+                          "neither it nor off keeps up with any load of the pool's range that off serves: the pool "
+                          "needs capacity, not speculation", overloaded)
     i_gain = max(live, key=lambda i: ratio_off[i])
     i_loss = min(live, key=lambda i: ratio_off[i])
     gain, tpot_gain = ratio_off[i_gain] - 1.0, max(tpot[i] for i in live)
@@ -88,7 +103,7 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
         why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
                f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
     return Assessment(name, worst, min(ratio_best[i] for i in live), gain, tpot_gain, rows[i_gain]["rate"],
-                      rows[i_loss]["rate"], not why, why)
+                      rows[i_loss]["rate"], not why, why, overloaded)
 
 
 def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predictions: Mapping[str, list[dict]],

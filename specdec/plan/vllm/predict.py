@@ -53,6 +53,14 @@ def score(records, slo: SLO, objective: str) -> dict:
     return out
 
 
+def backlog(records) -> int:
+    """Requests still unfinished when the last one arrives. A server that keeps up holds about its
+    mean concurrency then, whatever the run's length; one that does not holds a queue that grows with
+    every request (``n * (1 - capacity / rate)``)."""
+    last = max(r.arrival for r in records)
+    return sum(r.finish > last for r in records)
+
+
 def rates_for(low: float, high: float, levels: int) -> list[float]:
     """``levels`` rates spread evenly on a log scale from ``low`` to ``high``."""
     if levels < 2:
@@ -64,8 +72,11 @@ def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDis
             items: Sequence[WorkloadItem], kv_tokens: int, engine: Engine, rates: Sequence[float], slo: SLO,
             objective: str, *, n_requests: int = 200, replications: int = 3, seed: int = 0,
             band: float | None = None) -> list[dict]:
-    """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), and the mean
-    ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch``."""
+    """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), the mean
+    ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch`` and
+    :func:`backlog`, and ``sustained``: the mean backlog fits in one batch (``max_num_seqs``), so no
+    queue outgrows the server. An unsustained load's score measures how long the simulated overload
+    lasted (``n_requests``), not the configuration."""
     policy = policy_for(candidate)
     if candidate.method != "off" and acceptance is None:
         raise ValueError(f"{candidate.name}: a speculating candidate needs its measured acceptance")
@@ -89,13 +100,15 @@ def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDis
                 res = simulate(reqs, policy, server if s == 1.0 else server.scaled(s))
                 row = score(res.records, slo, objective)
                 row["mean_batch"] = res.mean_batch
+                row["backlog"] = backlog(res.records)
                 runs[s].append(row)
         mid = runs[1.0]
         every = [r["score"] for rs in runs.values() for r in rs]
         out = {key: float(np.mean([r[key] for r in mid]))
                for key in ("score", "goodput_rps", "good_tok_s", "throughput_tok_s", "ttft_p50", "tpot_p50",
-                           "mean_batch")}
-        out.update(rate=float(rate), lo=float(min(every)), hi=float(max(every)), band=band)
+                           "mean_batch", "backlog")}
+        out.update(rate=float(rate), lo=float(min(every)), hi=float(max(every)), band=band,
+                   sustained=out["backlog"] <= engine.max_num_seqs)
         rows.append(out)
     return rows
 

@@ -59,16 +59,20 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
         cal = o.cals[name]
         ex = {True: "yes", False: "**NO**", None: "sampled"}[o.exact.get(name)]
         acc = "-" if cal.acceptance is None else f"{cal.accepted_per_draft:.2f}"
-        cells = " | ".join(f"{r['score']:.3g} ({r['lo']:.3g}-{r['hi']:.3g})" for r in rows)
+        cells = " | ".join(f"{r['score']:.3g} ({r['lo']:.3g}-{r['hi']:.3g}){'' if r['sustained'] else ' ‡'}"
+                           for r in rows)
         lines.append(f"| {name} | {cells} | {ex} | {acc} | {cal.cost.mean_rel_error:.0%} "
                      f"({cal.cost.loo_rel_error:.0%}) |")
     lines += ["", "In brackets: the band (acceptance seeds, and every step slower and faster by the cost fit's "
-              "leave-one-out error). Where it is wide, the load is near the knee and only a measurement settles it.",
+              "leave-one-out error). Where it is wide, the load is near the knee and only a measurement settles it. "
+              "‡: the configuration does not keep up (a queue that grows with every request).",
               "", "Assessment against off (the rule is in `specdec/plan/vllm/decide.py`):", ""]
     for a in d.assessments.values():
         verdict = "eligible" if a.eligible else f"refused: {a.why_not}"
+        over = (f" (not counted at {', '.join(f'{r:.3g}' for r in a.overloaded)} req/s: neither it nor off keeps "
+                "up there)") if a.overloaded else ""
         lines.append(f"- `{a.name}`: worst {a.worst_vs_off:.2f}x off, best {a.gain:+.1%} at {a.gain_rate:.3g} req/s, "
-                     f"median TPOT {-a.tpot_gain:+.0%} at best; {verdict}")
+                     f"median TPOT {-a.tpot_gain:+.0%} at best{over}; {verdict}")
     lines += ["", "Memory (KV blocks the server allocated; requests of the pool's mean length that fit at once):", "",
               "| candidate | KV blocks (predicted) | admitted | given up to the drafter | after max_num_seqs |",
               "|---|---:|---:|---:|---:|"]
