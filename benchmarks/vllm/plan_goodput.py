@@ -120,6 +120,42 @@ def knee_levels(outcome, rates: list[float], width: float = 0.2) -> set[float]:
     return out
 
 
+GOAL = 0.98  # the issue's goal: the planned configuration at least this fraction of the best other
+SIGN_RUNS = 5  # agreeing pairs a one-sided sign test needs for p <= 1/32 < 0.05
+
+
+def paired(a: dict, b: dict) -> list[float]:
+    """Run-by-run ratios ``a / b`` of two rows' ``per_run`` scores, pairing runs that replayed the same
+    arrivals (a run that failed on either side drops its pair); 0 / 0 counts as 1 (equally good)."""
+    mine = {round(x["arrivals_end"], 6): x["score"] for x in a.get("per_run", [])}
+    out = []
+    for x in b.get("per_run", []):
+        key = round(x["arrivals_end"], 6)
+        if key in mine:
+            out.append(1.0 if mine[key] == x["score"] == 0 else mine[key] / x["score"] if x["score"] else float("inf"))
+    return out
+
+
+def verdict(rows: dict, planned: str) -> str:
+    """Met only when every pair with every other configuration is >= GOAL, over >= SIGN_RUNS pairs.
+
+    A one-sided sign test: with ``n`` pairs all on one side of GOAL, p = 2**-n, so 5 pairs are the
+    fewest that reach p < 0.05. "NOT met" likewise needs some other configuration beating the planned
+    one by more than 2% in >= SIGN_RUNS pairs out of SIGN_RUNS or more; anything else is inconclusive,
+    never a pass. ``rows``: configuration name -> row (``per_run`` scores)."""
+    parts, met, lost = [], True, False
+    for name, row in rows.items():
+        if name == planned:
+            continue
+        ratios = paired(rows[planned], row)
+        below = sum(r < GOAL for r in ratios)
+        parts.append(f"vs {name} " + (", ".join(f"{r:.2f}" for r in ratios) or "no pairs") + "x")
+        met &= len(ratios) >= SIGN_RUNS and below == 0
+        lost |= below >= SIGN_RUNS
+    word = "met" if met else "NOT met" if lost else "inconclusive"
+    return f"{word} ({'; '.join(parts)})"
+
+
 def serve_runs(source, cand, pool, records: list, rate: float, repeats: int, seed: int, tag: str):
     """``repeats`` runs of ``records`` at ``rate`` req/s, each on a fresh server for ``cand``: ``(runs,
     errors)``, a server vLLM refused or that died counted as an error, not raised. Run ``rep`` draws its
@@ -171,6 +207,7 @@ def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
                 measured = statistics.median(s["score"] for s in scores)
                 row = {"pool": pname, "config": label, "candidate": cand.name, "rate": rate, "runs": len(runs),
                        "measured": measured, "measured_all": [s["score"] for s in scores],
+                       "per_run": [{"arrivals_end": r.arrivals[-1], "score": s["score"]} for r, s in zip(runs, scores)],
                        "tpot_p50": statistics.median(s["tpot_p50"] for s in scores),
                        "ttft_p50": statistics.median(s["ttft_p50"] for s in scores),
                        "predicted": statistics.median(p["score"] for p in preds), "lo": min(p["lo"] for p in preds),
@@ -194,9 +231,10 @@ def goals(rows: list[dict], plan_result) -> list[str]:
             others = [r["measured"] for r in here if "planned" not in r["config"].split("=")]
             if planned and others:
                 ratio = planned["measured"] / max(others) if max(others) > 0 else 1.0  # 0 of 0: as good
+                test = verdict({r["config"]: r for r in here}, planned["config"])
                 lines.append(f"- {pname} at {rate:.3g} req/s: planned {planned['measured']:.3g} vs best other "
-                             f"{max(others):.3g}: {ratio:.2f}x ({'met' if ratio >= 0.98 else 'NOT met'}; "
-                             f"{planned['runs']} run(s))")
+                             f"{max(others):.3g}: {ratio:.2f}x in the medians of {planned['runs']} run(s); "
+                             f"run by run: {test}")
     for r in ok:  # relative to the larger of the two, so a measured 0 does not make every prediction infinitely off
         err = abs(r["predicted"] - r["measured"]) / max(r["measured"], r["predicted"], 1e-9)
         inside = r["lo"] * 0.98 <= r["measured"] <= r["hi"] * 1.02

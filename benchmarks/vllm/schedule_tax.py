@@ -13,7 +13,7 @@ schedule's steps draft nothing, so its TPOT against off's there is the K = 0 tax
 ``--configs`` serves another set and ``--requests`` longer runs (at the knee a 12-request run is a
 transient: the queue has not settled). Run ``i`` of every configuration replays the same arrivals, so
 runs pair; ``--planned`` names one configuration to hold to the goodput goal (at least 0.98x every
-other) with :func:`verdict`'s stated test.
+other) with ``plan_goodput.verdict``'s stated test.
 
 Run in .venv-vllm (the pool, its SLO and the server as plan_goodput.py's defaults):
     .venv-vllm/bin/python -m benchmarks.vllm.schedule_tax --out benchmarks/results/vllm-schedule-tax
@@ -31,42 +31,6 @@ from pathlib import Path
 from benchmarks.vllm import plan_goodput as pg
 
 ROOT = pg.ROOT
-
-
-GOAL = 0.98  # the issue's goal: the planned configuration at least this fraction of the best other
-SIGN_RUNS = 5  # agreeing pairs a one-sided sign test needs for p <= 1/32 < 0.05
-
-
-def paired(a: dict, b: dict) -> list[float]:
-    """Run-by-run ratios ``a / b`` of two rows' ``per_run`` scores, pairing runs that replayed the same
-    arrivals (a run that failed on either side drops its pair); 0 / 0 counts as 1 (equally good)."""
-    mine = {round(x["arrivals_end"], 6): x["score"] for x in a.get("per_run", [])}
-    out = []
-    for x in b.get("per_run", []):
-        key = round(x["arrivals_end"], 6)
-        if key in mine:
-            out.append(1.0 if mine[key] == x["score"] == 0 else mine[key] / x["score"] if x["score"] else float("inf"))
-    return out
-
-
-def verdict(rows: dict, planned: str) -> str:
-    """Met only when every pair with every other configuration is >= GOAL, over >= SIGN_RUNS pairs.
-
-    A one-sided sign test: with ``n`` pairs all on one side of GOAL, p = 2**-n, so 5 pairs are the
-    fewest that reach p < 0.05. "NOT met" likewise needs some other configuration beating the planned
-    one by more than 2% in >= SIGN_RUNS pairs out of SIGN_RUNS or more; anything else is inconclusive,
-    never a pass. ``rows``: configuration name -> row (``per_run`` scores)."""
-    parts, met, lost = [], True, False
-    for name, row in rows.items():
-        if name == planned:
-            continue
-        ratios = paired(rows[planned], row)
-        below = sum(r < GOAL for r in ratios)
-        parts.append(f"vs {name} " + (", ".join(f"{r:.2f}" for r in ratios) or "no pairs") + "x")
-        met &= len(ratios) >= SIGN_RUNS and below == 0
-        lost |= below >= SIGN_RUNS
-    word = "met" if met else "NOT met" if lost else "inconclusive"
-    return f"{word} ({'; '.join(parts)})"
 
 
 def main(argv=None):
@@ -166,11 +130,11 @@ def main(argv=None):
                      f"{ratio} | {r['ttft_p50']:.2f} | {r['load_average'][0]:.1f} |")
     if args.planned is not None:
         planned = next(n for n in configs if n.split(":")[0] == args.planned)
-        lines += ["", f"Goal: `{planned}` at least {GOAL}x every other configuration, run by run "
-                      f"(runs paired by their arrivals; {verdict.__doc__.split(chr(10))[0].strip()}):", ""]
+        lines += ["", f"Goal: `{planned}` at least {pg.GOAL}x every other configuration, run by run "
+                      f"(runs paired by their arrivals; {pg.verdict.__doc__.split(chr(10))[0].strip()}):", ""]
         for rate in rates:
             here = {r["config"]: r for r in rows if r["rate"] == rate}
-            lines.append(f"- {rate:.3g} req/s: " + verdict(here, planned))
+            lines.append(f"- {rate:.3g} req/s: " + pg.verdict(here, planned))
     (args.out / "schedule_tax.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
