@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import sys
@@ -121,7 +122,7 @@ def knee_levels(outcome, rates: list[float], width: float = 0.2) -> set[float]:
 
 
 GOAL = 0.98  # the issue's goal: the planned configuration at least this fraction of the best other
-SIGN_RUNS = 5  # agreeing pairs a one-sided sign test needs for p <= 1/32 < 0.05
+ALPHA = 0.05  # the test's level
 
 
 def paired(a: dict, b: dict) -> list[float]:
@@ -136,22 +137,28 @@ def paired(a: dict, b: dict) -> list[float]:
     return out
 
 
-def verdict(rows: dict, planned: str) -> str:
-    """Met only when every pair with every other configuration is >= GOAL, over >= SIGN_RUNS pairs.
+def sign_p(hits: int, n: int) -> float:
+    """One-sided exact sign test: the chance of ``hits`` or more of ``n`` fair coin flips."""
+    return sum(math.comb(n, j) for j in range(hits, n + 1)) / 2 ** n
 
-    A one-sided sign test: with ``n`` pairs all on one side of GOAL, p = 2**-n, so 5 pairs are the
-    fewest that reach p < 0.05. "NOT met" likewise needs some other configuration beating the planned
-    one by more than 2% in >= SIGN_RUNS pairs out of SIGN_RUNS or more; anything else is inconclusive,
-    never a pass. ``rows``: configuration name -> row (``per_run`` scores)."""
+
+def verdict(rows: dict, planned: str) -> str:
+    """Whether ``planned`` reaches GOAL x every other configuration, by one-sided exact sign tests on the
+    run-by-run ratios (a pair at or above GOAL is a hit).
+
+    "met": against every other configuration, the hits reject "the median ratio is below GOAL" at
+    ALPHA (all must hold, so no correction): 5 pairs, all hits, are the fewest (p = 1/32). "NOT met":
+    against some other configuration, the misses reject "the median ratio is at least GOAL" at ALPHA
+    divided by the number of others (Bonferroni: any one may). Anything else is "inconclusive", never
+    a pass. ``rows``: configuration name -> row (``per_run`` scores)."""
+    others = [n for n in rows if n != planned]
     parts, met, lost = [], True, False
-    for name, row in rows.items():
-        if name == planned:
-            continue
-        ratios = paired(rows[planned], row)
-        below = sum(r < GOAL for r in ratios)
+    for name in others:
+        ratios = paired(rows[planned], rows[name])
+        hits = sum(r >= GOAL for r in ratios)
         parts.append(f"vs {name} " + (", ".join(f"{r:.2f}" for r in ratios) or "no pairs") + "x")
-        met &= len(ratios) >= SIGN_RUNS and below == 0
-        lost |= below >= SIGN_RUNS
+        met &= bool(ratios) and sign_p(hits, len(ratios)) < ALPHA
+        lost |= bool(ratios) and sign_p(len(ratios) - hits, len(ratios)) < ALPHA / len(others)
     word = "met" if met else "NOT met" if lost else "inconclusive"
     return f"{word} ({'; '.join(parts)})"
 

@@ -79,16 +79,19 @@ def _runs(*scores, ends=None):
     return {"per_run": [{"arrivals_end": float(e), "score": s} for e, s in zip(ends, scores)]}
 
 
-def test_the_planned_goal_is_met_only_by_five_agreeing_pairs_with_every_other():
+def test_the_planned_goal_is_a_sign_test_against_every_other_configuration():
     v = plan_goodput.verdict
-    five = {"off": _runs(1.0, 1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(1.0, 0.99, 1.01, 0.9, 1.0)}
+    assert plan_goodput.sign_p(5, 5) == 1 / 32 and plan_goodput.sign_p(0, 5) == 1.0
+    five = {"off": _runs(1.0, 1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(1.0, 0.99, 1.01, 1.02, 1.0)}
     assert v(five, "off").startswith("met")
     four = {"off": _runs(1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(0.5, 0.5, 0.5, 0.5)}
-    assert v(four, "off").startswith("inconclusive")  # p = 1/16: not enough runs to say met
-    one_below = dict(five, **{"suffix:4": _runs(1.0, 1.0, 1.0, 1.03, 1.0)})
-    assert v(one_below, "off").startswith("inconclusive")
+    assert v(four, "off").startswith("inconclusive")  # p = 1/16: too few runs to say either
+    one_miss = dict(five, **{"suffix:4": _runs(1.0, 1.0, 1.0, 1.03, 1.0)})
+    assert v(one_miss, "off").startswith("inconclusive")  # 4 of 5 hits against suffix: p = 6/32
     lost = {"off": _runs(0.5, 0.5, 0.5, 0.5, 0.5), "suffix:4": _runs(1.0, 1.0, 1.0, 1.0, 1.0)}
     assert v(lost, "off").startswith("NOT met")
+    two = dict(lost, **{"ngram:4": _runs(0.5, 0.5, 0.5, 0.5, 0.5)})  # two others: 1/32 > 0.05 / 2 is no proof
+    assert v(two, "off").startswith("inconclusive")
 
 
 def test_runs_pair_by_their_arrivals_and_a_failed_run_drops_its_pair():
