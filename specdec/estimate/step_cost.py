@@ -21,7 +21,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -148,23 +148,18 @@ class StepCostModel:
     # ------------------------------------------------------------------ fitting
     @classmethod
     def fit(cls, samples: Sequence[Sample | StepSample], meta: dict | None = None, *,
-            trim: bool = True, pinned: Mapping[str, float] | None = None) -> "StepCostModel":
+            trim: bool = True) -> "StepCostModel":
         """NNLS on relative error plus leave-one-out error; ``trim`` sets aside (at most a quarter of)
-        points slower than the first fit by over ``max(0.25, 4 x median relative error)`` and refits.
-        ``pinned``: weights held at given values (by feature name) while the others are fitted, for
-        terms known from another fit of the same forward (``meta["pinned"]`` records them)."""
+        points slower than the first fit by over ``max(0.25, 4 x median relative error)`` and refits."""
         samples = list(samples)
         if len(samples) < len(FEATURE_NAMES) + 1:
             raise ValueError(f"StepCostModel.fit needs at least {len(FEATURE_NAMES) + 1} samples, got {len(samples)}")
         for s in samples:
             if not (s.seconds > 0 and math.isfinite(s.seconds)):
                 raise ValueError(f"calibration sample has a non-positive or non-finite time: {s}")
-        pin = _pins(pinned)
-        if pin:
-            meta = {**(meta or {}), "pinned": {FEATURE_NAMES[i]: v for i, v in pin.items()}}
         X = np.stack([s.work() for s in samples])
         y = np.array([s.seconds for s in samples])
-        w = _nnls_relative(X, y, pin)
+        w = _nnls_relative(X, y)
         outliers: list[Sample | StepSample] = []
         if trim:
             excess = (y - X @ w) / y  # > 0: slower than the fit
@@ -175,12 +170,12 @@ class StepCostModel:
                 outliers = [samples[i] for i in sorted(drop)]
                 keep = np.array([i not in drop for i in range(len(samples))])
                 samples, X, y = [s for i, s in enumerate(samples) if keep[i]], X[keep], y[keep]
-                w = _nnls_relative(X, y, pin)
+                w = _nnls_relative(X, y)
         rel = np.abs(X @ w - y) / y
         loo = []
         for i in range(len(samples)):
             keep = np.arange(len(samples)) != i
-            wi = _nnls_relative(X[keep], y[keep], pin)
+            wi = _nnls_relative(X[keep], y[keep])
             loo.append(abs(float(X[i] @ wi) - y[i]) / y[i])
         return cls(w, float(rel.mean()), float(rel.max()), float(np.mean(loo)), samples, dict(meta or {}), outliers)
 
@@ -232,28 +227,6 @@ def _sample_from(d: dict) -> Sample | StepSample:
     return StepSample(tuple(d["terms"]), d["seconds"]) if "terms" in d else Sample(**d)
 
 
-def _pins(pinned: Mapping[str, float] | None) -> dict[int, float]:
-    """``{feature index: weight}`` from ``{feature name: weight}``, each checked."""
-    out = {}
-    for name, v in (pinned or {}).items():
-        if name not in FEATURE_NAMES:
-            raise ValueError(f"cannot pin {name!r}: the cost model's terms are {FEATURE_NAMES}")
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"a pinned weight must be finite and >= 0, got {name}={v}")
-        out[FEATURE_NAMES.index(name)] = float(v)
-    if len(out) == len(FEATURE_NAMES):
-        raise ValueError("every term is pinned: nothing is left to fit")
-    return out
-
-
-def _nnls_relative(X: np.ndarray, y: np.ndarray, pinned: Mapping[int, float] | None = None) -> np.ndarray:
-    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2: relative error, by :mod:`specdec.estimate.fit`;
-    ``pinned`` weights held, the rest fitted to what they leave."""
-    pinned = pinned or {}
-    free = [j for j in range(X.shape[1]) if j not in pinned]
-    w = np.zeros(X.shape[1])
-    for j, v in pinned.items():
-        w[j] = v
-    rest = (y - X @ w) / y  # the relative time the free terms must explain
-    w[free] = nonnegative_lstsq(X[:, free] / y[:, None], rest)
-    return w
+def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2: relative error, by :mod:`specdec.estimate.fit`."""
+    return nonnegative_lstsq(X / y[:, None], np.ones_like(y))

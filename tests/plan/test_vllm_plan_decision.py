@@ -11,8 +11,7 @@ from specdec.plan.goodput import SLO
 from specdec.estimate.acceptance import AcceptanceDist
 from specdec.estimate.step_cost import StepCostModel
 from specdec.plan.workload import WorkloadItem
-from specdec.estimate.step_cost import FEATURE_NAMES
-from specdec.plan.vllm.calibrate import TARGET_TERMS, Calibration, calibrate, row_steps_of
+from specdec.plan.vllm.calibrate import Calibration, calibrate, row_steps_of
 from specdec.plan.vllm.candidates import COST_GATED_DRAFTER, Candidate, default_candidates, parse_candidates, \
     validate_schedule
 from specdec.plan.vllm.decide import Thresholds, decide
@@ -40,15 +39,6 @@ def test_recorded_vllm_runs_calibrate_into_step_costs_and_the_counters_histogram
     assert cal.cost.mean_rel_error < 0.5 and len(cal.cost.samples) >= 7
     assert set(cal.per_batch) <= set(range(1, 9)) and cal.step_at(1) is not None
     assert calibrate(off).acceptance is None
-
-
-def test_a_speculating_run_keeps_offs_target_terms_and_off_fits_its_own():
-    off = calibrate(_run("run_off.json"))
-    ngram = calibrate(_run("run_ngram3.json"), base=off.cost)
-    for term in TARGET_TERMS:
-        i = FEATURE_NAMES.index(term)
-        assert ngram.cost.weights[i] == off.cost.weights[i] and ngram.cost.meta["pinned"][term] == off.cost.weights[i]
-    assert calibrate(_run("run_off.json"), base=ngram.cost).cost.weights.tolist() == off.cost.weights.tolist()
 
 
 def test_on_the_recorded_runs_ngram_costs_more_than_it_buys_so_the_pool_stays_off():

@@ -11,16 +11,12 @@ import dataclasses
 import statistics
 
 from ...estimate.acceptance import AcceptanceDist
-from ...estimate.step_cost import FEATURE_NAMES, StepCostModel
+from ...estimate.step_cost import StepCostModel
 from .engine_trace import Stream, acceptance_from_counters, cluster_steps, trace_samples
 from ..workload import WorkloadItem
 from .measure import MeasurementError, PoolRun
 
 DEFAULT_GAP = 0.012  # seconds: the widest spread of one step's chunks at the client
-# The target's own work per token and per cached token: one forward whatever drafts ride in it, so a
-# speculating candidate takes them from off's fit (its fixed, per-row and multi-token terms, where the
-# speculative path's bookkeeping and the drafter's own work land, stay its own).
-TARGET_TERMS = ("per_token", "attention", "kv_read")
 
 
 @dataclasses.dataclass
@@ -83,12 +79,9 @@ def decode_steps(run: PoolRun, gap: float) -> dict[int, list[tuple[float, float]
     return dict(sorted(out.items()))
 
 
-def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP, base: StepCostModel | None = None) -> Calibration:
-    """The simulator's inputs from one measured run. ``base``: off's step costs on the same server
-    settings, whose :data:`TARGET_TERMS` a speculating run's fit keeps: fitted apart, a few dozen steps
-    trade those terms against each other (on the 2026-12-05 CPU plan, per-token cost 2x off's for
-    ``suffix``, the same forward). MeasurementError for a stream without usage counts, or too few
-    engine steps to fit step costs."""
+def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
+    """The simulator's inputs from one measured run. MeasurementError for a stream without usage counts,
+    or too few engine steps to fit step costs."""
     missing = [i for i, s in enumerate(run.streams) if not s.prompt_tokens]
     if missing:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: the server sent no prompt token count for "
@@ -116,10 +109,6 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP, base: StepCostModel | N
     if len(samples) < 7:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: only {len(samples)} engine steps could be "
                                "timed (the step-cost fit needs 7); send more requests per pool")
-    pinned = None
-    if base is not None and c.speculating:
-        pinned = {t: float(base.weights[FEATURE_NAMES.index(t)]) for t in TARGET_TERMS}
     cost = StepCostModel.fit(samples, meta={"candidate": run.candidate, "pool": run.pool, "engine": "vllm",
-                                            "vllm_version": run.vllm_version, "load_average": list(run.load_average)},
-                             pinned=pinned)
+                                            "vllm_version": run.vllm_version, "load_average": list(run.load_average)})
     return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)

@@ -164,8 +164,7 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
 
 def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, off_run: PoolRun, engine: Engine,
            t: Thresholds, levels: int, seed: int, gap: float, moved: list[str]) -> PoolVerdict:
-    cal_off = calibrate(off_run, gap=gap)
-    cal_on = calibrate(run, gap=gap, base=cal_off.cost)
+    cal_on, cal_off = calibrate(run, gap=gap), calibrate(off_run, gap=gap)
     rates = rates_for(*pool.rates, levels)
     slo = SLO(pool.ttft_s, pool.tpot_s)
     on = predict_calibrated(cand, dataclasses.replace(cal_on, items=cal_off.items), run.cache.tokens, engine, rates,

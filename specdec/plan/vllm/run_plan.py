@@ -227,9 +227,9 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
     runs = {name: all_runs[name][pool.name] for name in cands}
     skipped: dict[str, str] = {}
     cals: dict[str, Calibration] = {}
-    for name in sorted(cands, key=lambda n: n != "off"):  # off first: the others keep its target terms
+    for name in list(cands):
         try:
-            cals[name] = calibrate(runs[name], gap=settings.gap, base=cals["off"].cost if name != "off" else None)
+            cals[name] = calibrate(runs[name], gap=settings.gap)
         except (MeasurementError, ValueError) as exc:
             if name == "off":
                 raise RuntimeError(f"pool {pool.name!r}: off's measurement cannot be used: {exc}") from None
@@ -264,7 +264,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
             skipped[cand.name] = str(exc)
             failed[cand.name] = str(exc)
             continue
-        cal = calibrate(run, gap=settings.gap, base=cals["off"].cost)
+        cal = calibrate(run, gap=settings.gap)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
         schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand))
