@@ -23,13 +23,13 @@ two runs at the knee keep the whole benchmark near 90 minutes.
    (``--measure-requests``), with Poisson arrivals identical across configurations. Levels where
    the plan's band is wide (the knee, where goodput is a cliff) are run ``--repeats`` times and
    the median is compared; the table says how many runs each cell is.
-3. **Compare**: the planned configuration against the best of the others at every load (goal:
-   >= 0.98x), in the medians and run by run (runs pair by their arrivals: :func:`verdict`'s sign
-   tests; fewer than five runs a level can only be inconclusive); each prediction (for exactly the measured requests and arrivals) against the
-   measurement (goal: within 15%, and inside the band at the knee); greedy outputs against off;
-   KV blocks predicted from the configs against those the servers allocated (goal: within 5%;
-   ``--draft-model`` adds a draft model, whose memory is not zero); and the schedule against the
-   cost gate at the knee (K = 0 tax included: both are measured as deployed).
+3. **Compare**: the planned configuration against the best of the others at every load (goal: >=
+   0.98x), in the medians and run by run (runs pair by their arrivals: :func:`verdict`'s sign tests;
+   fewer than five runs a level can only be inconclusive); each prediction (for exactly the measured
+   requests and arrivals) against the measurement (goal: within 15%, and inside the band at the
+   knee); greedy outputs against off; KV blocks predicted from the configs against those the servers
+   allocated (goal: within 5%; ``--draft-model`` adds a draft model, whose memory is not zero); and
+   the schedule against the cost gate at the knee (K = 0 tax included: both are measured as deployed).
 
 Output in ``--out``: plan_goodput.md / .json, one PNG per pool, and the plan's own report in ``plan/``.
 

@@ -97,6 +97,10 @@ def main(argv=None):
                 runs, errors = pg.serve_runs(source, cand, pool, heldout, rate, 1, g.seed + 1000 * li + rep,
                                              tag=f"{li}-{rep}")
                 got[name][0].extend(runs)
+                for run in runs:  # as received, for predicting exactly these arrivals later
+                    (args.out / "runs").mkdir(exist_ok=True)
+                    (args.out / "runs" / f"{name.replace(':', '-')}__{rate:g}__{rep}.json").write_text(
+                        json.dumps(run.to_dict()))
                 got[name][1].extend(score_run(run, slo, pool.objective) for run in runs)
                 got[name][2].extend(errors)
                 log(f"{rate:.3g} req/s {name} run {rep + 1}: " + (f"score {got[name][1][-1]['score']:.3g}" if runs
