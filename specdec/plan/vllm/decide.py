@@ -154,9 +154,9 @@ def _on_sentence(c: Candidate, a: Assessment, cal: Calibration | None, bound_bel
         where = f"latency-bound below {bound_below + 1} concurrent requests"
     else:
         where = "latency-bound at the loads where it gains"
-    return (f"speculate with {describe(c)}: {what}{acc} and {where}; up to {a.gain:+.0%} {unit} "
-            f"(at {a.gain_rate:.3g} req/s), median time per token {-a.tpot_gain:+.0%} at best, never below "
-            f"{a.worst_vs_off:.2f}x off")
+    gain = f"up to {a.gain:+.0%} {unit} (at {a.gain_rate:.3g} req/s)" if round(a.gain, 2) > 0 else f"{unit} as off's"
+    return (f"speculate with {describe(c)}: {what}{acc} and {where}; {gain}, median time per token "
+            f"{-a.tpot_gain:+.0%} at best, never below {a.worst_vs_off:.2f}x off")
 
 
 def _off_sentence(found: Mapping[str, Assessment], unit: str, t: Thresholds) -> str:
