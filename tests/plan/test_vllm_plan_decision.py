@@ -224,6 +224,7 @@ def test_an_overload_neither_keeps_up_with_counts_for_nothing_but_one_speculatio
     nothing = {n: _rows([x["score"] for x in r], 0.10, (False, False, False)) for n, r in preds.items()}
     d3 = decide("p", "throughput", cands, nothing, {}, {}, {}, Thresholds(), 16)
     assert d3.config is None and "needs capacity, not speculation" in d3.sentence
+    assert d3.assessments["custom_class:4"].worst_vs_best == 0.0  # ranked last wherever candidates are ranked
 
 
 def test_ramps_rise_and_are_seeded():

@@ -96,10 +96,12 @@ def test_a_schedule_vllm_dies_serving_gives_way_to_the_next_familys(tmp_path):
     serve = fake_serve("--die-scheduled ngram", "--alpha-for suffix=0.5", "--draft-cost 1.5")
     pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0],
                                       prompts=PROMPTS, requests=10, sampling={"max_tokens": 16}))
-    cands = parse_candidates("off,ngram:2,ngram:4,suffix:2,suffix:4", {})
+    # K = 4 only: at the loads every configuration sustains, K = 2 of either family scores within
+    # noise of off, so the families' order would be a coin flip; at K = 4 suffix's lower acceptance shows
+    cands = parse_candidates("off,ngram:4,suffix:4", {})
     source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)
     o = plan_vllm(pools, _settings(cands), source, tmp_path, log=lambda m: None).pools["copy"]
-    assert {"ngram", "suffix"} <= set(o.gains)
+    assert list(o.gains) == ["ngram", "suffix"]  # ranked: ngram's schedule is tried first
     assert "ngram:sched" in o.skipped and "failed" in o.skipped["ngram:sched"], o.skipped
     sched = [c for c in o.candidates.values() if c.schedule is not None]
     assert [c.family for c in sched] == ["suffix"] and o.runs[sched[0].name].counters.speculating
@@ -167,7 +169,7 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
         for s in servers.values():
             s.stop()
     for v in verdicts:
-        assert v.verdict == "turn off" and v.config is None, v.reasons
+        assert v.verdict == "turn off" and v.config is None, (v.verdict, v.reasons, v.measured)
         assert "no longer pays" in v.reasons[0]
 
 

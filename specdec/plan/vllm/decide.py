@@ -86,8 +86,8 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     over = [i for i, (r, o) in enumerate(zip(rows, off)) if not (r["sustained"] or o["sustained"])]
     live = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak and i not in over]
     overloaded = tuple(rows[i]["rate"] for i in over)
-    if not live:
-        return Assessment(name, 1.0, 1.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
+    if not live:  # nothing to compare: ratios of 0 so that any ranking of candidates puts it last
+        return Assessment(name, 0.0, 0.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
                           "neither it nor off keeps up with any load of the pool's range that off serves: the pool "
                           "needs capacity, not speculation", overloaded)
     i_gain = max(live, key=lambda i: ratio_off[i])
