@@ -82,7 +82,7 @@ def main(argv=None):
         configs[f"{args.method}:sched"] = Candidate(f"{args.method}:sched", args.method, args.k, None, schedule)
     model = vllm_ready(cache_dir() / DEFAULT_NAME)
     command = ServeCommand(pg.serve_command(g, model))
-    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
     source = ServerSource(args.out / "logs", command=command, env=pg.server_env(), start_timeout=900)
     slo = SLO(pool.ttft_s, pool.tpot_s)
 
@@ -98,7 +98,6 @@ def main(argv=None):
                                              tag=f"{li}-{rep}")
                 got[name][0].extend(runs)
                 for run in runs:  # as received, for predicting exactly these arrivals later
-                    (args.out / "runs").mkdir(exist_ok=True)
                     (args.out / "runs" / f"{name.replace(':', '-')}__{rate:g}__{rep}.json").write_text(
                         json.dumps(run.to_dict()))
                 got[name][1].extend(score_run(run, slo, pool.objective) for run in runs)

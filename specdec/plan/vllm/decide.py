@@ -11,10 +11,10 @@ token. Two kinds of load count for neither gain nor loss:
 * **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
   the objective): a ratio of two near-zero scores there is noise.
 
-A candidate with no load left to count is not eligible. Among the eligible the highest worst-case ratio to the best
-candidate wins (two decimals), then the larger gain, then the lighter lifecycle (bound to
-nothing, the tokenizer, the target), then the smaller K; none eligible: off. Candidates whose
-greedy outputs differed from off's are never eligible.
+A candidate with no load left to count is not eligible. Among the eligible the highest worst-case
+ratio to the best candidate wins (two decimals), then the larger gain, then the lighter lifecycle
+(bound to nothing, the tokenizer, the target), then the smaller K; none eligible: off. Candidates
+whose greedy outputs differed from off's are never eligible.
 """
 
 from __future__ import annotations
