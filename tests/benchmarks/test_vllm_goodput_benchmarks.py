@@ -71,7 +71,7 @@ def test_serve_runs_counts_each_fresh_servers_run_and_a_dead_server_as_an_error(
     again, _ = plan_goodput.serve_runs(source, off, pool, list(pool.prompts), 5.0, 2, 0, tag="u")
     assert [r.arrivals for r in again] == [r.arrivals for r in runs]  # ...and pair run by run across calls
     runs, errors = plan_goodput.serve_runs(source, ngram, pool, list(pool.prompts), 5.0, 2, 0, tag="t")
-    assert not runs and len(errors) == 2 and all("failed" in e for e in errors)
+    assert not runs and len(errors) == 2 and all("ngram:4: the server died during pool 'copy'" in e for e in errors)
 
 
 def _runs(*scores, ends=None):

@@ -1,6 +1,7 @@
 """What the vLLM plan reads off the wire, against streams and /metrics recorded from vLLM 0.32's CPU build."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,21 @@ def test_drive_sends_at_the_arrival_times_and_keeps_the_order():
         assert out[3].sent - out[0].sent >= 0.09
     finally:
         server.stop()
+
+
+class _Dying:
+    """A server whose process is reaped ``after`` seconds from now."""
+
+    def __init__(self, after):
+        self.until = time.monotonic() + after
+
+    def alive(self):
+        return time.monotonic() < self.until
+
+
+def test_a_request_cut_by_a_dying_server_waits_to_see_the_death():
+    from specdec.plan.vllm.measure import alive_after
+    assert not alive_after(_Dying(0.3), grace=5.0)  # reaped within the grace: the death, not a failed request
+    t0 = time.monotonic()
+    assert alive_after(_Dying(60.0), grace=0.3) and time.monotonic() - t0 < 2.0  # still up: the request failed
+    assert alive_after(_Dying(60.0), grace=0.0)

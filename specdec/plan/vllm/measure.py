@@ -106,6 +106,20 @@ def read_metrics(server: Server) -> tuple[SpecCounters, CacheInfo]:
     return spec_counters(text), cache_info(text)
 
 
+DEATH_GRACE_S = 5.0  # a dying server closes its sockets before its process is reaped
+
+
+def alive_after(server: Server, grace: float) -> bool:
+    """Whether ``server`` still runs ``grace`` seconds on (False as soon as it is seen dead): a request cut
+    short by a dying server is then reported as the death, not as a failed request."""
+    deadline = time.monotonic() + grace
+    while server.alive():
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def run_requests(server: Server, pool: VllmPool, records: Sequence[dict], arrivals: Sequence[float], *,
                  timeout: float, model: str | None = None, max_tokens: int | None = None) -> list[StreamResult]:
     """Send ``records`` with the pool's sampling at ``arrivals`` while a watchdog checks the server.
@@ -133,7 +147,7 @@ def run_requests(server: Server, pool: VllmPool, records: Sequence[dict], arriva
     finally:
         stop.set()
         watcher.join()
-    if dead or not server.alive():
+    if dead or not alive_after(server, grace=0.0 if all(r.ok for r in results) else DEATH_GRACE_S):
         done = sum(r.ok for r in results)
         why = dead[0] if dead else server.death()
         raise ServerDied(f"{server.name}: the server died during pool {pool.name!r} after {done} of {len(records)} "
