@@ -10,12 +10,16 @@ by exponentially weighted non-negative least squares (:mod:`specdec.estimate.fit
 depth ``i`` the share of rows whose chain reaches it (``f_i``) and the chance a token there is
 accepted (``q_i``), and picks the budget ``j`` maximising
 
-    rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + e p + [j>0] (d + c rows sum_{i<=j} f_i))
+    rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + [j>0] (d + c rows sum_{i<=j} f_i))
 
-(``p``: recent mean prefill rows per step). ``j = 0`` is plain decoding, so under the fit it never
-does worse than off. A token of acceptance probability ``p`` raises the rate only if
-``p > c * rate(j)``: that bar is the decision's floor. Warm-up, exploration and the outlier rule
-are described in docs/vllm.md ("The cost gate").
+``j = 0`` is plain decoding, so under the fit it never does worse than off. Prefill is fitted (so
+it biases no other weight) but left out of the rate: a request's prefill costs the same whether the
+steps around it draft or not, and fewer decode steps do not make less of it, so pricing drafts
+against a step padded with prefill would make them look cheaper than they are.
+
+A token of acceptance probability ``p`` raises the rate only if ``p > c * rate(j)``: that bar is
+the decision's floor. Warm-up, exploration and the outlier rule are described in docs/vllm.md
+("The cost gate").
 
 A :class:`~specdec.control.interface.DraftController` in chain tokens, one per drafter::
 
@@ -91,7 +95,6 @@ class CostGate:
         self._recent: deque[float] = deque(maxlen=32)  # seconds per verified token of recent fitted steps
         self._outliers = 0      # steps set aside in a row
         self.outliers = 0       # steps set aside in all
-        self._prefill = 0.0     # decayed mean prefill rows per step
         self._reach = np.zeros(k)   # [k] decayed count of rows whose chain reached depth i+1
         self._rows = np.zeros(k)    # [k] decayed count of rows offered a budget >= i+1
         self._hit = np.zeros(k)     # [k] decayed count of depth-(i+1) tokens accepted
@@ -132,7 +135,6 @@ class CostGate:
         w = 1.0 if prefill == 0 else _PREFILL_WEIGHT
         self._xtx = self._xtx * self.decay + w * np.outer(x, x)
         self._xty = self._xty * self.decay + w * x * seconds
-        self._prefill = self._prefill * self.decay + (1 - self.decay) * prefill if self._fitted else float(prefill)
         self._fitted += 1
         self._plain += total == 0
         self._drafting += total > 0
@@ -195,7 +197,7 @@ class CostGate:
         f, q = self.depth_acceptance()
         drafted = np.concatenate([[0.0], np.cumsum(f)])               # [k + 1] tokens per row
         gained = np.concatenate([[0.0], np.cumsum(f * q)])            # [k + 1] accepted per row
-        base = theta[_A] + theta[_B] * rows + theta[_E] * self._prefill
+        base = theta[_A] + theta[_B] * rows
         seconds = base + (drafted > 0) * (theta[_D] + theta[_C] * rows * drafted)
         return rows * (1.0 + gained) / seconds
 
