@@ -10,7 +10,7 @@ import torch
 
 from specdec import DraftTree
 from specdec.integrations.rows import best_chain
-from specdec.integrations.vllm import cpu_sampling, plugin, version
+from specdec.integrations.vllm import LOGGER_NAME, cpu_sampling, plugin, version
 from specdec.integrations.vllm import prometheus as metrics
 from specdec.integrations.vllm.gate import GateStats
 from specdec.integrations.vllm.options import ENV, DrafterOptions
@@ -84,7 +84,7 @@ def test_version_range_and_plugin(monkeypatch, caplog):
     with pytest.raises(ValueError, match="cannot read"):
         version.base_version("dev")
     monkeypatch.setattr(version, "installed", lambda: ("vllm", "0.40.0"))
-    with caplog.at_level("WARNING", logger="specdec.vllm"):
+    with caplog.at_level("WARNING", logger=LOGGER_NAME):
         assert "0.40.0" in plugin.register()
     assert "0.40.0" in caplog.text
     monkeypatch.setattr(version, "installed", lambda: None)

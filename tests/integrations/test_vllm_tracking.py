@@ -13,6 +13,7 @@ import pytest
 from specdec import SuffixProposer
 from specdec.proposers.suffix_options import SuffixGlobalCache
 from specdec.integrations.rows import RowSession
+from specdec.integrations.vllm import LOGGER_NAME
 from specdec.integrations.vllm.drafter import SuffixDrafter
 from specdec.proposers.suffix_rows import RowTracking
 
@@ -244,7 +245,7 @@ def test_a_bad_row_gets_no_draft_and_is_counted_but_never_stops_the_engine(caplo
     for drafter in (_Options(_config()), _PythonPath(_config())):
         tok = np.tile(np.array([1, 2, 3, 1, 2, 3, 1, 2], np.int32), (2, 1))
         assert drafter.propose([[3], [2]], np.array([6, 5], np.int32), tok) is not None
-        with caplog.at_level("WARNING", logger="specdec.vllm"):
+        with caplog.at_level("WARNING", logger=LOGGER_NAME):
             chains = drafter.propose([[1], [0, 0, 0, 0, 0, 0]], np.array([7, 6], np.int32), tok)  # row 1: 6 of 6
         assert chains[1] == [] and drafter.stats.rows_refused == 1
         assert "row 1 sampled 6 tokens of its 6" in caplog.text

@@ -225,6 +225,7 @@ def test_an_overload_neither_keeps_up_with_counts_for_nothing_but_one_speculatio
     d3 = decide("p", "throughput", cands, nothing, {}, {}, {}, Thresholds(), 16)
     assert d3.config is None and "needs capacity, not speculation" in d3.sentence
     assert d3.assessments["custom_class:4"].worst_vs_best == 0.0  # ranked last wherever candidates are ranked
+    assert not d3.assessments["custom_class:4"].counted and d2.assessments["custom_class:4"].counted  # the report
 
 
 def test_ramps_rise_and_are_seeded():

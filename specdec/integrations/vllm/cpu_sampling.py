@@ -15,9 +15,9 @@ import logging
 
 import torch
 
-from . import version
+from . import LOGGER_NAME, version
 
-logger = logging.getLogger("specdec.vllm")
+logger = logging.getLogger(LOGGER_NAME)
 
 KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 ISSUE = "vLLM issue 55005 (cpu_triton_utils._expand_kernel_impl writes into a copy)"

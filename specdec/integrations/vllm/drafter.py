@@ -25,12 +25,12 @@ from ...proposers.suffix_options import SuffixDrafting, SuffixGlobalCache
 from ..rows import CONTINUED, REFUSED, RowSession
 from ...proposers.suffix_rows import RowTracking
 
-from . import cpu_sampling, version
+from . import LOGGER_NAME, cpu_sampling, version
 from . import prometheus as metrics
 from .gate import GatedDrafting
 from .options import DrafterOptions
 
-logger = logging.getLogger("specdec.vllm")
+logger = logging.getLogger(LOGGER_NAME)
 
 
 def engine_facts(vllm_config) -> tuple[int, int, int]:

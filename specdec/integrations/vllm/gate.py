@@ -5,7 +5,7 @@ vLLM V1 applies no batch-size schedule to ``custom_class`` drafters, so :class:`
 specdec's :class:`~specdec.control.load_gate.LoadGate` (capping a
 :class:`~specdec.control.cost_gate.CostGate` with ``cost_gate``) on the rows vLLM passes; a "gate
 off" step returns no drafts. Decisions are counted in :class:`GateStats` (the ``vllm:specdec_*``
-metrics) and logged on logger ``specdec.vllm``.
+metrics) and logged on logger ``vllm.specdec``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import time
 from ...control.interface import BatchView, Capped, Decision, Outcome
 from ...control.cost_gate import CostGate
 from ...control.load_gate import LoadGate
+from . import LOGGER_NAME
 
-logger = logging.getLogger("specdec.vllm")
+logger = logging.getLogger(LOGGER_NAME)
 
 
 @dataclasses.dataclass

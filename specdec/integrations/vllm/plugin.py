@@ -1,7 +1,7 @@
 """The optional ``vllm.general_plugins`` entry point: warn when the installed vLLM is outside the tested range.
 
 vLLM runs it in each of its processes at start-up. It changes nothing in vLLM; it logs a warning on
-logger ``specdec.vllm`` when the version is outside
+logger ``vllm.specdec`` when the version is outside
 :data:`specdec.integrations.vllm.version.SUPPORTED_RANGE`.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from . import version
+from . import LOGGER_NAME, version
 
-logger = logging.getLogger("specdec.vllm")
+logger = logging.getLogger(LOGGER_NAME)
 
 
 def register() -> str | None:

@@ -60,6 +60,7 @@ class Assessment:
     eligible: bool
     why_not: str
     overloaded: tuple[float, ...] = ()  # rates neither it nor off sustains (not counted)
+    counted: bool = True  # False: no load was left to count; the ratios are 0 only to rank it last
 
 
 @dataclasses.dataclass
@@ -89,7 +90,7 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     if not live:  # nothing to compare: ratios of 0 so that any ranking of candidates puts it last
         return Assessment(name, 0.0, 0.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
                           "neither it nor off keeps up with any load of the pool's range that off serves: the pool "
-                          "needs capacity, not speculation", overloaded)
+                          "needs capacity, not speculation", overloaded, counted=False)
     i_gain = max(live, key=lambda i: ratio_off[i])
     i_loss = min(live, key=lambda i: ratio_off[i])
     gain, tpot_gain = ratio_off[i_gain] - 1.0, max(tpot[i] for i in live)

@@ -71,6 +71,9 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
         verdict = "eligible" if a.eligible else f"refused: {a.why_not}"
         over = (f" (not counted at {', '.join(f'{r:.3g}' for r in a.overloaded)} req/s: neither it nor off keeps "
                 "up there)") if a.overloaded else ""
+        if not a.counted:
+            lines.append(f"- `{a.name}`: no load counted{over}; {verdict}")
+            continue
         lines.append(f"- `{a.name}`: worst {a.worst_vs_off:.2f}x off, best {a.gain:+.1%} at {a.gain_rate:.3g} req/s, "
                      f"median TPOT {-a.tpot_gain:+.0%} at best{over}; {verdict}")
     lines += ["", "Memory (KV blocks the server allocated; requests of the pool's mean length that fit at once):", "",
