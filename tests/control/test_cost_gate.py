@@ -34,9 +34,10 @@ class Engine:
         ended = 0  # requests ended (and replaced) so far
         for t in range(steps):
             rows = rows_at(t)
-            prefill = rows if t == 0 and self.per_request else 0  # the batch fills at once
-            if self.per_request and t:
-                prefill, ended = int(emitted // self.per_request) - ended, int(emitted // self.per_request)
+            prefill = 0
+            if self.per_request:  # the batch fills at once, then each ended request's replacement prefills
+                done = int(emitted // self.per_request)
+                prefill, ended = (rows if t == 0 else done - ended), done
             j = choose.decide(BatchView(rows)).budget if hasattr(choose, "decide") else choose
             u = self.rng.random((rows, K))
             drafted = (u < self.reach[None, :]).cumprod(1)[:, :j].sum(1)          # [rows]
