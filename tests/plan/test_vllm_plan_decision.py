@@ -212,9 +212,14 @@ def test_an_overload_neither_keeps_up_with_counts_for_nothing_but_one_speculatio
     preds = {"off": _rows([13.8, 50.5, 15.7], 0.10, over), "custom_class:4": _rows([13.7, 50.6, 19.8], 0.10, over)}
     d = decide("p", "throughput", cands, preds, {}, {}, {}, Thresholds(), 16)
     assert d.config is None and d.sentence.startswith("nothing to gain"), d.sentence
-    faster = dict(preds, **{"custom_class:4": _rows([13.7, 50.6, 19.8], 0.08, over)})  # eligible on TPOT alone
-    assert "; good tokens/s as off's, median time per token -20% at best" in decide(
-        "p", "throughput", cands, faster, {}, {}, {}, Thresholds(), 16).sentence
+    faster = dict(preds, **{"custom_class:4": _rows([13.7, 50.6, 19.8], 0.08, over)})  # TPOT -20%, score as off's
+    bought = decide("p", "throughput", cands, faster, {}, {}, {}, Thresholds(), 16)
+    assert bought.config is None and "a throughput pool is not bought latency: median time per token -20%" in \
+        bought.assessments["custom_class:4"].why_not, bought.assessments["custom_class:4"].why_not
+    assert "median time per token -20% at best" in decide(  # the same gain is what a latency pool buys
+        "p", "latency", cands, faster, {}, {}, {}, Thresholds(), 16).sentence
+    with pytest.raises(ValueError, match="objective must be one of"):
+        decide("p", "goodput", cands, faster, {}, {}, {}, Thresholds(), 16)
     a = d.assessments["custom_class:4"]
     assert a.overloaded == (4.0,) and a.gain == pytest.approx(50.6 / 50.5 - 1)
     counted = dict(preds, **{"custom_class:4": _rows([13.7, 50.6, 19.8], 0.10)})  # speculation keeps up at 4 req/s

@@ -25,9 +25,11 @@ from specdec.plan.vllm.recheck import review_vllm, write_review
 DATA = Path(__file__).resolve().parent.parent / "data" / "vllm_plan"
 POOLS = (pool_toml("copy", share=0.7, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0], prompts=PROMPTS, requests=14,
                    sampling={"max_tokens": 20})
-         + pool_toml("bulk", share=0.3, objective="throughput", ttft_s=5.0, tpot_s=0.2, rates=[2.0, 60.0],
+         + pool_toml("bulk", share=0.3, objective="throughput", ttft_s=5.0, tpot_s=0.2, rates=[2.0, 20.0],
                      prompts=PROMPTS, categories=["writing", "roleplay", "reasoning"], requests=10,
                      sampling={"max_tokens": 20}))
+# bulk's range ends at a load ngram sustains and off does not: a throughput pool speculates only on a
+# good-tokens/s gain (here the fake's drafts raise its capacity), never on a lower TPOT alone
 SERVE = fake_serve(f"--refuse suffix={DATA / 'refusal_suffix.log'}", "--die draft_model=4")
 
 
@@ -159,9 +161,9 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
     """The same record against servers where drafting costs far more: the configuration is turned off."""
     out, _, pools = planned
     rec = load_record(out)
-    servers = {"off": FakeServer(None), "ngram:2": FakeServer({"method": "ngram", "num_speculative_tokens": 2},
-                                                              draft_cost=3.0, alpha=0.05),
-               "ngram:4": FakeServer({"method": "ngram", "num_speculative_tokens": 4}, draft_cost=3.0, alpha=0.05)}
+    planned = {p["candidate"]: p["config"] for p in rec["pools"].values()}  # a K or a schedule, by the run's timing
+    assert None not in planned.values()
+    servers = {"off": FakeServer(None)} | {n: FakeServer(cfg, draft_cost=3.0, alpha=0.05) for n, cfg in planned.items()}
     try:
         source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
         _, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=8, levels=3, log=lambda m: None)

@@ -1,8 +1,11 @@
 """One pool's decision: which measured configuration to serve it with, and why, in one sentence.
 
 A speculating candidate is **eligible** when at every load it keeps at least ``1 - max_loss`` of
-off's score and somewhere gains ``min_gain`` score or ``min_tpot_gain`` median time per output
-token. Two kinds of load count for neither gain nor loss:
+off's score and somewhere gains ``min_gain`` score or, in a latency pool, ``min_tpot_gain`` median
+time per output token. A throughput pool buys good tokens/s: its objectives already count every
+request a faster token brings under them, and a lower TPOT beyond them is latency the pool did not
+ask for, bought with the compute, memory and lifecycle a drafter costs (speculation is a latency
+instrument, not a capacity one). Two kinds of load count for neither gain nor loss:
 
 * **overloaded**: neither the candidate nor off keeps up (``sustained`` false in both rows: a queue
   that grows with every request). Both scores then measure how long the simulated overload lasted,
@@ -24,6 +27,7 @@ from typing import Mapping
 
 from .calibrate import Calibration
 from .candidates import LOOKUP, Candidate
+from .pool_spec import OBJECTIVES
 
 _LIFECYCLE = {"nothing": 0, "tokenizer": 1, "target": 2}
 
@@ -75,10 +79,11 @@ class Decision:
         return self.chosen.config
 
 
-def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: Thresholds, unit: str,
+def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: Thresholds, objective: str,
            exact: bool) -> Assessment:
     """``rows``, ``off``: predicted rows (:func:`~.predict.predict`'s, ``sustained`` included) at the same
-    rates; ``best``: the best score at each rate."""
+    rates; ``best``: the best score at each rate; ``objective``: the pool's, a key of :data:`~.pool_spec.OBJECTIVES`."""
+    unit = OBJECTIVES[objective]
     ratio_off = [r["score"] / o["score"] if o["score"] > 0 else (1.0 if r["score"] >= 0 else 0.0)
                  for r, o in zip(rows, off)]
     ratio_best = [r["score"] / b if b > 0 else 1.0 for r, b in zip(rows, best)]
@@ -100,6 +105,9 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
         why = "its greedy outputs differed from off's"
     elif worst < 1.0 - t.max_loss:
         why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s"
+    elif gain < t.min_gain and objective == "throughput":
+        why = (f"it gains at most {gain:+.1%} {unit} (needs {t.min_gain:.0%}; a throughput pool is not bought "
+               f"latency: median time per token {-tpot_gain:+.0%} at best)")
     elif gain < t.min_gain and tpot_gain < t.min_tpot_gain:
         why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
                f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
@@ -119,10 +127,12 @@ def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predi
     for name, rows in predictions.items():
         if [r["rate"] for r in rows] != rates:
             raise ValueError(f"pool {pool!r}: {name} was predicted at other rates than off")
-    unit = "goodput" if objective == "latency" else "good tokens/s"
+    if objective not in OBJECTIVES:
+        raise ValueError(f"pool {pool!r}: objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+    unit = OBJECTIVES[objective]
     best = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(rates))]
     off = predictions["off"]
-    found = {name: assess(name, rows, off, best, t, unit, exact.get(name, True))
+    found = {name: assess(name, rows, off, best, t, objective, exact.get(name, True))
              for name, rows in predictions.items() if name != "off"}
     eligible = [a for a in found.values() if a.eligible]
     if not eligible:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from ...prompts import read_prompt_records
 from ..toml_checks import check_number, read_tables
 
-OBJECTIVES = ("latency", "throughput")
+OBJECTIVES = {"latency": "goodput", "throughput": "good tokens/s"}  # each objective: what its score counts
 APIS = ("chat", "completions")
 POOL_KEYS = {"share", "objective", "ttft_s", "tpot_s", "rates", "prompts", "categories", "requests", "sampling",
              "api"}

@@ -173,7 +173,7 @@ def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, of
                              pool.objective, seed=seed)
     best = [max(a["score"], b["score"]) for a, b in zip(on, off)]
     exact = (not pool.sampling.greedy) or all(a.token_ids == b.token_ids for a, b in zip(run.streams, off_run.streams))
-    a = assess(cand.name, on, off, best, t, "goodput" if pool.objective == "latency" else "good tokens/s", exact)
+    a = assess(cand.name, on, off, best, t, pool.objective, exact)
     measured = {"accepted_per_draft": cal_on.accepted_per_draft, "planned_accepted_per_draft": p["accepted_per_draft"],
                 "worst_vs_off": a.worst_vs_off, "gain": a.gain, "tpot_gain": a.tpot_gain, "exact": exact}
     if not a.eligible:

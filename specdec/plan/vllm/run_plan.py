@@ -290,7 +290,7 @@ def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str
     off = predictions["off"]
     best_at = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(off))]
     static = [n for n, c in cands.items() if c.method in SCHEDULABLE and c.schedule is None and exact[n] is not False]
-    ranked = sorted((assess(n, predictions[n], off, best_at, t, "score", True) for n in static),
+    ranked = sorted((assess(n, predictions[n], off, best_at, t, pool.objective, True) for n in static),
                     key=lambda a: (round(a.worst_vs_best, 2), a.gain), reverse=True)
     out = []
     for family_name in dict.fromkeys(cands[a.name].family for a in ranked):
