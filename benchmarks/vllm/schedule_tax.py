@@ -12,8 +12,9 @@ schedule's steps draft nothing, so its TPOT against off's there is the K = 0 tax
 
 ``--configs`` serves another set and ``--requests`` longer runs (at the knee a 12-request run is a
 transient: the queue has not settled). Run ``i`` of every configuration replays the same arrivals, so
-runs pair; ``--planned`` names one configuration to hold to the goodput goal (at least 0.98x every
-other) with ``plan_goodput.verdict``'s stated test.
+runs pair, and another ``--seed`` draws new ones, so a second run adds independent rounds; ``--planned``
+names one configuration to hold to the goodput goal (at least 0.98x every other) with
+``plan_goodput.verdict``'s stated test.
 
 Run in .venv-vllm (the pool, its SLO and the server as plan_goodput.py's defaults):
     .venv-vllm/bin/python -m benchmarks.vllm.schedule_tax --out benchmarks/results/vllm-schedule-tax
@@ -47,8 +48,14 @@ def main(argv=None):
                     help="a configuration of --configs held to >= 0.98x every other, run by run (see verdict)")
     ap.add_argument("--requests", type=int, default=None,
                     help="held-out requests a run (default plan_goodput's; more let the queue settle at the knee)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="arrivals: round i at the l-th rate draws seed + 1000 l + i (rounds of two runs whose "
+                         "seed ranges do not overlap are independent, and may be pooled)")
+    ap.add_argument("--pool-with", type=Path, default=None,
+                    help="an earlier run's schedule_tax.json (same pool, requests and K; arrivals from other seeds): "
+                         "its rounds join this run's in the goal's test")
     args = ap.parse_args(argv)
-    g = pg.main_parser().parse_args([])  # plan_goodput's pools, SLOs and server settings
+    g = pg.main_parser().parse_args(["--seed", str(args.seed)])  # plan_goodput's pools, SLOs and server settings
     if args.requests is not None:
         if args.requests < 1:
             ap.error(f"--requests: at least 1, got {args.requests}")
@@ -62,6 +69,7 @@ def main(argv=None):
     if args.planned is not None and (args.planned not in names or args.planned == "sched" or len(names) < 2):
         ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
                  f"with --configs {args.configs!r}")
+    earlier = None if args.pool_with is None else earlier_rounds(ap, args)
 
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
@@ -138,8 +146,42 @@ def main(argv=None):
         for rate in rates:
             here = {r["config"]: r for r in rows if r["rate"] == rate}
             lines.append(f"- {rate:.3g} req/s: " + pg.verdict(here, planned))
+            before = {r["config"]: r for r in (earlier or []) if r["rate"] == rate}
+            if before:
+                lines.append(f"- {rate:.3g} req/s with the rounds of {args.pool_with}: "
+                             + pg.verdict(pooled(here, before), planned))
     (args.out / "schedule_tax.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def pooled(here: dict, before: dict) -> dict:
+    """Two runs' rows at one rate (configuration name -> row), each configuration's runs joined; runs pair
+    by their arrivals, so a round of one run never pairs with a round of the other."""
+    return {n: {"per_run": here.get(n, {}).get("per_run", []) + before.get(n, {}).get("per_run", [])}
+            for n in dict.fromkeys([*here, *before])}
+
+
+def earlier_rounds(ap, args) -> list[dict]:
+    """The rows of ``--pool-with``, refused (by ``ap.error``, before any server starts) unless they measured
+    the same pool, requests and K with the planned configuration among them, on arrivals of other seeds."""
+    try:
+        got = json.loads(args.pool_with.read_text())
+        rows, before = got["rows"], got["args"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        ap.error(f"--pool-with {args.pool_with}: not a schedule_tax.json ({exc})")
+    if args.planned is None:
+        ap.error("--pool-with: needs --planned (the pooled rounds only serve the goal's test)")
+    for key in ("pool", "requests", "k"):
+        if before.get(key) != getattr(args, key):
+            ap.error(f"--pool-with {args.pool_with}: measured {key} {before.get(key)!r}, "
+                     f"this run {getattr(args, key)!r}")
+    first, last = before.get("seed", 0), before.get("seed", 0) + before.get("repeats", 0)
+    if first < args.seed + args.repeats and args.seed < last:
+        ap.error(f"--pool-with {args.pool_with}: its seeds {first}..{last - 1} overlap this run's {args.seed}.."
+                 f"{args.seed + args.repeats - 1}: the same arrivals would count twice")
+    if not any(r["config"].split(":")[0] == args.planned for r in rows):
+        ap.error(f"--pool-with {args.pool_with}: it did not measure {args.planned!r}")
+    return rows
 
 
 if __name__ == "__main__":

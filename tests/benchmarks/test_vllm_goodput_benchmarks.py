@@ -2,6 +2,7 @@
 without vLLM: which configurations a pool measures, how the goals read the measured rows, and that
 bad options are refused before any server starts."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,43 @@ def test_schedule_tax_refuses_bad_rates_before_any_server(argv, message, capsys)
     with pytest.raises(SystemExit):
         schedule_tax.main(argv)
     assert message in capsys.readouterr().err
+
+
+def _tax_json(tmp_path, **args):
+    path = tmp_path / "schedule_tax.json"
+    rows = [{"rate": 3.0, "config": "custom_class:4", "per_run": []}]
+    path.write_text(json.dumps({"rows": rows, "args": {"pool": "bulk", "requests": 12, "k": 4, "seed": 0,
+                                                       "repeats": 5} | args}))
+    return str(path)
+
+
+@pytest.mark.parametrize("earlier, changed, message", [
+    (None, {}, "not a schedule_tax.json"),
+    ({}, {"--planned": None}, "needs --planned"),
+    ({"pool": "interactive"}, {}, "measured pool 'interactive', this run 'bulk'"),
+    ({"requests": 24}, {}, "measured requests 24, this run 12"),
+    ({}, {"--seed": "3"}, "its seeds 0..4 overlap this run's 3..7: the same arrivals would count twice"),
+    ({}, {"--configs": "off,ngram", "--planned": "ngram"}, "it did not measure 'ngram'")])
+def test_schedule_tax_pools_only_independent_rounds_of_the_same_measurement(tmp_path, earlier, changed, message,
+                                                                           capsys):
+    """An earlier run's rounds join the goal's test only if they measured the same thing on other arrivals."""
+    opts = {"--pool": "bulk", "--requests": "12", "--repeats": "5", "--seed": "100", "--configs": "off,custom_class",
+            "--planned": "custom_class",
+            "--pool-with": str(tmp_path / "missing.json") if earlier is None else _tax_json(tmp_path, **earlier)}
+    opts |= changed
+    with pytest.raises(SystemExit):
+        schedule_tax.main([x for k, v in opts.items() if v is not None for x in (k, v)])
+    assert message in capsys.readouterr().err
+
+
+def test_pooled_rounds_pair_within_their_own_run():
+    def row(scores, first):
+        return {"per_run": [{"arrivals_end": first + i, "score": s} for i, s in enumerate(scores)]}
+    here = {"off": row([10, 10, 10], 0.0), "cc": row([10.5, 9.5, 10.2], 0.0)}
+    before = {"off": row([10, 10, 10], 100.0), "cc": row([10.1, 10.4, 9.9], 100.0), "ngram": row([8, 8, 8], 100.0)}
+    both = schedule_tax.pooled(here, before)
+    assert plan_goodput.paired(both["cc"], both["off"]) == pytest.approx([1.05, 0.95, 1.02, 1.01, 1.04, 0.99])
+    assert len(plan_goodput.paired(both["cc"], both["ngram"])) == 3  # only the rounds both measured
 
 
 def test_serve_runs_counts_each_fresh_servers_run_and_a_dead_server_as_an_error(tmp_path):
