@@ -65,6 +65,8 @@ def main(argv=None):
     rates = [float(r) for r in args.rates.split(",") if r]
     if not rates or min(rates) <= 0:
         ap.error(f"--rates: positive request rates, got {args.rates!r}")
+    if args.seed < 0:
+        ap.error(f"--seed: at least 0, got {args.seed}")
     names = [c for c in args.configs.split(",") if c]
     if args.planned is not None and (args.planned not in names or args.planned == "sched" or len(names) < 2):
         ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
@@ -166,16 +168,17 @@ def earlier_rounds(ap, args) -> list[dict]:
     the same pool, requests and K with the planned configuration among them, on arrivals of other seeds."""
     try:
         got = json.loads(args.pool_with.read_text())
-        rows, before = got["rows"], got["args"]
+        rows, measured = got["rows"], got["args"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         ap.error(f"--pool-with {args.pool_with}: not a schedule_tax.json ({exc})")
     if args.planned is None:
         ap.error("--pool-with: needs --planned (the pooled rounds only serve the goal's test)")
     for key in ("pool", "requests", "k"):
-        if before.get(key) != getattr(args, key):
-            ap.error(f"--pool-with {args.pool_with}: measured {key} {before.get(key)!r}, "
+        if measured.get(key) != getattr(args, key):
+            ap.error(f"--pool-with {args.pool_with}: measured {key} {measured.get(key)!r}, "
                      f"this run {getattr(args, key)!r}")
-    first, last = before.get("seed", 0), before.get("seed", 0) + before.get("repeats", 0)
+    first = measured.get("seed", 0)
+    last = first + measured.get("repeats", 0)
     if first < args.seed + args.repeats and args.seed < last:
         ap.error(f"--pool-with {args.pool_with}: its seeds {first}..{last - 1} overlap this run's {args.seed}.."
                  f"{args.seed + args.repeats - 1}: the same arrivals would count twice")

@@ -49,7 +49,8 @@ def test_goals_compare_the_planned_configuration_with_the_best_other_and_flag_mi
 
 @pytest.mark.parametrize("argv, message", [(["--rates", "0"], "--rates: positive request rates"),
                                            (["--rates", ""], "--rates: positive request rates"),
-                                           (["--requests", "0"], "--requests: at least 1, got 0")])
+                                           (["--requests", "0"], "--requests: at least 1, got 0"),
+                                           (["--seed", "-1"], "--seed: at least 0, got -1")])
 def test_schedule_tax_refuses_bad_rates_before_any_server(argv, message, capsys):
     with pytest.raises(SystemExit):
         schedule_tax.main(argv)
