@@ -122,8 +122,7 @@ def main(argv=None):
             if scores:
                 row.update({k: statistics.median(s[k] for s in scores) for k in ("score", "tpot_p50", "ttft_p50")})
             rows.append(row)
-    (args.out / "schedule_tax.json").write_text(json.dumps({"rows": rows, "args": vars(args) | {"out": str(args.out)}},
-                                                           indent=1))
+    (args.out / "schedule_tax.json").write_text(json.dumps(record(rows, args), indent=1))
     title = (f"vLLM's schedule as deployed: {args.method} K = {args.k} at one request, 0 above, beside "
              if "sched" in names else "Served at a fixed load: ") + ", ".join(configs)
     lines = [f"# {title}", "",
@@ -154,6 +153,12 @@ def main(argv=None):
                              + pg.verdict(pooled(here, before), planned))
     (args.out / "schedule_tax.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def record(rows: list[dict], args) -> dict:
+    """What schedule_tax.json holds: the rows and the options that measured them (paths as text), as
+    :func:`earlier_rounds` reads them back."""
+    return {"rows": rows, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
 
 
 def pooled(here: dict, before: dict) -> dict:

@@ -84,6 +84,20 @@ def test_schedule_tax_pools_only_independent_rounds_of_the_same_measurement(tmp_
     assert message in capsys.readouterr().err
 
 
+def test_a_run_that_pooled_rounds_writes_a_record_the_next_run_can_pool_with(tmp_path):
+    """The record holds the options as text (a Path among them once failed to serialise, after the runs)."""
+    import argparse
+    from pathlib import Path
+
+    rows = [{"rate": 3.0, "config": "off", "per_run": [{"arrivals_end": 4.0, "score": 50.0}]}]
+    first = argparse.Namespace(out=tmp_path, pool="bulk", k=4, requests=12, seed=100, repeats=5, planned="off",
+                               pool_with=Path("earlier/schedule_tax.json"))
+    path = tmp_path / "schedule_tax.json"
+    path.write_text(json.dumps(schedule_tax.record(rows, first)))
+    later = argparse.Namespace(**vars(first) | {"seed": 200, "pool_with": path})
+    assert schedule_tax.earlier_rounds(argparse.ArgumentParser(), later) == rows
+
+
 def test_pooled_rounds_pair_within_their_own_run():
     def row(scores, first):
         return {"per_run": [{"arrivals_end": first + i, "score": s} for i, s in enumerate(scores)]}
