@@ -161,9 +161,9 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
     """The same record against servers where drafting costs far more: the configuration is turned off."""
     out, _, pools = planned
     rec = load_record(out)
-    planned = {p["candidate"]: p["config"] for p in rec["pools"].values()}  # a K or a schedule, by the run's timing
-    assert None not in planned.values()
-    servers = {"off": FakeServer(None)} | {n: FakeServer(cfg, draft_cost=3.0, alpha=0.05) for n, cfg in planned.items()}
+    chosen = {p["candidate"]: p["config"] for p in rec["pools"].values()}  # a K or a schedule, by the run's timing
+    assert None not in chosen.values()
+    servers = {"off": FakeServer(None)} | {n: FakeServer(cfg, draft_cost=3.0, alpha=0.05) for n, cfg in chosen.items()}
     try:
         source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
         _, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=8, levels=3, log=lambda m: None)
