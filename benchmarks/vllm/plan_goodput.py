@@ -138,6 +138,12 @@ def paired(a: dict, b: dict) -> list[float]:
     return out
 
 
+def options(args: argparse.Namespace) -> dict:
+    """A benchmark's options as its JSON record keeps them: paths as text, every other value as parsed (so a
+    later run can compare them)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
 def sign_p(hits: int, n: int) -> float:
     """One-sided exact sign test: the chance of ``hits`` or more of ``n`` fair coin flips."""
     return sum(math.comb(n, j) for j in range(hits, n + 1)) / 2 ** n
@@ -433,8 +439,7 @@ def main(argv=None):
                                   for n, o in result.pools.items()]
     lines += ["", table(rows), "", "Goals:", ""] + goals(rows, result)
     (args.out / "plan_goodput.md").write_text("\n".join(lines) + "\n")
-    (args.out / "plan_goodput.json").write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in
-                                                                                   vars(args).items()}}, indent=1))
+    (args.out / "plan_goodput.json").write_text(json.dumps({"rows": rows, "args": options(args)}, indent=1))
     for name in result.pools:
         plot(rows, name, args.out / f"plan_goodput_{name}.png")
     print("\n".join(lines))

@@ -158,7 +158,7 @@ def main(argv=None):
 def record(rows: list[dict], args) -> dict:
     """What schedule_tax.json holds: the rows and the options that measured them (paths as text), as
     :func:`earlier_rounds` reads them back."""
-    return {"rows": rows, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    return {"rows": rows, "args": pg.options(args)}
 
 
 def pooled(here: dict, before: dict) -> dict:
@@ -171,13 +171,13 @@ def pooled(here: dict, before: dict) -> dict:
 def earlier_rounds(ap, args) -> list[dict]:
     """The rows of ``--pool-with``, refused (by ``ap.error``, before any server starts) unless they measured
     the same pool, requests and K with the planned configuration among them, on arrivals of other seeds."""
+    if args.planned is None:
+        ap.error("--pool-with: needs --planned (the pooled rounds only serve the goal's test)")
     try:
         got = json.loads(args.pool_with.read_text())
         rows, measured = got["rows"], got["args"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         ap.error(f"--pool-with {args.pool_with}: not a schedule_tax.json ({exc})")
-    if args.planned is None:
-        ap.error("--pool-with: needs --planned (the pooled rounds only serve the goal's test)")
     for key in ("pool", "requests", "k"):
         if measured.get(key) != getattr(args, key):
             ap.error(f"--pool-with {args.pool_with}: measured {key} {measured.get(key)!r}, "
