@@ -24,8 +24,8 @@ two runs at the knee keep the whole benchmark near 90 minutes.
    the plan's band is wide (the knee, where goodput is a cliff) are run ``--repeats`` times and
    the median is compared; the table says how many runs each cell is.
 3. **Compare**: the planned configuration against the best of the others at every load (goal: >=
-   0.98x), in the medians and run by run (runs pair by their arrivals: :func:`verdict`'s sign tests;
-   fewer than five runs a level can only be inconclusive); each prediction (for exactly the measured
+   0.98x), in the medians and run by run (runs pair by their arrivals: :func:`verdict`'s signed-rank
+   tests; fewer than five runs a level can only be inconclusive); each prediction (for exactly the measured
    requests and arrivals) against the measurement (goal: within 15%, and inside the band at the
    knee); greedy outputs against off; KV blocks predicted from the configs against those the servers
    allocated (goal: within 5%; ``--draft-model`` adds a draft model, whose memory is not zero); and
@@ -144,28 +144,96 @@ def options(args: argparse.Namespace) -> dict:
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
 
-def sign_p(hits: int, n: int) -> float:
-    """One-sided exact sign test: the chance of ``hits`` or more of ``n`` fair coin flips."""
-    return sum(math.comb(n, j) for j in range(hits, n + 1)) / 2 ** n
+def _twice_ranks(d: list[float]) -> list[int]:
+    """Twice each value's rank by magnitude (1-based; tied magnitudes share their mean rank), so ties stay
+    integers; an infinite magnitude ranks above every finite one."""
+    order = sorted(range(len(d)), key=lambda i: abs(d[i]))
+    twice = [0] * len(d)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and abs(d[order[j + 1]]) == abs(d[order[i]]):
+            j += 1
+        for k in range(i, j + 1):
+            twice[order[k]] = i + j + 2
+        i = j + 1
+    return twice
+
+
+def _null_law(twice: list[int]) -> dict[int, float]:
+    """The law of the (doubled) positive rank sum when each rank's sign is a fair coin: sum -> chance."""
+    ways = {0: 1}  # rank sum -> number of sign assignments reaching it
+    for r in twice:
+        grown = dict(ways)
+        for total, n in ways.items():
+            grown[total + r] = grown.get(total + r, 0) + n
+        ways = grown
+    return {total: n / 2 ** len(twice) for total, n in ways.items()}
+
+
+def signed_rank_p(diffs: list[float]) -> float:
+    """One-sided exact Wilcoxon signed-rank test: the chance, were each difference's sign a fair coin given
+    its magnitude, of a rank sum of the positive ones at least the observed one (small: the differences
+    lean positive). Zeros are dropped, tied magnitudes share their mean rank; 1.0 with no nonzero
+    difference. Exact for any n (a count over rank sums)."""
+    d = [x for x in diffs if x != 0]
+    twice = _twice_ranks(d)
+    observed = sum(r for r, x in zip(twice, d) if x > 0)
+    return sum(q for total, q in _null_law(twice).items() if total >= observed)
+
+
+def margins(ratios: list[float]) -> list[float]:
+    """Each paired ratio's log distance above GOAL (a ratio of 0 is -inf, of inf is +inf): what
+    :func:`verdict` ranks, so a round's weight grows with how far it lands from the goal, not only on
+    which side."""
+    return [(math.log(r) if r > 0 else -math.inf) - math.log(GOAL) for r in ratios]
+
+
+def power(n: int, ratio: float, spread: float, trials: int = 4000, seed: int = 0) -> float:
+    """The chance that ``n`` paired rounds pass :func:`verdict`'s test against one other configuration
+    (signed-rank p < ALPHA) when the planned one's true ratio to it is ``ratio`` and each round's log
+    ratio scatters normally with standard deviation ``spread`` (Monte Carlo over ``trials``, seeded;
+    such draws never tie, so one critical rank sum serves every trial)."""
+    import random
+
+    law, need, tail = _null_law([2 * (i + 1) for i in range(n)]), n * (n + 1) + 1, 0.0
+    for total in sorted(law, reverse=True):  # the smallest rank sum whose upper tail stays below ALPHA
+        tail += law[total]
+        if tail >= ALPHA:
+            break
+        need = total
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(trials):
+        d = margins([math.exp(rng.gauss(math.log(ratio), spread)) for _ in range(n)])
+        hits += sum(r for r, x in zip(_twice_ranks(d), d) if x > 0) >= need
+    return hits / trials
 
 
 def verdict(rows: dict, planned: str) -> str:
-    """Whether ``planned`` reaches GOAL x every other configuration, by one-sided exact sign tests on the
-    run-by-run ratios (a pair at or above GOAL is a hit).
+    """Whether ``planned`` reaches GOAL x every other configuration, by one-sided exact Wilcoxon
+    signed-rank tests on the run-by-run ratios' :func:`margins` (log ratio minus log GOAL).
 
-    "met": against every other configuration, the hits reject "the median ratio is below GOAL" at
-    ALPHA (all must hold, so no correction): 5 pairs, all hits, are the fewest (p = 1/32). "NOT met":
-    against some other configuration, the misses reject "the median ratio is at least GOAL" at ALPHA
-    divided by the number of others (Bonferroni: any one may). Anything else is "inconclusive", never
-    a pass. ``rows``: configuration name -> row (``per_run`` scores)."""
+    "met": against every other configuration, the margins reject "centred at or below 0" (the planned
+    configuration's typical ratio below GOAL) at ALPHA (all must hold, so no correction): 5 pairs, all
+    above GOAL, are the fewest (p = 1/32). "NOT met": against some other configuration, the margins
+    reject "centred at or above 0" at ALPHA divided by the number of others (Bonferroni: any one may).
+    Anything else is "inconclusive", never a pass. The test assumes a round's margin is symmetric about
+    its centre; unlike a sign test it weighs how far each round lands, so many slight wins do not outvote
+    a few large losses, and at the knee's spread it needs fewer rounds. Beside each comparison: the
+    test's power, at these many rounds and the rounds' own spread, were the two configurations equally
+    good (ratio 1, GOAL's 2% margin to spare). ``rows``: configuration name -> row (``per_run`` scores)."""
     others = [n for n in rows if n != planned]
     parts, met, lost = [], True, False
     for name in others:
         ratios = paired(rows[planned], rows[name])
-        hits = sum(r >= GOAL for r in ratios)
-        parts.append(f"vs {name} " + (", ".join(f"{r:.2f}" for r in ratios) or "no pairs") + "x")
-        met &= bool(ratios) and sign_p(hits, len(ratios)) < ALPHA
-        lost |= bool(ratios) and sign_p(len(ratios) - hits, len(ratios)) < ALPHA / len(others)
+        d = margins(ratios)
+        finite = [x for x in d if math.isfinite(x)]
+        spread = statistics.stdev(finite) if len(finite) > 1 else 0.0
+        note = f" (power {power(len(d), 1.0, spread):.0%} if equal)" if len(d) >= 5 and spread > 0 else ""
+        parts.append(f"vs {name} " + (", ".join(f"{r:.2f}" for r in ratios) or "no pairs") + "x" + note)
+        met &= bool(d) and signed_rank_p(d) < ALPHA
+        lost |= bool(d) and signed_rank_p([-x for x in d]) < ALPHA / len(others)
     word = "met" if met else "NOT met" if lost else "inconclusive"
     return f"{word} ({'; '.join(parts)})"
 

@@ -143,7 +143,7 @@ def main(argv=None):
     if args.planned is not None:
         planned = next(n for n in configs if n.split(":")[0] == args.planned)
         lines += ["", f"Goal: `{planned}` at least {pg.GOAL}x every other configuration, run by run "
-                      "(runs paired by their arrivals; exact one-sided sign tests, `plan_goodput.verdict`):", ""]
+                      "(runs paired by their arrivals; exact one-sided signed-rank tests, `plan_goodput.verdict`):", ""]
         for rate in rates:
             here = {r["config"]: r for r in rows if r["rate"] == rate}
             lines.append(f"- {rate:.3g} req/s: " + pg.verdict(here, planned))

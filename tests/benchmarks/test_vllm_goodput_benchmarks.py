@@ -3,6 +3,7 @@ without vLLM: which configurations a pool measures, how the goals read the measu
 bad options are refused before any server starts."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -132,19 +133,45 @@ def _runs(*scores, ends=None):
     return {"per_run": [{"arrivals_end": float(e), "score": s} for e, s in zip(ends, scores)]}
 
 
-def test_the_planned_goal_is_a_sign_test_against_every_other_configuration():
+def test_the_signed_rank_p_is_exact_and_weighs_magnitudes():
+    p = plan_goodput.signed_rank_p
+    assert p([0.1] * 5) == 1 / 32 and p([-0.1] * 5) == 1.0 and p([]) == 1.0 == p([0.0, 0.0])
+    # n = 10, the smallest negative ranked 1: the sign assignments with negative rank sum <= 1 are 2 of 1024
+    assert p([-0.01] + [0.1 + i / 100 for i in range(9)]) == 2 / 1024
+    # the same signs, the negative now the largest: 10 or less is 43 of 1024 assignments (the n = 10 table's 0.042)
+    assert p([-1.0] + [0.1 + i / 100 for i in range(9)]) == 43 / 1024
+    assert p([math.inf, -0.01, 0.2, 0.3, 0.4]) == p([9.0, -0.01, 0.2, 0.3, 0.4])  # inf ranks above the rest
+    assert p([0.1, 0.1, -0.1, 0.1, 0.1]) == 6 / 32  # four tied at mean rank 3: W+ >= 12 in 6 of 32 assignments
+
+
+def test_the_planned_goal_is_a_signed_rank_test_against_every_other_configuration():
     v = plan_goodput.verdict
-    assert plan_goodput.sign_p(5, 5) == 1 / 32 and plan_goodput.sign_p(0, 5) == 1.0
     five = {"off": _runs(1.0, 1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(1.0, 0.99, 1.01, 1.02, 1.0)}
-    assert v(five, "off").startswith("met")
+    assert v(five, "off").startswith("met")  # all five above 0.98x: p = 1/32
     four = {"off": _runs(1.0, 1.0, 1.0, 1.0), "ngram:4": _runs(0.5, 0.5, 0.5, 0.5)}
     assert v(four, "off").startswith("inconclusive")  # p = 1/16: too few runs to say either
     one_miss = dict(five, **{"suffix:4": _runs(1.0, 1.0, 1.0, 1.03, 1.0)})
-    assert v(one_miss, "off").startswith("inconclusive")  # 4 of 5 hits against suffix: p = 6/32
+    assert v(one_miss, "off").startswith("inconclusive")  # the miss is the smallest margin: p = 2/32
     lost = {"off": _runs(0.5, 0.5, 0.5, 0.5, 0.5), "suffix:4": _runs(1.0, 1.0, 1.0, 1.0, 1.0)}
     assert v(lost, "off").startswith("NOT met")
     two = dict(lost, **{"ngram:4": _runs(0.5, 0.5, 0.5, 0.5, 0.5)})  # two others: 1/32 > 0.05 / 2 is no proof
     assert v(two, "off").startswith("inconclusive")
+    # 8 of 10 rounds above 0.98x: a sign test's p = 0.055; two slight misses among large wins pass here
+    wins = [1.1, 1.12, 1.08, 1.15, 1.09, 1.11, 1.13, 1.07]
+    close = {"off": _runs(*wins, 0.97, 0.975), "cc": _runs(*[1.0] * 10)}
+    assert v(close, "off").startswith("met")
+    # 10 of 12 above 0.98x (a sign test's p = 0.019, a pass) by a hair, two large losses: not a pass here
+    hair = {"off": _runs(*[0.981] * 10, 0.6, 0.7), "cc": _runs(*[1.0] * 12)}
+    assert v(hair, "off").startswith("inconclusive")
+
+
+def test_the_goal_tests_power_is_stated_and_grows_with_rounds():
+    power = plan_goodput.power
+    assert power(10, 1.0, 0.06) < power(40, 1.0, 0.06) < power(40, 1.0, 0.02)
+    assert power(10, 0.9, 0.06) < 0.05  # a true loss almost never passes
+    assert power(5, 1.5, 0.01) == 1.0  # five rounds, all far above the goal: always
+    line = plan_goodput.verdict({"off": _runs(*[1.0] * 6), "cc": _runs(0.98, 1.0, 1.02, 1.01, 0.99, 1.03)}, "off")
+    assert "if equal)" in line
 
 
 def test_runs_pair_by_their_arrivals_and_a_failed_run_drops_its_pair():
