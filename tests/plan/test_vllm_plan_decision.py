@@ -294,3 +294,27 @@ def test_preflight_flags_artifacts_bound_to_an_older_checkpoint_or_tokenizer(tmp
     with pytest.raises(ValueError, match="not one a plan writes"):
         candidate_of({"method": "ngram", "num_speculative_tokens": 2}, "ngram:2")
     assert mix_distance({"a": 0.5, "b": 0.5}, {"a": 1.0}) == pytest.approx(0.5)
+
+
+def test_the_review_compares_the_engines_speed_by_offs_decode_steps():
+    """The plan records off's median decode step per batch size; the review times off again and re-plans a
+    pool whose engine now runs a step more than ``speed`` slower or faster (other hardware, another serve
+    command or vLLM), and says so where no recorded batch size was seen again."""
+    from specdec.plan.vllm.recheck import engine_speed, speed_ratio
+
+    assert speed_ratio({"1": 0.1, "2": 0.12, "4": 0.2}, {1: 0.05, 2: 0.06, 8: 0.3}) == (0.5, 2)
+    assert speed_ratio(None, {1: 0.05}) is None and speed_ratio({"4": 0.2}, {1: 0.05}) is None
+    cal = calibrate(_run("run_off.json"))
+    steps = cal.step_seconds()
+    assert steps and set(steps) <= set(cal.per_batch) and all(s > 0 for s in steps.values())
+    assert steps[1] == cal.step_at(1)[0]
+    record = {"pools": {"same": {"off_steps": {str(r): s for r, s in steps.items()}},
+                        "slow": {"off_steps": {str(r): 2 * s for r, s in steps.items()}},  # planned on a slower engine
+                        "fast": {"off_steps": {str(r): s / 1.3 for r, s in steps.items()}},
+                        "within": {"off_steps": {str(r): s * 1.2 for r, s in steps.items()}},
+                        "old": {}, "unseen": {"off_steps": {"999": 0.1}}}}
+    notes = []
+    moved = engine_speed(record, {n: cal for n in record["pools"]}, 0.25, notes)
+    assert set(moved) == {"slow", "fast"}
+    assert "0.50x its planned time" in moved["slow"] and "1.30x its planned time" in moved["fast"]
+    assert len(notes) == 1 and notes[0].startswith("pool unseen: no batch size")

@@ -175,6 +175,29 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
         assert "no longer pays" in v.reasons[0]
 
 
+def test_review_replans_where_the_engine_now_runs_at_another_speed(planned, tmp_path):
+    """The same record against servers whose every step takes three times as long (other hardware): a pool
+    planned off is timed and re-planned too, since where drafting pays moved with the engine's speed."""
+    out, _, pools = planned
+    rec = load_record(out)
+    assert all(p["off_steps"] for p in rec["pools"].values())
+    chosen = {p["candidate"]: p["config"] for p in rec["pools"].values()}
+    rec["pools"]["bulk"]["config"] = None  # planned off
+    slow = {"base_s": 0.018, "row_s": 0.0045}  # the fake's defaults, 3x
+    servers = {"off": FakeServer(None, **slow)} | {n: FakeServer(cfg, **slow) for n, cfg in chosen.items()}
+    try:
+        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
+        findings, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=8, levels=3,
+                                               log=lambda m: None)
+    finally:
+        for s in servers.values():
+            s.stop()
+    by = {v.pool: v for v in verdicts}
+    assert by["bulk"].verdict == "re-plan" and "decode step now takes" in by["bulk"].reasons[0], by["bulk"].reasons
+    assert by["copy"].verdict in ("re-plan", "turn off")
+    assert any("decode step now takes" in r for r in by["copy"].reasons), by["copy"].reasons
+
+
 def test_a_running_server_that_dies_stops_the_measurement_with_the_reason(tmp_path):
     pools = parse_pool_file(POOLS)
     fake = FakeServer(None, die_after=5)

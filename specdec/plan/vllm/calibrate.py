@@ -53,6 +53,11 @@ class Calibration:
             return None
         return statistics.median(s for s, _ in got), statistics.fmean(t for _, t in got)
 
+    def step_seconds(self, min_steps: int = 3) -> dict[int, float]:
+        """``{rows: median seconds}`` of the decode steps of every batch size seen at least ``min_steps``
+        times: how fast this engine runs a step, as the review compares it."""
+        return {rows: at[0] for rows in self.per_batch if (at := self.step_at(rows, min_steps)) is not None}
+
 
 def row_steps_of(run: PoolRun) -> int:
     by_chunks = sum(len(s.chunk_times) - 1 for s in run.streams)

@@ -40,6 +40,7 @@ class Thresholds:
     min_tpot_gain: float = 0.10
     max_loss: float = 0.02
     tolerance: float = 0.15  # review: acceptance or traffic-mix drift that asks for a new plan
+    speed: float = 0.25  # review: off's decode step this much slower or faster (either way) asks for a new plan
     margin: float = 0.02  # schedule: the gain a batch size needs before K > 0 is written for it
     collapsed: float = 0.05  # a load where off keeps less than this share of its best score counts for nothing
 

@@ -5,18 +5,25 @@ bound to a checkpoint (or tokenizer) that changed is turned off at once, unmeasu
 sample of each remaining speculating pool is measured on off and on its configuration with the
 plan's thresholds. *Turn off* when it no longer meets them or its greedy outputs differ; *re-plan*
 when it still pays but what the plan rested on moved beyond the recorded tolerance; *keep*
-otherwise. A pool planned off is re-planned when its target, vLLM or mix moved, unmeasured.
+otherwise. A pool planned off is re-planned when its target, vLLM or mix moved.
+
+Off is measured on every pool the review does not turn off or already re-plan, planned off
+included, because its decode steps say how fast the engine runs: where the hardware, the serve command or vLLM made a step
+slower or faster than when planned (by more than the ``speed`` threshold, at the batch sizes both
+measured), the knee and the price of a drafted token moved with it, so the pool is re-planned
+whatever else held. (A pool planned off on a CPU may well pay on a GPU, and the reverse.)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 from typing import Callable, Mapping
 
 from ..goodput import SLO
-from .calibrate import DEFAULT_GAP, calibrate
+from .calibrate import DEFAULT_GAP, Calibration, calibrate
 from .candidates import Candidate, validate_schedule
 from .decide import Thresholds, assess
 from .launcher import ServerDied, ServerRefused
@@ -57,6 +64,31 @@ def candidate_of(config: dict | None, name: str) -> Candidate:
 def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """Total variation distance between two category mixes (0: the same, 1: disjoint)."""
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in set(a) | set(b))
+
+
+def speed_ratio(planned: Mapping[str, float] | None, now: Mapping[int, float]) -> tuple[float, int] | None:
+    """``(median over the batch sizes both measured of now / planned decode-step seconds, how many
+    sizes)``; None when the record holds no step times or no batch size was seen in both."""
+    shared = [now[int(rows)] / s for rows, s in (planned or {}).items() if int(rows) in now and s > 0]
+    return (statistics.median(shared), len(shared)) if shared else None
+
+
+def engine_speed(record: dict, cal_offs: Mapping[str, Calibration], speed: float, notes: list[str]) -> dict[str, str]:
+    """``{pool: why}`` for each pool whose off decode steps, measured now (``cal_offs``), run more than
+    ``speed`` slower or faster than the record's; a pool whose recorded batch sizes were not seen again
+    gets a line in ``notes`` instead."""
+    out = {}
+    for name, cal in cal_offs.items():
+        planned = record["pools"][name].get("off_steps")
+        got = speed_ratio(planned, cal.step_seconds())
+        if planned and got is None:
+            notes.append(f"pool {name}: no batch size of off's planned steps was seen again, so the engine's speed "
+                         "could not be compared")
+        elif got is not None and not 1 / (1 + speed) <= got[0] <= 1 + speed:
+            out[name] = (f"off's decode step now takes {got[0]:.2f}x its planned time (median over {got[1]} batch "
+                         f"sizes, tolerance {speed:.0%}): the hardware, the serve command or vLLM changed the "
+                         "engine's speed, and with it where drafting pays")
+    return out
 
 
 def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, str], list[str]]:
@@ -127,12 +159,21 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
         if d > t.tolerance:
             moved[name] = f"the traffic mix moved by {d:.0%} (tolerance {t.tolerance:.0%}): {pools[name].mix}"
     todo = [n for n, p in record["pools"].items() if n not in verdicts and p["config"] is not None]
+    replan = any(not f.startswith("pool ") for f in findings)  # a target or tokenizer change re-plans every pool
+    timed = todo + [n for n, p in record["pools"].items() if n not in verdicts and n not in todo and p.get("off_steps")
+                    and n not in moved and not replan]  # a pool planned off is timed only where nothing else moved
     version = ""
     off_runs: dict[str, PoolRun] = {}
-    if todo:
-        log(f"measuring off on {', '.join(todo)}")
-        off_runs = _measure(source, Candidate("off", "off"), [pools[n] for n in todo], requests, seed, timeout)
+    if timed:
+        log(f"measuring off on {', '.join(timed)}")
+        off_runs = _measure(source, Candidate("off", "off"), [pools[n] for n in timed], requests, seed, timeout)
         version = next(iter(off_runs.values())).vllm_version
+    cal_offs = {n: calibrate(run, gap=gap) for n, run in off_runs.items()}
+    for name, why in engine_speed(record, cal_offs, t.speed, notes).items():
+        moved[name] = f"{moved[name]}; {why}" if name in moved else why
+    notes += [f"pool {n}: the record holds no step times (planned before they were recorded), so a change of "
+              "hardware cannot be seen; re-plan to record them" for n, p in record["pools"].items()
+              if n not in verdicts and not p.get("off_steps") and n not in moved and not replan]
     vllm_moved = bool(version) and version != record["vllm_version"]
     if vllm_moved:
         findings.append(f"vLLM changed: {record['vllm_version']} -> {version}")
@@ -150,7 +191,7 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
             verdicts[name] = PoolVerdict(name, "re-plan", p["config"], [f"the configuration could not be measured: "
                                                                          f"{exc}"])
             continue
-        verdicts[name] = _judge(name, p, pool, cand, run, off_runs[name], engine, t, levels, seed, gap,
+        verdicts[name] = _judge(name, p, pool, cand, run, off_runs[name], cal_offs[name], engine, t, levels, seed, gap,
                                 general + [f for f in findings if f.startswith(f"pool {name}:")] +
                                 ([moved[name]] if name in moved else []))
     for name, p in record["pools"].items():
@@ -162,9 +203,9 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
     return findings, [verdicts[n] for n in record["pools"]], version, notes
 
 
-def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, off_run: PoolRun, engine: Engine,
-           t: Thresholds, levels: int, seed: int, gap: float, moved: list[str]) -> PoolVerdict:
-    cal_on, cal_off = calibrate(run, gap=gap), calibrate(off_run, gap=gap)
+def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, off_run: PoolRun, cal_off: Calibration,
+           engine: Engine, t: Thresholds, levels: int, seed: int, gap: float, moved: list[str]) -> PoolVerdict:
+    cal_on = calibrate(run, gap=gap)
     rates = rates_for(*pool.rates, levels)
     slo = SLO(pool.ttft_s, pool.tpot_s)
     on = predict_calibrated(cand, dataclasses.replace(cal_on, items=cal_off.items), run.cache.tokens, engine, rates,

@@ -3,8 +3,9 @@
 It keeps what each pool's decision rested on, so ``specdec review --engine vllm`` can tell what
 moved: the target's, tokenizer's and each draft artifact's fingerprints (from their files, without
 loading them), the vLLM version, per pool the chosen configuration, its measured acceptance, the
-traffic mix and what the artifact is bound to, and the thresholds. A model given by name cannot be
-fingerprinted: the record holds ``fingerprint: null``.
+traffic mix, what the artifact is bound to and off's decode-step time at each batch size (how fast
+the engine ran: the hardware, the serve command and vLLM all set it), and the thresholds. A model
+given by name cannot be fingerprinted: the record holds ``fingerprint: null``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class PoolRecord:
     mix: dict[str, float]
     pool: dict[str, Any]
     sentence: str
+    off_steps: dict[str, float] | None = None  # off's median decode step (s) by running requests, as planned
 
 
 def make_record(*, vllm_version: str, target: str | None, pools: Mapping[str, PoolRecord], thresholds: Mapping,
@@ -120,7 +122,7 @@ def load_record(path: str | Path) -> dict:
     if missing:
         raise ValueError(f"{path} lacks {sorted(missing)}")
     for name, p in rec["pools"].items():
-        lacking = {f.name for f in dataclasses.fields(PoolRecord)} - set(p)
+        lacking = {f.name for f in dataclasses.fields(PoolRecord) if f.default is dataclasses.MISSING} - set(p)
         if lacking:
             raise ValueError(f"{path}: pool {name!r} lacks {sorted(lacking)}")
     return rec
