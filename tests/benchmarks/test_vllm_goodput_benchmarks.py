@@ -184,3 +184,26 @@ def test_schedule_tax_refuses_a_planned_configuration_it_does_not_serve(capsys):
     with pytest.raises(SystemExit):
         schedule_tax.main(["--configs", "off,custom_class", "--planned", "ngram"])
     assert "--planned" in capsys.readouterr().err
+
+
+def _stream(sent, times, tokens, error=None):
+    return {"sent": sent, "chunk_times": times, "chunk_tokens": tokens, "error": error}
+
+
+def test_a_bursts_drain_is_what_follows_the_last_arrival(tmp_path, capsys):
+    from benchmarks.vllm import burst_drain
+
+    run = {"candidate": "off", "streams": [_stream(0.0, [1.0, 2.0], [1, 1]), _stream(2.0, [3.0, 4.0, 6.0], [1, 2, 1]),
+                                           _stream(1.0, [], [], error="cut short")]}
+    assert burst_drain.burst(run) == {"span": 2.0, "drain": 4.0, "share": 4 / 6, "score": 1.0, "window": 1.0}
+    with pytest.raises(ValueError, match="two finished requests"):
+        burst_drain.burst({"candidate": "off", "streams": run["streams"][:1]})
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "off__3__0.json").write_text(json.dumps(run))
+    slower = dict(run, streams=[_stream(0.0, [1.0, 2.0], [1, 1]), _stream(2.0, [3.0, 5.0, 8.0], [1, 2, 1])])
+    (tmp_path / "runs" / "suffix-4__3__0.json").write_text(json.dumps(slower))
+    burst_drain.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| 3 | suffix-4 | 75% | 1.333 | 1.000 |" in out  # 6 tokens in 8 s against 6 s; the same window
+    with pytest.raises(SystemExit, match="no recorded runs"):
+        burst_drain.main([str(tmp_path / "runs")])
