@@ -8,10 +8,11 @@ when it still pays but what the plan rested on moved beyond the recorded toleran
 otherwise. A pool planned off is re-planned when its target, vLLM or mix moved.
 
 Off is measured on every pool the review does not turn off or already re-plan, planned off
-included, because its decode steps say how fast the engine runs: where the hardware, the serve command or vLLM made a step
-slower or faster than when planned (by more than the ``speed`` threshold, at the batch sizes both
-measured), the knee and the price of a drafted token moved with it, so the pool is re-planned
-whatever else held. (A pool planned off on a CPU may well pay on a GPU, and the reverse.)
+included, because its decode steps say how fast the engine runs: where the hardware, the serve
+command or vLLM made a step slower or faster than when planned (by more than the ``speed``
+threshold, at the batch sizes both measured), the knee and the price of a drafted token moved with
+it, so the pool is re-planned whatever else held. (A pool planned off on a CPU may well pay on a
+GPU, and the reverse.)
 """
 
 from __future__ import annotations
