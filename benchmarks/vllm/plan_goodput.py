@@ -45,6 +45,7 @@ import dataclasses
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -194,8 +195,6 @@ def power(n: int, ratio: float, spread: float, trials: int = 4000, seed: int = 0
     (signed-rank p < ALPHA) when the planned one's true ratio to it is ``ratio`` and each round's log
     ratio scatters normally with standard deviation ``spread`` (Monte Carlo over ``trials``, seeded;
     such draws never tie, so one critical rank sum serves every trial)."""
-    import random
-
     law, need, tail = _null_law([2 * (i + 1) for i in range(n)]), n * (n + 1) + 1, 0.0
     for total in sorted(law, reverse=True):  # the smallest rank sum whose upper tail stays below ALPHA
         tail += law[total]
