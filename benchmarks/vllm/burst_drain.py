@@ -68,9 +68,9 @@ def main(argv=None):
         here = [c for (r, _, _), c in sorted(rounds.items()) if r == rate]
         for name in sorted({n for c in here for n in c}):
             shares = [c[name]["share"] for c in here if name in c]
-            pairs = [(c[args.planned], c[name]) for c in here if name in c and args.planned in c]
-            score = ", ".join(f"{p['score'] / o['score']:.3f}" for p, o in pairs) if name != args.planned else ""
-            window = ", ".join(f"{p['window'] / o['window']:.3f}" for p, o in pairs) if name != args.planned else ""
+            pairs = [] if name == args.planned else [(c[args.planned], c[name]) for c in here
+                                                     if name in c and args.planned in c]
+            score, window = (", ".join(f"{p[k] / o[k]:.3f}" for p, o in pairs) for k in ("score", "window"))
             print(f"| {rate:g} | {name} | {statistics.median(shares):.0%} | {score} | {window} |")
 
 

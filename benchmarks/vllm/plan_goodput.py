@@ -172,14 +172,18 @@ def _null_law(twice: list[int]) -> dict[int, float]:
     return {total: n / 2 ** len(twice) for total, n in ways.items()}
 
 
+def _positive_rank_sum(d: list[float]) -> tuple[list[int], int]:
+    """``(twice each rank, twice the rank sum of the positive values)``: the signed-rank statistic."""
+    twice = _twice_ranks(d)
+    return twice, sum(r for r, x in zip(twice, d) if x > 0)
+
+
 def signed_rank_p(diffs: list[float]) -> float:
     """One-sided exact Wilcoxon signed-rank test: the chance, were each difference's sign a fair coin given
     its magnitude, of a rank sum of the positive ones at least the observed one (small: the differences
     lean positive). Zeros are dropped, tied magnitudes share their mean rank; 1.0 with no nonzero
     difference. Exact for any n (a count over rank sums)."""
-    d = [x for x in diffs if x != 0]
-    twice = _twice_ranks(d)
-    observed = sum(r for r, x in zip(twice, d) if x > 0)
+    twice, observed = _positive_rank_sum([x for x in diffs if x != 0])
     return sum(q for total, q in _null_law(twice).items() if total >= observed)
 
 
@@ -205,7 +209,7 @@ def power(n: int, ratio: float, spread: float, trials: int = 4000, seed: int = 0
     hits = 0
     for _ in range(trials):
         d = margins([math.exp(rng.gauss(math.log(ratio), spread)) for _ in range(n)])
-        hits += sum(r for r, x in zip(_twice_ranks(d), d) if x > 0) >= need
+        hits += _positive_rank_sum(d)[1] >= need
     return hits / trials
 
 

@@ -313,8 +313,7 @@ def test_the_review_compares_the_engines_speed_by_offs_decode_steps():
                         "fast": {"off_steps": {str(r): s / 1.3 for r, s in steps.items()}},
                         "within": {"off_steps": {str(r): s * 1.2 for r, s in steps.items()}},
                         "old": {}, "unseen": {"off_steps": {"999": 0.1}}}}
-    notes = []
-    moved = engine_speed(record, {n: cal for n in record["pools"]}, 0.25, notes)
+    moved, notes = engine_speed(record, {n: cal for n in record["pools"]}, 0.25)
     assert set(moved) == {"slow", "fast"}
     assert "0.50x its planned time" in moved["slow"] and "1.30x its planned time" in moved["fast"]
     assert len(notes) == 1 and notes[0].startswith("pool unseen: no batch size")

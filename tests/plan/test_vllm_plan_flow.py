@@ -119,6 +119,19 @@ def test_the_review_record_holds_what_each_decision_rested_on(planned):
         assert p["accepted_per_draft"] > 0.5 and abs(sum(p["mix"].values()) - 1) < 1e-9
 
 
+def test_a_record_written_before_step_times_were_kept_still_loads(planned, tmp_path):
+    out, _, _ = planned
+    rec = json.loads((out / "review.json").read_text())
+    for p in rec["pools"].values():
+        del p["off_steps"]
+    (tmp_path / "review.json").write_text(json.dumps(rec))
+    assert all("off_steps" not in p for p in load_record(tmp_path)["pools"].values())
+    del rec["pools"]["copy"]["mix"]  # a field every record has had is still required, by name
+    (tmp_path / "review.json").write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=r"pool 'copy' lacks \['mix'\]"):
+        load_record(tmp_path)
+
+
 def test_review_keeps_a_setting_nothing_moved_under(planned, tmp_path):
     out, _, pools = planned
     rec = load_record(out)

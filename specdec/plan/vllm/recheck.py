@@ -74,11 +74,11 @@ def speed_ratio(planned: Mapping[str, float] | None, now: Mapping[int, float]) -
     return (statistics.median(shared), len(shared)) if shared else None
 
 
-def engine_speed(record: dict, cal_offs: Mapping[str, Calibration], speed: float, notes: list[str]) -> dict[str, str]:
-    """``{pool: why}`` for each pool whose off decode steps, measured now (``cal_offs``), run more than
-    ``speed`` slower or faster than the record's; a pool whose recorded batch sizes were not seen again
-    gets a line in ``notes`` instead."""
-    out = {}
+def engine_speed(record: dict, cal_offs: Mapping[str, Calibration], speed: float) -> tuple[dict[str, str], list[str]]:
+    """``({pool: why}, notes)``: why, for each pool whose off decode steps, measured now (``cal_offs``),
+    run more than ``speed`` slower or faster than the record's; a note for each pool whose recorded
+    batch sizes were not seen again."""
+    out, notes = {}, []
     for name, cal in cal_offs.items():
         planned = record["pools"][name].get("off_steps")
         got = speed_ratio(planned, cal.step_seconds())
@@ -89,7 +89,7 @@ def engine_speed(record: dict, cal_offs: Mapping[str, Calibration], speed: float
             out[name] = (f"off's decode step now takes {got[0]:.2f}x its planned time (median over {got[1]} batch "
                          f"sizes, tolerance {speed:.0%}): the hardware, the serve command or vLLM changed the "
                          "engine's speed, and with it where drafting pays")
-    return out
+    return out, notes
 
 
 def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, str], list[str]]:
@@ -170,7 +170,9 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
         off_runs = _measure(source, Candidate("off", "off"), [pools[n] for n in timed], requests, seed, timeout)
         version = next(iter(off_runs.values())).vllm_version
     cal_offs = {n: calibrate(run, gap=gap) for n, run in off_runs.items()}
-    for name, why in engine_speed(record, cal_offs, t.speed, notes).items():
+    slower, unseen = engine_speed(record, cal_offs, t.speed)
+    notes += unseen
+    for name, why in slower.items():
         moved[name] = f"{moved[name]}; {why}" if name in moved else why
     notes += [f"pool {n}: the record holds no step times (planned before they were recorded), so a change of "
               "hardware cannot be seen; re-plan to record them" for n, p in record["pools"].items()
