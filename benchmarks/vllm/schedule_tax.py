@@ -51,6 +51,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0,
                     help="arrivals: round i at the l-th rate draws seed + 1000 l + i (rounds of two runs whose "
                          "seed ranges do not overlap are independent, and may be pooled)")
+    ap.add_argument("--heldout", type=Path, default=None,
+                    help="a Spec-Bench JSONL whose first --requests records are each run's requests, instead of the "
+                         "pool's dev prompts after the plan's (novel_prompts.py writes ShareGPT's: enough for a "
+                         "steady state)")
     ap.add_argument("--pool-with", type=Path, default=None,
                     help="an earlier run's schedule_tax.json (same pool, requests and K; arrivals from other seeds): "
                          "its rounds join this run's in the goal's test")
@@ -60,6 +64,8 @@ def main(argv=None):
         if args.requests < 1:
             ap.error(f"--requests: at least 1, got {args.requests}")
         setattr(g, "measure_requests" if args.pool == "interactive" else "measure_requests_bulk", args.requests)
+    if args.heldout is not None and args.requests is None:
+        ap.error("--heldout: needs --requests (how many of its records a run sends)")
     if not g.prompts.is_file():
         ap.error(f"prompts not found: {g.prompts} (../shared/data/prompts_dev.jsonl beside the repository)")
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -72,6 +78,7 @@ def main(argv=None):
         ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
                  f"with --configs {args.configs!r}")
     earlier = None if args.pool_with is None else earlier_rounds(ap, args)
+    outside = None if args.heldout is None else heldout_records(ap, args.heldout, args.requests)
 
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
@@ -85,6 +92,7 @@ def main(argv=None):
     pool = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "schedule_tax pools")[args.pool]
     n_plan = g.plan_requests if args.pool == "interactive" else g.plan_requests_bulk
     _, heldout = pg.split(pool, n_plan)
+    heldout = outside or heldout
     schedule = ((1, 1, args.k), (2, g.max_num_seqs, 0))
     static = ",".join(c if c == "off" else f"{c}:{args.k}" for c in names if c != "sched")
     configs = {c.name: c for c in parse_candidates(static, {})} if static else {}
@@ -127,7 +135,8 @@ def main(argv=None):
              if "sched" in names else "Served at a fixed load: ") + ", ".join(configs)
     lines = [f"# {title}", "",
              f"Pool `{args.pool}` (TTFT <= {pool.ttft_s:g} s, TPOT <= {pool.tpot_s:g} s, {pool.objective}), "
-             f"{len(heldout)} held-out requests a run, median of {args.repeats} runs, fresh server each.", "",
+             f"{len(heldout)} held-out requests a run{' from ' + str(args.heldout) if args.heldout else ''}, "
+             f"median of {args.repeats} runs, fresh server each.", "",
              "| load (req/s) | configuration | score: median (each run) | TPOT p50 (s) | TPOT / off's | TTFT p50 (s) "
              "| load avg |",
              "|---:|---|---:|---:|---:|---:|---:|"]
@@ -168,6 +177,20 @@ def pooled(here: dict, before: dict) -> dict:
             for n in dict.fromkeys([*here, *before])}
 
 
+def heldout_records(ap, path: Path, n: int) -> list[dict]:
+    """The first ``n`` records of ``path`` (a Spec-Bench JSONL), refused by ``ap.error`` before any server
+    starts when unreadable or shorter than ``n``."""
+    from specdec.prompts import read_prompt_records
+
+    try:
+        records = read_prompt_records(path, limit=n)
+    except ValueError as exc:
+        ap.error(f"--heldout: {exc}")
+    if len(records) < n:
+        ap.error(f"--heldout {path}: {len(records)} prompts, a run sends --requests {n}")
+    return records
+
+
 def earlier_rounds(ap, args) -> list[dict]:
     """The rows of ``--pool-with``, refused (by ``ap.error``, before any server starts) unless they measured
     the same pool, requests and K with the planned configuration among them, on arrivals of other seeds."""
@@ -178,10 +201,10 @@ def earlier_rounds(ap, args) -> list[dict]:
         rows, measured = got["rows"], got["args"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         ap.error(f"--pool-with {args.pool_with}: not a schedule_tax.json ({exc})")
-    for key in ("pool", "requests", "k"):
-        if measured.get(key) != getattr(args, key):
-            ap.error(f"--pool-with {args.pool_with}: measured {key} {measured.get(key)!r}, "
-                     f"this run {getattr(args, key)!r}")
+    mine = pg.options(args)
+    for key in ("pool", "requests", "k", "heldout"):
+        if measured.get(key) != mine.get(key):
+            ap.error(f"--pool-with {args.pool_with}: measured {key} {measured.get(key)!r}, this run {mine.get(key)!r}")
     first = measured.get("seed", 0)
     last = first + measured.get("repeats", 0)
     if first < args.seed + args.repeats and args.seed < last:

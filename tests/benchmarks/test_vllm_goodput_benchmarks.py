@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.vllm import plan_goodput, schedule_tax
+from benchmarks.vllm import novel_prompts, plan_goodput, schedule_tax
 from specdec.plan.vllm.candidates import Candidate, parse_candidates
 
 
@@ -71,6 +71,7 @@ def _tax_json(tmp_path, **args):
     ({}, {"--planned": None}, "needs --planned"),
     ({"pool": "interactive"}, {}, "measured pool 'interactive', this run 'bulk'"),
     ({"requests": 24}, {}, "measured requests 24, this run 12"),
+    ({"heldout": "novel.jsonl"}, {}, "measured heldout 'novel.jsonl', this run None"),
     ({}, {"--seed": "3"}, "its seeds 0..4 overlap this run's 3..7: the same arrivals would count twice"),
     ({}, {"--configs": "off,ngram", "--planned": "ngram"}, "it did not measure 'ngram'")])
 def test_schedule_tax_pools_only_independent_rounds_of_the_same_measurement(tmp_path, earlier, changed, message,
@@ -207,3 +208,36 @@ def test_a_bursts_drain_is_what_follows_the_last_arrival(tmp_path, capsys):
     assert "| 3 | suffix-4 | 75% | 1.333 | 1.000 |" in out  # 6 tokens in 8 s against 6 s; the same window
     with pytest.raises(SystemExit, match="no recorded runs"):
         burst_drain.main([str(tmp_path / "runs")])
+
+
+def _conv(cid, user, roles=("user", "assistant")):
+    return {"id": cid, "messages": [{"role": roles[0], "content": user}, {"role": roles[1], "content": "ok"}]}
+
+
+def test_novel_prompts_keep_short_self_contained_first_turns_once():
+    ok = "Write a short poem about the sea and the wind"
+    convs = [_conv("a", ok), _conv("b", "  write a SHORT poem   about the sea and the wind "),  # the same, folded
+             _conv("c", "Fix this: def f(x): return x; print(f(1))"),
+             _conv("d", "Summarize https://example.com for me now"),
+             _conv("e", "Translate the following text\nBonjour tout le monde, comment allez-vous"),
+             _conv("f", "Explain why the caf\u00e9 is closed on Sundays please"), _conv("g", "Hi there"),
+             _conv("h", " ".join(["word"] * 61)),
+             _conv("i", "Tell me a story about a brave knight", ("assistant", "user")),
+             _conv("j", "Name three rivers that flow through Europe"), _conv("k", "Plan a trip to Rome for a week")]
+    got = novel_prompts.first_turns(convs, 2, exclude=["plan a trip to rome for a week"])
+    assert got == [{"question_id": "sharegpt-a", "category": "sharegpt", "turns": [ok]},
+                   {"question_id": "sharegpt-j", "category": "sharegpt",
+                    "turns": ["Name three rivers that flow through Europe"]}]
+    with pytest.raises(ValueError, match="only 2 novel first turns in 11 conversations; asked for 3"):
+        novel_prompts.first_turns(convs, 3, exclude=["plan a trip to rome for a week"])
+
+
+def test_schedule_tax_refuses_held_out_prompts_it_cannot_send_before_any_server(tmp_path, capsys):
+    short = tmp_path / "novel.jsonl"
+    short.write_text(json.dumps({"category": "sharegpt", "turns": ["Name three rivers"]}) + "\n")
+    for argv, message in [(["--heldout", str(short)], "--heldout: needs --requests"),
+                          (["--heldout", str(short), "--requests", "2"], "1 prompts, a run sends --requests 2"),
+                          (["--heldout", str(tmp_path / "none.jsonl"), "--requests", "2"], "does not exist")]:
+        with pytest.raises(SystemExit):
+            schedule_tax.main(["--pool", "bulk"] + argv)
+        assert message in capsys.readouterr().err
