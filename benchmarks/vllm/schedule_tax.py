@@ -60,9 +60,9 @@ def main(argv=None):
                          "its rounds join this run's in the goal's test")
     args = ap.parse_args(argv)
     g = pg.main_parser().parse_args(["--seed", str(args.seed)])  # plan_goodput's pools, SLOs and server settings
-    if args.requests is not None:
-        if args.requests < 1:
-            ap.error(f"--requests: at least 1, got {args.requests}")
+    if args.requests is not None and args.requests < 1:
+        ap.error(f"--requests: at least 1, got {args.requests}")
+    if args.requests is not None and args.heldout is None:  # the dev pool grows to hold the longer runs
         setattr(g, "measure_requests" if args.pool == "interactive" else "measure_requests_bulk", args.requests)
     if args.heldout is not None and args.requests is None:
         ap.error("--heldout: needs --requests (how many of its records a run sends)")
@@ -85,14 +85,10 @@ def main(argv=None):
     from specdec.plan.goodput import SLO
     from specdec.plan.vllm.candidates import Candidate, parse_candidates
     from specdec.plan.vllm.launcher import ServeCommand
-    from specdec.plan.vllm.pool_spec import parse_pool_file
     from specdec.plan.vllm.predict import score_run
     from specdec.plan.vllm.run_plan import ServerSource
 
-    pool = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "schedule_tax pools")[args.pool]
-    n_plan = g.plan_requests if args.pool == "interactive" else g.plan_requests_bulk
-    _, heldout = pg.split(pool, n_plan)
-    heldout = outside or heldout
+    pool, heldout = pool_and_heldout(g, args.pool, outside)
     schedule = ((1, 1, args.k), (2, g.max_num_seqs, 0))
     static = ",".join(c if c == "off" else f"{c}:{args.k}" for c in names if c != "sched")
     configs = {c.name: c for c in parse_candidates(static, {})} if static else {}
@@ -175,6 +171,16 @@ def pooled(here: dict, before: dict) -> dict:
     by their arrivals, so a round of one run never pairs with a round of the other."""
     return {n: {"per_run": here.get(n, {}).get("per_run", []) + before.get(n, {}).get("per_run", [])}
             for n in dict.fromkeys([*here, *before])}
+
+
+def pool_and_heldout(g, name: str, outside: list[dict] | None = None):
+    """``(pool, held-out records)``: plan_goodput's pool ``name`` as its options ``g`` size it, and the
+    prompts a run sends: ``outside`` (``--heldout``'s) or the pool's prompts after the plan's."""
+    from specdec.plan.vllm.pool_spec import parse_pool_file
+
+    pool = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "schedule_tax pools")[name]
+    _, heldout = pg.split(pool, g.plan_requests if name == "interactive" else g.plan_requests_bulk)
+    return pool, outside or heldout
 
 
 def heldout_records(ap, path: Path, n: int) -> list[dict]:
