@@ -246,8 +246,8 @@ def test_schedule_tax_refuses_held_out_prompts_it_cannot_send_before_any_server(
 def test_held_out_prompts_from_outside_leave_the_dev_pool_its_size(tmp_path):
     """A run of 48 ShareGPT requests must not ask the 24-prompt dev pool for 48 more (it once refused)."""
     dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps({"category": c, "turns": [f"{c} prompt {i}"]}) + "\n"
-                           for c in ("writing", "roleplay", "reasoning", "extraction", "summarization", "rag", "translation")
+    cats = ("writing", "roleplay", "reasoning", "extraction", "summarization", "rag", "translation")
+    dev.write_text("".join(json.dumps({"category": c, "turns": [f"{c} prompt {i}"]}) + "\n" for c in cats
                            for i in range(8)))
     g = plan_goodput.main_parser().parse_args(["--prompts", str(dev)])
     outside = [{"category": "sharegpt", "turns": [f"novel {i}"]} for i in range(48)]
