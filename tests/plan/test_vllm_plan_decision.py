@@ -203,6 +203,29 @@ def test_a_load_past_collapse_neither_vetoes_nor_recommends():
     assert strict.chosen.name == "ngram:4" and "+67% goodput (at 4 req/s)" in strict.sentence  # noise, chosen
 
 
+def test_a_drafter_that_deepens_an_overload_loses_there_though_its_gain_there_would_not_count():
+    """The 2026-12-05 plan on the faster VM chose `suffix:2` for its interactive pool, its predicted 0.47x
+    off at 1 req/s (the top of the pool's range, where neither keeps up) not counted; five paired rounds
+    there measured it 0.83-1.10x off, TPOT 1.14x off's. A loss at an overload the pool's range names is
+    the drafter's compute taken from a saturated server: it counts. A gain there still does not."""
+    cands = {n: Candidate(n, m, k) for n, m, k in (("off", "off", 0), ("suffix:2", "suffix", 2))}
+    over = (True, True, False)
+    preds = {"off": _rows([0.0913, 0.307, 0.0476], 0.050, over),
+             "suffix:2": _rows([0.0913, 0.305, 0.0224], 0.035, over)}
+    d = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(), 16)
+    a = d.assessments["suffix:2"]
+    assert d.config is None and d.sentence.startswith("cost-bound: no speculation"), d.sentence
+    assert a.why_not == "it loses 53% goodput at 4 req/s, where neither it nor off keeps up: it deepens the overload"
+    assert a.worst_vs_off == pytest.approx(0.0224 / 0.0476) and a.overloaded == (4.0,)
+    assert a.tpot_gain == pytest.approx(0.3) and a.gain_rate == 1.0  # the counted loads' gains, as before
+    slight = dict(preds, **{"suffix:2": _rows([0.0913, 0.305, 0.0470], 0.035, over)})  # 1% under: within max_loss
+    assert decide("p", "latency", cands, slight, {}, {}, {}, Thresholds(), 16).chosen.name == "suffix:2"
+    only = {n: _rows([r[0]["score"], r[1]["score"], r[2]["score"]], 0.05, (False, False, False))
+            for n, r in preds.items()}  # every load overloaded: the loss alone decides, ratios ranked
+    a = decide("p", "latency", cands, only, {}, {}, {}, Thresholds(), 16).assessments["suffix:2"]
+    assert a.counted and not a.eligible and a.gain == 0.0 and "deepens the overload" in a.why_not
+
+
 def test_an_overload_neither_keeps_up_with_counts_for_nothing_but_one_speculation_sustains_counts():
     """The 2026-12-05 CPU plan chose the cost gate for its bulk pool on +26% good tokens/s at 3 req/s, a
     load 3x past every configuration's capacity (simulated backlog 140-150 of 200 requests), where the

@@ -9,8 +9,10 @@ instrument, not a capacity one). Two kinds of load count for neither gain nor lo
 
 * **overloaded**: neither the candidate nor off keeps up (``sustained`` false in both rows: a queue
   that grows with every request). Both scores then measure how long the simulated overload lasted,
-  not the configuration, and the remedy is capacity or admission control: speculation is judged as
-  a latency instrument, not a capacity one. A load one of the two sustains counts.
+  not the configuration, so a gain there is no reason to speculate (the remedy is capacity or
+  admission control: speculation is a latency instrument, not a capacity one). A loss beyond
+  ``max_loss`` there still counts: a drafter that serves the overload slower than off deepens it, at
+  a load the pool's own range says it sees. A load one of the two sustains counts both ways.
 * **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
   the objective): a ratio of two near-zero scores there is noise.
 
@@ -64,7 +66,7 @@ class Assessment:
     loss_rate: float
     eligible: bool
     why_not: str
-    overloaded: tuple[float, ...] = ()  # rates neither it nor off sustains (not counted)
+    overloaded: tuple[float, ...] = ()  # rates neither it nor off sustains (a loss counts there, a gain does not)
     counted: bool = True  # False: no load was left to count; the ratios are 0 only to rank it last
 
 
@@ -91,28 +93,33 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     tpot = [1.0 - r["tpot_p50"] / o["tpot_p50"] if o["tpot_p50"] > 0 else 0.0 for r, o in zip(rows, off)]
     peak = max(o["score"] for o in off)
     over = [i for i, (r, o) in enumerate(zip(rows, off)) if not (r["sustained"] or o["sustained"])]
-    live = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak and i not in over]
+    served = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak]
+    live = [i for i in served if i not in over]  # counted both ways
+    deepened = [i for i in served if i in over and ratio_off[i] < 1.0 - t.max_loss]  # an overload it serves slower
     overloaded = tuple(rows[i]["rate"] for i in over)
-    if not live:  # nothing to compare: ratios of 0 so that any ranking of candidates puts it last
+    if not live and not deepened:  # nothing to compare: ratios of 0 so that any ranking of candidates puts it last
         return Assessment(name, 0.0, 0.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
                           "neither it nor off keeps up with any load of the pool's range that off serves: the pool "
                           "needs capacity, not speculation", overloaded, counted=False)
-    i_gain = max(live, key=lambda i: ratio_off[i])
-    i_loss = min(live, key=lambda i: ratio_off[i])
-    gain, tpot_gain = ratio_off[i_gain] - 1.0, max(tpot[i] for i in live)
+    i_gain = max(live, key=lambda i: ratio_off[i], default=None)
+    i_loss = min(live + deepened, key=lambda i: ratio_off[i])
+    gain = 0.0 if i_gain is None else ratio_off[i_gain] - 1.0
+    tpot_gain = max((tpot[i] for i in live), default=0.0)
     worst = ratio_off[i_loss]
     why = ""
     if not exact:
         why = "its greedy outputs differed from off's"
     elif worst < 1.0 - t.max_loss:
-        why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s"
+        where = ", where neither it nor off keeps up: it deepens the overload" if i_loss in deepened else ""
+        why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s{where}"
     elif gain < t.min_gain and objective == "throughput":
         why = (f"it gains at most {gain:+.1%} {unit} (needs {t.min_gain:.0%}; a throughput pool is not bought "
                f"latency: median time per token {-tpot_gain:+.0%} at best)")
     elif gain < t.min_gain and tpot_gain < t.min_tpot_gain:
         why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
                f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
-    return Assessment(name, worst, min(ratio_best[i] for i in live), gain, tpot_gain, rows[i_gain]["rate"],
+    gain_rate = rows[i_loss if i_gain is None else i_gain]["rate"]
+    return Assessment(name, worst, min(ratio_best[i] for i in live + deepened), gain, tpot_gain, gain_rate,
                       rows[i_loss]["rate"], not why, why, overloaded)
 
 

@@ -69,8 +69,8 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
               "", "Assessment against off (the rule is in `specdec/plan/vllm/decide.py`):", ""]
     for a in d.assessments.values():
         verdict = "eligible" if a.eligible else f"refused: {a.why_not}"
-        over = (f" (not counted at {', '.join(f'{r:.3g}' for r in a.overloaded)} req/s: neither it nor off keeps "
-                "up there)") if a.overloaded else ""
+        over = (f" (a gain not counted at {', '.join(f'{r:.3g}' for r in a.overloaded)} req/s: neither it nor off "
+                "keeps up there)") if a.overloaded else ""
         if not a.counted:
             lines.append(f"- `{a.name}`: no load counted{over}; {verdict}")
             continue
