@@ -31,6 +31,10 @@ two runs at the knee keep the whole benchmark near 90 minutes.
    allocated (goal: within 5%; ``--draft-model`` adds a draft model, whose memory is not zero); and
    the schedule against the cost gate at the knee (K = 0 tax included: both are measured as deployed).
 
+``--bulk-heldout`` sends the bulk pool's held-out requests from another file (``novel_prompts.py``
+writes ShareGPT's novel first turns): the dev set's 24 bulk prompts cap a run at a dozen, a burst
+whose drain a throughput score rewards (``burst_drain.py``), and a few dozen reach a steady state.
+
 Output in ``--out``: plan_goodput.md / .json, one PNG per pool, and the plan's own report in ``plan/``.
 
 Run in .venv-vllm:
@@ -56,7 +60,10 @@ SHARED_PROMPTS = ROOT.parent / "shared" / "data" / "prompts_dev.jsonl"
 
 
 def pool_text(args, prompts: Path) -> str:
-    n_inter, n_bulk = args.plan_requests + args.measure_requests, args.plan_requests_bulk + args.measure_requests_bulk
+    """The two pools as a pool file, each holding its plan's prompts and, unless ``--bulk-heldout`` sends
+    the bulk pool's from elsewhere, its held-out ones."""
+    n_inter = args.plan_requests + args.measure_requests
+    n_bulk = args.plan_requests_bulk + (args.measure_requests_bulk if args.bulk_heldout is None else 0)
     return f"""
 [pools.interactive]
 share = 0.7
@@ -82,6 +89,20 @@ requests = {n_bulk}
 [pools.bulk.sampling]
 max_tokens = {args.max_tokens}
 """
+
+
+def heldout_records(ap, path: Path, n: int, flag: str) -> list[dict]:
+    """The first ``n`` records of ``path`` (a Spec-Bench JSONL), refused by ``ap.error`` (naming ``flag``)
+    before any server starts when unreadable or shorter than ``n``."""
+    from specdec.prompts import read_prompt_records
+
+    try:
+        records = read_prompt_records(path, limit=n)
+    except ValueError as exc:
+        ap.error(f"{flag}: {exc}")
+    if len(records) < n:
+        ap.error(f"{flag} {path}: {len(records)} prompts, a run sends {n}")
+    return records
 
 
 def split(pool, n_plan: int):
@@ -427,6 +448,9 @@ def main_parser() -> argparse.ArgumentParser:
     ap.add_argument("--plan-requests-bulk", type=int, default=10)
     ap.add_argument("--measure-requests", type=int, default=12)
     ap.add_argument("--measure-requests-bulk", type=int, default=8)
+    ap.add_argument("--bulk-heldout", type=Path, default=None,
+                    help="a Spec-Bench JSONL whose first --measure-requests-bulk records are the bulk pool's held-out "
+                         "requests (novel_prompts.py writes ShareGPT's: enough for runs that reach a steady state)")
     ap.add_argument("--levels", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2, help="runs at the knee levels (median compared)")
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -465,6 +489,8 @@ def main(argv=None):
         args.pools, args.no_schedules = "interactive", True
     if not args.prompts.is_file():
         ap.error(f"prompts not found: {args.prompts} (../shared/data/prompts_dev.jsonl beside the repository)")
+    outside = None if args.bulk_heldout is None else heldout_records(ap, args.bulk_heldout,
+                                                                     args.measure_requests_bulk, "--bulk-heldout")
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
     from specdec.plan.vllm.candidates import parse_candidates
@@ -485,6 +511,8 @@ def main(argv=None):
             continue
         n = args.plan_requests if name == "interactive" else args.plan_requests_bulk
         plan_pools[name], heldout[name] = split(pool, n)
+        if name == "bulk" and outside is not None:
+            heldout[name] = outside
     model = vllm_ready(cache_dir() / DEFAULT_NAME)
     candidates = args.candidates + (",draft_model:2" if args.draft_model else "")
     cands = parse_candidates(candidates, {"draft_model": args.draft_model})

@@ -78,7 +78,7 @@ def main(argv=None):
         ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
                  f"with --configs {args.configs!r}")
     earlier = None if args.pool_with is None else earlier_rounds(ap, args)
-    outside = None if args.heldout is None else heldout_records(ap, args.heldout, args.requests)
+    outside = None if args.heldout is None else pg.heldout_records(ap, args.heldout, args.requests, "--heldout")
 
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
@@ -181,20 +181,6 @@ def pool_and_heldout(g, name: str, outside: list[dict] | None = None):
     pool = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "schedule_tax pools")[name]
     _, heldout = pg.split(pool, g.plan_requests if name == "interactive" else g.plan_requests_bulk)
     return pool, outside or heldout
-
-
-def heldout_records(ap, path: Path, n: int) -> list[dict]:
-    """The first ``n`` records of ``path`` (a Spec-Bench JSONL), refused by ``ap.error`` before any server
-    starts when unreadable or shorter than ``n``."""
-    from specdec.prompts import read_prompt_records
-
-    try:
-        records = read_prompt_records(path, limit=n)
-    except ValueError as exc:
-        ap.error(f"--heldout: {exc}")
-    if len(records) < n:
-        ap.error(f"--heldout {path}: {len(records)} prompts, a run sends --requests {n}")
-    return records
 
 
 def earlier_rounds(ap, args) -> list[dict]:

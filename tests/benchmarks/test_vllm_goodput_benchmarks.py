@@ -236,7 +236,7 @@ def test_schedule_tax_refuses_held_out_prompts_it_cannot_send_before_any_server(
     short = tmp_path / "novel.jsonl"
     short.write_text(json.dumps({"category": "sharegpt", "turns": ["Name three rivers"]}) + "\n")
     for argv, message in [(["--heldout", str(short)], "--heldout: needs --requests"),
-                          (["--heldout", str(short), "--requests", "2"], "1 prompts, a run sends --requests 2"),
+                          (["--heldout", str(short), "--requests", "2"], "1 prompts, a run sends 2"),
                           (["--heldout", str(tmp_path / "none.jsonl"), "--requests", "2"], "does not exist")]:
         with pytest.raises(SystemExit):
             schedule_tax.main(["--pool", "bulk"] + argv)
@@ -255,3 +255,13 @@ def test_held_out_prompts_from_outside_leave_the_dev_pool_its_size(tmp_path):
     assert heldout == outside and pool.requests == g.plan_requests_bulk + g.measure_requests_bulk
     pool, heldout = schedule_tax.pool_and_heldout(g, "bulk")
     assert len(heldout) == g.measure_requests_bulk and heldout == list(pool.prompts[g.plan_requests_bulk:])
+
+
+def test_plan_goodput_sends_the_bulk_pools_held_out_requests_from_outside_or_refuses_them_first(tmp_path, capsys):
+    short = tmp_path / "novel.jsonl"
+    short.write_text(json.dumps({"category": "sharegpt", "turns": ["Name three rivers"]}) + "\n")
+    with pytest.raises(SystemExit):
+        plan_goodput.main(["--bulk-heldout", str(short), "--measure-requests-bulk", "2", "--out", str(tmp_path)])
+    assert "--bulk-heldout" in (err := capsys.readouterr().err) and "1 prompts, a run sends 2" in err
+    g = plan_goodput.main_parser().parse_args(["--bulk-heldout", str(short), "--measure-requests-bulk", "48"])
+    assert "requests = 10\n" in plan_goodput.pool_text(g, tmp_path / "dev.jsonl").split("[pools.bulk]")[1]
