@@ -5,7 +5,7 @@ off's score and somewhere gains ``min_gain`` score or, in a latency pool, ``min_
 time per output token. A throughput pool buys good tokens/s: its objectives already count every
 request a faster token brings under them, and a lower TPOT beyond them is latency the pool did not
 ask for, bought with the compute, memory and lifecycle a drafter costs (speculation is a latency
-instrument, not a capacity one). Two kinds of load count for neither gain nor loss:
+instrument, not a capacity one). Two kinds of load are read apart:
 
 * **overloaded**: neither the candidate nor off keeps up (``sustained`` false in both rows: a queue
   that grows with every request). Both scores then measure how long the simulated overload lasted,
