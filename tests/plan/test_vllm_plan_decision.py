@@ -220,13 +220,13 @@ def test_a_drafter_that_deepens_an_overload_loses_there_though_its_gain_there_wo
     assert a.tpot_gain == pytest.approx(0.3) and a.gain_rate == 1.0  # the counted loads' gains, as before
     slight = dict(preds, **{"suffix:2": _rows([0.0913, 0.305, 0.0470], 0.035, over)})  # 1% under: within max_loss
     assert decide("p", "latency", cands, slight, {}, {}, {}, Thresholds(), 16).chosen.name == "suffix:2"
-    only = {n: _rows([r[0]["score"], r[1]["score"], r[2]["score"]], 0.05, (False, False, False))
+    only = {n: _rows([x["score"] for x in r], 0.05, (False, False, False))
             for n, r in preds.items()}  # every load overloaded: the loss alone decides, ratios ranked
     a = decide("p", "latency", cands, only, {}, {}, {}, Thresholds(), 16).assessments["suffix:2"]
     assert a.counted and not a.eligible and a.gain == 0.0 and "deepens the overload" in a.why_not
 
 
-def test_an_overload_neither_keeps_up_with_counts_for_nothing_but_one_speculation_sustains_counts():
+def test_an_overload_neither_keeps_up_with_counts_no_gain_but_one_speculation_sustains_counts():
     """The 2026-12-05 CPU plan chose the cost gate for its bulk pool on +26% good tokens/s at 3 req/s, a
     load 3x past every configuration's capacity (simulated backlog 140-150 of 200 requests), where the
     score measures how long the simulated overload lasts; the measured bursts there had off ahead."""
