@@ -71,11 +71,11 @@ def main(argv=None):
     from specdec.prompts import read_prompt_records
     from specdec.training.sharegpt import read_sharegpt
 
-    exclude = [t for r in read_prompt_records(args.exclude) for t in r["turns"]] if args.exclude.is_file() else []
-    read = read_sharegpt(args.sharegpt)
     try:
+        exclude = [t for r in read_prompt_records(args.exclude) for t in r["turns"]] if args.exclude.is_file() else []
+        read = read_sharegpt(args.sharegpt)
         records = first_turns(read.conversations, args.n, exclude)
-    except ValueError as exc:
+    except (OSError, ValueError) as exc:
         ap.error(str(exc))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.vllm import novel_prompts, plan_goodput, schedule_tax
+from benchmarks.vllm import novel_prompts, plan_goodput, redecide, schedule_tax
 from specdec.plan.vllm.candidates import Candidate, parse_candidates
 
 
@@ -265,3 +265,37 @@ def test_plan_goodput_sends_the_bulk_pools_held_out_requests_from_outside_or_ref
     assert "--bulk-heldout" in (err := capsys.readouterr().err) and "1 prompts, a run sends 2" in err
     g = plan_goodput.main_parser().parse_args(["--bulk-heldout", str(short), "--measure-requests-bulk", "48"])
     assert "requests = 10\n" in plan_goodput.pool_text(g, tmp_path / "dev.jsonl").split("[pools.bulk]")[1]
+
+
+def test_novel_prompts_refuses_bad_input_before_reading_sharegpt(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    for argv, message in [(["-n", "0"], "-n: at least 1, got 0"), (["--exclude", str(bad)], "bad.jsonl:1"),
+                          (["--exclude", str(tmp_path / "none"), "--sharegpt", str(tmp_path / "none.json")],
+                           "none.json")]:
+        with pytest.raises(SystemExit):
+            novel_prompts.main(argv + ["--out", str(tmp_path / "out.jsonl")])
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_recorded_plan_is_decided_again_by_the_current_rule(tmp_path, capsys):
+    """The faster VM's interactive plan: recorded `suffix:2`, refused now for deepening the overload."""
+    def rows(scores, tpot):
+        return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s, "sustained": k}
+                for r, s, k in zip((0.1, 0.316, 1.0), scores, (True, True, False))]
+
+    plan = {"thresholds": {"min_gain": 0.03, "max_loss": 0.02}, "engine": {"max_num_seqs": 16}, "pools": {
+        "interactive": {"decision": "speculate with suffix (K = 2)", "pool": {"objective": "latency"},
+                        "candidates": {"off": None, "suffix:2": {"method": "suffix", "num_speculative_tokens": 2}},
+                        "exact": {"suffix:2": True},
+                        "predictions": {"off": rows([0.0913, 0.307, 0.0476], 0.05),
+                                        "suffix:2": rows([0.0913, 0.305, 0.0224], 0.035)}}}}
+    recorded, d = redecide.redecide(plan)["interactive"]
+    assert recorded == "speculate with suffix (K = 2)" and d.config is None
+    assert "it loses 53% goodput at 1 req/s, where neither it nor off keeps up" in d.sentence
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({k: v for k, v in plan.items() if k != "engine"}))
+    with pytest.raises(SystemExit):
+        redecide.main([str(path)])
+    assert "missing 'engine'" in capsys.readouterr().err
