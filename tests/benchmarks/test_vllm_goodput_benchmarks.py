@@ -51,7 +51,9 @@ def test_goals_compare_the_planned_configuration_with_the_best_other_and_flag_mi
 @pytest.mark.parametrize("argv, message", [(["--rates", "0"], "--rates: positive request rates"),
                                            (["--rates", ""], "--rates: positive request rates"),
                                            (["--requests", "0"], "--requests: at least 1, got 0"),
-                                           (["--seed", "-1"], "--seed: at least 0, got -1")])
+                                           (["--seed", "-1"], "--seed: at least 0, got -1"),
+                                           (["--sched-up-to", "0"], "--sched-up-to: from 1 to 15"),
+                                           (["--sched-up-to", "16"], "below --max-num-seqs), got 16")])
 def test_schedule_tax_refuses_bad_rates_before_any_server(argv, message, capsys):
     with pytest.raises(SystemExit):
         schedule_tax.main(argv)
@@ -62,7 +64,7 @@ def _tax_json(tmp_path, **args):
     path = tmp_path / "schedule_tax.json"
     rows = [{"rate": 3.0, "config": "custom_class:4", "per_run": []}]
     path.write_text(json.dumps({"rows": rows, "args": {"pool": "bulk", "requests": 12, "k": 4, "seed": 0,
-                                                       "repeats": 5} | args}))
+                                                       "repeats": 5, "method": "ngram"} | args}))
     return str(path)
 
 
@@ -72,6 +74,9 @@ def _tax_json(tmp_path, **args):
     ({"pool": "interactive"}, {}, "measured pool 'interactive', this run 'bulk'"),
     ({"requests": 24}, {}, "measured requests 24, this run 12"),
     ({"heldout": "novel.jsonl"}, {}, "measured heldout 'novel.jsonl', this run None"),
+    ({"method": "suffix"}, {}, "measured method 'suffix', this run 'ngram'"),
+    ({}, {"--sched-up-to": "4"}, "measured sched_up_to 1, this run 4"),  # a record from before the flag
+    ({"sched_up_to": 4}, {}, "measured sched_up_to 4, this run 1"),
     ({}, {"--seed": "3"}, "its seeds 0..4 overlap this run's 3..7: the same arrivals would count twice"),
     ({}, {"--configs": "off,ngram", "--planned": "ngram"}, "it did not measure 'ngram'")])
 def test_schedule_tax_pools_only_independent_rounds_of_the_same_measurement(tmp_path, earlier, changed, message,
@@ -93,7 +98,7 @@ def test_a_run_that_pooled_rounds_writes_a_record_the_next_run_can_pool_with(tmp
 
     rows = [{"rate": 3.0, "config": "off", "per_run": [{"arrivals_end": 4.0, "score": 50.0}]}]
     first = argparse.Namespace(out=tmp_path, pool="bulk", k=4, requests=12, seed=100, repeats=5, planned="off",
-                               pool_with=Path("earlier/schedule_tax.json"))
+                               method="ngram", sched_up_to=1, pool_with=Path("earlier/schedule_tax.json"))
     path = tmp_path / "schedule_tax.json"
     path.write_text(json.dumps(schedule_tax.record(rows, first)))
     later = argparse.Namespace(**vars(first) | {"seed": 200, "pool_with": path})

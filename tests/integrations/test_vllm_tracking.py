@@ -208,6 +208,43 @@ def test_gate_off_above_threshold_drafts_nothing_and_keeps_tracking():
     assert drafted > 0 and d.stats.steps_drafting > 0
 
 
+def _scheduled(table, k=3):
+    cfg = _config(k=k)
+    cfg.speculative_config.num_speculative_tokens_per_batch_size = table
+    return cfg
+
+
+@pytest.mark.parametrize("cost_gate", [False, True])
+def test_the_configs_batch_size_schedule_caps_every_chain(cost_gate):
+    """vLLM does not apply num_speculative_tokens_per_batch_size to custom_class: the drafter does. Every
+    chain holds at most the table's K at the running batch (3 at one request, 1 at 2-3, 0 above), and
+    drafting resumes at full K from fully tracked requests once the batch is back to one."""
+    drafter_cls = type("_Scheduled", (SuffixDrafter,), {"OPTIONS": {"cost_gate": cost_gate, "log_every": 0}})
+    d = drafter_cls(_scheduled([[1, 1, 3], [2, 3, 1], [4, 64, 0]]))
+    engine = FakeEngine(seed=5, max_rows=6, duplicate_prompts=True)
+    allowed = {1: 3, 2: 1, 3: 1}
+    longest: dict[int, int] = {}
+    for phase_rows, steps in ((6, 200), (1, 150)):
+        engine.max_rows = phase_rows
+        for _ in range(steps):
+            _, chains = engine.step(d)
+            if chains:
+                cap = allowed.get(len(chains), 0)
+                longest[cap] = max([longest.get(cap, 0)] + [len(c) for c in chains])
+    assert longest == {0: 0, 1: 1, 3: 3}
+    assert d.stats.steps_gated > 0 and d.stats.steps_drafting > 0
+
+
+def test_a_schedule_the_drafter_cannot_honour_is_refused_by_name():
+    for table, why in (([[1, 4, 5]], "exceeds num_speculative_tokens 3"),
+                       ([[2, 4, 1]], "must start at batch size 1"),
+                       ([[1, 4, 2], [3, 8, 0]], "non-overlapping")):
+        with pytest.raises(ValueError, match=f"num_speculative_tokens_per_batch_size: .*{why}"):
+            _Options(_scheduled(table))
+    # vLLM sorts the ranges it is given; so does the drafter
+    assert _Options(_scheduled([[5, 64, 0], [1, 4, 2]])).gating.schedule.schedule == ((1, 4, 2), (5, 64, 0))
+
+
 def test_sampled_drafts_are_refused():
     import torch
     from specdec import DraftTree

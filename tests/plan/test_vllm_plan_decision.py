@@ -6,14 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specdec.control.batch_schedule import validate_schedule
 from specdec.control.interface import BatchView
 from specdec.plan.goodput import SLO
 from specdec.estimate.acceptance import AcceptanceDist
 from specdec.estimate.step_cost import StepCostModel
 from specdec.plan.workload import WorkloadItem
 from specdec.plan.vllm.calibrate import Calibration, calibrate, row_steps_of
-from specdec.plan.vllm.candidates import COST_GATED_DRAFTER, Candidate, default_candidates, parse_candidates, \
-    validate_schedule
+from specdec.plan.vllm.candidates import COST_GATED_DRAFTER, Candidate, default_candidates, parse_candidates
 from specdec.plan.vllm.decide import Thresholds, decide
 from specdec.plan.vllm.measure import PoolRun, ramp_arrivals
 from specdec.plan.vllm.predict import Engine, predict_calibrated, rates_for

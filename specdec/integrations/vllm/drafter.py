@@ -5,8 +5,10 @@ num_tokens_no_spec, token_ids_cpu, slot_mappings=...)`` once per step after book
 ``sampled_token_ids`` one list per row (the tokens committed this step, empty for a partial
 prefill), ``num_tokens_no_spec [max_num_reqs]`` committed tokens per row, ``token_ids_cpu
 [max_num_reqs, max_model_len]`` int32 the rows' tokens. It returns one deterministic chain per row
-(at most ``num_speculative_tokens``; empty: no draft), which vLLM's rejection sampler verifies
-exactly with ``draft_probs=None``. Request identity comes from the rows
+(at most ``num_speculative_tokens``, and at most the K that
+``num_speculative_tokens_per_batch_size`` gives the running batch, which vLLM does not apply to
+``custom_class``; empty: no draft), which vLLM's rejection sampler verifies exactly with
+``draft_probs=None``. Request identity comes from the rows
 (:mod:`specdec.integrations.rows`). A refused row gets no draft and is counted, never stopping the
 engine. docs/vllm.md lists the vLLM facts relied on and why prompt embeddings are refused.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ...control.batch_schedule import Schedule, validate_schedule
 from ...proposers.suffix import SuffixProposer
 from ...proposers.suffix_options import SuffixDrafting, SuffixGlobalCache
 from ..rows import CONTINUED, REFUSED, RowSession
@@ -46,6 +49,18 @@ def engine_facts(vllm_config) -> tuple[int, int, int]:
     if not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"model_config.max_model_len must be an int >= 1, got {max_len!r}")
     return k, int(model_config.get_vocab_size()), max_len
+
+
+def engine_schedule(vllm_config, k: int) -> Schedule | None:
+    """The config's ``num_speculative_tokens_per_batch_size`` (None when absent), refused by name when
+    vLLM's own checks or a K above ``k`` (which vLLM would cap silently) reject it."""
+    table = getattr(getattr(vllm_config, "speculative_config", None), "num_speculative_tokens_per_batch_size", None)
+    if table is None:
+        return None
+    try:
+        return validate_schedule(table, k)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"speculative_config.num_speculative_tokens_per_batch_size: {exc}") from None
 
 
 PROMPT_EMBEDS_REFUSED = (
@@ -88,6 +103,7 @@ class SuffixDrafter:
 
     def __init__(self, vllm_config):
         self.k, self.vocab_size, self.max_model_len = engine_facts(vllm_config)
+        schedule = engine_schedule(vllm_config, self.k)
         refuse_prompt_embeds(vllm_config)
         self.options = opts = DrafterOptions.resolve(self.OPTIONS)
         found = version.installed()
@@ -121,11 +137,12 @@ class SuffixDrafter:
             self._session = RowSession(self.proposer, tree_budget=tree_budget, tracking=tracking)
         self.gating = GatedDrafting(self.k, off_above=opts.gate_off_above, on_below=opts.gate_on_below,
                                     min_accept_rate=opts.min_accept_rate, log_every=opts.log_every,
-                                    cost_gate=opts.cost_gate)
+                                    cost_gate=opts.cost_gate, schedule=schedule)
         self.stats = self.gating.stats
         self._unregister = metrics.register(self.stats, f"{type(self).__name__}-{id(self):x}")
-        logger.info("specdec drafter ready: proposer=%s, k=%d, vocab=%d, global cache %s, gate off above %s",
-                    opts.proposer, self.k, self.vocab_size, "on" if opts.use_global else "off", opts.gate_off_above)
+        logger.info("specdec drafter ready: proposer=%s, k=%d, vocab=%d, global cache %s, gate off above %s, "
+                    "schedule %s", opts.proposer, self.k, self.vocab_size, "on" if opts.use_global else "off",
+                    opts.gate_off_above, "none" if schedule is None else [list(e) for e in schedule])
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings=None) -> list[list[int]]:

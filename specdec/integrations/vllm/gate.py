@@ -3,9 +3,11 @@ recent acceptance and, with ``cost_gate``, this engine's own step times.
 
 vLLM V1 applies no batch-size schedule to ``custom_class`` drafters, so :class:`GatedDrafting` runs
 specdec's :class:`~specdec.control.load_gate.LoadGate` (capping a
-:class:`~specdec.control.cost_gate.CostGate` with ``cost_gate``) on the rows vLLM passes; a "gate
-off" step returns no drafts. Decisions are counted in :class:`GateStats` (the ``vllm:specdec_*``
-metrics) and logged on logger ``vllm.specdec``.
+:class:`~specdec.control.cost_gate.CostGate` with ``cost_gate``) on the rows vLLM passes, itself
+capped by the config's ``num_speculative_tokens_per_batch_size`` when it has one
+(:class:`~specdec.control.batch_schedule.BatchSchedule`); a "gate off" step returns no drafts.
+Decisions are counted in :class:`GateStats` (the ``vllm:specdec_*`` metrics) and logged on logger
+``vllm.specdec``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import time
 
 
+from ...control.batch_schedule import BatchSchedule, Schedule
 from ...control.interface import BatchView, Capped, Decision, Outcome
 from ...control.cost_gate import CostGate
 from ...control.load_gate import LoadGate
@@ -42,23 +45,26 @@ class GateStats:
 
 
 class GatedDrafting:
-    """The drafter's controller (a LoadGate, or a LoadGate capping a CostGate), fed each step, with
-    its clock, counters and log lines.
+    """The drafter's controller (a LoadGate, or a LoadGate capping a CostGate; under a BatchSchedule
+    when given one), fed each step, with its clock, counters and log lines.
 
     Args:
         k: num_speculative_tokens (the most a chain may hold).
         off_above / on_below / min_accept_rate: as :class:`LoadGate`.
         cost_gate: choose each step's budget with a :class:`CostGate` fitted to this engine's step times.
+        schedule: a validated batch-size schedule whose K at the running batch caps every budget (None: none).
         log_every: steps between log lines (0: never).
         clock: seconds, monotonic (``time.perf_counter``; tests pass a fake engine's clock).
     """
 
     def __init__(self, k: int, *, off_above: float, on_below: float | None, min_accept_rate: float, log_every: int,
-                 cost_gate: bool = False, clock=time.perf_counter):
+                 cost_gate: bool = False, schedule: Schedule | None = None, clock=time.perf_counter):
         self.k = int(k)
         self.gate = LoadGate(off_above=off_above, on_below=on_below, budget=self.k, min_accept_rate=min_accept_rate)
         self.cost = CostGate(self.k) if cost_gate else None
-        self.controller = Capped(self.gate, self.cost) if self.cost is not None else self.gate
+        gated = Capped(self.gate, self.cost) if self.cost is not None else self.gate
+        self.schedule = None if schedule is None else BatchSchedule(schedule, self.k)
+        self.controller = gated if self.schedule is None else Capped(self.schedule, gated)
         self.stats = GateStats()
         self.log_every = log_every
         self.clock = clock

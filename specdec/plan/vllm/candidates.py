@@ -5,8 +5,9 @@ which the server's environment must have); ``draft_model``, ``eagle``, ``eagle3`
 artifact); ``mtp`` (the target's own layers); ``custom_class`` (specdec's
 :class:`~specdec.integrations.vllm.drafter.CostGatedSuffixDrafter`). ``K`` is
 ``num_speculative_tokens`` (default 4). A schedule candidate (:mod:`.schedule`) adds
-``num_speculative_tokens_per_batch_size``, which vLLM does not apply to ``custom_class``. Every
-config is plain JSON that ``--speculative-config`` accepts.
+``num_speculative_tokens_per_batch_size`` (:mod:`specdec.control.batch_schedule`), which vLLM
+applies to its own methods and specdec's drafter applies itself for ``custom_class``. Every config
+is plain JSON that ``--speculative-config`` accepts.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import dataclasses
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ...control.batch_schedule import Schedule, k_at
+
 METHODS = ("off", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "custom_class")
 NEEDS_ARTIFACT = {"draft_model": "--draft-model", "eagle": "--eagle-head", "eagle3": "--eagle3-head"}
-SCHEDULABLE = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")
+SCHEDULABLE = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "custom_class")
 LOOKUP = ("ngram", "suffix", "custom_class")  # draft from the text itself: no weights, no KV
 BOUND = {"off": "nothing", "ngram": "nothing", "suffix": "nothing", "custom_class": "nothing",
          "draft_model": "tokenizer", "eagle": "target", "eagle3": "target", "mtp": "target"}
@@ -41,7 +44,7 @@ class Candidate:
     method: str
     k: int = 0
     artifact: str | None = None
-    schedule: tuple[tuple[int, int, int], ...] | None = None
+    schedule: Schedule | None = None
 
     @property
     def config(self) -> dict | None:
@@ -71,18 +74,8 @@ class Candidate:
         return self.method if self.artifact is None else f"{self.method}@{self.artifact}"
 
     def k_at(self, batch: int) -> int:
-        """Draft tokens per row at ``batch`` running requests (vLLM's dense lookup: ranges carry forward
-        through gaps and past the last one; every value capped at ``k``)."""
-        if self.schedule is None:
-            return self.k
-        last = self.schedule[0][2]
-        for start, end, k in self.schedule:
-            if batch < start:
-                break
-            last = k
-            if batch <= end:
-                break
-        return min(self.k, last)
+        """Draft tokens per row at ``batch`` running requests (vLLM's lookup, capped at ``k``)."""
+        return self.k if self.schedule is None else k_at(self.schedule, batch, self.k)
 
 
 def parse_candidates(text: str | Sequence[str], artifacts: Mapping[str, str | None]) -> list[Candidate]:
@@ -138,24 +131,3 @@ def default_candidates(artifacts: Mapping[str, str | None], *, mtp: bool = False
     if mtp:
         names += ["mtp:1", "mtp:2"]
     return names + ["custom_class:4"]
-
-
-def validate_schedule(schedule: Sequence[Sequence[int]], k: int) -> tuple[tuple[int, int, int], ...]:
-    """A schedule as vLLM checks it (``vllm/v1/spec_decode/dynamic/utils.py``): ranges start at 1,
-    positive, sorted, non-overlapping, K >= 0; and no K above ``k`` (vLLM would cap it silently)."""
-    out = []
-    previous = 0
-    for entry in schedule:
-        if len(entry) != 3:
-            raise ValueError(f"schedule entry {entry!r} must be (start, end, K)")
-        start, end, kk = (int(x) for x in entry)
-        if not (1 <= start <= end) or kk < 0 or start <= previous:
-            raise ValueError(f"schedule {list(schedule)!r}: ranges must be positive, sorted and non-overlapping "
-                             "with K >= 0")
-        if kk > k:
-            raise ValueError(f"schedule {list(schedule)!r}: K {kk} exceeds num_speculative_tokens {k}")
-        previous = end
-        out.append((start, end, kk))
-    if not out or out[0][0] != 1:
-        raise ValueError(f"schedule {list(schedule)!r} must start at batch size 1")
-    return tuple(out)

@@ -25,7 +25,8 @@ from typing import Callable, Mapping
 
 from ..goodput import SLO
 from .calibrate import DEFAULT_GAP, Calibration, calibrate
-from .candidates import Candidate, validate_schedule
+from ...control.batch_schedule import validate_schedule
+from .candidates import Candidate
 from .decide import Thresholds, assess
 from .launcher import ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_pool

@@ -17,11 +17,11 @@ from typing import Mapping
 
 import numpy as np
 
-from ...control.interface import BatchView, Decision, Outcome
+from ...control.batch_schedule import BatchSchedule, Schedule, validate_schedule
 from ..policies import Policy
 from ...estimate.step_cost import StepCostModel, packed_features
 from .calibrate import Calibration
-from .candidates import Candidate, validate_schedule
+from .candidates import Candidate
 
 PRIOR_STEPS = 5.0  # model-estimate weight, in measured steps
 
@@ -110,7 +110,7 @@ def gains(off: Calibration, by_k: Mapping[int, Calibration], max_rows: int, *, m
 
 
 def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int, Calibration], max_rows: int, *,
-           margin: float = 0.02, min_steps: int = 3) -> tuple[tuple[tuple[int, int, int], ...] | None, list[Gain]]:
+           margin: float = 0.02, min_steps: int = 3) -> tuple[Schedule | None, list[Gain]]:
     """The schedule for one method family (``family[K]`` measured as ``cals[K]``) and the gains it was
     read from; the schedule is None when it would be a static K or off (module docstring)."""
     if not family or set(family) != set(cals):
@@ -135,7 +135,7 @@ def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int,
     return validate_schedule(ranges, max(best)), table
 
 
-def schedule_candidate(family: Mapping[int, Candidate], schedule: tuple[tuple[int, int, int], ...]) -> Candidate:
+def schedule_candidate(family: Mapping[int, Candidate], schedule: Schedule) -> Candidate:
     """The candidate that runs ``schedule`` with the family's method (K = the schedule's largest)."""
     k = max(e[2] for e in schedule)
     proto = family[max(family)]
@@ -152,30 +152,17 @@ def pays_up_to(table: list[Gain], k: int, margin: float = 0.0) -> int:
     return last
 
 
-class SchedulePolicy(Policy):
-    """The simulator's policy for a candidate: its K at the running batch size (vLLM's lookup), every step."""
+class SchedulePolicy(Policy, BatchSchedule):
+    """The simulator's policy for a schedule candidate: its K at the running batch size, every step
+    (vLLM's lookup, or specdec's drafter applying the table for ``custom_class``)."""
 
     name = "schedule"
 
     def __init__(self, candidate: Candidate):
-        if candidate.k < 1:
-            raise ValueError(f"{candidate.name} does not speculate")
+        if candidate.schedule is None or candidate.k < 1:
+            raise ValueError(f"{candidate.name} has no schedule that speculates")
+        BatchSchedule.__init__(self, candidate.schedule, candidate.k)
         self.candidate = candidate
-
-    def decide(self, batch: BatchView) -> Decision:
-        k = self.candidate.k_at(max(1, int(batch.rows)))
-        k = k if batch.cap is None else min(k, batch.cap)
-        return Decision(k, reason=f"schedule: K = {k} at {batch.rows} requests")
-
-    def observe(self, outcome: Outcome) -> None:
-        del outcome  # vLLM's schedule is a table: it learns nothing while serving
-
-    def reset(self) -> None:
-        pass
-
-    @property
-    def max_budget(self) -> int:
-        return self.candidate.k
 
 
 def gain_table_markdown(table: list[Gain], rows_shown: int = 16) -> list[str]:
