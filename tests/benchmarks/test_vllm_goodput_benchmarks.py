@@ -12,8 +12,10 @@ from benchmarks.vllm import novel_prompts, plan_goodput, redecide, schedule_tax
 from specdec.plan.vllm.candidates import Candidate, parse_candidates
 
 
-def _outcome(chosen: str, sched: bool = True):
+def _outcome(chosen: str, sched: bool = True, gate_table: bool = False):
     cands = {c.name: c for c in parse_candidates("off,ngram:4,suffix:2,suffix:4,custom_class:4", {})}
+    if gate_table:  # the plan measures the cost gate's table beside vLLM's schedule (listed first or not)
+        cands["custom_class:sched"] = Candidate("custom_class:sched", "custom_class", 4, None, ((1, 4, 4), (5, 16, 0)))
     if sched:
         cands["ngram:sched"] = Candidate("ngram:sched", "ngram", 4, None, ((1, 1, 4), (2, 16, 0)))
     return SimpleNamespace(candidates=cands, decision=SimpleNamespace(chosen=cands[chosen]), memory={}, cals={})
@@ -25,6 +27,12 @@ def test_a_configuration_named_twice_is_measured_once_under_both_labels():
     assert configs["sched"].schedule == ((1, 1, 4), (2, 16, 0))
     configs = plan_goodput.configs_for(_outcome("suffix:2", sched=False))  # planned apart, no schedule
     assert set(configs) == {"off", "ngram:4", "suffix:4", "custom_class:4", "planned"}
+
+
+@pytest.mark.parametrize("vllms, want", [(True, "ngram:sched"), (False, "custom_class:sched")])
+def test_the_schedule_measured_is_vllms_own_where_one_ran_else_the_cost_gates_table(vllms, want):
+    configs = plan_goodput.configs_for(_outcome("off", sched=vllms, gate_table=True))
+    assert configs["sched"].name == want
 
 
 def _row(config, rate, measured, predicted, lo, hi, knee=False, exact=True):

