@@ -79,8 +79,8 @@ def main(argv=None):
     if not 1 <= args.sched_up_to < g.max_num_seqs:
         ap.error(f"--sched-up-to: from 1 to {g.max_num_seqs - 1} (below --max-num-seqs), got {args.sched_up_to}")
     names = [c for c in args.configs.split(",") if c]
-    if args.planned is not None and (args.planned not in names or args.planned == "sched" or len(names) < 2):
-        ap.error(f"--planned: one of --configs other than sched, beside at least one other; got {args.planned!r} "
+    if args.planned is not None and (args.planned not in names or len(names) < 2):
+        ap.error(f"--planned: one of --configs, beside at least one other; got {args.planned!r} "
                  f"with --configs {args.configs!r}")
     earlier = None if args.pool_with is None else earlier_rounds(ap, args)
     outside = None if args.heldout is None else pg.heldout_records(ap, args.heldout, args.requests, "--heldout")
@@ -152,7 +152,7 @@ def main(argv=None):
         lines.append(f"| {r['rate']:.3g} | {r['config']} | {r['score']:.3g} ({each}) | {r['tpot_p50']:.3f} | "
                      f"{ratio} | {r['ttft_p50']:.2f} | {r['load_average'][0]:.1f} |")
     if args.planned is not None:
-        planned = next(n for n in configs if n.split(":")[0] == args.planned)
+        planned = config_name(args.planned, args)
         lines += ["", f"Goal: `{planned}` at least {pg.GOAL}x every other configuration, run by run "
                       "(runs paired by their arrivals; exact one-sided signed-rank tests, `plan_goodput.verdict`):", ""]
         for rate in rates:
@@ -170,6 +170,13 @@ def record(rows: list[dict], args) -> dict:
     """What schedule_tax.json holds: the rows and the options that measured them (paths as text), as
     :func:`earlier_rounds` reads them back."""
     return {"rows": rows, "args": pg.options(args)}
+
+
+def config_name(short: str, args) -> str:
+    """The measured configuration a ``--configs`` entry names: ``off``, ``METHOD:K`` or ``METHOD:sched``."""
+    if short == "off":
+        return "off"
+    return f"{args.method}:sched" if short == "sched" else f"{short}:{args.k}"
 
 
 def pooled(here: dict, before: dict) -> dict:
@@ -209,7 +216,7 @@ def earlier_rounds(ap, args) -> list[dict]:
     if first < args.seed + args.repeats and args.seed < last:
         ap.error(f"--pool-with {args.pool_with}: its seeds {first}..{last - 1} overlap this run's {args.seed}.."
                  f"{args.seed + args.repeats - 1}: the same arrivals would count twice")
-    if not any(r["config"].split(":")[0] == args.planned for r in rows):
+    if not any(r["config"] == config_name(args.planned, args) for r in rows):
         ap.error(f"--pool-with {args.pool_with}: it did not measure {args.planned!r}")
     return rows
 

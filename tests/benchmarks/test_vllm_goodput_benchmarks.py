@@ -99,6 +99,12 @@ def test_schedule_tax_pools_only_independent_rounds_of_the_same_measurement(tmp_
     assert message in capsys.readouterr().err
 
 
+def test_the_planned_configuration_may_be_the_schedule_beside_its_own_static_method():
+    args = SimpleNamespace(method="custom_class", k=4)
+    assert [schedule_tax.config_name(c, args) for c in ("off", "custom_class", "sched")] == \
+        ["off", "custom_class:4", "custom_class:sched"]
+
+
 def test_a_run_that_pooled_rounds_writes_a_record_the_next_run_can_pool_with(tmp_path):
     """The record holds the options as text (a Path among them once failed to serialise, after the runs)."""
     import argparse
