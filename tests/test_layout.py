@@ -192,6 +192,7 @@ def test_no_import_cycles_between_modules():
 
 def test_every_draft_controller_implements_the_one_interface():
     """docs/architecture.md: how much to draft is answered by one interface (specdec.control.interface)."""
+    from specdec.control.batch_schedule import BatchSchedule
     from specdec.control.interface import Capped, DraftController, FixedBudget
     from specdec.control.cost_gate import CostGate
     from specdec.control.load_gate import LoadGate
@@ -202,7 +203,8 @@ def test_every_draft_controller_implements_the_one_interface():
     from specdec.plan.vllm.schedule import SchedulePolicy
 
     controllers = [FixedBudget(2), LoadGate(), CostGate(4), ModelGate(), DraftSizer(), Off(), AlwaysOn(3),
-                   gated(8, 4), Capped(LoadGate(), CostGate(4)), SchedulePolicy(Candidate("ngram:4", "ngram", 4))]
+                   gated(8, 4), Capped(LoadGate(), CostGate(4)), BatchSchedule([(1, 4, 2), (5, 8, 0)], 2),
+                   SchedulePolicy(Candidate("ngram:sched", "ngram", 4, schedule=((1, 4, 4), (5, 8, 0))))]
     for c in controllers:
         assert isinstance(c, DraftController), type(c).__name__
         assert c.unit in ("tokens", "nodes")
