@@ -33,7 +33,7 @@ def validate_schedule(schedule: Sequence[Sequence[int]], k: int) -> Schedule:
     previous = 0
     for start, end, kk in sorted(entries):
         if not (1 <= start <= end) or kk < 0 or start <= previous:
-            raise ValueError(f"schedule {list(schedule)!r}: ranges must be positive, sorted and non-overlapping "
+            raise ValueError(f"schedule {list(schedule)!r}: ranges must be positive and non-overlapping "
                              "with K >= 0")
         if kk > k:
             raise ValueError(f"schedule {list(schedule)!r}: K {kk} exceeds num_speculative_tokens {k}")
