@@ -133,7 +133,7 @@ def main(argv=None):
             rows.append(row)
     (args.out / "schedule_tax.json").write_text(json.dumps(record(rows, args), indent=1))
     span = "one request" if args.sched_up_to == 1 else f"1-{args.sched_up_to} requests"
-    title = (f"vLLM's schedule as deployed: {args.method} K = {args.k} at {span}, 0 above, beside "
+    title = (f"A batch-size schedule as deployed: {args.method} K = {args.k} at {span}, 0 above, beside "
              if "sched" in names else "Served at a fixed load: ") + ", ".join(configs)
     lines = [f"# {title}", "",
              f"Pool `{args.pool}` (TTFT <= {pool.ttft_s:g} s, TPOT <= {pool.tpot_s:g} s, {pool.objective}), "
