@@ -315,9 +315,10 @@ def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
                 ids = [[s.token_ids for s in r.streams] for r in runs]  # run by run: the same prompts each run
                 if cand.method == "off":
                     off_ids = ids[0]
-                cost, acc = o.models[cand.name]
-                preds = [predict_run(cand, cost, acc, r, r.cache.tokens, plan_result.settings.engine, slo,
-                                     pool.objective, seed=args.seed) for r in runs]  # each for its run's arrivals
+                m = o.models[cand.name]
+                preds = [predict_run(cand, m.cost, m.acceptance, r, r.cache.tokens, plan_result.settings.engine, slo,
+                                     pool.objective, seed=args.seed, no_draft=m.no_draft)
+                         for r in runs]  # each for its run's arrivals
                 measured = statistics.median(s["score"] for s in scores)
                 row = {"pool": pname, "config": label, "candidate": cand.name, "rate": rate, "runs": len(runs),
                        "measured": measured, "measured_all": [s["score"] for s in scores],

@@ -34,7 +34,10 @@ class ServerConfig:
 
     Attributes:
         cost: target step-time model; ``cost_off``: the one never-drafting policies run on (None:
-            ``cost``; vLLM with a ``custom_class`` drafter turns async scheduling off).
+            ``cost``; vLLM with a ``custom_class`` drafter turns async scheduling off);
+            ``cost_no_draft``: the one a drafting policy's steps run on when it chose K = 0 (None:
+            ``cost``; a vLLM schedule's K = 0 steps cost off's times a measured tax, not what the
+            drafting steps' fit extrapolates to).
         acceptance: one distribution, or one per category (missing ones fall back to ``"all"``).
         kv_capacity_tokens: KV tokens that fit with the proposer loaded (None: unlimited);
             ``kv_capacity_tokens_off``: without it (default: the same). See :mod:`specdec.plan.memory`.
@@ -56,16 +59,23 @@ class ServerConfig:
     scheduler: str = "phased"
     max_batched_tokens: int | None = None
     cost_off: StepCostModel | None = None
+    cost_no_draft: StepCostModel | None = None
 
     def scaled(self, factor: float) -> "ServerConfig":
         """The same server with every target step ``factor`` times as long (:meth:`StepCostModel.scaled`;
         the policies' drafting time is not scaled)."""
-        off = None if self.cost_off is None else self.cost_off.scaled(factor)
-        return dataclasses.replace(self, cost=self.cost.scaled(factor), cost_off=off)
+        off, none = (None if c is None else c.scaled(factor) for c in (self.cost_off, self.cost_no_draft))
+        return dataclasses.replace(self, cost=self.cost.scaled(factor), cost_off=off, cost_no_draft=none)
 
     def cost_for(self, policy: Policy) -> StepCostModel:
         """The step-time model ``policy`` runs on (``cost_off`` for one that never drafts, when given)."""
         return self.cost_off if self.cost_off is not None and not policy.uses_proposer else self.cost
+
+    def step_cost(self, policy: Policy, k: int) -> StepCostModel:
+        """The model of one decode step in which ``policy`` chose ``k`` draft tokens."""
+        if k == 0 and policy.uses_proposer and self.cost_no_draft is not None:
+            return self.cost_no_draft
+        return self.cost_for(policy)
 
     def __post_init__(self):
         if self.scheduler not in ("phased", "packed"):
@@ -234,7 +244,7 @@ def simulate(requests: Sequence[SimRequest], policy: Policy, server: ServerConfi
         budgets = [0 if r.req.opt_out else k for r in running]
         draws = [sampler.draw(dists[r.req.item.category], b) if b else (0, 0) for r, b in zip(running, budgets)]
         width = max(d for d, _ in draws)
-        dt = cost.step_time(B, 1 + width, ctx)
+        dt = server.step_cost(policy, k).step_time(B, 1 + width, ctx)
         dt += sum(prop_s[r.req.item.category] for r, b in zip(running, budgets) if b > 0)
         t += dt
         busy += dt
@@ -308,7 +318,7 @@ def _simulate_packed(reqs: list[SimRequest], policy: Policy, server: ServerConfi
                 chunks[id(r)] = todo if left is None else min(todo, left)
                 pieces.append((chunks[id(r)], r.prefilled))
                 left = None if left is None else left - chunks[id(r)]
-        dt = cost.packed_step_time(pieces)
+        dt = (server.step_cost(policy, k) if decoding else cost).packed_step_time(pieces)
         dt += sum(dists[r.req.item.category].propose_s_per_req for r in decoding if draws[id(r)][0] > 0)
         t += dt
         busy += dt

@@ -104,3 +104,25 @@ def test_policies_that_never_draft_run_on_cost_off_when_given():
         # a drafting policy with no acceptance pays the slow engine's steps
         on = simulate(reqs, AlwaysOn(2), both).records[0]
         assert on.finish > off.finish
+
+
+def test_a_drafting_policy_pays_cost_no_draft_on_the_steps_it_chose_k_0():
+    """A schedule drafting at 1 row and not at 2: the lone request's decode steps run on ``cost``, the
+    steps of two rows on ``cost_no_draft`` (two requests at once); Off never uses it."""
+    from specdec.plan.vllm.candidates import Candidate
+    from specdec.plan.vllm.schedule import SchedulePolicy
+
+    drafting, plain = linear_cost(), StepCostModel(np.array([0.001, 0.0001, 0.0002, 0.0, 0.0, 0.0]))
+    lone = [SimRequest(0, 0.0, WorkloadItem(10, 11))]
+    pair = [SimRequest(0, 0.0, WorkloadItem(10, 11)), SimRequest(1, 0.0, WorkloadItem(10, 11))]
+    for scheduler in ("phased", "packed"):
+        with_plain = ServerConfig(drafting, zero_acceptance(), scheduler=scheduler, cost_no_draft=plain)
+        without = ServerConfig(drafting, zero_acceptance(), scheduler=scheduler)
+        sched = SchedulePolicy(Candidate("s", "ngram", 2, schedule=((1, 1, 2), (2, 2, 0))))
+        assert with_plain.step_cost(sched, 0) is plain and with_plain.step_cost(sched, 2) is drafting
+        assert with_plain.step_cost(Off(), 0) is drafting  # Off runs on cost_off or cost, never on this
+        one = [simulate(lone, sched, s).records[0].finish for s in (with_plain, without)]
+        assert one[0] == pytest.approx(one[1])  # it always drafts alone: cost_no_draft never applies
+        two = [max(r.finish for r in simulate(pair, sched, s).records) for s in (with_plain, without)]
+        assert two[0] < 0.5 * two[1]  # two rows, K = 0: every decode step priced by the cheap model
+        assert with_plain.scaled(2.0).cost_no_draft.weights == pytest.approx(2 * plain.weights)

@@ -66,6 +66,15 @@ def _cal(step_ms: float, per_row_ms: float, accepted: float, k: int, per_batch=N
                        per_batch or {}, 1000, 1000, 1000 * k)
 
 
+def _measured_to(cal: Calibration, rows: int, steps: int = 10) -> Calibration:
+    """``cal`` with ``steps`` decode steps measured at every batch size up to ``rows``, each as its model says."""
+    from specdec.plan.vllm.schedule import mean_context, step_seconds
+
+    ctx = mean_context(cal)
+    per = {b: [(step_seconds(cal, b, ctx), 1.0 + cal.accepted_per_row_step)] * steps for b in range(1, rows + 1)}
+    return Calibration(cal.items, cal.cost, cal.acceptance, per, cal.row_steps, cal.drafts, cal.draft_tokens)
+
+
 def test_a_load_is_sustained_while_the_backlog_stays_within_one_batch_and_past_capacity_it_grows():
     """5 ms + 1 ms a row serves 8 rows of 40 tokens in ~0.5 s: ~15 req/s. At 2 req/s the backlog at the
     last arrival is a request or two, whatever the run's length; at 200 req/s it grows with the run."""
@@ -78,10 +87,10 @@ def test_a_load_is_sustained_while_the_backlog_stays_within_one_batch_and_past_c
 
 
 def test_the_schedule_keeps_drafts_where_they_pay_and_is_non_increasing():
-    off = _cal(5, 1, 0, 0)
+    off = _measured_to(_cal(5, 1, 0, 0), 16)
     # K = 2: accepts 1 token a step and each row costs 3x: pays while the fixed cost dominates (small batches)
     family = {2: Candidate("ngram:2", "ngram", 2)}
-    schedule, table = derive(off, family, {2: _cal(5, 3, 1.0, 2)}, 16)
+    schedule, table = derive(off, family, {2: _measured_to(_cal(5, 3, 1.0, 2), 16)}, 16)
     assert schedule is not None and schedule[0][:1] == (1,) and schedule[0][2] == 2 and schedule[-1][2] == 0
     ks = [Candidate("s", "ngram", 2, schedule=schedule).k_at(b) for b in range(1, 17)]
     assert ks == sorted(ks, reverse=True) and ks[0] == 2 and ks[-1] == 0
@@ -91,10 +100,24 @@ def test_the_schedule_keeps_drafts_where_they_pay_and_is_non_increasing():
 
 
 def test_a_schedule_that_would_be_static_or_off_is_not_proposed():
-    off = _cal(5, 1, 0, 0)
+    off = _measured_to(_cal(5, 1, 0, 0), 8)
     family = {4: Candidate("ngram:4", "ngram", 4)}
-    assert derive(off, family, {4: _cal(5, 1.2, 3.0, 4)}, 8)[0] is None  # pays everywhere: that is ngram:4
-    assert derive(off, family, {4: _cal(20, 10, 0.1, 4)}, 8)[0] is None  # pays nowhere: that is off
+    pays = _measured_to(_cal(5, 1.2, 3.0, 4), 8)
+    assert derive(off, family, {4: pays}, 8)[0] is None  # pays everywhere: that is ngram:4
+    assert derive(off, family, {4: _measured_to(_cal(20, 10, 0.1, 4), 8)}, 8)[0] is None  # pays nowhere: off
+
+
+def test_drafts_stop_at_the_largest_batch_size_their_gain_was_measured_at():
+    """The model says K = 4 pays at every size up to 16; measured only to 5, the table drafts to 5 and no
+    further (the fit's extrapolation is not a measurement), and the decision's bound stops there too."""
+    off = _measured_to(_cal(5, 1, 0, 0), 16)
+    on = _cal(5, 1.2, 3.0, 4)
+    family = {4: Candidate("custom_class:4", "custom_class", 4)}
+    assert derive(off, family, {4: _measured_to(on, 16)}, 16)[0] is None  # measured everywhere: static K
+    schedule, table = derive(off, family, {4: _measured_to(on, 5)}, 16)
+    assert schedule == ((1, 5, 4), (6, 16, 0))
+    assert all(g.blended >= 1.02 for g in table) and pays_up_to(table, 4, 0.02) == 5
+    assert derive(off, family, {4: on}, 16)[0] is None  # nothing measured: nothing to draft on
 
 
 def test_measured_steps_outweigh_the_model_where_many_were_seen():
@@ -164,9 +187,10 @@ def test_the_cost_gated_drafter_is_the_whole_setting():
     assert COST_GATED_DRAFTER.endswith(".CostGatedSuffixDrafter")
 
 
-def _rows(scores, tpot=0.05, kept_up=(True, True, True)):
-    return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s, "sustained": k}
-            for r, s, k in zip((1.0, 2.0, 4.0), scores, kept_up)]
+def _rows(scores, tpot=0.05, kept_up=(True, True, True), served=None):
+    """Predicted rows at 1, 2 and 4 req/s; ``served``: output tokens/s (default: the scores)."""
+    return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s, "sustained": k, "throughput_tok_s": v}
+            for r, s, k, v in zip((1.0, 2.0, 4.0), scores, kept_up, served or scores)]
 
 
 def test_the_rule_prefers_what_pays_never_loses_and_is_exact():
@@ -207,23 +231,40 @@ def test_a_drafter_that_deepens_an_overload_loses_there_though_its_gain_there_wo
     """The 2026-12-05 plan on the faster VM chose `suffix:2` for its interactive pool, its predicted 0.47x
     off at 1 req/s (the top of the pool's range, where neither keeps up) not counted; five paired rounds
     there measured it 0.83-1.10x off, TPOT 1.14x off's. A loss at an overload the pool's range names is
-    the drafter's compute taken from a saturated server: it counts. A gain there still does not."""
+    the drafter's compute taken from a saturated server: it counts, read from the output tokens/s it
+    serves (the 2026-12-06 plan's: `suffix:2` 41.6 against off's 48.4). A gain there still does not."""
     cands = {n: Candidate(n, m, k) for n, m, k in (("off", "off", 0), ("suffix:2", "suffix", 2))}
     over = (True, True, False)
-    preds = {"off": _rows([0.0913, 0.307, 0.0476], 0.050, over),
-             "suffix:2": _rows([0.0913, 0.305, 0.0224], 0.035, over)}
+    preds = {"off": _rows([0.0913, 0.307, 0.0476], 0.050, over, [5.4, 18.3, 48.4]),
+             "suffix:2": _rows([0.0913, 0.305, 0.0224], 0.035, over, [5.4, 18.4, 41.6])}
     d = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(), 16)
     a = d.assessments["suffix:2"]
     assert d.config is None and d.sentence.startswith("cost-bound: no speculation"), d.sentence
-    assert a.why_not == "it loses 53% goodput at 4 req/s, where neither it nor off keeps up: it deepens the overload"
-    assert a.worst_vs_off == pytest.approx(0.0224 / 0.0476) and a.overloaded == (4.0,)
+    assert a.why_not == ("it serves 14% fewer output tokens/s at 4 req/s, where neither it nor off keeps up: it "
+                         "deepens the overload")
+    assert a.worst_vs_off == pytest.approx(41.6 / 48.4) and a.overloaded == (4.0,)
     assert a.tpot_gain == pytest.approx(0.3) and a.gain_rate == 1.0  # the counted loads' gains, as before
-    slight = dict(preds, **{"suffix:2": _rows([0.0913, 0.305, 0.0470], 0.035, over)})  # 1% under: within max_loss
-    assert decide("p", "latency", cands, slight, {}, {}, {}, Thresholds(), 16).chosen.name == "suffix:2"
-    only = {n: _rows([x["score"] for x in r], 0.05, (False, False, False))
-            for n, r in preds.items()}  # every load overloaded: the loss alone decides, ratios ranked
+    slight = dict(preds, **{"suffix:2": _rows([0.0913, 0.305, 0.0470], 0.035, over, [5.4, 18.4, 47.9])})
+    assert decide("p", "latency", cands, slight, {}, {}, {}, Thresholds(), 16).chosen.name == "suffix:2"  # 1% under
+    only = {n: _rows([x["score"] for x in r], 0.05, (False, False, False), [x["throughput_tok_s"] for x in r])
+            for n, r in preds.items()}  # every load overloaded: the loss alone decides
     a = decide("p", "latency", cands, only, {}, {}, {}, Thresholds(), 16).assessments["suffix:2"]
     assert a.counted and not a.eligible and a.gain == 0.0 and "deepens the overload" in a.why_not
+
+
+def test_at_an_overload_the_score_ratio_is_not_read_as_a_loss_where_the_tokens_served_are_off_s():
+    """The cost gate's table at the interactive knee (2026-12-06): predicted goodput 0.81x off's at the
+    overload's draw of arrivals (0.052 against 0.064 req/s: a few requests either side of the TTFT
+    objective) while it serves as many tokens/s (K = 0 at every batch size the overload runs); measured
+    there, five paired rounds held off's goodput. Drafting where it pays below the knee, it is chosen."""
+    cands = {n: Candidate(n, m, k, schedule=sch) for n, m, k, sch in (
+        ("off", "off", 0, None), ("custom_class:sched", "custom_class", 4, ((1, 5, 4), (6, 16, 0))))}
+    over = (True, True, False)
+    preds = {"off": _rows([0.0913, 0.307, 0.064], 0.047, over, [5.4, 18.3, 48.4]),
+             "custom_class:sched": _rows([0.0913, 0.305, 0.052], 0.030, over, [5.4, 18.4, 48.2])}
+    d = decide("p", "latency", cands, preds, {}, {}, {"custom_class:sched": 5}, Thresholds(), 16)
+    assert d.chosen.name == "custom_class:sched", d.sentence
+    assert "latency-bound below 6 concurrent requests" in d.sentence and "never below 0.99x off" in d.sentence
 
 
 def test_an_overload_neither_keeps_up_with_counts_no_gain_but_one_speculation_sustains_counts():
@@ -340,3 +381,28 @@ def test_the_review_compares_the_engines_speed_by_offs_decode_steps():
     assert set(moved) == {"slow", "fast"}
     assert "0.50x its planned time" in moved["slow"] and "1.30x its planned time" in moved["fast"]
     assert len(notes) == 1 and notes[0].startswith("pool unseen: no batch size")
+
+
+def test_the_no_draft_tax_compares_the_schedules_k_0_steps_with_offs_at_the_same_batch_size():
+    """Off ran 10 ms steps at 1 to 5 rows; the schedule (K = 2 to 2 rows) ran its drafting steps at 1-2,
+    1.5x its family's fit, and its K = 0 steps 11 and 12 ms at 3 and 4 rows (5 and 6: too few steps, or
+    none of off's): the tax is the median ratio, 1.15. The drafting steps do not enter it; they alone
+    set the schedule's scale against its family's fit."""
+    from specdec.plan.vllm.schedule import measured_scale, no_draft_tax
+
+    off = _cal(5, 1, 0, 0, per_batch={b: [(0.010, 1.0)] * 5 for b in (1, 2, 3, 4, 5)})
+    family = _cal(5, 2, 1.0, 2)
+    sched = Candidate("ngram:sched", "ngram", 2, schedule=((1, 2, 2), (3, 8, 0)))
+    drafting = {b: [(1.5 * step_seconds_of(family, b, 2), 2.0)] * 5 for b in (1, 2)}
+    plain = {3: [(0.011, 1.0)] * 5, 4: [(0.012, 1.0)] * 5, 5: [(0.013, 1.0)] * 2, 6: [(0.013, 1.0)] * 5}
+    measured = _cal(5, 2, 1.0, 2, per_batch={**drafting, **plain})
+    tax, sizes = no_draft_tax(off, measured, sched)
+    assert sizes == [3, 4] and tax == pytest.approx(1.15)  # 5 rows: too few steps; 6: off never ran it
+    assert measured_scale(family, measured, sched) == pytest.approx(1.5)  # only the drafting sizes
+    assert no_draft_tax(off, _cal(5, 2, 1.0, 2, per_batch=drafting), sched) is None
+
+
+def step_seconds_of(cal: Calibration, rows: int, k: int) -> float:
+    from specdec.plan.vllm.schedule import mean_context, step_seconds
+
+    return step_seconds(cal, rows, mean_context(cal), k=k)

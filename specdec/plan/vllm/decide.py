@@ -10,9 +10,11 @@ instrument, not a capacity one). Two kinds of load are read apart:
 * **overloaded**: neither the candidate nor off keeps up (``sustained`` false in both rows: a queue
   that grows with every request). Both scores then measure how long the simulated overload lasted,
   not the configuration, so a gain there is no reason to speculate (the remedy is capacity or
-  admission control: speculation is a latency instrument, not a capacity one). A loss beyond
-  ``max_loss`` there still counts: a drafter that serves the overload slower than off deepens it, at
-  a load the pool's own range says it sees. A load one of the two sustains counts both ways.
+  admission control: speculation is a latency instrument, not a capacity one). A drafter that serves
+  the overload slower than off deepens it, at a load the pool's own range says it sees, so there a
+  loss beyond ``max_loss`` in output tokens/s served counts (the rate the queue is worked off at,
+  not the score, whose ratio at an overload swings with the draw of arrivals). A load one of the two
+  sustains counts both ways.
 * **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
   the objective): a ratio of two near-zero scores there is noise.
 
@@ -58,8 +60,8 @@ class Assessment:
     """One candidate against off and the best, over the pool's load levels."""
 
     name: str
-    worst_vs_off: float
-    worst_vs_best: float
+    worst_vs_off: float  # the score's ratio where a load counts both ways, output tokens/s's at an overload
+    worst_vs_best: float  # the score's ratio to the best candidate's, over the loads counted both ways
     gain: float
     tpot_gain: float
     gain_rate: float
@@ -87,15 +89,15 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     """``rows``, ``off``: predicted rows (:func:`~.predict.predict`'s, ``sustained`` included) at the same
     rates; ``best``: the best score at each rate; ``objective``: the pool's, a key of :data:`~.pool_spec.OBJECTIVES`."""
     unit = OBJECTIVES[objective]
-    ratio_off = [r["score"] / o["score"] if o["score"] > 0 else (1.0 if r["score"] >= 0 else 0.0)
-                 for r, o in zip(rows, off)]
+    over = [i for i, (r, o) in enumerate(zip(rows, off)) if not (r["sustained"] or o["sustained"])]
+    key = ["throughput_tok_s" if i in over else "score" for i in range(len(rows))]  # what a loss is read from
+    ratio_off = [r[k] / o[k] if o[k] > 0 else (1.0 if r[k] >= 0 else 0.0) for r, o, k in zip(rows, off, key)]
     ratio_best = [r["score"] / b if b > 0 else 1.0 for r, b in zip(rows, best)]
     tpot = [1.0 - r["tpot_p50"] / o["tpot_p50"] if o["tpot_p50"] > 0 else 0.0 for r, o in zip(rows, off)]
     peak = max(o["score"] for o in off)
-    over = [i for i, (r, o) in enumerate(zip(rows, off)) if not (r["sustained"] or o["sustained"])]
     served = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak]
     live = [i for i in served if i not in over]  # counted both ways
-    deepened = [i for i in served if i in over and ratio_off[i] < 1.0 - t.max_loss]  # an overload it serves slower
+    deepened = [i for i in over if ratio_off[i] < 1.0 - t.max_loss]  # an overload it serves slower
     overloaded = tuple(rows[i]["rate"] for i in over)
     if not live and not deepened:  # nothing to compare: ratios of 0 so that any ranking of candidates puts it last
         return Assessment(name, 0.0, 0.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
@@ -109,9 +111,11 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     why = ""
     if not exact:
         why = "its greedy outputs differed from off's"
+    elif worst < 1.0 - t.max_loss and i_loss in deepened:
+        why = (f"it serves {1 - worst:.0%} fewer output tokens/s at {rows[i_loss]['rate']:.3g} req/s, where neither "
+               "it nor off keeps up: it deepens the overload")
     elif worst < 1.0 - t.max_loss:
-        where = ", where neither it nor off keeps up: it deepens the overload" if i_loss in deepened else ""
-        why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s{where}"
+        why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s"
     elif gain < t.min_gain and objective == "throughput":
         why = (f"it gains at most {gain:+.1%} {unit} (needs {t.min_gain:.0%}; a throughput pool is not bought "
                f"latency: median time per token {-tpot_gain:+.0%} at best)")
@@ -119,7 +123,7 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
         why = (f"it gains at most {gain:+.1%} {unit} and changes median time per token by {-tpot_gain:+.0%} at "
                f"best (needs {t.min_gain:.0%} more, or {t.min_tpot_gain:.0%} less)")
     gain_rate = rows[i_loss if i_gain is None else i_gain]["rate"]
-    return Assessment(name, worst, min(ratio_best[i] for i in live + deepened), gain, tpot_gain, gain_rate,
+    return Assessment(name, worst, min((ratio_best[i] for i in live), default=worst), gain, tpot_gain, gain_rate,
                       rows[i_loss]["rate"], not why, why, overloaded)
 
 

@@ -10,7 +10,7 @@ tokens/s (``throughput`` pools). The band spans ``replications`` seeds, each als
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -35,6 +35,16 @@ class Engine:
     def __post_init__(self):
         if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
             raise ValueError(f"max_num_seqs and max_batched_tokens must be >= 1, got {self}")
+
+
+class StepModels(NamedTuple):
+    """What a candidate is predicted with: ``cost`` (its steps), ``acceptance`` (None: off) and
+    ``no_draft``, the steps in which its schedule says K = 0 (None: ``cost``; see
+    :func:`~.schedule.no_draft_tax`)."""
+
+    cost: StepCostModel
+    acceptance: AcceptanceDist | None
+    no_draft: StepCostModel | None = None
 
 
 def policy_for(candidate: Candidate) -> Policy:
@@ -71,12 +81,12 @@ def rates_for(low: float, high: float, levels: int) -> list[float]:
 def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None,
             items: Sequence[WorkloadItem], kv_tokens: int, engine: Engine, rates: Sequence[float], slo: SLO,
             objective: str, *, n_requests: int = 200, replications: int = 3, seed: int = 0,
-            band: float | None = None) -> list[dict]:
+            band: float | None = None, no_draft: StepCostModel | None = None) -> list[dict]:
     """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), the mean
     ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch`` and
     :func:`backlog`, and ``sustained``: the mean backlog fits in one batch (``max_num_seqs``), so no
     queue outgrows the server. An unsustained load's score measures how long the simulated overload
-    lasted (``n_requests``), not the configuration."""
+    lasted (``n_requests``), not the configuration. ``no_draft``: :attr:`StepModels.no_draft`."""
     policy = policy_for(candidate)
     if candidate.method != "off" and acceptance is None:
         raise ValueError(f"{candidate.name}: a speculating candidate needs its measured acceptance")
@@ -95,7 +105,7 @@ def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDis
             reqs = make_requests(list(items), poisson_arrivals(rate, n_requests, rng), rng)
             server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
                                   seed=seed + 1000 * rep, scheduler="packed",
-                                  max_batched_tokens=engine.max_batched_tokens)
+                                  max_batched_tokens=engine.max_batched_tokens, cost_no_draft=no_draft)
             for s in scales:
                 res = simulate(reqs, policy, server if s == 1.0 else server.scaled(s))
                 row = score(res.records, slo, objective)
@@ -123,7 +133,7 @@ def score_run(run, slo: SLO, objective: str) -> dict:
 
 def predict_run(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None, run, kv_tokens: int,
                 engine: Engine, slo: SLO, objective: str, *, replications: int = 5, seed: int = 0,
-                band: float | None = None) -> dict:
+                band: float | None = None, no_draft: StepCostModel | None = None) -> dict:
     """The prediction for exactly the requests of a measured run: its arrival times, prompt and output
     lengths (so prediction and measurement differ only in the engine model); keys as :func:`predict`'s rows."""
     t0 = run.streams[0].sent
@@ -137,7 +147,8 @@ def predict_run(candidate: Candidate, cost: StepCostModel, acceptance: Acceptanc
     runs: dict[float, list[dict]] = {sc: [] for sc in scales}
     for rep in range(replications):
         server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
-                              seed=seed + 1000 * rep, scheduler="packed", max_batched_tokens=engine.max_batched_tokens)
+                              seed=seed + 1000 * rep, scheduler="packed", max_batched_tokens=engine.max_batched_tokens,
+                              cost_no_draft=no_draft)
         for sc in scales:
             res = simulate(reqs, policy, server if sc == 1.0 else server.scaled(sc))
             runs[sc].append(score(res.records, slo, objective))

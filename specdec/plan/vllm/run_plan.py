@@ -21,8 +21,6 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..goodput import SLO
-from ...estimate.acceptance import AcceptanceDist
-from ...estimate.step_cost import StepCostModel
 from .calibrate import DEFAULT_GAP, Calibration, calibrate
 from .candidates import SCHEDULABLE, Candidate
 from .decide import Decision, Thresholds, assess, decide
@@ -30,8 +28,8 @@ from .launcher import ServeCommand, Server, ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_pool
 from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
 from .pool_spec import VllmPool
-from .predict import Engine, predict, rates_for
-from .schedule import Gain, derive, family_basis, measured_scale, pays_up_to, schedule_candidate
+from .predict import Engine, StepModels, predict, rates_for
+from .schedule import Gain, derive, family_basis, measured_scale, no_draft_tax, pays_up_to, schedule_candidate
 
 
 @dataclasses.dataclass
@@ -110,7 +108,7 @@ class PoolOutcome:
     memory: dict[str, dict]
     decision: Decision
     skipped: dict[str, str]
-    models: dict[str, tuple[StepCostModel, AcceptanceDist | None]]  # what each prediction was made with
+    models: dict[str, StepModels]  # what each prediction was made with
 
 
 @dataclasses.dataclass
@@ -173,23 +171,27 @@ def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[st
 
 
 def model_of(name: str, cals: Mapping[str, Calibration],
-             schedule_basis: Mapping[str, tuple[Calibration, float]]) -> tuple[StepCostModel, AcceptanceDist | None]:
-    """The step costs and acceptance a candidate is predicted with: its own calibration, or for a schedule
-    its family's (:func:`~.schedule.family_basis`) scaled to the schedule's own measured steps."""
+             schedule_basis: Mapping[str, tuple[Calibration, float, float | None]]) -> StepModels:
+    """What a candidate is predicted with: its own calibration, or for a schedule ``(basis, scale,
+    tax)`` its family's (:func:`~.schedule.family_basis`) scaled to the schedule's own drafting steps,
+    and its steps without drafts at off's cost times the measured tax (:func:`~.schedule.no_draft_tax`;
+    None: the family's fit)."""
     if name in schedule_basis:
-        basis, scale = schedule_basis[name]
-        return basis.cost.scaled(scale), basis.acceptance
-    return cals[name].cost, cals[name].acceptance
+        basis, scale, tax = schedule_basis[name]
+        return StepModels(basis.cost.scaled(scale), basis.acceptance,
+                          None if tax is None else cals["off"].cost.scaled(tax))
+    return StepModels(cals[name].cost, cals[name].acceptance)
 
 
 def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
                  runs: Mapping[str, PoolRun], rates: list[float], settings: PlanSettings,
-                 models: Mapping[str, tuple[StepCostModel, AcceptanceDist | None]]) -> dict[str, list[dict]]:
+                 models: Mapping[str, StepModels]) -> dict[str, list[dict]]:
     """Every candidate on the pool's requests as off served them (one workload for all), at ``rates``."""
     slo = SLO(pool.ttft_s, pool.tpot_s)
     kw = dict(n_requests=settings.sim_requests, replications=settings.replications, seed=settings.seed)
-    return {name: predict(cand, *models[name], cals["off"].items, runs[name].cache.tokens, settings.engine, rates,
-                          slo, pool.objective, band=models[name][0].error_band(), **kw)
+    return {name: predict(cand, models[name].cost, models[name].acceptance, cals["off"].items,
+                          runs[name].cache.tokens, settings.engine, rates, slo, pool.objective,
+                          band=models[name].cost.error_band(), no_draft=models[name].no_draft, **kw)
             for name, cand in cands.items()}
 
 
@@ -247,7 +249,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
             _, table = derive(cals["off"], {c.k: c}, {c.k: cals[name]}, settings.engine.max_num_seqs,
                               margin=t.margin)
             bound[name] = pays_up_to(table, c.k, t.margin)
-    schedule_basis: dict[str, tuple[Calibration, float]] = {}
+    schedule_basis: dict[str, tuple[Calibration, float, float | None]] = {}
     # The best family's schedule first; when vLLM refuses it or dies serving it (0.32's suffix drafter
     # asserts a fixed K), the next family's, so a pool keeps a measured schedule wherever one runs.
     # The cost gate's table is measured beside it: specdec's drafter applies it on any vLLM build.
@@ -272,7 +274,8 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
         cal = calibrate(run, gap=settings.gap)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
-        schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand))
+        tax = no_draft_tax(cals["off"], cal, cand)
+        schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand), None if tax is None else tax[0])
         models[cand.name] = model_of(cand.name, cals, schedule_basis)
         bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
         predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))

@@ -6,7 +6,10 @@ output tokens per second over off's: the measured one (steps of exactly ``B`` ro
 blended with the fitted model's by weight ``n / (n + prior)``. The table takes at each ``B`` the
 best K if its gain is at least ``1 + margin``, else 0, made non-increasing in ``B`` (extra rows
 only take spare compute away) and merged into ranges; a table with one K throughout, or 0
-throughout, is not proposed. docs/deploying.md ("Schedules") explains it for users.
+throughout, is not proposed. A K drafts only up to the largest batch size its gain was measured
+at: past it the fit alone extrapolates, and a table cut there lost to off at the interactive knee
+where the table cut at the measured size held it (docs/deploying.md, "The cost gate under a
+table"). docs/deploying.md ("Schedules") explains it for users.
 """
 
 from __future__ import annotations
@@ -80,15 +83,33 @@ def family_basis(members: Mapping[int, Calibration]) -> Calibration:
 
 def measured_scale(static: Calibration, measured: Calibration, candidate: Candidate, *, min_steps: int = 3) -> float:
     """How much slower (> 1) or faster a schedule's server ran than its family's model, at the batch
-    sizes seen ``min_steps`` times (median ratio in [0.5, 2]; 1 when none): K = 0 steps still pay the
-    speculative path."""
+    sizes where it drafts seen ``min_steps`` times (median ratio in [0.5, 2]; 1 when none)."""
     ctx = mean_context(static)
     ratios = []
     for rows, steps in measured.per_batch.items():
-        if len(steps) >= min_steps:
+        if len(steps) >= min_steps and candidate.k_at(rows) > 0:
             predicted = step_seconds(static, rows, ctx, k=candidate.k_at(rows))
             ratios.append(float(np.median([s for s, _ in steps])) / predicted)
     return float(np.clip(np.median(ratios), 0.5, 2.0)) if ratios else 1.0
+
+
+def no_draft_tax(off: Calibration, measured: Calibration, candidate: Candidate, *,
+                 min_steps: int = 3) -> tuple[float, list[int]] | None:
+    """How much longer a schedule's server ran a step without drafts than off's server ran a step of
+    as many rows: the median over the batch sizes where the schedule says K = 0 and both servers ran
+    ``min_steps`` decode steps of the ratio of their median step times (clipped to [0.5, 2]), and those
+    sizes; None when no such size was measured. The K = 0 path is not free (vLLM still runs the
+    speculative bookkeeping; specdec's drafter turns async scheduling off), and the drafting steps'
+    fit, extrapolated to sizes where nothing drafts, is no measure of it."""
+    ratios, sizes = [], []
+    for rows in sorted(measured.per_batch):
+        if candidate.k_at(rows) > 0:
+            continue
+        here, there = measured.step_at(rows, min_steps), off.step_at(rows, min_steps)
+        if here is not None and there is not None:
+            ratios.append(here[0] / there[0])
+            sizes.append(rows)
+    return (float(np.clip(np.median(ratios), 0.5, 2.0)), sizes) if ratios else None
 
 
 def gains(off: Calibration, by_k: Mapping[int, Calibration], max_rows: int, *, min_steps: int = 3) -> list[Gain]:
@@ -109,6 +130,14 @@ def gains(off: Calibration, by_k: Mapping[int, Calibration], max_rows: int, *, m
     return out
 
 
+def measured_reach(table: list[Gain]) -> dict[int, int]:
+    """``{K: the largest batch size whose gain at K was measured}`` (0 when never)."""
+    reach: dict[int, int] = {}
+    for g in table:
+        reach[g.k] = max(reach.get(g.k, 0), g.rows if g.measured is not None and g.steps > 0 else 0)
+    return reach
+
+
 def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int, Calibration], max_rows: int, *,
            margin: float = 0.02, min_steps: int = 3) -> tuple[Schedule | None, list[Gain]]:
     """The schedule for one method family (``family[K]`` measured as ``cals[K]``) and the gains it was
@@ -116,11 +145,12 @@ def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int,
     if not family or set(family) != set(cals):
         raise ValueError("derive needs one calibration per candidate of the family")
     table = gains(off, cals, max_rows, min_steps=min_steps)
+    reach = measured_reach(table)
     best = []
     for rows in range(1, max_rows + 1):
-        here = [g for g in table if g.rows == rows]
-        top = max(here, key=lambda g: (g.blended, -g.k))
-        best.append(top.k if top.blended >= 1.0 + margin else 0)
+        here = [g for g in table if g.rows == rows and rows <= reach.get(g.k, 0)]
+        top = max(here, key=lambda g: (g.blended, -g.k), default=None)
+        best.append(top.k if top is not None and top.blended >= 1.0 + margin else 0)
     for i in range(1, len(best)):  # non-increasing in the batch size
         best[i] = min(best[i], best[i - 1])
     if len(set(best)) == 1:
@@ -143,10 +173,11 @@ def schedule_candidate(family: Mapping[int, Candidate], schedule: Schedule) -> C
 
 
 def pays_up_to(table: list[Gain], k: int, margin: float = 0.0) -> int:
-    """The largest batch size up to which K-token drafts gain more than ``margin`` at every size (0: none)."""
-    last = 0
+    """The largest batch size up to which K-token drafts gain more than ``margin`` at every size, within
+    the sizes measured (:func:`measured_reach`; 0: none)."""
+    last, reach = 0, measured_reach(table).get(k, 0)
     for g in sorted((g for g in table if g.k == k), key=lambda g: g.rows):
-        if g.blended < 1.0 + margin:
+        if g.blended < 1.0 + margin or g.rows > reach:
             break
         last = g.rows
     return last

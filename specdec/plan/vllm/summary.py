@@ -85,11 +85,15 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
                      f"{m['effective_given_up']} |")
     for family, table in o.gains.items():
         lines += ["", f"Gain of `{family}` over off per batch size (output tokens/s ratio, blended (measured / "
-                  f"model, steps measured)); the schedule keeps K > 0 where the best is at least {1 + margin:.2f}:",
+                  f"model, steps measured)); the schedule keeps K > 0 where the best is at least {1 + margin:.2f} "
+                  "and was measured:",
                   ""] + gain_table_markdown(table)
     sched = [c for c in o.candidates.values() if c.schedule is not None]
     for c in sched:
-        lines += ["", f"Schedule measured: {describe(c)}."]
+        no_draft = o.models[c.name].no_draft
+        priced = ("its family's fit (no step without drafts was measured)" if no_draft is None else
+                  f"off's times {no_draft.meta['scaled']:.2f}, as measured")
+        lines += ["", f"Schedule measured: {describe(c)}; its steps without drafts priced at {priced}."]
     if o.skipped:
         lines += ["", "Not used on this pool:", ""] + [f"- `{n}`: {why}" for n, why in o.skipped.items()]
     return lines + [""]
