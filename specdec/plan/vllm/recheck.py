@@ -29,7 +29,7 @@ from ...control.batch_schedule import validate_schedule
 from .candidates import Candidate
 from .decide import Thresholds, assess
 from .launcher import ServerDied, ServerRefused
-from .measure import MeasurementError, PoolRun, measure_pool
+from .measure import MeasurementError, PoolRun, measure_burst, measure_pool
 from .run_plan import ServerSource
 from .pool_spec import VllmPool
 from .predict import Engine, predict_calibrated, rates_for
@@ -131,12 +131,16 @@ def preflight(record: dict, target: str | None) -> tuple[list[str], dict[str, st
 
 
 def _measure(source: ServerSource, cand: Candidate, pools: list[VllmPool], requests: int, seed: int,
-             timeout: float) -> dict[str, PoolRun]:
+             timeout: float, burst: int = 0) -> dict[str, PoolRun]:
+    """Each pool's sample; ``burst`` > 0: then that many requests at once, which the server must
+    survive (a schedule's every range, as the plan checked it: :func:`~.measure.measure_burst`)."""
     runs = {}
     with source.server(cand, "review") as server:
         for pool in pools:
             runs[pool.name] = measure_pool(server, cand.name, pool, seed=seed, timeout=timeout,
                                            records=pool.prompts[:requests], expect_k=cand.k)
+            if burst:
+                measure_burst(server, cand.name, pool, burst, timeout=timeout)
     return runs
 
 
@@ -187,7 +191,8 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
         cand = candidate_of(p["config"], p["candidate"])
         log(f"measuring {cand.name} on {name}")
         try:
-            run = _measure(source, cand, [pool], requests, seed, timeout)[name]
+            run = _measure(source, cand, [pool], requests, seed, timeout,
+                           burst=engine.max_num_seqs if cand.schedule is not None else 0)[name]
         except ServerRefused as exc:
             verdicts[name] = PoolVerdict(name, "turn off", None, [f"vLLM refuses the configuration now: {exc.reason}"])
             continue

@@ -6,7 +6,9 @@ Steps: one server per static candidate, each pool measured (:mod:`.measure`) and
 (:mod:`.calibrate`), a refused or dead server recorded with its reason and left out (off must
 measure); on greedy pools outputs compared with off's; per pool the schedule of its best static
 family that vLLM serves, and the cost-gated drafter's table, derived (:mod:`.schedule`) and
-measured each on its own server; then prediction
+measured each on its own server, then sent a full batch at once (off's server too), whose drain
+runs every range of the table: a server that dies there is left out like one that dies measuring,
+and the K = 0 tax is read from the two bursts' steps; then prediction
 (:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`).
 """
 
@@ -21,11 +23,11 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..goodput import SLO
-from .calibrate import DEFAULT_GAP, Calibration, calibrate
+from .calibrate import DEFAULT_GAP, Calibration, calibrate, decode_steps
 from .candidates import SCHEDULABLE, Candidate
 from .decide import Decision, Thresholds, assess, decide
 from .launcher import ServeCommand, Server, ServerDied, ServerRefused
-from .measure import MeasurementError, PoolRun, measure_pool
+from .measure import MeasurementError, PoolRun, measure_burst, measure_pool
 from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
 from .pool_spec import VllmPool
 from .predict import Engine, StepModels, predict, rates_for
@@ -128,19 +130,26 @@ def _exact(run: PoolRun, off: PoolRun, pool: VllmPool) -> bool | None:
 
 
 def _measure_candidate(source: ServerSource, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings,
-                       out: Path, log: Callable[[str], None], tag: str = "") -> dict[str, PoolRun]:
+                       out: Path, log: Callable[[str], None], tag: str = "", burst: int = 0
+                       ) -> tuple[dict[str, PoolRun], dict[str, PoolRun]]:
+    """Each pool's run, and with ``burst`` > 0 each pool's burst of that many requests after it."""
     runs: dict[str, PoolRun] = {}
+    bursts: dict[str, PoolRun] = {}
+    safe = cand.name.replace(":", "-")
+    (out / "runs").mkdir(parents=True, exist_ok=True)
     with source.server(cand, tag) as server:
         for pool in pools:
             log(f"  {cand.name}: pool {pool.name} ({len(pool.prompts)} requests, {pool.rates[0]:g} to "
                 f"{pool.rates[1]:g} req/s)")
             run = measure_pool(server, cand.name, pool, seed=settings.seed, timeout=settings.request_timeout,
                                expect_k=cand.k)
-            safe = cand.name.replace(":", "-")
-            (out / "runs").mkdir(parents=True, exist_ok=True)
             (out / "runs" / f"{safe}__{pool.name}.json").write_text(json.dumps(run.to_dict()))
             runs[pool.name] = run
-    return runs
+            if burst:
+                log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
+                bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
+                (out / "runs" / f"{safe}__{pool.name}__burst.json").write_text(json.dumps(bursts[pool.name].to_dict()))
+    return runs, bursts
 
 
 def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[str, Candidate],
@@ -171,15 +180,18 @@ def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[st
 
 
 def model_of(name: str, cals: Mapping[str, Calibration],
-             schedule_basis: Mapping[str, tuple[Calibration, float, float | None]]) -> StepModels:
+             schedule_basis: Mapping[str, tuple[Calibration, float, tuple[float, list[int]] | None]]) -> StepModels:
     """What a candidate is predicted with: its own calibration, or for a schedule ``(basis, scale,
     tax)`` its family's (:func:`~.schedule.family_basis`) scaled to the schedule's own drafting steps,
-    and its steps without drafts at off's cost times the measured tax (:func:`~.schedule.no_draft_tax`;
-    None: the family's fit)."""
+    and its steps without drafts at off's cost times the measured tax (:func:`~.schedule.no_draft_tax`,
+    recorded in the model's ``meta``; None: the family's fit)."""
     if name in schedule_basis:
         basis, scale, tax = schedule_basis[name]
-        return StepModels(basis.cost.scaled(scale), basis.acceptance,
-                          None if tax is None else cals["off"].cost.scaled(tax))
+        no_draft = None
+        if tax is not None:
+            off = cals["off"].cost.scaled(tax[0])
+            no_draft = dataclasses.replace(off, meta={**off.meta, "no_draft_tax_at": tax[1]})
+        return StepModels(basis.cost.scaled(scale), basis.acceptance, no_draft)
     return StepModels(cals[name].cost, cals[name].acceptance)
 
 
@@ -202,11 +214,15 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, PoolRun]] = {}
+    off_bursts: dict[str, PoolRun] = {}
     refused, failed = {}, {}
     for cand in settings.candidates:
         log(f"candidate {cand.name}: {json.dumps(cand.config)}")
+        burst = settings.engine.max_num_seqs if cand.method == "off" and settings.schedules else 0
         try:
-            runs[cand.name] = _measure_candidate(source, cand, list(pools.values()), settings, out, log)
+            runs[cand.name], bursts = _measure_candidate(source, cand, list(pools.values()), settings, out, log,
+                                                         burst=burst)
+            off_bursts.update(bursts if cand.method == "off" else {})
         except ServerRefused as exc:
             refused[cand.name] = exc.reason
             log(f"  {cand.name} refused: {exc.reason}")
@@ -219,12 +235,13 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
     version = next((r.vllm_version for by_pool in runs.values() for r in by_pool.values() if r.vllm_version), "")
     outcomes = {}
     for pool in pools.values():
-        outcomes[pool.name] = _plan_pool(pool, runs, settings, source, out, log, failed)
+        outcomes[pool.name] = _plan_pool(pool, runs, off_bursts.get(pool.name), settings, source, out, log, failed)
     return PlanResult(outcomes, refused, failed, version, settings)
 
 
-def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], settings: PlanSettings,
-               source: ServerSource, out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
+def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], off_burst: PoolRun | None,
+               settings: PlanSettings, source: ServerSource, out: Path, log: Callable[[str], None],
+               failed: dict[str, str]) -> PoolOutcome:
     t = settings.thresholds
     cands = {c.name: c for c in settings.candidates if c.name in all_runs}
     runs = {name: all_runs[name][pool.name] for name in cands}
@@ -249,7 +266,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
             _, table = derive(cals["off"], {c.k: c}, {c.k: cals[name]}, settings.engine.max_num_seqs,
                               margin=t.margin)
             bound[name] = pays_up_to(table, c.k, t.margin)
-    schedule_basis: dict[str, tuple[Calibration, float, float | None]] = {}
+    schedule_basis: dict[str, tuple[Calibration, float, tuple[float, list[int]] | None]] = {}
     # The best family's schedule first; when vLLM refuses it or dies serving it (0.32's suffix drafter
     # asserts a fixed K), the next family's, so a pool keeps a measured schedule wherever one runs.
     # The cost gate's table is measured beside it: specdec's drafter applies it on any vLLM build.
@@ -263,7 +280,9 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
             break
         log(f"candidate {cand.name} for pool {pool.name}: {json.dumps(cand.config)}")
         try:
-            run = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name)[pool.name]
+            by_pool, bursts = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name,
+                                                 burst=settings.engine.max_num_seqs)
+            run = by_pool[pool.name]
         except ServerRefused as exc:
             skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
             continue
@@ -274,8 +293,9 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
         cal = calibrate(run, gap=settings.gap)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
-        tax = no_draft_tax(cals["off"], cal, cand)
-        schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand), None if tax is None else tax[0])
+        tax = no_draft_tax(_steps(cals["off"], off_burst, settings.gap), _steps(cal, bursts[pool.name], settings.gap),
+                           cand)
+        schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand), tax)
         models[cand.name] = model_of(cand.name, cals, schedule_basis)
         bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
         predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
@@ -287,6 +307,14 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], se
     log(f"pool {pool.name}: {decision.sentence}")
     return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
                        _memory(cals["off"], runs, cands, settings), decision, skipped, models)
+
+
+def _steps(cal: Calibration, burst: PoolRun | None, gap: float) -> dict[int, list[tuple[float, float]]]:
+    """The decode steps per batch size of a measurement and of its burst (none without one)."""
+    out = {rows: list(steps) for rows, steps in cal.per_batch.items()}
+    for rows, steps in (decode_steps(burst, gap) if burst is not None else {}).items():
+        out.setdefault(rows, []).extend(steps)
+    return out
 
 
 def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],

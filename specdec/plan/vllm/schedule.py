@@ -93,21 +93,20 @@ def measured_scale(static: Calibration, measured: Calibration, candidate: Candid
     return float(np.clip(np.median(ratios), 0.5, 2.0)) if ratios else 1.0
 
 
-def no_draft_tax(off: Calibration, measured: Calibration, candidate: Candidate, *,
-                 min_steps: int = 3) -> tuple[float, list[int]] | None:
+def no_draft_tax(off_steps: Mapping[int, list[tuple[float, float]]], steps: Mapping[int, list[tuple[float, float]]],
+                 candidate: Candidate, *, min_steps: int = 3) -> tuple[float, list[int]] | None:
     """How much longer a schedule's server ran a step without drafts than off's server ran a step of
-    as many rows: the median over the batch sizes where the schedule says K = 0 and both servers ran
-    ``min_steps`` decode steps of the ratio of their median step times (clipped to [0.5, 2]), and those
+    as many rows, from each server's decode steps per batch size (:attr:`Calibration.per_batch`'s
+    form): the median over the batch sizes where the schedule says K = 0 and both servers ran
+    ``min_steps`` steps of the ratio of their median step times (clipped to [0.5, 2]), and those
     sizes; None when no such size was measured. The K = 0 path is not free (vLLM still runs the
     speculative bookkeeping; specdec's drafter turns async scheduling off), and the drafting steps'
     fit, extrapolated to sizes where nothing drafts, is no measure of it."""
     ratios, sizes = [], []
-    for rows in sorted(measured.per_batch):
-        if candidate.k_at(rows) > 0:
-            continue
-        here, there = measured.step_at(rows, min_steps), off.step_at(rows, min_steps)
-        if here is not None and there is not None:
-            ratios.append(here[0] / there[0])
+    for rows in sorted(steps):
+        here, there = steps[rows], off_steps.get(rows, [])
+        if candidate.k_at(rows) == 0 and len(here) >= min_steps and len(there) >= min_steps:
+            ratios.append(float(np.median([s for s, _ in here])) / float(np.median([s for s, _ in there])))
             sizes.append(rows)
     return (float(np.clip(np.median(ratios), 0.5, 2.0)), sizes) if ratios else None
 

@@ -92,7 +92,8 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
     for c in sched:
         no_draft = o.models[c.name].no_draft
         priced = ("its family's fit (no step without drafts was measured)" if no_draft is None else
-                  f"off's times {no_draft.meta['scaled']:.2f}, as measured")
+                  f"off's times {no_draft.meta['scaled']:.2f}, the K = 0 tax measured at "
+                  f"{', '.join(map(str, no_draft.meta['no_draft_tax_at']))} running requests")
         lines += ["", f"Schedule measured: {describe(c)}; its steps without drafts priced at {priced}."]
     if o.skipped:
         lines += ["", "Not used on this pool:", ""] + [f"- `{n}`: {why}" for n, why in o.skipped.items()]
