@@ -300,19 +300,19 @@ def test_novel_prompts_refuses_bad_input_before_reading_sharegpt(tmp_path, capsy
 
 def test_a_recorded_plan_is_decided_again_by_the_current_rule(tmp_path, capsys):
     """The faster VM's interactive plan: recorded `suffix:2`, refused now for deepening the overload."""
-    def rows(scores, tpot):
-        return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s, "sustained": k}
-                for r, s, k in zip((0.1, 0.316, 1.0), scores, (True, True, False))]
+    def rows(scores, tpot, served):
+        return [{"rate": r, "score": s, "tpot_p50": tpot, "lo": s, "hi": s, "sustained": k, "throughput_tok_s": v}
+                for r, s, k, v in zip((0.1, 0.316, 1.0), scores, (True, True, False), served)]
 
     plan = {"thresholds": {"min_gain": 0.03, "max_loss": 0.02}, "engine": {"max_num_seqs": 16}, "pools": {
         "interactive": {"decision": "speculate with suffix (K = 2)", "pool": {"objective": "latency"},
                         "candidates": {"off": None, "suffix:2": {"method": "suffix", "num_speculative_tokens": 2}},
                         "exact": {"suffix:2": True},
-                        "predictions": {"off": rows([0.0913, 0.307, 0.0476], 0.05),
-                                        "suffix:2": rows([0.0913, 0.305, 0.0224], 0.035)}}}}
+                        "predictions": {"off": rows([0.0913, 0.307, 0.0476], 0.05, [5.4, 18.3, 48.4]),
+                                        "suffix:2": rows([0.0913, 0.305, 0.0224], 0.035, [5.4, 18.4, 41.6])}}}}
     recorded, d = redecide.redecide(plan)["interactive"]
     assert recorded == "speculate with suffix (K = 2)" and d.config is None
-    assert "it loses 53% goodput at 1 req/s, where neither it nor off keeps up" in d.sentence
+    assert "it serves 14% fewer output tokens/s at 1 req/s, where neither it nor off keeps up" in d.sentence
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({k: v for k, v in plan.items() if k != "engine"}))
     with pytest.raises(SystemExit):
