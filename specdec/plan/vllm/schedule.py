@@ -7,9 +7,8 @@ blended with the fitted model's by weight ``n / (n + prior)``. The table takes a
 best K if its gain is at least ``1 + margin``, else 0, made non-increasing in ``B`` (extra rows
 only take spare compute away) and merged into ranges; a table with one K throughout, or 0
 throughout, is not proposed. A K drafts only up to the largest batch size its gain was measured
-at: past it the fit alone extrapolates, and a table cut there lost to off at the interactive knee
-where the table cut at the measured size held it (docs/deploying.md, "The cost gate under a
-table"). docs/deploying.md ("Schedules") explains it for users.
+at: past it the fit alone extrapolates, and a table is not written on an extrapolation.
+docs/deploying.md ("Schedules") explains it for users, with the measurements behind the rule.
 """
 
 from __future__ import annotations
