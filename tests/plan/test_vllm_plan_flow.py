@@ -135,6 +135,8 @@ def test_a_burst_runs_every_batch_size_and_names_itself_when_the_server_dies_in_
         assert burst.counters.drafts == 0  # the fake's requests end together: every step at 8 rows, K = 0
         with pytest.raises(ServerDied, match="in a burst of 8 requests at once"):
             measure_burst(Server("s", dies.url), "ngram:sched", pool, 8, timeout=30)
+        with pytest.raises(ValueError, match="a burst needs n >= 1"):
+            measure_burst(Server("s", fine.url), "ngram:sched", pool, 0, timeout=30)
     finally:
         fine.stop()
         dies.stop()

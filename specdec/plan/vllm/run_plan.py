@@ -222,7 +222,7 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
         try:
             runs[cand.name], bursts = _measure_candidate(source, cand, list(pools.values()), settings, out, log,
                                                          burst=burst)
-            off_bursts.update(bursts if cand.method == "off" else {})
+            off_bursts.update(bursts)  # only off's server is burst here
         except ServerRefused as exc:
             refused[cand.name] = exc.reason
             log(f"  {cand.name} refused: {exc.reason}")
