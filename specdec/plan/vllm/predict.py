@@ -78,15 +78,11 @@ def rates_for(low: float, high: float, levels: int) -> list[float]:
     return [float(x) for x in np.geomspace(low, high, levels)]
 
 
-def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None,
-            items: Sequence[WorkloadItem], kv_tokens: int, engine: Engine, rates: Sequence[float], slo: SLO,
-            objective: str, *, n_requests: int = 200, replications: int = 3, seed: int = 0,
-            band: float | None = None, no_draft: StepCostModel | None = None) -> list[dict]:
-    """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), the mean
-    ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch`` and
-    :func:`backlog`, and ``sustained``: the mean backlog fits in one batch (``max_num_seqs``), so no
-    queue outgrows the server. An unsustained load's score measures how long the simulated overload
-    lasted (``n_requests``), not the configuration. ``no_draft``: :attr:`StepModels.no_draft`."""
+def _setup(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None,
+           band: float | None) -> tuple[Policy, AcceptanceDist, float, tuple[float, ...]]:
+    """``(policy, the acceptance it draws from, band, step-time scales)`` for one candidate's
+    prediction; ValueError for a speculating candidate without acceptance, or one that drafts past
+    what was measured."""
     policy = policy_for(candidate)
     if candidate.method != "off" and acceptance is None:
         raise ValueError(f"{candidate.name}: a speculating candidate needs its measured acceptance")
@@ -96,16 +92,33 @@ def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDis
         raise ValueError(f"{candidate.name}: acceptance measured up to {dist.max_budget} tokens, the policy drafts "
                          f"up to {policy.max_budget}")
     band = cost.error_band() if band is None else band
-    scales = (1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,)
+    return policy, dist, band, ((1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,))
+
+
+def _server(cost: StepCostModel, dist: AcceptanceDist, kv_tokens: int, engine: Engine, seed: int,
+            no_draft: StepCostModel | None) -> ServerConfig:
+    """vLLM V1's packed scheduler with ``engine``'s limits and ``kv_tokens`` of KV."""
+    return ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs, seed=seed,
+                        scheduler="packed", max_batched_tokens=engine.max_batched_tokens, cost_no_draft=no_draft)
+
+
+def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None,
+            items: Sequence[WorkloadItem], kv_tokens: int, engine: Engine, rates: Sequence[float], slo: SLO,
+            objective: str, *, n_requests: int = 200, replications: int = 3, seed: int = 0,
+            band: float | None = None, no_draft: StepCostModel | None = None) -> list[dict]:
+    """One row per rate: ``rate``, ``score`` (mean over seeds), ``lo`` / ``hi`` (the band), the mean
+    ``goodput_rps``, ``good_tok_s``, ``throughput_tok_s``, ``ttft_p50``, ``tpot_p50``, ``mean_batch`` and
+    :func:`backlog`, and ``sustained``: the mean backlog fits in one batch (``max_num_seqs``), so no
+    queue outgrows the server. An unsustained load's score measures how long the simulated overload
+    lasted (``n_requests``), not the configuration. ``no_draft``: :attr:`StepModels.no_draft`."""
+    policy, dist, band, scales = _setup(candidate, cost, acceptance, band)
     rows = []
     for i, rate in enumerate(rates):
         runs: dict[float, list[dict]] = {s: [] for s in scales}
         for rep in range(replications):
             rng = np.random.default_rng([seed, i, rep])
             reqs = make_requests(list(items), poisson_arrivals(rate, n_requests, rng), rng)
-            server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
-                                  seed=seed + 1000 * rep, scheduler="packed",
-                                  max_batched_tokens=engine.max_batched_tokens, cost_no_draft=no_draft)
+            server = _server(cost, dist, kv_tokens, engine, seed + 1000 * rep, no_draft)
             for s in scales:
                 res = simulate(reqs, policy, server if s == 1.0 else server.scaled(s))
                 row = score(res.records, slo, objective)
@@ -139,16 +152,10 @@ def predict_run(candidate: Candidate, cost: StepCostModel, acceptance: Acceptanc
     t0 = run.streams[0].sent
     reqs = [SimRequest(i, s.sent - t0, WorkloadItem(int(s.prompt_tokens), max(1, s.tokens), cat))
             for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
-    policy = policy_for(candidate)
-    k = max(1, candidate.k)
-    dist = acceptance if acceptance is not None else AcceptanceDist(np.eye(k + 1)[0], name="never drafts")
-    band = cost.error_band() if band is None else band
-    scales = (1.0, 1.0 + band, 1.0 - band) if band > 0 else (1.0,)
+    policy, dist, band, scales = _setup(candidate, cost, acceptance, band)
     runs: dict[float, list[dict]] = {sc: [] for sc in scales}
     for rep in range(replications):
-        server = ServerConfig(cost, dist, kv_capacity_tokens=kv_tokens, max_batch=engine.max_num_seqs,
-                              seed=seed + 1000 * rep, scheduler="packed", max_batched_tokens=engine.max_batched_tokens,
-                              cost_no_draft=no_draft)
+        server = _server(cost, dist, kv_tokens, engine, seed + 1000 * rep, no_draft)
         for sc in scales:
             res = simulate(reqs, policy, server if sc == 1.0 else server.scaled(sc))
             runs[sc].append(score(res.records, slo, objective))
