@@ -36,7 +36,8 @@ two runs at the knee keep the whole benchmark near 90 minutes.
 writes ShareGPT's novel first turns): the dev set's 24 bulk prompts cap a run at a dozen, a burst
 whose drain a throughput score rewards (``burst_drain.py``), and a few dozen reach a steady state.
 
-Output in ``--out``: plan_goodput.md / .json, one PNG per pool, and the plan's own report in ``plan/``.
+Output in ``--out``: plan_goodput.md / .json, one PNG per pool, the plan's own report in ``plan/``,
+and every measured run in ``measured/`` (``PoolRun`` JSON: a changed model can re-predict them).
 
 Run in .venv-vllm:
     .venv-vllm/bin/python -m benchmarks.vllm.plan_goodput --out benchmarks/results/vllm-plan-goodput
@@ -312,6 +313,11 @@ def measure_levels(args, plan_result, heldout: dict, source, log) -> list[dict]:
                     log(f"{pname} {rate:.3g} req/s {label}: {errors[0]}")
                     continue
                 scores = [score_run(r, slo, pool.objective) for r in runs]
+                saved = args.out / "measured"
+                saved.mkdir(parents=True, exist_ok=True)
+                for rep, r in enumerate(runs):  # every measured run, to re-predict it after a model change
+                    (saved / f"{pname}__{label.replace(':', '-').replace('=', '-')}__{rate:.3g}__{rep}.json"
+                     ).write_text(json.dumps(r.to_dict()))
                 ids = [[s.token_ids for s in r.streams] for r in runs]  # run by run: the same prompts each run
                 if cand.method == "off":
                     off_ids = ids[0]

@@ -143,11 +143,13 @@ def test_a_size_no_run_measured_takes_the_k_of_the_next_larger_measured_size():
     assert schedule == ((1, 5, 4), (6, 16, 0)) and pays_up_to(table, 4, 0.02) == 5
 
 
-def test_a_burst_adds_step_times_at_the_ramps_tokens_per_row():
+def test_a_burst_adds_step_times_at_the_ramps_tokens_per_row_and_its_decode_steps_to_the_fit():
     """A burst repeats the ramp's prompts, so a drafter that caches earlier responses accepts more there:
-    its steps join ``per_batch`` with their times and the ramp's mean tokens per row-step, and the
-    step-cost fit and the acceptance stay the ramp's."""
+    its steps join ``per_batch`` with their times and the ramp's mean tokens per row-step, its decode
+    steps (none with a prefill) join the step-cost fit, and the acceptance stays the ramp's; a table
+    (``fit=False``) keeps its ramp's fit."""
     from specdec.plan.vllm.calibrate import decode_steps, with_burst
+    from specdec.plan.vllm.engine_trace import Stream, trace_samples
 
     ngram = _run("run_ngram3.json")
     cal = calibrate(ngram)
@@ -158,7 +160,13 @@ def test_a_burst_adds_step_times_at_the_ramps_tokens_per_row():
     for rows, measured in steps.items():
         assert got.per_batch[rows][:len(cal.per_batch[rows])] == cal.per_batch[rows]
         assert got.per_batch[rows][len(cal.per_batch[rows]):] == [(s, tokens) for s, _ in measured]
-    assert got.cost is cal.cost and got.acceptance is cal.acceptance and cal.per_batch == steps
+    assert got.acceptance is cal.acceptance and cal.per_batch == steps
+    streams = [Stream(s.sent, s.prompt_tokens, s.chunk_times) for s in ngram.streams]
+    every, decode = (len(trace_samples(streams, decode_only=d)) for d in (False, True))
+    assert 0 < got.cost.meta["burst_steps"] == decode < every  # the steps with a prefill are left out
+    assert len(got.cost.samples) == len(cal.cost.samples) + decode and got.cost.meta["candidate"] == "ngram:3"
+    table = with_burst(cal, ngram, fit=False)
+    assert table.cost is cal.cost and table.per_batch == got.per_batch
 
 
 def test_measured_steps_outweigh_the_model_where_many_were_seen():

