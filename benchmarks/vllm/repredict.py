@@ -6,8 +6,12 @@ configuration was) and predicts every measured run twice from the same recorded 
 ramp's fit alone, and with each burst's decode steps in the fit (:func:`~specdec.plan.vllm.
 calibrate.with_burst`), a table in both from its family's fit as the plan predicts it
 (:func:`~specdec.plan.vllm.run_plan.model_of`). Nothing is measured; each row is one measured run.
+``--steps`` prints instead, for every recorded burst of an off or static candidate, its median
+decode step at each batch size it ran (at least 3 steps) beside both fits' step at that size
+(needs only ``plan/runs``, so it reads plans recorded before ``measured/`` was kept).
 
     python -m benchmarks.vllm.repredict benchmarks/results/vllm-plan-goodput-r9i
+    python -m benchmarks.vllm.repredict --steps benchmarks/results/vllm-plan-goodput-r8b
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ def _load(path: Path):
 def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
     """``{candidate: StepModels}`` for every candidate the plan measured on ``pool``."""
     from specdec.plan.vllm.calibrate import calibrate, with_burst
-    from specdec.plan.vllm.run_plan import model_of
-    from specdec.plan.vllm.schedule import family_basis, measured_scale, no_draft_tax
+    from specdec.plan.vllm.run_plan import model_of, table_basis
+    from specdec.plan.vllm.schedule import family_basis
 
     cals = {}
     for name, cand in cands.items():
@@ -45,10 +49,32 @@ def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
             continue
         family = {c.k: cals[n] for n, c in cands.items()
                   if c.family == cand.family and c.schedule is None and n in cals}
-        b = family_basis(family)
-        tax = no_draft_tax(cals["off"].per_batch, cals[name].per_batch, cand)
-        basis[name] = (b, measured_scale(b, cals[name], cand), tax)
+        basis[name] = table_basis(cand, family_basis(family), cals[name], cals["off"])
     return {name: model_of(name, cals, basis) for name in cals}
+
+
+def burst_steps(plan_dir: Path) -> list[dict]:
+    """One row per recorded burst of an off or static candidate and batch size it ran at least 3
+    times: the measured median decode step and the ramp's and the ramp-plus-burst fit's (seconds)."""
+    from specdec.plan.vllm.calibrate import calibrate, decode_steps, with_burst
+    from specdec.plan.vllm.schedule import mean_context, step_seconds
+
+    rows = []
+    for path in sorted((plan_dir / "runs").glob("*__burst.json")):
+        name, pool = path.stem.split("__")[:2]
+        if name.endswith("-sched"):  # a table drafts at some sizes only: one fit cannot say which
+            continue
+        burst = _load(path)
+        ramp = calibrate(_load(path.with_name(f"{name}__{pool}.json")))
+        both = with_burst(ramp, burst)
+        context = mean_context(ramp)
+        for size, steps in decode_steps(burst, 0.012).items():
+            if len(steps) >= 3:
+                rows.append({"pool": pool, "candidate": name, "rows": size,
+                             "measured": statistics.median(s for s, _ in steps),
+                             "ramp_fit": step_seconds(ramp, size, context),
+                             "burst_fit": step_seconds(both, size, context)})
+    return rows
 
 
 def repredict(out: Path) -> list[dict]:
@@ -85,7 +111,17 @@ def repredict(out: Path) -> list[dict]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="a plan_goodput.py --out folder holding measured/")
+    ap.add_argument("--steps", action="store_true", help="the bursts' decode steps against both fits")
     args = ap.parse_args(argv)
+    if args.steps:
+        if not (args.out / "plan" / "runs").is_dir():
+            ap.error(f"{args.out} has no plan/runs/ folder (plan_goodput.py writes the plan's runs there)")
+        print("| pool | candidate | running requests | measured step (ms) | ramp's fit | with the bursts |")
+        print("|---|---|---:|---:|---:|---:|")
+        for r in burst_steps(args.out / "plan"):
+            print(f"| {r['pool']} | {r['candidate']} | {r['rows']} | {r['measured'] * 1e3:.0f} | "
+                  f"{r['ramp_fit'] * 1e3:.0f} | {r['burst_fit'] * 1e3:.0f} |")
+        return
     if not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
     rows = repredict(args.out)

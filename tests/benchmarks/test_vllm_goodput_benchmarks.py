@@ -353,3 +353,12 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     with pytest.raises(SystemExit):
         repredict.main([str(tmp_path / "plan")])
     assert "has no measured/ folder" in capsys.readouterr().err
+    steps = repredict.burst_steps(tmp_path / "plan")
+    assert {r["candidate"] for r in steps} == {"off", "ngram-3"}
+    assert all(r["measured"] > 0 and r["ramp_fit"] > 0 and r["burst_fit"] > 0 for r in steps)
+    assert any(r["ramp_fit"] != r["burst_fit"] for r in steps)
+    repredict.main(["--steps", str(tmp_path)])
+    assert "| copy | off |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        repredict.main(["--steps", str(tmp_path / "measured")])
+    assert "has no plan/runs/ folder" in capsys.readouterr().err

@@ -180,6 +180,16 @@ def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[st
     return out
 
 
+def table_basis(candidate: Candidate, basis: Calibration, measured: Calibration, off: Calibration
+                ) -> tuple[Calibration, float, tuple[float, list[int]] | None]:
+    """What :func:`model_of` predicts a measured table from: its family's ``basis``
+    (:func:`~.schedule.family_basis`), the scale of its own drafting steps
+    (:func:`~.schedule.measured_scale`) and its K = 0 tax against ``off``
+    (:func:`~.schedule.no_draft_tax`)."""
+    return (basis, measured_scale(basis, measured, candidate),
+            no_draft_tax(off.per_batch, measured.per_batch, candidate))
+
+
 def model_of(name: str, cals: Mapping[str, Calibration],
              schedule_basis: Mapping[str, tuple[Calibration, float, tuple[float, list[int]] | None]]) -> StepModels:
     """What a candidate is predicted with: its own calibration, or for a schedule ``(basis, scale,
@@ -292,8 +302,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
         cal = with_burst(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap, fit=False)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
-        tax = no_draft_tax(cals["off"].per_batch, cal.per_batch, cand)
-        schedule_basis[cand.name] = (basis, measured_scale(basis, cal, cand), tax)
+        schedule_basis[cand.name] = table_basis(cand, basis, cal, cals["off"])
         models[cand.name] = model_of(cand.name, cals, schedule_basis)
         bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
         predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
