@@ -136,6 +136,26 @@ def test_cluster_steps_never_puts_two_chunks_of_one_request_in_a_step():
         cluster_steps(s, gap=0.0)
 
 
+def test_a_step_read_in_two_groups_is_one_step_and_a_late_read_is_untimed():
+    from specdec.plan.vllm.engine_trace import Stream, cluster_steps, engine_steps
+
+    # four requests decode together, a step every 0.1 s; the client read the step at 0.3 s in two
+    # groups 20 ms apart (past the 12 ms gap), so clustering alone splits it into two half-steps
+    times = [[0.1, 0.2, 0.3, 0.4, 0.5] for _ in range(4)]
+    for i in (2, 3):
+        times[i][2] += 0.02
+    streams = [Stream(0.0, 10, t) for t in times]
+    assert [len(c) for c in cluster_steps(streams, gap=0.012)] == [4, 4, 2, 2, 4, 4]
+    steps, at, untimed = engine_steps(streams, gap=0.012)
+    assert [len(c) for c in steps] == [4] * 5 and at == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert untimed == set()
+    # one request read the step at 0.3 s only at 0.39 s: the same request twice in a row is no split
+    late = [Stream(0.0, 10, [0.1, 0.2, 0.39, 0.4, 0.5])]
+    steps, at, untimed = engine_steps(late, gap=0.005)
+    assert len(steps) == 5
+    assert untimed == {2, 3}  # the short interval's step and the long one's before it
+
+
 def test_trace_samples_charge_drafting_rows_by_share_and_length():
     from specdec.plan.vllm.engine_trace import Stream, trace_samples
 

@@ -143,6 +143,32 @@ def test_a_size_no_run_measured_takes_the_k_of_the_next_larger_measured_size():
     assert schedule == ((1, 5, 4), (6, 16, 0)) and pays_up_to(table, 4, 0.02) == 5
 
 
+def test_a_step_the_client_read_in_two_groups_is_timed_as_one_step_of_every_row():
+    """Under load a client can read one engine step's chunks in two groups further apart than the
+    clustering gap; timed as two steps they gave a half-batch step at the full step's time and a
+    half-batch step at the groups' distance (on 2026-12-06 off's "6-row steps" of 14 and 21 ms made
+    every drafter's measured gain there 0.24-0.38x). Read once or in two groups, the decode steps
+    are the same."""
+    from specdec.plan.vllm.calibrate import decode_steps
+
+    d = json.loads((DATA / "run_off.json").read_text())
+    base = d["streams"][0]
+
+    def run(shift: float) -> PoolRun:
+        streams = []
+        for i in range(4):
+            times = [0.1 * (k + 1) for k in range(6)]
+            if i >= 2:
+                times[3] += shift
+            streams.append({**base, "index": i, "sent": 0.0, "chunk_times": times, "chunk_tokens": [1] * 6,
+                            "token_ids": base["token_ids"][:6], "completion_tokens": 6})
+        return PoolRun.from_dict({**d, "streams": streams, "categories": ["x"] * 4, "arrivals": [0.0] * 4})
+
+    once = decode_steps(run(0.0), 0.012)
+    assert list(once) == [4] and [s for s, _ in once[4]] == pytest.approx([0.1] * 5)
+    assert decode_steps(run(0.02), 0.012) == once
+
+
 def test_a_burst_adds_step_times_at_the_lesser_tokens_per_row_and_its_decode_steps_to_the_fit():
     """A burst repeats the ramp's prompts, so a drafter that caches earlier responses accepts more there,
     and a load-gated drafter drafts less at its full batch than in the ramp: its steps join

@@ -13,7 +13,7 @@ import statistics
 
 from ...estimate.acceptance import AcceptanceDist
 from ...estimate.step_cost import StepCostModel
-from .engine_trace import Stream, acceptance_from_counters, cluster_steps, trace_samples
+from .engine_trace import Stream, acceptance_from_counters, engine_steps, trace_samples
 from ..workload import WorkloadItem
 from .measure import MeasurementError, PoolRun
 
@@ -67,15 +67,15 @@ def row_steps_of(run: PoolRun) -> int:
 
 
 def decode_steps(run: PoolRun, gap: float) -> dict[int, list[tuple[float, float]]]:
-    """``{rows: [(seconds, tokens per row)]}``: steps in which no prompt finished, each timed from the
-    step before it while a request was in the system throughout."""
+    """``{rows: [(seconds, tokens per row)]}``: the :func:`~.engine_trace.engine_steps` in which no
+    prompt finished, each timed from the step before it while a request was in the system throughout
+    (its ``untimed`` steps left out)."""
     streams = run.streams
-    steps = cluster_steps([Stream(s.sent, s.prompt_tokens or 1, s.chunk_times) for s in streams], gap)
-    at = [min(streams[i].chunk_times[j] for i, j in step) for step in steps]
+    steps, at, untimed = engine_steps([Stream(s.sent, s.prompt_tokens or 1, s.chunk_times) for s in streams], gap)
     out: dict[int, list[tuple[float, float]]] = {}
     for k in range(1, len(steps)):
         step = steps[k]
-        if any(j == 0 for _, j in step):
+        if k in untimed or any(j == 0 for _, j in step):
             continue
         busy = any(s.sent <= at[k - 1] and s.chunk_times[-1] >= at[k] for s in streams)
         if not busy:

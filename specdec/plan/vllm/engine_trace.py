@@ -111,6 +111,34 @@ def cluster_steps(streams: Sequence[Stream], gap: float) -> list[list[tuple[int,
     return steps
 
 
+SHORT = 0.3  # an interval under this fraction of the run's median is no step time
+
+
+def engine_steps(streams: Sequence[Stream], gap: float) -> tuple[list[list[tuple[int, int]]], list[float], set[int]]:
+    """The engine's steps as the client saw them: ``(steps, at, untimed)``.
+
+    ``steps`` as :func:`cluster_steps`, except that two clusters in a row with no request in common
+    and under ``SHORT`` x the run's median interval apart are one step whose chunks the client read
+    in two groups (a loaded client can spread one step's chunks past ``gap``), merged. ``at[k]``:
+    step ``k``'s earliest chunk. ``untimed``: the steps whose interval from the one before is no
+    step time: under ``SHORT`` x the median (a client that fell behind read a step late and the
+    next on time), and the step before each (its interval ran long)."""
+    steps = cluster_steps(streams, gap)
+    at = [min(streams[i].chunk_times[j] for i, j in step) for step in steps]
+    if len(steps) < 2:
+        return steps, at, set()
+    short = SHORT * float(np.median(np.diff(at)))
+    merged, merged_at = [steps[0]], [at[0]]
+    for step, t in zip(steps[1:], at[1:]):
+        if t - merged_at[-1] < short and not {i for i, _ in merged[-1]} & {i for i, _ in step}:
+            merged[-1] = merged[-1] + step
+        else:
+            merged.append(step)
+            merged_at.append(t)
+    late = {k for k in range(1, len(merged)) if merged_at[k] - merged_at[k - 1] < short}
+    return merged, merged_at, late | {k - 1 for k in late}
+
+
 def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share: float = 0.0,
                   draft_len: float = 0.0, tokens_per_chunk: Sequence[float] | None = None,
                   decode_only: bool = False) -> list[StepSample]:
@@ -123,8 +151,8 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
         decode_only: leave out every step in which a request's first chunk arrived (its prefill).
 
     Returns:
-        One :class:`StepSample` per step preceded by a busy step (intervals under 0.3 x the median,
-        and the one before, are dropped as client read delays), and one per prefill of a request
+        One :class:`StepSample` per step of :func:`engine_steps` preceded by a busy step (its
+        ``untimed`` steps left out), and one per prefill of a request
         sent into an empty system. A decode row costs ``(1 - s) x`` a one-token row plus ``s x`` a
         ``1 + draft_len``-token row; a first chunk adds its prompt as a piece of that step.
     """
@@ -136,13 +164,7 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
     for s in streams:
         if len(s.chunk_times) < 1 or s.chunk_times[0] < s.sent:
             raise ValueError("every stream needs a first chunk at or after its send time")
-    steps = cluster_steps(streams, gap)
-    at = [min(streams[i].chunk_times[j] for i, j in step) for step in steps]
-    # a client that fell behind reads one step late and the next on time: a long interval then a
-    # short one; both are dropped (on relative error one near-zero interval would outweigh all others)
-    dts = np.diff(at)
-    short = {k + 1 for k, dt in enumerate(dts) if dt < 0.3 * float(np.median(dts))} if dts.size else set()
-    skip = short | {k - 1 for k in short}
+    steps, at, skip = engine_steps(streams, gap)  # on relative error one near-zero interval would outweigh all others
     out: list[StepSample] = []
     for k, step in enumerate(steps):
         if k in skip or (decode_only and any(j == 0 for _, j in step)):
