@@ -378,17 +378,15 @@ def goals(rows: list[dict], plan_result) -> list[str]:
 
 
 def k0_tax(o) -> tuple[float, int] | None:
-    """The schedule's K = 0 tax from the plan's own runs: its decode steps at the batch sizes where it
-    drafts nothing, against off's at the same sizes (mean ratio of medians, and how many sizes)."""
+    """The schedule's K = 0 tax as the plan priced it (:func:`~specdec.plan.vllm.schedule.no_draft_tax`
+    on the plan's own ramps and bursts), and at how many batch sizes it was measured."""
+    from specdec.plan.vllm.schedule import no_draft_tax
+
     sched = measured_schedule(o.candidates)
     if sched is None:
         return None
-    ratios = []
-    for rows in range(1, sched.schedule[-1][1] + 1):
-        a, b = o.cals[sched.name].step_at(rows), o.cals["off"].step_at(rows)
-        if sched.k_at(rows) == 0 and a is not None and b is not None:
-            ratios.append(a[0] / b[0])
-    return (sum(ratios) / len(ratios), len(ratios)) if ratios else None
+    tax = no_draft_tax(o.cals["off"].per_batch, o.cals[sched.name].per_batch, sched)
+    return None if tax is None else (tax[0], len(tax[1]))
 
 
 def schedule_vs_gate(pname: str, o, rows: list[dict]) -> list[str]:
@@ -408,7 +406,7 @@ def schedule_vs_gate(pname: str, o, rows: list[dict]) -> list[str]:
     tax = k0_tax(o)
     if tax is not None:
         out.append(f"- {pname}: the schedule's K = 0 steps took {tax[0]:.2f}x off's at the same batch size "
-                   f"({tax[1]} sizes measured)")
+                   f"(median over {tax[1]} sizes measured)")
     return out
 
 

@@ -5,7 +5,10 @@ bursts, the measured runs in ``measured/``, and ``plan_goodput.json`` for which 
 configuration was) and predicts every measured run twice from the same recorded steps: from the
 ramp's fit alone, and with each burst's decode steps in the fit (:func:`~specdec.plan.vllm.
 calibrate.with_burst`), a table in both from its family's fit as the plan predicts it
-(:func:`~specdec.plan.vllm.run_plan.model_of`). Nothing is measured; each row is one measured run.
+(:func:`~specdec.plan.vllm.run_plan.model_of`). Nothing is measured; each row is one measured run,
+with how many of its requests lie within 10% of an objective (:func:`~specdec.plan.goodput.
+near_objective`): each can cross it on a step-time error that size, so a run's error is read
+against them.
 ``--steps`` prints instead, for every recorded burst of an off or static candidate, its median
 decode step at each batch size it ran (at least 3 steps) beside both fits' step at that size
 (needs only ``plan/runs``, so it reads plans recorded before ``measured/`` was kept).
@@ -78,9 +81,10 @@ def burst_steps(plan_dir: Path) -> list[dict]:
 
 
 def repredict(out: Path) -> list[dict]:
-    """One row per measured run: pool, configuration, rate, measured score, and both predictions."""
-    from specdec.plan.goodput import SLO
-    from specdec.plan.vllm.predict import Engine, predict_run, score_run
+    """One row per measured run: pool, configuration, rate, measured score, both predictions, its
+    ``requests`` and those ``near`` an objective."""
+    from specdec.plan.goodput import SLO, near_objective
+    from specdec.plan.vllm.predict import Engine, predict_run, run_records, score_run
     from specdec.plan.vllm.recheck import candidate_of
 
     plan = json.loads((out / "plan" / "plan.json").read_text())
@@ -98,7 +102,8 @@ def repredict(out: Path) -> list[dict]:
                         == label)
             run, cand = _load(path), cands[name]
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
-                   "measured": score_run(run, slo, o["pool"]["objective"])["score"]}
+                   "measured": score_run(run, slo, o["pool"]["objective"])["score"],
+                   "requests": len(run.streams), "near": near_objective(run_records(run), slo)}
             for fit, ms in by_fit.items():
                 m = ms[name]
                 row["burst_fit" if fit else "ramp_fit"] = predict_run(
@@ -125,14 +130,16 @@ def main(argv=None):
     if not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
     rows = repredict(args.out)
-    print("| pool | configuration | rate | run | measured | ramp's fit (error) | with the bursts (error) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| pool | configuration | rate | run | measured | ramp's fit (error) | with the bursts (error) | "
+          "requests within 10% of an objective |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     within = {"ramp_fit": 0, "burst_fit": 0}
     for r in rows:
         err = {k: r[k] / r["measured"] - 1 if r["measured"] else float("inf") for k in within}
         within = {k: within[k] + (abs(err[k]) <= 0.15) for k in within}
         print(f"| {r['pool']} | {r['config']} | {r['rate']:.3g} | {r['run']} | {r['measured']:.3g} | "
-              f"{r['ramp_fit']:.3g} ({err['ramp_fit']:+.0%}) | {r['burst_fit']:.3g} ({err['burst_fit']:+.0%}) |")
+              f"{r['ramp_fit']:.3g} ({err['ramp_fit']:+.0%}) | {r['burst_fit']:.3g} ({err['burst_fit']:+.0%}) | "
+              f"{r['near']} of {r['requests']} |")
     print(f"\nwithin 15% of the measured run: ramp's fit {within['ramp_fit']} of {len(rows)}, with the bursts "
           f"{within['burst_fit']} of {len(rows)}; median |error| "
           f"{statistics.median(abs(r['ramp_fit'] / r['measured'] - 1) for r in rows if r['measured']):.1%} and "

@@ -49,6 +49,16 @@ class RequestRecord:
         return self.ttft <= slo.ttft_s and self.tpot <= slo.tpot_s
 
 
+def near_objective(records: Sequence[RequestRecord], slo: SLO, within: float = 0.1) -> int:
+    """How many requests have a TTFT or TPOT within ``within`` (a fraction) of its objective, either
+    side: a step-time error of that size can move each across it, and a run's goodput by one
+    request each. Near a knee many do, so a short run's goodput is as coarse as ``1 / len(records)``
+    per such request, whatever the model's accuracy."""
+    if not 0 < within < 1:
+        raise ValueError(f"within must be a fraction in (0, 1), got {within}")
+    return sum(abs(r.ttft / slo.ttft_s - 1) <= within or abs(r.tpot / slo.tpot_s - 1) <= within for r in records)
+
+
 def summarize(records: Sequence[RequestRecord], slo: SLO, busy_s: float | None = None) -> dict:
     """``requests``, ``goodput_rps`` (SLO-meeting requests / makespan), ``slo_attainment``,
     ``throughput_tok_s``, ``ttft_p50/p99``, ``tpot_p50/p99``, ``latency_p50/p99``, ``makespan_s`` and,

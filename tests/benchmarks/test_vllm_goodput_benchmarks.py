@@ -56,6 +56,19 @@ def test_goals_compare_the_planned_configuration_with_the_best_other_and_flag_mi
     assert "greedy outputs equal off: NOT met: p ngram:4 at 3" in lines
 
 
+def test_the_k0_tax_reported_is_the_one_the_plan_priced_the_schedule_with():
+    """The median over the batch sizes where the schedule drafts nothing (one odd size does not move
+    it, as it moved a mean), from the same decode steps the plan read."""
+    o = _outcome("off")
+    o.cals = {"off": SimpleNamespace(per_batch={r: [(0.1, 1.0)] * 3 for r in (1, 2, 3, 4)}),
+              "ngram:sched": SimpleNamespace(per_batch={1: [(0.3, 2.0)] * 3, 2: [(0.11, 1.0)] * 3,
+                                                        3: [(0.2, 1.0)] * 3, 4: [(0.105, 1.0)] * 3})}
+    tax, sizes = plan_goodput.k0_tax(o)
+    assert tax == pytest.approx(1.1) and sizes == 3  # sizes 2-4; K = 4 at 1 is no K = 0 step
+    o.cals["ngram:sched"].per_batch = {1: [(0.3, 2.0)] * 3}
+    assert plan_goodput.k0_tax(o) is None
+
+
 @pytest.mark.parametrize("argv, message", [(["--rates", "0"], "--rates: positive request rates"),
                                            (["--rates", ""], "--rates: positive request rates"),
                                            (["--requests", "0"], "--requests: at least 1, got 0"),
@@ -348,6 +361,8 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     assert sorted(r["config"] for r in rows) == ["ngram-3", "off"]
     assert all(r["measured"] > 0 and r["ramp_fit"] > 0 and r["burst_fit"] > 0 for r in rows)
     assert any(r["ramp_fit"] != r["burst_fit"] for r in rows)
+    assert all(r["requests"] == len(json.loads((data / "run_off.json").read_text())["streams"]) for r in rows)
+    assert all(0 <= r["near"] <= r["requests"] for r in rows)
     repredict.main([str(tmp_path)])
     assert "within 15% of the measured run: ramp's fit" in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -5,7 +5,7 @@ import pytest
 from plan_fixtures import good_acceptance, gpu_like_cost, items, poisson_requests, zero_acceptance
 
 from specdec.control.load_gate import BudgetOptimizer
-from specdec.plan.goodput import SLO, summarize
+from specdec.plan.goodput import SLO, RequestRecord, near_objective, summarize
 from specdec.plan.policies import AlwaysOn, Off, gated, hysteresis_band
 from specdec.plan.simulator import ServerConfig, simulate
 from specdec.plan.sweep import capacity_rps, sweep
@@ -123,3 +123,16 @@ def test_simulation_is_reproducible():
     b = simulate(reqs, AlwaysOn(4), server)
     assert [r.finish for r in a.records] == [r.finish for r in b.records]
     assert np.isclose(a.busy_s, b.busy_s)
+
+
+def test_near_objective_counts_requests_a_small_step_time_error_could_move_across_an_objective():
+    slo = SLO(ttft_s=1.0, tpot_s=0.1)
+    records = [RequestRecord(0, 0.0, 0.95, 0.95 + 9 * 0.05, 10),  # TTFT 5% under its objective
+               RequestRecord(1, 0.0, 0.2, 0.2 + 9 * 0.108, 10),  # TPOT 8% over
+               RequestRecord(2, 0.0, 0.5, 0.5 + 9 * 0.05, 10),  # both far inside
+               RequestRecord(3, 0.0, 2.0, 2.0 + 9 * 0.2, 10)]  # both far outside
+    assert near_objective(records, slo) == 2
+    assert near_objective(records, slo, within=0.06) == 1
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match="within must be a fraction"):
+            near_objective(records, slo, within=bad)

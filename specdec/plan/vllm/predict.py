@@ -136,12 +136,16 @@ def predict(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDis
     return rows
 
 
+def run_records(run) -> list[RequestRecord]:
+    """A measured run's (:class:`~.measure.PoolRun`) requests as the client saw them: sent, first and
+    last chunk, output tokens, category."""
+    return [RequestRecord(i, s.sent, s.chunk_times[0], s.chunk_times[-1], s.tokens, cat)
+            for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
+
+
 def score_run(run, slo: SLO, objective: str) -> dict:
-    """The pool's score of a measured run (:class:`~.measure.PoolRun`): its requests as the client saw
-    them (sent, first and last chunk), summarised as :func:`score` does a simulated run."""
-    records = [RequestRecord(i, s.sent, s.chunk_times[0], s.chunk_times[-1], s.tokens, cat)
-               for i, (s, cat) in enumerate(zip(run.streams, run.categories))]
-    return score(records, slo, objective)
+    """The pool's score of a measured run, summarised as :func:`score` does a simulated run."""
+    return score(run_records(run), slo, objective)
 
 
 def predict_run(candidate: Candidate, cost: StepCostModel, acceptance: AcceptanceDist | None, run, kv_tokens: int,
