@@ -146,9 +146,9 @@ def test_a_size_no_run_measured_takes_the_k_of_the_next_larger_measured_size():
 def test_a_step_the_client_read_in_two_groups_is_timed_as_one_step_of_every_row():
     """Under load a client can read one engine step's chunks in two groups further apart than the
     clustering gap; timed as two steps they gave a half-batch step at the full step's time and a
-    half-batch step at the groups' distance (on 2026-12-06 off's "6-row steps" of 14 and 21 ms made
-    every drafter's measured gain there 0.24-0.38x). Read once or in two groups, the decode steps
-    are the same."""
+    half-batch step at the groups' distance (off's "6-row steps" of 14 and 21 ms in a recorded plan
+    made every drafter's measured gain there 0.24-0.38x). Read once or in two groups, the decode
+    steps are the same."""
     from specdec.plan.vllm.calibrate import decode_steps
 
     d = json.loads((DATA / "run_off.json").read_text())
