@@ -15,6 +15,12 @@ decode step at each batch size it ran (at least 3 steps) beside both fits' step 
 
     python -m benchmarks.vllm.repredict benchmarks/results/vllm-plan-goodput-r9i
     python -m benchmarks.vllm.repredict --steps benchmarks/results/vllm-plan-goodput-r8b
+    python -m benchmarks.vllm.repredict benchmarks/results/vllm-plan-goodput-r11i \
+        --runs benchmarks/results/vllm-knee05-r11i
+
+``--runs`` predicts instead the runs a ``schedule_tax.py`` served at another load (same pool, prompts
+and server settings) from this folder's plan: a load the benchmark did not measure, checked
+without planning again.
 """
 
 from __future__ import annotations
@@ -80,26 +86,53 @@ def burst_steps(plan_dir: Path) -> list[dict]:
     return rows
 
 
-def repredict(out: Path) -> list[dict]:
-    """One row per measured run: pool, configuration, rate, measured score, both predictions, its
-    ``requests`` and those ``near`` an objective."""
+def _measured(out: Path, pools) -> list[tuple[str, str, str, str, str, Path]]:
+    """``(pool, label, rate, run, candidate, path)`` of every run in ``out/measured``, the candidate
+    read from ``plan_goodput.json``'s labels."""
+    labels = {(r["pool"], r["config"]): r["candidate"] for r in json.loads((out / "plan_goodput.json").read_text())
+              ["rows"] if "candidate" in r}
+    found = []
+    for pool in pools:
+        for path in sorted((out / "measured").glob(f"{pool}__*.json")):
+            _, label, rate, rep = path.stem.split("__")
+            name = next(n for (p, lab), n in labels.items() if p == pool and lab.replace(":", "-").replace("=", "-")
+                        == label)
+            found.append((pool, label, rate, rep, name, path))
+    return found
+
+
+def _served(runs: Path) -> list[tuple[str, str, str, str, str, Path]]:
+    """The same for a ``schedule_tax.py --out`` folder's ``runs/`` (``<config>__<rate>__<run>.json``), each
+    run's pool and candidate read from the run itself."""
+    found = []
+    for path in sorted((runs / "runs").glob("*__*__*.json")):
+        label, rate, rep = path.stem.split("__")
+        run = json.loads(path.read_text())
+        found.append((run["pool"], label, rate, rep, run["candidate"], path))
+    return found
+
+
+def repredict(out: Path, runs: Path | None = None) -> list[dict]:
+    """One row per measured run (``out/measured``, or with ``runs`` the runs of that ``schedule_tax.py``
+    folder, on the same pools and prompts): pool, configuration, rate, measured score, both
+    predictions from ``out``'s plan, its ``requests`` and those ``near`` an objective. A run of a
+    configuration the plan did not measure on its pool (``schedule_tax``'s own table) is left out."""
     from specdec.plan.goodput import SLO, near_objective
     from specdec.plan.vllm.predict import Engine, predict_run, run_records, score_run
     from specdec.plan.vllm.recheck import candidate_of
 
     plan = json.loads((out / "plan" / "plan.json").read_text())
-    labels = {(r["pool"], r["config"]): r["candidate"] for r in json.loads((out / "plan_goodput.json").read_text())
-              ["rows"] if "candidate" in r}
     engine = Engine(**plan["engine"])
+    found = _measured(out, plan["pools"]) if runs is None else _served(runs)
     rows = []
     for pool, o in plan["pools"].items():
         cands = {n: candidate_of(c, n) for n, c in o["candidates"].items()}
+        here = [f for f in found if f[0] == pool and f[4] in cands]
+        if not here:
+            continue
         by_fit = {fit: models(out / "plan", pool, cands, fit) for fit in (False, True)}
         slo = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"])
-        for path in sorted((out / "measured").glob(f"{pool}__*.json")):
-            _, label, rate, rep = path.stem.split("__")
-            name = next(n for (p, lab), n in labels.items() if p == pool and lab.replace(":", "-").replace("=", "-")
-                        == label)
+        for _, label, rate, rep, name, path in here:
             run, cand = _load(path), cands[name]
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
                    "measured": score_run(run, slo, o["pool"]["objective"])["score"],
@@ -117,6 +150,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="a plan_goodput.py --out folder holding measured/")
     ap.add_argument("--steps", action="store_true", help="the bursts' decode steps against both fits")
+    ap.add_argument("--runs", type=Path, default=None,
+                    help="a schedule_tax.py --out folder: predict its runs from OUT's plan instead of OUT's own")
     args = ap.parse_args(argv)
     if args.steps:
         if not (args.out / "plan" / "runs").is_dir():
@@ -127,9 +162,11 @@ def main(argv=None):
             print(f"| {r['pool']} | {r['candidate']} | {r['rows']} | {r['measured'] * 1e3:.0f} | "
                   f"{r['ramp_fit'] * 1e3:.0f} | {r['burst_fit'] * 1e3:.0f} |")
         return
-    if not (args.out / "measured").is_dir():
+    if args.runs is not None and not (args.runs / "runs").is_dir():
+        ap.error(f"--runs {args.runs} has no runs/ folder (schedule_tax.py writes its runs there)")
+    if args.runs is None and not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
-    rows = repredict(args.out)
+    rows = repredict(args.out, args.runs)
     print("| pool | configuration | rate | run | measured | ramp's fit (error) | with the bursts (error) | "
           "requests within 10% of an objective |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")

@@ -368,6 +368,18 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     with pytest.raises(SystemExit):
         repredict.main([str(tmp_path / "plan")])
     assert "has no measured/ folder" in capsys.readouterr().err
+    tax = tmp_path / "tax" / "runs"  # a schedule_tax.py folder at another load, and a table the plan never ran
+    tax.mkdir(parents=True)
+    for name, src in (("off", "run_off.json"), ("ngram-3", "run_ngram3.json")):
+        (tax / f"{name}__2__0.json").write_text((data / src).read_text())
+    (tax / "sched__2__0.json").write_text((data / "run_ngram3.json").read_text().replace('"ngram:3"', '"ngram:sched"'))
+    served = repredict.repredict(tmp_path, tmp_path / "tax")
+    assert sorted((r["config"], r["rate"]) for r in served) == [("ngram-3", 2.0), ("off", 2.0)]
+    assert [r["ramp_fit"] for r in sorted(served, key=lambda r: r["config"])] == \
+        [r["ramp_fit"] for r in sorted(rows, key=lambda r: r["config"])]  # the same runs, the same predictions
+    with pytest.raises(SystemExit):
+        repredict.main([str(tmp_path), "--runs", str(tmp_path / "measured")])
+    assert "has no runs/ folder" in capsys.readouterr().err
     steps = repredict.burst_steps(tmp_path / "plan")
     assert {r["candidate"] for r in steps} == {"off", "ngram-3"}
     assert all(r["measured"] > 0 and r["ramp_fit"] > 0 and r["burst_fit"] > 0 for r in steps)
