@@ -65,7 +65,7 @@ def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
 def burst_steps(plan_dir: Path) -> list[dict]:
     """One row per recorded burst of an off or static candidate and batch size it ran at least 3
     times: the measured median decode step and the ramp's and the ramp-plus-burst fit's (seconds)."""
-    from specdec.plan.vllm.calibrate import calibrate, decode_steps, with_burst
+    from specdec.plan.vllm.calibrate import DEFAULT_GAP, calibrate, decode_steps, with_burst
     from specdec.plan.vllm.schedule import mean_context, step_seconds
 
     rows = []
@@ -77,7 +77,7 @@ def burst_steps(plan_dir: Path) -> list[dict]:
         ramp = calibrate(_load(path.with_name(f"{name}__{pool}.json")))
         both = with_burst(ramp, burst)
         context = mean_context(ramp)
-        for size, steps in decode_steps(burst, 0.012).items():
+        for size, steps in decode_steps(burst, DEFAULT_GAP).items():
             if len(steps) >= 3:
                 rows.append({"pool": pool, "candidate": name, "rows": size,
                              "measured": statistics.median(s for s, _ in steps),
@@ -86,9 +86,9 @@ def burst_steps(plan_dir: Path) -> list[dict]:
     return rows
 
 
-def _measured(out: Path, pools) -> list[tuple[str, str, str, str, str, Path]]:
-    """``(pool, label, rate, run, candidate, path)`` of every run in ``out/measured``, the candidate
-    read from ``plan_goodput.json``'s labels."""
+def _measured(out: Path, pools) -> list[tuple]:
+    """``(pool, label, rate, run index, candidate, PoolRun)`` of every run in ``out/measured``, the
+    candidate read from ``plan_goodput.json``'s labels."""
     labels = {(r["pool"], r["config"]): r["candidate"] for r in json.loads((out / "plan_goodput.json").read_text())
               ["rows"] if "candidate" in r}
     found = []
@@ -97,18 +97,18 @@ def _measured(out: Path, pools) -> list[tuple[str, str, str, str, str, Path]]:
             _, label, rate, rep = path.stem.split("__")
             name = next(n for (p, lab), n in labels.items() if p == pool and lab.replace(":", "-").replace("=", "-")
                         == label)
-            found.append((pool, label, rate, rep, name, path))
+            found.append((pool, label, rate, rep, name, _load(path)))
     return found
 
 
-def _served(runs: Path) -> list[tuple[str, str, str, str, str, Path]]:
+def _served(runs: Path) -> list[tuple]:
     """The same for a ``schedule_tax.py --out`` folder's ``runs/`` (``<config>__<rate>__<run>.json``), each
     run's pool and candidate read from the run itself."""
     found = []
     for path in sorted((runs / "runs").glob("*__*__*.json")):
         label, rate, rep = path.stem.split("__")
-        run = json.loads(path.read_text())
-        found.append((run["pool"], label, rate, rep, run["candidate"], path))
+        run = _load(path)
+        found.append((run.pool, label, rate, rep, run.candidate, run))
     return found
 
 
@@ -132,8 +132,8 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
             continue
         by_fit = {fit: models(out / "plan", pool, cands, fit) for fit in (False, True)}
         slo = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"])
-        for _, label, rate, rep, name, path in here:
-            run, cand = _load(path), cands[name]
+        for _, label, rate, rep, name, run in here:
+            cand = cands[name]
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
                    "measured": score_run(run, slo, o["pool"]["objective"])["score"],
                    "requests": len(run.streams), "near": near_objective(run_records(run), slo)}

@@ -141,15 +141,14 @@ def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_
     the step-cost fit, their drafting read from the burst's own counters; unchanged without a burst.
 
     A ramp kept under the pool's knee fits step costs at a few rows; the burst's steps are where an
-    overload is predicted (docs/deploying.md measures the difference). Steps in which a prompt
-    arrived are not fitted, and the
-    acceptance stays the measurement's: the burst repeats the measurement's prompts, so the prefix
-    cache shortens its prefills and a drafter that caches earlier responses (suffix decoding)
-    accepts more there. So each burst step of ``B`` rows carries the lesser of the burst's mean
-    tokens per row at ``B`` (too high where responses are cached) and ``cal``'s mean per decode
-    row-step (too high for a drafter that drafts less under load, as the cost gate does). ``fit=False``
-    for a batch-size table, which drafts at some sizes only, which one mean from its counters
-    cannot place."""
+    overload is predicted (docs/vllm-plan-runs.md measures the difference). Steps in which a prompt
+    arrived are not fitted, and the acceptance stays the measurement's: the burst repeats the
+    measurement's prompts, so the prefix cache shortens its prefills and a drafter that caches
+    earlier responses (suffix decoding) accepts more there. So each burst step of ``B`` rows carries
+    the lesser of the burst's mean tokens per row at ``B`` (too high where responses are cached) and
+    ``cal``'s mean per decode row-step (too high for a drafter that drafts less under load, as the
+    cost gate does). ``fit=False`` for a batch-size table, which drafts at some sizes only, which
+    one mean from its counters cannot place."""
     if burst is None:
         return cal
     ramp = 1.0 + cal.accepted_per_row_step
