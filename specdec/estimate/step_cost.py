@@ -12,7 +12,10 @@ new tokens over ``C`` cached ones, is a non-negative combination of six work ter
                + w5 * B * [n > 1]        # the jump from one row to several (multi-token kernels)
 
 Prefill of ``P`` tokens is ``n = P, C = 0``. Fitted by non-negative least squares on relative error;
-mean, worst and leave-one-out errors are kept with the model.
+mean, worst and leave-one-out errors are kept with the model. A trace of an engine's own steps is
+fitted ``by_time``: each step's squared relative error weighted by its length, so that hundreds of
+short decode steps do not outvote the few long prefills that can hold most of the server's time (a
+designed calibration grid weighs each point alike).
 """
 
 from __future__ import annotations
@@ -148,9 +151,12 @@ class StepCostModel:
     # ------------------------------------------------------------------ fitting
     @classmethod
     def fit(cls, samples: Sequence[Sample | StepSample], meta: dict | None = None, *,
-            trim: bool = True) -> "StepCostModel":
+            trim: bool = True, by_time: bool = False) -> "StepCostModel":
         """NNLS on relative error plus leave-one-out error; ``trim`` sets aside (at most a quarter of)
-        points slower than the first fit by over ``max(0.25, 4 x median relative error)`` and refits."""
+        points slower than the first fit by over ``max(0.25, 4 x median relative error)`` and refits.
+        ``by_time``: each point's squared relative error weighted by its seconds over the median's
+        (module docstring); the leave-one-out error is then the same weighted mean, so the band it
+        sets is the error in engine time. ``meta["by_time"]`` records it."""
         samples = list(samples)
         if len(samples) < len(FEATURE_NAMES) + 1:
             raise ValueError(f"StepCostModel.fit needs at least {len(FEATURE_NAMES) + 1} samples, got {len(samples)}")
@@ -159,7 +165,7 @@ class StepCostModel:
                 raise ValueError(f"calibration sample has a non-positive or non-finite time: {s}")
         X = np.stack([s.work() for s in samples])
         y = np.array([s.seconds for s in samples])
-        w = _nnls_relative(X, y)
+        w = _nnls_relative(X, y, by_time)
         outliers: list[Sample | StepSample] = []
         if trim:
             excess = (y - X @ w) / y  # > 0: slower than the fit
@@ -170,14 +176,16 @@ class StepCostModel:
                 outliers = [samples[i] for i in sorted(drop)]
                 keep = np.array([i not in drop for i in range(len(samples))])
                 samples, X, y = [s for i, s in enumerate(samples) if keep[i]], X[keep], y[keep]
-                w = _nnls_relative(X, y)
+                w = _nnls_relative(X, y, by_time)
         rel = np.abs(X @ w - y) / y
         loo = []
         for i in range(len(samples)):
             keep = np.arange(len(samples)) != i
-            wi = _nnls_relative(X[keep], y[keep])
+            wi = _nnls_relative(X[keep], y[keep], by_time)
             loo.append(abs(float(X[i] @ wi) - y[i]) / y[i])
-        return cls(w, float(rel.mean()), float(rel.max()), float(np.mean(loo)), samples, dict(meta or {}), outliers)
+        mean = (lambda e: float(np.average(e, weights=y))) if by_time else (lambda e: float(np.mean(e)))
+        info = {**(meta or {}), "by_time": True} if by_time else dict(meta or {})
+        return cls(w, mean(rel), float(rel.max()), mean(np.asarray(loo)), samples, info, outliers)
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict:
@@ -227,6 +235,7 @@ def _sample_from(d: dict) -> Sample | StepSample:
     return StepSample(tuple(d["terms"]), d["seconds"]) if "terms" in d else Sample(**d)
 
 
-def _nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin_{w >= 0} sum_i ((X_i w - y_i) / y_i)^2: relative error, by :mod:`specdec.estimate.fit`."""
-    return nonnegative_lstsq(X / y[:, None], np.ones_like(y))
+def _nnls_relative(X: np.ndarray, y: np.ndarray, by_time: bool = False) -> np.ndarray:
+    """argmin_{w >= 0} sum_i v_i ((X_i w - y_i) / y_i)^2 with ``v_i = 1``, or ``y_i / median(y)``
+    ``by_time``: relative error, by :mod:`specdec.estimate.fit`."""
+    return nonnegative_lstsq(X / y[:, None], np.ones_like(y), y / float(np.median(y)) if by_time else None)

@@ -34,6 +34,16 @@ def test_fit_recovers_known_weights_and_reports_error():
     assert noisy.loo_rel_error >= noisy.mean_rel_error
 
 
+def test_a_fit_by_time_reports_its_errors_weighted_by_time():
+    samples = _synthetic_samples(np.array([0.01, 0.001, 0.002, 1e-7, 2e-6, 0.004]), noise=0.05)
+    m = StepCostModel.fit(samples, {"model": "x"}, by_time=True, trim=False)
+    y = np.array([s.seconds for s in samples])
+    rel = np.abs(np.array([float(s.work() @ m.weights) for s in samples]) - y) / y
+    assert m.mean_rel_error == pytest.approx(float(np.average(rel, weights=y)))
+    assert m.mean_rel_error != pytest.approx(float(rel.mean()), rel=1e-3)
+    assert m.meta == {"model": "x", "by_time": True}
+
+
 def test_roundtrip_and_bad_files(tmp_path):
     m = StepCostModel.fit(_synthetic_samples(np.array([0.01, 0.001, 0.002, 1e-7, 2e-6, 0.004])), {"model": "x"})
     p = tmp_path / "cost.json"

@@ -125,6 +125,34 @@ def test_steps_rebuilt_from_client_streams_recover_the_engine_cost():
         assert fit.packed_step_time(pieces) == pytest.approx(truth.packed_step_time(pieces), rel=0.05)
 
 
+def test_a_trace_is_fitted_by_time_so_one_fast_prefill_does_not_hide_the_others():
+    """A served trace: 400 decode steps and 40 prefills (a prompt's step costs 2.8 ms a token), one of
+    them at a quarter of its work (a prompt whose prefix the engine had cached). Weighing each step
+    alike, that one step pulls the prefill cost down and the trim then sets aside the real prefills as
+    slow: the fit loses a fifth of the trace's time. Weighed by time it keeps the total within 5%."""
+    from specdec.estimate.step_cost import StepSample, packed_features
+    from specdec.plan.vllm.engine_trace import fit_trace
+
+    rng = np.random.default_rng(0)
+
+    def step(pieces, weights, seconds):
+        return StepSample(tuple(packed_features(pieces, weights).tolist()), seconds)
+
+    samples = [step([(1, 600.0)], [b], (0.045 + 0.006 * b) * (1 + 0.05 * rng.standard_normal()))
+               for b in rng.integers(1, 17, 400)]
+    samples += [step([(int(p), 0.0)], None, (0.045 + 0.0028 * p) * (1 + 0.05 * rng.standard_normal()))
+                for p in rng.integers(60, 1400, 40)]
+    samples.append(step([(830, 0.0)], None, (0.045 + 0.0028 * 830) / 4))
+
+    def total(m):
+        return sum(float(s.work() @ m.weights) for s in samples) / sum(s.seconds for s in samples)
+
+    alike, timed = StepCostModel.fit(samples), fit_trace(samples)
+    assert total(alike) < 0.85 and len(alike.outliers) > 10
+    assert total(timed) == pytest.approx(1.0, abs=0.05) and timed.meta["by_time"] is True
+    assert "by_time" not in alike.meta
+
+
 def test_cluster_steps_never_puts_two_chunks_of_one_request_in_a_step():
     from specdec.plan.vllm.engine_trace import Stream, cluster_steps
 

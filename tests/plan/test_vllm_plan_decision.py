@@ -36,7 +36,7 @@ def test_recorded_vllm_runs_calibrate_into_step_costs_and_the_counters_histogram
     assert cal.row_steps == rows and cal.acceptance.counts.tolist() == [rows - 7, 4, 1, 2]
     assert cal.accepted_per_draft == pytest.approx(12 / 12) and cal.acceptance.drafted[0] == rows - 12
     assert [i.prompt_len for i in cal.items] == [s.prompt_tokens for s in ngram.streams]
-    assert cal.cost.mean_rel_error < 0.5 and len(cal.cost.samples) >= 7
+    assert cal.cost.mean_rel_error < 0.5 and len(cal.cost.samples) >= 7 and cal.cost.meta["by_time"]
     assert set(cal.per_batch) <= set(range(1, 9)) and cal.step_at(1) is not None
     assert calibrate(off).acceptance is None
 
@@ -198,6 +198,7 @@ def test_a_burst_adds_step_times_at_the_lesser_tokens_per_row_and_its_decode_ste
     every, decode = (len(trace_samples(streams, decode_only=d)) for d in (False, True))
     assert 0 < got.cost.meta["burst_steps"] == decode < every  # the steps with a prefill are left out
     assert len(got.cost.samples) == len(cal.cost.samples) + decode and got.cost.meta["candidate"] == "ngram:3"
+    assert got.cost.meta["by_time"]  # the refit weighs the steps as the ramp's fit did
     table = with_burst(cal, ngram, fit=False)
     assert table.cost is cal.cost and table.per_batch == got.per_batch
 

@@ -13,7 +13,7 @@ import statistics
 
 from ...estimate.acceptance import AcceptanceDist
 from ...estimate.step_cost import StepCostModel
-from .engine_trace import Stream, acceptance_from_counters, engine_steps, trace_samples
+from .engine_trace import Stream, acceptance_from_counters, engine_steps, fit_trace, trace_samples
 from ..workload import WorkloadItem
 from .measure import MeasurementError, PoolRun
 
@@ -130,8 +130,8 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     if len(samples) < 7:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: only {len(samples)} engine steps could be "
                                "timed (the step-cost fit needs 7); send more requests per pool")
-    cost = StepCostModel.fit(samples, meta={"candidate": run.candidate, "pool": run.pool, "engine": "vllm",
-                                            "vllm_version": run.vllm_version, "load_average": list(run.load_average)})
+    cost = fit_trace(samples, meta={"candidate": run.candidate, "pool": run.pool, "engine": "vllm",
+                                    "vllm_version": run.vllm_version, "load_average": list(run.load_average)})
     return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)
 
 
@@ -161,5 +161,5 @@ def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_
         _, share, length = _drafting(burst)
         extra = _samples(burst, gap, share, length, decode_only=True)
         if extra:
-            cost = StepCostModel.fit(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})
+            cost = fit_trace(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})
     return dataclasses.replace(cal, cost=cost, per_batch=dict(sorted(per_batch.items())))

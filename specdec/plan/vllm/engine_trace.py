@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ...estimate.acceptance import AcceptanceDist
-from ...estimate.step_cost import Sample, StepSample, packed_features
+from ...estimate.step_cost import Sample, StepCostModel, StepSample, packed_features
 
 
 def together_gaps(chunk_times: Sequence[Sequence[float]]) -> list[float]:
@@ -188,6 +188,15 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
             weights += [1.0 - draft_share, draft_share] if draft_share > 0 else [1.0]
         out.append(StepSample(tuple(packed_features(pieces, weights).tolist()), seconds))
     return out
+
+
+def fit_trace(samples: Sequence[Sample | StepSample], meta: dict | None = None) -> StepCostModel:
+    """The step-cost model of an engine's steps (:func:`trace_samples`), fitted ``by_time``
+    (:meth:`~specdec.estimate.step_cost.StepCostModel.fit`): a served trace is mostly short decode
+    steps, but at a long-prompt pool's knee its few prefills hold most of the server's time, and a
+    fit weighing each step alike lets the many short steps set the prefills' cost
+    (docs/vllm-plan-runs.md measures the difference)."""
+    return StepCostModel.fit(samples, meta, by_time=True)
 
 
 def _busy_between(streams: Sequence[Stream], t0: float, t1: float) -> bool:

@@ -25,8 +25,9 @@ import numpy as np
 
 from ...control.batch_schedule import BatchSchedule, Schedule, validate_schedule
 from ..policies import Policy
-from ...estimate.step_cost import StepCostModel, packed_features
+from ...estimate.step_cost import packed_features
 from .calibrate import Calibration
+from .engine_trace import fit_trace
 from .candidates import Candidate
 
 PRIOR_STEPS = 5.0  # model-estimate weight, in measured steps
@@ -79,7 +80,7 @@ def family_basis(members: Mapping[int, Calibration]) -> Calibration:
     (one member alone drafts one length)."""
     top = members[max(members)]
     samples = [smp for cal in members.values() for smp in cal.cost.samples]
-    cost = StepCostModel.fit(samples, meta={**top.cost.meta, "family_of": sorted(members)}) if len(members) > 1 \
+    cost = fit_trace(samples, meta={**top.cost.meta, "family_of": sorted(members)}) if len(members) > 1 \
         else top.cost
     return dataclasses.replace(top, cost=cost)
 
