@@ -101,6 +101,41 @@ def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
         assert f"Schedule measured: {describe(c)}; its steps without drafts priced at" in report
 
 
+def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(planned, tmp_path):
+    """The plan's own runs served again (RecordedSource): the same code predicts and decides exactly as
+    it did; a candidate the record never ran, and a table other than the one it measured, are left
+    out by name, not simulated from steps that were not theirs."""
+    import shutil
+
+    from specdec.plan.vllm.run_plan import RecordedSource
+
+    out, result, pools = planned
+    cands = parse_candidates("off,ngram:2,ngram:4,suffix:4,draft_model:2", {"draft_model": str(out / "draft")})
+    again = plan_vllm(pools, _settings(cands), RecordedSource(out), tmp_path / "again", log=lambda m: None)
+    for name, o in result.pools.items():
+        a = again.pools[name]
+        assert a.decision.sentence == o.decision.sentence and a.decision.config == o.decision.config
+        assert {n: [r["score"] for r in rows] for n, rows in a.predictions.items()} == \
+            {n: [r["score"] for r in rows] for n, rows in o.predictions.items()}
+    assert "the recorded plan has no run of it" in again.refused["suffix:4"]
+    assert sorted(p.name for p in (tmp_path / "again" / "runs").iterdir()) == \
+        sorted(p.name for p in (out / "runs").iterdir())
+    moved = tmp_path / "moved"  # the same record, its copy pool's table written as another
+    shutil.copytree(out, moved, ignore=shutil.ignore_patterns("logs", "draft"))
+    record = json.loads((moved / "plan.json").read_text())
+    sched = next(n for n, c in record["pools"]["copy"]["candidates"].items()
+                 if c and "num_speculative_tokens_per_batch_size" in c)
+    record["pools"]["copy"]["candidates"][sched]["num_speculative_tokens_per_batch_size"] = [[1, 8, 2]]
+    (moved / "plan.json").write_text(json.dumps(record))
+    o = plan_vllm(pools, _settings(cands), RecordedSource(moved), tmp_path / "moved-again",
+                  log=lambda m: None).pools["copy"]
+    assert o.skipped[sched].startswith("derived but not measured: the recorded plan served {") and \
+        sched not in o.predictions
+    (moved / "plan.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a folder that specdec plan --engine vllm wrote"):
+        RecordedSource(moved)
+
+
 def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):
     """Drafts that cost a row's step per token pay at small batches only, so the table has a K = 0
     range; the bursts on its server and off's run it, and the tax is read there."""

@@ -10,7 +10,8 @@ pool the schedule of its best static family that vLLM serves, and the cost-gated
 derived (:mod:`.schedule`) and measured each on its own server the same way, the burst running
 every range of the table: a server that dies there is left out like one that dies measuring, and
 the K = 0 tax is read from its steps and off's; then prediction (:mod:`.predict`), memory
-(:mod:`.kv_budget`) and the decision (:mod:`.decide`).
+(:mod:`.kv_budget`) and the decision (:mod:`.decide`). A :class:`RecordedSource` serves a recorded
+plan's runs in place of servers: the same plan replayed by today's code.
 """
 
 from __future__ import annotations
@@ -72,8 +73,30 @@ class ServerSource:
         self.log_dir, self.command, self.urls = Path(log_dir), command, dict(urls or {})
         self.env, self.start_timeout = dict(env or {}), start_timeout
 
-    def can_start(self, candidate: Candidate) -> bool:
-        return self.command is not None or candidate.name in self.urls
+    def cannot_serve(self, candidate: Candidate, pool: str) -> str | None:
+        """Why a derived schedule will not be measured here (None: it will)."""
+        if self.command is not None or candidate.name in self.urls:
+            return None
+        return "derived but not measured: no server for it (--server gives URLs only)"
+
+    def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
+                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun]]:
+        """Each pool's run on ``cand``'s server, and each pool's burst of ``max_num_seqs`` requests after
+        it, each written under ``out/runs/`` as it finishes."""
+        burst = settings.engine.max_num_seqs
+        runs: dict[str, PoolRun] = {}
+        bursts: dict[str, PoolRun] = {}
+        with self.server(cand, tag) as server:
+            for pool in pools:
+                log(f"  {cand.name}: pool {pool.name} ({len(pool.prompts)} requests, {pool.rates[0]:g} to "
+                    f"{pool.rates[1]:g} req/s)")
+                runs[pool.name] = measure_pool(server, cand.name, pool, seed=settings.seed,
+                                               timeout=settings.request_timeout, expect_k=cand.k)
+                _keep(out, cand, pool.name, runs[pool.name])
+                log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
+                bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
+                _keep(out, cand, pool.name, bursts[pool.name], "__burst")
+        return runs, bursts
 
     @contextlib.contextmanager
     def server(self, candidate: Candidate, tag: str = "") -> Iterator[Server]:
@@ -130,27 +153,64 @@ def _exact(run: PoolRun, off: PoolRun, pool: VllmPool) -> bool | None:
     return all(a.token_ids == b.token_ids for a, b in zip(run.streams, off.streams))
 
 
-def _measure_candidate(source: ServerSource, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings,
-                       out: Path, log: Callable[[str], None], tag: str = ""
-                       ) -> tuple[dict[str, PoolRun], dict[str, PoolRun]]:
-    """Each pool's run, and each pool's burst of ``max_num_seqs`` requests after it."""
-    burst = settings.engine.max_num_seqs
-    runs: dict[str, PoolRun] = {}
-    bursts: dict[str, PoolRun] = {}
-    safe = cand.name.replace(":", "-")
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    with source.server(cand, tag) as server:
+class RecordedSource:
+    """A recorded plan's runs (``plan.json`` and ``runs/`` in ``plan_dir``) served again in place of
+    servers: the plan replayed by today's code on the steps it measured, so a change to the fit or the
+    decision is judged without measuring. A candidate is served only as the record served it on that
+    pool: a derived schedule whose table differs from the recorded one is left out with that reason."""
+
+    def __init__(self, plan_dir: str | Path):
+        self.plan_dir = Path(plan_dir)
+        try:
+            record = json.loads((self.plan_dir / "plan.json").read_text())
+            self.configs = {(pool, name): config for pool, o in record["pools"].items()
+                            for name, config in o["candidates"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{self.plan_dir}: not a folder that specdec plan --engine vllm wrote ({exc})") from None
+
+    def cannot_serve(self, candidate: Candidate, pool: str) -> str | None:
+        if (pool, candidate.name) not in self.configs or not run_file(self.plan_dir, candidate.name, pool).is_file():
+            return "derived but not measured: the recorded plan has no run of it"
+        recorded = self.configs[(pool, candidate.name)]
+        if recorded != candidate.config:
+            return (f"derived but not measured: the recorded plan served {json.dumps(recorded)}, not "
+                    f"{json.dumps(candidate.config)}")
+        return None
+
+    def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
+                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun | None]]:
+        """The recorded run and burst of ``cand`` on each pool (copied under ``out/runs/``; None for a plan
+        recorded without bursts); ServerRefused naming what the record lacks for a candidate it did not
+        serve so."""
+        runs: dict[str, PoolRun] = {}
+        bursts: dict[str, PoolRun | None] = {}
         for pool in pools:
-            log(f"  {cand.name}: pool {pool.name} ({len(pool.prompts)} requests, {pool.rates[0]:g} to "
-                f"{pool.rates[1]:g} req/s)")
-            run = measure_pool(server, cand.name, pool, seed=settings.seed, timeout=settings.request_timeout,
-                               expect_k=cand.k)
-            (out / "runs" / f"{safe}__{pool.name}.json").write_text(json.dumps(run.to_dict()))
-            runs[pool.name] = run
-            log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
-            bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
-            (out / "runs" / f"{safe}__{pool.name}__burst.json").write_text(json.dumps(bursts[pool.name].to_dict()))
-    return runs, bursts
+            why = self.cannot_serve(cand, pool.name)
+            if why is not None:
+                raise ServerRefused(cand.name, why.replace("derived but not measured: ", "replaying: "))
+            runs[pool.name] = PoolRun.from_dict(json.loads(run_file(self.plan_dir, cand.name, pool.name).read_text()))
+            _keep(out, cand, pool.name, runs[pool.name])
+            burst = run_file(self.plan_dir, cand.name, pool.name, "__burst")
+            if burst.is_file():
+                bursts[pool.name] = PoolRun.from_dict(json.loads(burst.read_text()))
+                _keep(out, cand, pool.name, bursts[pool.name], "__burst")
+            else:
+                bursts[pool.name] = None
+            log(f"  {cand.name}: pool {pool.name}, the recorded run{' and burst' if burst.is_file() else ''}")
+        return runs, bursts
+
+
+def run_file(plan_dir: Path, candidate: str, pool: str, kind: str = "") -> Path:
+    """Where a plan keeps ``candidate``'s run on ``pool``: ``runs/<candidate>__<pool><kind>.json``
+    (``:`` written ``-``; ``kind``: ``""`` or ``"__burst"``)."""
+    return Path(plan_dir) / "runs" / f"{candidate.replace(':', '-')}__{pool}{kind}.json"
+
+
+def _keep(out: Path, cand: Candidate, pool: str, run: PoolRun, kind: str = "") -> None:
+    """``run`` written to its :func:`run_file` under ``out``."""
+    path = run_file(out, cand.name, pool, kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run.to_dict()))
 
 
 def _memory(cal_off: Calibration, runs: Mapping[str, PoolRun], cands: Mapping[str, Candidate],
@@ -218,20 +278,19 @@ def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[s
             for name, cand in cands.items()}
 
 
-def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: ServerSource, out: str | Path,
-              log: Callable[[str], None] = print) -> PlanResult:
+def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: ServerSource | RecordedSource,
+              out: str | Path, log: Callable[[str], None] = print) -> PlanResult:
     """Run the plan (module docstring), writing each run under ``out/runs/`` as it finishes; RuntimeError
     when off could not be measured."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, PoolRun]] = {}
-    bursts: dict[str, dict[str, PoolRun]] = {}
+    bursts: dict[str, dict[str, PoolRun | None]] = {}
     refused, failed = {}, {}
     for cand in settings.candidates:
         log(f"candidate {cand.name}: {json.dumps(cand.config)}")
         try:
-            runs[cand.name], bursts[cand.name] = _measure_candidate(source, cand, list(pools.values()), settings,
-                                                                    out, log)
+            runs[cand.name], bursts[cand.name] = source.measure(cand, list(pools.values()), settings, out, log)
         except ServerRefused as exc:
             refused[cand.name] = exc.reason
             log(f"  {cand.name} refused: {exc.reason}")
@@ -249,7 +308,8 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
 
 
 def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
-               all_bursts: Mapping[str, Mapping[str, PoolRun]], settings: PlanSettings, source: ServerSource,
+               all_bursts: Mapping[str, Mapping[str, PoolRun | None]], settings: PlanSettings,
+               source: ServerSource | RecordedSource,
                out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
     t = settings.thresholds
     cands = {c.name: c for c in settings.candidates if c.name in all_runs}
@@ -285,12 +345,13 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
                         if settings.schedules else []):
         if measured_one and cand.method != "custom_class":
             continue
-        if not source.can_start(cand):
-            skipped[cand.name] = "derived but not measured: no server for it (--server gives URLs only)"
-            break
+        why = source.cannot_serve(cand, pool.name)
+        if why is not None:
+            skipped[cand.name] = why
+            continue
         log(f"candidate {cand.name} for pool {pool.name}: {json.dumps(cand.config)}")
         try:
-            by_pool, bursts = _measure_candidate(source, cand, [pool], settings, out, log, tag=pool.name)
+            by_pool, bursts = source.measure(cand, [pool], settings, out, log, tag=pool.name)
             run = by_pool[pool.name]
         except ServerRefused as exc:
             skipped[cand.name] = f"vLLM refused to start: {exc.reason}"
