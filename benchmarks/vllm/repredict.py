@@ -40,16 +40,14 @@ def _load(path: Path):
 def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
     """``{candidate: StepModels}`` for every candidate the plan measured on ``pool``."""
     from specdec.plan.vllm.calibrate import calibrate, with_burst
-    from specdec.plan.vllm.run_plan import model_of, table_basis
+    from specdec.plan.vllm.run_plan import model_of, run_file, table_basis
     from specdec.plan.vllm.schedule import family_basis
 
     cals = {}
     for name, cand in cands.items():
-        safe = name.replace(":", "-")
-        ramp = plan_dir / "runs" / f"{safe}__{pool}.json"
+        ramp, burst = run_file(plan_dir, name, pool), run_file(plan_dir, name, pool, "__burst")
         if not ramp.exists():
             continue
-        burst = plan_dir / "runs" / f"{safe}__{pool}__burst.json"
         cals[name] = with_burst(calibrate(_load(ramp)), _load(burst) if burst.exists() else None,
                                 fit=burst_fit and cand.schedule is None)
     basis = {}
@@ -115,7 +113,8 @@ def _served(runs: Path) -> list[tuple]:
 def repredict(out: Path, runs: Path | None = None) -> list[dict]:
     """One row per measured run (``out/measured``, or with ``runs`` the runs of that ``schedule_tax.py``
     folder, on the same pools and prompts): pool, configuration, rate, measured score, both
-    predictions from ``out``'s plan, its ``requests`` and those ``near`` an objective. A run of a
+    predictions from ``out``'s plan with their bands (``<fit>_band``: ``(lo, hi)``), its ``requests`` and
+    those ``near`` an objective. A run of a
     configuration the plan did not measure on its pool (``schedule_tax``'s own table) is left out."""
     from specdec.plan.goodput import SLO, near_objective
     from specdec.plan.vllm.predict import Engine, predict_run, run_records, score_run
@@ -139,9 +138,10 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
                    "requests": len(run.streams), "near": near_objective(run_records(run), slo)}
             for fit, ms in by_fit.items():
                 m = ms[name]
-                row["burst_fit" if fit else "ramp_fit"] = predict_run(
-                    cand, m.cost, m.acceptance, run, run.cache.tokens, engine, slo, o["pool"]["objective"],
-                    no_draft=m.no_draft)["score"]
+                got = predict_run(cand, m.cost, m.acceptance, run, run.cache.tokens, engine, slo,
+                                  o["pool"]["objective"], no_draft=m.no_draft)
+                key = "burst_fit" if fit else "ramp_fit"
+                row[key], row[f"{key}_band"] = got["score"], (got["lo"], got["hi"])
             rows.append(row)
     return rows
 
@@ -171,14 +171,18 @@ def main(argv=None):
           "requests within 10% of an objective |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     within = {"ramp_fit": 0, "burst_fit": 0}
+    inside = dict(within)
     for r in rows:
         err = {k: r[k] / r["measured"] - 1 if r["measured"] else float("inf") for k in within}
+        held = {k: r[f"{k}_band"][0] <= r["measured"] <= r[f"{k}_band"][1] for k in within}
         within = {k: within[k] + (abs(err[k]) <= 0.15) for k in within}
+        inside = {k: inside[k] + held[k] for k in within}
+        cell = {k: f"{r[k]:.3g} ({err[k]:+.0%}{'' if held[k] else ', outside its band'})" for k in within}
         print(f"| {r['pool']} | {r['config']} | {r['rate']:.3g} | {r['run']} | {r['measured']:.3g} | "
-              f"{r['ramp_fit']:.3g} ({err['ramp_fit']:+.0%}) | {r['burst_fit']:.3g} ({err['burst_fit']:+.0%}) | "
-              f"{r['near']} of {r['requests']} |")
+              f"{cell['ramp_fit']} | {cell['burst_fit']} | {r['near']} of {r['requests']} |")
     print(f"\nwithin 15% of the measured run: ramp's fit {within['ramp_fit']} of {len(rows)}, with the bursts "
-          f"{within['burst_fit']} of {len(rows)}; median |error| "
+          f"{within['burst_fit']} of {len(rows)}; inside the band: {inside['ramp_fit']} and {inside['burst_fit']}; "
+          "median |error| "
           f"{statistics.median(abs(r['ramp_fit'] / r['measured'] - 1) for r in rows if r['measured']):.1%} and "
           f"{statistics.median(abs(r['burst_fit'] / r['measured'] - 1) for r in rows if r['measured']):.1%}")
 

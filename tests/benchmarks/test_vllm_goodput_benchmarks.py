@@ -363,8 +363,11 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     assert any(r["ramp_fit"] != r["burst_fit"] for r in rows)
     assert all(r["requests"] == len(json.loads((data / "run_off.json").read_text())["streams"]) for r in rows)
     assert all(0 <= r["near"] <= r["requests"] for r in rows)
+    assert all(r[f"{k}_band"][0] <= r[k] <= r[f"{k}_band"][1] for r in rows for k in ("ramp_fit", "burst_fit"))
     repredict.main([str(tmp_path)])
-    assert "within 15% of the measured run: ramp's fit" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    inside = sum(r[f"{k}_band"][0] <= r["measured"] <= r[f"{k}_band"][1] for r in rows for k in ("ramp_fit",))
+    assert "within 15% of the measured run: ramp's fit" in out and f"inside the band: {inside} and " in out
     with pytest.raises(SystemExit):
         repredict.main([str(tmp_path / "plan")])
     assert "has no measured/ folder" in capsys.readouterr().err
