@@ -54,6 +54,20 @@ def planned(tmp_path_factory):
     return out, result, pools
 
 
+@pytest.fixture(scope="module")
+def scheduled(tmp_path_factory):
+    """A plan whose gain falls with the batch: drafts cost 1.5x a row per drafted token, so on the fake
+    K = 2 pays at one and two running requests (1.37x, 1.10x), K = 4 less, and nothing pays above."""
+    out = tmp_path_factory.mktemp("scheduled")
+    pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0],
+                                      prompts=PROMPTS, requests=14, sampling={"max_tokens": 20}))
+    serve = fake_serve("--draft-cost 1.5")
+    source = ServerSource(out / "logs", command=ServeCommand(serve), start_timeout=60)
+    result = plan_vllm(pools, _settings(parse_candidates("off,ngram:2,ngram:4", {})), source, out, log=lambda m: None)
+    write(result, out, serve=serve, servers=None)
+    return out, result, pools
+
+
 def test_the_plan_decides_every_pool_and_writes_a_config_vllm_takes(planned):
     out, result, _ = planned
     for name, o in result.pools.items():
@@ -83,8 +97,8 @@ def test_a_server_that_dies_mid_measurement_is_reported_and_left_out(planned):
     assert all("draft_model:2" not in o.predictions for o in result.pools.values())
 
 
-def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
-    out, result, _ = planned
+def test_a_schedule_is_derived_from_the_gain_and_measured(scheduled):
+    out, result, _ = scheduled
     o = result.pools["copy"]
     assert "ngram" in o.gains and {g.k for g in o.gains["ngram"]} == {2, 4}
     measured = {k: {g.rows for g in o.gains["ngram"] if g.k == k and g.measured is not None and g.steps}
@@ -101,7 +115,7 @@ def test_a_schedule_is_derived_from_the_gain_and_measured(planned):
         assert f"Schedule measured: {describe(c)}; its steps without drafts priced at" in report
 
 
-def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(planned, tmp_path):
+def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(scheduled, tmp_path):
     """The plan's own runs served again (RecordedSource): the same code predicts and decides exactly as
     it did; a candidate the record never ran, and a table other than the one it measured, are left
     out by name, not simulated from steps that were not theirs."""
@@ -109,8 +123,8 @@ def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(
 
     from specdec.plan.vllm.run_plan import RecordedSource
 
-    out, result, pools = planned
-    cands = parse_candidates("off,ngram:2,ngram:4,suffix:4,draft_model:2", {"draft_model": str(out / "draft")})
+    out, result, pools = scheduled
+    cands = parse_candidates("off,ngram:2,ngram:4,suffix:4", {})
     again = plan_vllm(pools, _settings(cands), RecordedSource(out), tmp_path / "again", log=lambda m: None)
     for name, o in result.pools.items():
         a = again.pools[name]
@@ -121,7 +135,7 @@ def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(
     assert sorted(p.name for p in (tmp_path / "again" / "runs").iterdir()) == \
         sorted(p.name for p in (out / "runs").iterdir())
     moved = tmp_path / "moved"  # the same record, its copy pool's table written as another
-    shutil.copytree(out, moved, ignore=shutil.ignore_patterns("logs", "draft"))
+    shutil.copytree(out, moved, ignore=shutil.ignore_patterns("logs"))
     record = json.loads((moved / "plan.json").read_text())
     sched = next(n for n, c in record["pools"]["copy"]["candidates"].items()
                  if c and "num_speculative_tokens_per_batch_size" in c)
