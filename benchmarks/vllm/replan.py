@@ -19,9 +19,9 @@ from pathlib import Path
 
 
 def replan(plan_dir: Path, out: Path, log=print):
-    """``(recorded plan.json, PlanResult)``: the plan in ``plan_dir`` made again into ``out`` (simulation
-    settings at the plan's defaults, as ``plan_goodput.py`` plans); ValueError naming a folder that is not
-    a plan."""
+    """``(recorded plan.json, PlanResult, recorded review.json)``: the plan in ``plan_dir`` made again into
+    ``out`` (simulation settings at the plan's defaults, as ``plan_goodput.py`` plans); ValueError naming a
+    folder that is not a plan, or a pool whose prompts cannot be read again."""
     from specdec.plan.vllm.candidates import Candidate
     from specdec.plan.vllm.decide import Thresholds
     from specdec.plan.vllm.pool_spec import pool_from_description

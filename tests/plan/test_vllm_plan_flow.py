@@ -150,6 +150,24 @@ def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(
         RecordedSource(moved)
 
 
+def test_replan_makes_a_recorded_plan_again_and_refuses_to_write_over_it(scheduled, tmp_path, capsys):
+    from benchmarks.vllm import replan
+
+    out, result, _ = scheduled
+    replan.main([str(out), "--out", str(tmp_path / "again")])
+    printed = capsys.readouterr().out
+    decided = result.pools["copy"].decision.sentence
+    assert f"recorded: {decided}\ntoday:    {decided}" in printed
+    assert json.loads((tmp_path / "again" / "copy.speculative_config.json").read_text()) == \
+        result.pools["copy"].decision.config
+    with pytest.raises(SystemExit):
+        replan.main([str(out), "--out", str(out)])
+    assert "would overwrite its record" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replan.main([str(tmp_path), "--out", str(tmp_path / "x")])
+    assert "not a folder that specdec plan --engine vllm wrote" in capsys.readouterr().err
+
+
 def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):
     """Drafts that cost a row's step per token pay at small batches only, so the table has a K = 0
     range; the bursts on its server and off's run it, and the tax is read there."""
