@@ -18,6 +18,10 @@ decode step at each batch size it ran (at least 3 steps) beside both fits' step 
     python -m benchmarks.vllm.repredict benchmarks/results/vllm-plan-goodput-r11i \
         --runs benchmarks/results/vllm-knee05-r11i
 
+``--time-split`` prints instead, per run, the seconds its steps spent with and without a prompt
+finishing in them, each total as the plan's fit and the run's own fit predict it, and what the
+run's own calibration predicts its score to be (:func:`time_split`).
+
 ``--runs`` predicts instead the runs a ``schedule_tax.py`` served at another load (same pool, prompts
 and server settings) from this folder's plan: a load the benchmark did not measure, checked
 without planning again.
@@ -84,6 +88,58 @@ def burst_steps(plan_dir: Path) -> list[dict]:
     return rows
 
 
+def _plan_runs(out: Path, runs: Path | None):
+    """``(Engine, [(pool, its plan record, {name: Candidate}, its runs as found)])`` for every pool of
+    ``out``'s plan with a measured run (``out/measured``, or ``runs``' ``schedule_tax.py`` runs) of a
+    candidate it planned."""
+    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.recheck import candidate_of
+
+    plan = json.loads((out / "plan" / "plan.json").read_text())
+    found = _measured(out, plan["pools"]) if runs is None else _served(runs)
+    pools = []
+    for pool, o in plan["pools"].items():
+        cands = {n: candidate_of(c, n) for n, c in o["candidates"].items()}
+        here = [f for f in found if f[0] == pool and f[4] in cands]
+        if here:
+            pools.append((pool, o, cands, here))
+    return Engine(**plan["engine"]), pools
+
+
+def time_split(out: Path, runs: Path | None = None) -> list[dict]:
+    """Per measured run (as :func:`repredict` finds them): its steps' measured seconds with and
+    without a prompt finishing in them (``prefill_s``, ``decode_s``), the plan's fit (with the bursts)
+    and the run's own fit (:func:`~specdec.plan.vllm.calibrate.calibrate`) as predicted / measured
+    totals of each, and the run predicted from its own calibration (``own_predicted``): whether a miss
+    lies in what the plan measured or in how the steps were fitted."""
+    from specdec.plan.goodput import SLO
+    from specdec.plan.vllm.calibrate import calibrate, run_samples
+    from specdec.plan.vllm.predict import predict_run, score_run
+
+    engine, pools = _plan_runs(out, runs)
+    rows = []
+    for pool, o, cands, here in pools:
+        planned = models(out / "plan", pool, cands, True)
+        slo, objective = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"]), o["pool"]["objective"]
+        for _, label, rate, rep, name, run in here:
+            steps = run_samples(run)
+            decode = {(s.terms, s.seconds) for s in run_samples(run, decode_only=True)}
+            parts = {"decode": [s for s in steps if (s.terms, s.seconds) in decode],
+                     "prefill": [s for s in steps if (s.terms, s.seconds) not in decode]}
+            own = calibrate(run)
+            row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
+                   "measured": score_run(run, slo, objective)["score"],
+                   "own_predicted": predict_run(cands[name], own.cost, own.acceptance, run, run.cache.tokens,
+                                                engine, slo, objective, band=0.0)["score"]}
+            for part, ss in parts.items():
+                seconds = sum(s.seconds for s in ss)
+                row[f"{part}_s"] = seconds
+                for fit, w in (("plan", planned[name].cost.weights), ("own", own.cost.weights)):
+                    row[f"{fit}_{part}"] = sum(float(s.work() @ w) for s in ss) / seconds if seconds else float("nan")
+            rows.append(row)
+    return rows
+
+
 def _measured(out: Path, pools) -> list[tuple]:
     """``(pool, label, rate, run index, candidate, PoolRun)`` of every run in ``out/measured``, the
     candidate read from ``plan_goodput.json``'s labels."""
@@ -117,18 +173,11 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
     those ``near`` an objective. A run of a
     configuration the plan did not measure on its pool (``schedule_tax``'s own table) is left out."""
     from specdec.plan.goodput import SLO, near_objective
-    from specdec.plan.vllm.predict import Engine, predict_run, run_records, score_run
-    from specdec.plan.vllm.recheck import candidate_of
+    from specdec.plan.vllm.predict import predict_run, run_records, score_run
 
-    plan = json.loads((out / "plan" / "plan.json").read_text())
-    engine = Engine(**plan["engine"])
-    found = _measured(out, plan["pools"]) if runs is None else _served(runs)
+    engine, pools = _plan_runs(out, runs)
     rows = []
-    for pool, o in plan["pools"].items():
-        cands = {n: candidate_of(c, n) for n, c in o["candidates"].items()}
-        here = [f for f in found if f[0] == pool and f[4] in cands]
-        if not here:
-            continue
+    for pool, o, cands, here in pools:
         by_fit = {fit: models(out / "plan", pool, cands, fit) for fit in (False, True)}
         slo = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"])
         for _, label, rate, rep, name, run in here:
@@ -150,6 +199,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="a plan_goodput.py --out folder holding measured/")
     ap.add_argument("--steps", action="store_true", help="the bursts' decode steps against both fits")
+    ap.add_argument("--time-split", action="store_true",
+                    help="each run's prefill and decode time against the plan's fit and its own (time_split)")
     ap.add_argument("--runs", type=Path, default=None,
                     help="a schedule_tax.py --out folder: predict its runs from OUT's plan instead of OUT's own")
     args = ap.parse_args(argv)
@@ -166,6 +217,16 @@ def main(argv=None):
         ap.error(f"--runs {args.runs} has no runs/ folder (schedule_tax.py writes its runs there)")
     if args.runs is None and not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
+    if args.time_split:
+        print("| pool | configuration | rate | run | measured | its own fit predicts | seconds with a prompt / "
+              "without | plan's fit: prefill, decode | own fit: prefill, decode |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in time_split(args.out, args.runs):
+            print(f"| {r['pool']} | {r['config']} | {r['rate']:.3g} | {r['run']} | {r['measured']:.3g} | "
+                  f"{r['own_predicted']:.3g} | {r['prefill_s']:.1f} / {r['decode_s']:.1f} | "
+                  f"{r['plan_prefill']:.2f}x, {r['plan_decode']:.2f}x | "
+                  f"{r['own_prefill']:.2f}x, {r['own_decode']:.2f}x |")
+        return
     rows = repredict(args.out, args.runs)
     print("| pool | configuration | rate | run | measured | ramp's fit (error) | with the bursts (error) | "
           "requests within 10% of an objective |")

@@ -371,6 +371,12 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     with pytest.raises(SystemExit):
         repredict.main([str(tmp_path / "plan")])
     assert "has no measured/ folder" in capsys.readouterr().err
+    split = repredict.time_split(tmp_path)
+    assert sorted(r["config"] for r in split) == ["ngram-3", "off"]
+    assert all(r["prefill_s"] > 0 and r["decode_s"] > 0 and r["own_predicted"] > 0 for r in split)
+    assert all(0.5 < r[f"{f}_{p}"] < 2 for r in split for f in ("plan", "own") for p in ("prefill", "decode"))
+    repredict.main([str(tmp_path), "--time-split"])
+    assert "| copy | off | 1 | 0 |" in capsys.readouterr().out
     tax = tmp_path / "tax" / "runs"  # a schedule_tax.py folder at another load, and a table the plan never ran
     tax.mkdir(parents=True)
     for name, src in (("off", "run_off.json"), ("ngram-3", "run_ngram3.json")):

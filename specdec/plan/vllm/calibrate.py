@@ -105,6 +105,13 @@ def _samples(run: PoolRun, gap: float, share: float, length: float, *, decode_on
                          tokens_per_chunk=[s.tokens / len(s.chunk_times) for s in run.streams])
 
 
+def run_samples(run: PoolRun, gap: float = DEFAULT_GAP, *, decode_only: bool = False) -> list:
+    """The run's engine steps as step-cost samples, each decode row drafting as the run's own counters
+    say (``decode_only``: the steps in which no prompt finished)."""
+    _, share, length = _drafting(run)
+    return _samples(run, gap, share, length, decode_only=decode_only)
+
+
 def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     """The simulator's inputs from one measured run. MeasurementError for a stream without usage counts,
     or too few engine steps to fit step costs."""
@@ -158,8 +165,7 @@ def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_
         per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
     cost = cal.cost
     if fit:
-        _, share, length = _drafting(burst)
-        extra = _samples(burst, gap, share, length, decode_only=True)
+        extra = run_samples(burst, gap, decode_only=True)
         if extra:
             cost = fit_trace(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})
     return dataclasses.replace(cal, cost=cost, per_batch=dict(sorted(per_batch.items())))
