@@ -294,6 +294,27 @@ def test_the_rule_prefers_what_pays_never_loses_and_is_exact():
     assert d3.config is None and d3.sentence.startswith("nothing to gain: no speculation")
 
 
+def test_near_ties_are_ranked_by_what_the_pool_buys_not_by_the_predictions_last_digits():
+    """Replaying the six recorded interactive plans (2026-12-04..06), the eligible drafters' worst-case
+    ratios to the best lay within 0.1-1.2% of each other and the answer followed those digits (suffix
+    K = 4, the suffix table, the cost gate). Within ``max_loss`` of the best a latency pool takes the
+    largest cut in time per token; a throughput pool the larger gain; beyond the tier, the ratio."""
+    specs = (("off", "off", 0), ("suffix:4", "suffix", 4), ("custom_class:4", "custom_class", 4),
+             ("ngram:2", "ngram", 2))
+    cands = {n: Candidate(n, m, k) for n, m, k in specs}
+    preds = {"off": _rows([1.0, 2.0, 2.0]), "suffix:4": _rows([1.0, 2.1, 2.1], 0.031),
+             "custom_class:4": _rows([1.0, 2.08, 2.09], 0.028), "ngram:2": _rows([1.0, 2.04, 2.0], 0.02)}
+    d = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(), 16)
+    a = d.assessments
+    assert a["custom_class:4"].worst_vs_best == pytest.approx(2.08 / 2.1)  # within 2%: a tie on goodput
+    assert d.chosen.name == "custom_class:4", d.sentence  # -44% time per token against suffix's -38%
+    assert a["ngram:2"].eligible and a["ngram:2"].worst_vs_best < 0.98  # -60%, but 2.9% under the best
+    assert decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(max_loss=0.0), 16).chosen.name == "suffix:4"
+    assert decide("p", "throughput", cands, preds, {}, {}, {}, Thresholds(), 16).chosen.name == "suffix:4"
+    same = dict(preds, **{"custom_class:4": _rows([1.0, 2.08, 2.09], 0.031)})
+    assert decide("p", "latency", cands, same, {}, {}, {}, Thresholds(), 16).chosen.name == "suffix:4"  # higher ratio
+
+
 def test_a_load_past_collapse_neither_vetoes_nor_recommends():
     """Past saturation off's goodput is ~0 and so is every candidate's: 0.001 against 0.0006 is noise,
     not a 100% loss (which refused every candidate on the 2026-12-05 CPU plan) or a +67% gain."""

@@ -18,10 +18,14 @@ instrument, not a capacity one). Two kinds of load are read apart:
 * **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
   the objective): a ratio of two near-zero scores there is noise.
 
-A candidate with no load left to count is not eligible. Among the eligible the highest worst-case
-ratio to the best candidate wins (two decimals), then the larger gain, then the lighter lifecycle
-(bound to nothing, the tokenizer, the target), then the smaller K; none eligible: off. Candidates
-whose greedy outputs differed from off's are never eligible.
+A candidate with no load left to count is not eligible. Among the eligible, the **top tier** is those
+within ``max_loss`` of the best candidate at every counted load (``worst_vs_best >= 1 - max_loss``:
+predictions closer than that are ties the prediction cannot rank, and any of them serves the pool
+within the tolerance the plan is held to); when none is, the highest worst-case ratio alone. Within
+the tier a latency pool takes the largest cut in median time per token (two decimals: the latency
+it speculates for), a throughput pool the larger gain (three decimals); then the lighter lifecycle
+(bound to nothing, the tokenizer, the target), then the smaller K, then the higher worst-case ratio.
+None eligible: off. Candidates whose greedy outputs differed from off's are never eligible.
 """
 
 from __future__ import annotations
@@ -149,11 +153,19 @@ def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predi
     eligible = [a for a in found.values() if a.eligible]
     if not eligible:
         return Decision(pool, candidates["off"], _off_sentence(found, unit, t), found)
-    top = max(eligible, key=lambda a: (round(a.worst_vs_best, 2), round(a.gain, 3),
-                                       -_LIFECYCLE[candidates[a.name].bound_to], -candidates[a.name].k))
+    top = max(eligible, key=lambda a: preference(a, candidates[a.name], objective, t))
     cand = candidates[top.name]
     return Decision(pool, cand, _on_sentence(cand, top, cals.get(top.name), latency_bound_below.get(top.name, 0),
                                              unit, max_rows), found)
+
+
+def preference(a: Assessment, candidate: Candidate, objective: str, t: Thresholds) -> tuple:
+    """Sort key over assessments, larger preferred: eligible first, then the top tier ranked as the
+    module docstring says, then the rest by their worst-case ratio to the best."""
+    tier = a.worst_vs_best >= 1.0 - t.max_loss
+    what = round(a.tpot_gain, 2) if objective == "latency" else round(a.gain, 3)
+    return (a.eligible, tier, what if tier else a.worst_vs_best, -_LIFECYCLE[candidate.bound_to], -candidate.k,
+            a.worst_vs_best)
 
 
 def describe(c: Candidate) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 from ..goodput import SLO
 from .calibrate import DEFAULT_GAP, Calibration, calibrate, with_burst
 from .candidates import SCHEDULABLE, Candidate
-from .decide import Decision, Thresholds, assess, decide
+from .decide import Decision, Thresholds, assess, decide, preference
 from .launcher import ServeCommand, Server, ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_burst, measure_pool
 from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
@@ -389,7 +389,7 @@ def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str
     best_at = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(off))]
     static = [n for n, c in cands.items() if c.method in SCHEDULABLE and c.schedule is None and exact[n] is not False]
     ranked = sorted((assess(n, predictions[n], off, best_at, t, pool.objective, True) for n in static),
-                    key=lambda a: (round(a.worst_vs_best, 2), a.gain), reverse=True)
+                    key=lambda a: preference(a, cands[a.name], pool.objective, t), reverse=True)
     out = []
     for family_name in dict.fromkeys(cands[a.name].family for a in ranked):
         family = {c.k: c for c in cands.values() if c.family == family_name and c.schedule is None}
