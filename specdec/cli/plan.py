@@ -74,8 +74,10 @@ def register(subparsers) -> None:
                         "benchmarks/vllm/plan_vs_measured.py)")
     p.add_argument("--max-batched-tokens", type=positive_int, default=None,
                    help="packed scheduler: tokens per step (vLLM's max_num_batched_tokens; default unlimited)")
-    p.add_argument("--requests", type=positive_int, default=200, help="simulated requests per load level")
-    p.add_argument("--replications", type=positive_int, default=2)
+    p.add_argument("--requests", type=positive_int, default=None, help="simulated requests per load level "
+                   "(default 200; with --replay: the record's)")
+    p.add_argument("--replications", type=positive_int, default=None,
+                   help="arrival sequences simulated per load level (default 2; with --replay: the record's)")
     p.add_argument(
         "--loads",
         type=lambda t: [probability(x) for x in csv(t)],
@@ -96,10 +98,10 @@ def register(subparsers) -> None:
                         "uses the cost model's leave-one-out error, capped at 0.5 (0 when it has none); 0 turns it "
                         "off; a band triples the simulation time")
     p.add_argument("--quick", action="store_true", help="smaller calibration grid (about half the time)")
-    p.add_argument(
-        "--tolerance", type=probability, default=0.15, help="acceptance drift that review will flag (relative)"
-    )
-    p.add_argument("--seed", type=bounded(int), default=0)
+    p.add_argument("--tolerance", type=probability, default=None,
+                   help="acceptance drift that review will flag (relative; default 0.15)")
+    p.add_argument("--seed", type=bounded(int), default=None, help="simulation seed (default 0; with --replay: the "
+                   "record's)")
     p.add_argument("--out", default="plan_report", help="output directory")
     plan_vllm.add_plan_args(p)
     p.set_defaults(func=run_plan)
@@ -152,7 +154,16 @@ def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> 
     return out
 
 
+DEFAULTS = {"requests": 200, "replications": 2, "seed": 0, "tolerance": 0.15}  # None in the parser: --replay tells
+# a flag given from one left out
+
+
 def run_plan(args) -> int:
+    if getattr(args, "engine", "specdec") == "vllm" and getattr(args, "replay", None):
+        return plan_vllm.run_replay(args)
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if getattr(args, "engine", "specdec") == "vllm":
         return plan_vllm.run_plan(args)
     plan_vllm.check_flags(args, "specdec")

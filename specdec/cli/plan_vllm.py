@@ -4,6 +4,7 @@
         --serve "python -m vllm.entrypoints.openai.api_server --model /models/m --port {port} \\
                  --max-num-seqs 16 --max-num-batched-tokens 2048 {speculative_config}"
     specdec review --engine vllm plan_vllm        # the same --serve as the plan, from its record
+    specdec plan --engine vllm --replay plan_vllm --out plan_again   # today's code on the recorded runs
 
 Every flag, the pool file (and the prompts it names), the candidates and their artifacts are
 checked before the first server starts (:mod:`specdec.plan.vllm`).
@@ -25,7 +26,13 @@ SPECDEC_ONLY = {"proposer_list": "--proposer", "proposer_csv": "--proposers", "m
 VLLM_ONLY = {"serve": "--serve", "server": "--server", "server_env": "--server-env", "candidates": "--candidates",
              "draft_model": "--draft-model", "eagle_head": "--eagle-head", "eagle3_head": "--eagle3-head",
              "mtp": "--mtp", "levels": "--levels", "no_schedules": "--no-schedules", "gap": "--gap",
-             "start_timeout": "--start-timeout", "request_timeout": "--request-timeout"}
+             "start_timeout": "--start-timeout", "request_timeout": "--request-timeout", "replay": "--replay"}
+# what a replayed plan takes from its record: given with --replay, refused
+RECORDED = {"pools": "--pools", "serve": "--serve", "server": "--server", "server_env": "--server-env",
+            "candidates": "--candidates", "draft_model": "--draft-model", "eagle_head": "--eagle-head",
+            "eagle3_head": "--eagle3-head", "mtp": "--mtp", "levels": "--levels", "no_schedules": "--no-schedules",
+            "gap": "--gap", "start_timeout": "--start-timeout", "request_timeout": "--request-timeout",
+            "max_batch": "--max-batch", "max_batched_tokens": "--max-batched-tokens", "tolerance": "--tolerance"}
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -69,6 +76,10 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--levels", type=positive_int, default=None, help="engine vllm: load levels per pool (default 6)")
     p.add_argument("--no-schedules", action="store_true", default=None,
                    help="engine vllm: do not derive and measure num_speculative_tokens_per_batch_size schedules")
+    p.add_argument("--replay", default=None, metavar="PLAN_DIR",
+                   help="engine vllm: make a recorded plan again from the runs it measured, with no server "
+                        "(specdec.plan.vllm.recorded): pools, candidates, engine and thresholds come from the "
+                        "record; --requests, --replications and --seed may differ from it")
 
 
 def check_flags(args, engine: str) -> None:
@@ -149,6 +160,36 @@ def run_plan(args) -> int:
                  servers=None if args.server is None else dict(args.server))
     for name, o in result.pools.items():
         print(f"{name}: {o.decision.sentence}\n  speculative_config: {out / f'{name}.speculative_config.json'}")
+    print(f"report: {path}")
+    return 0
+
+
+def run_replay(args) -> int:
+    from ..plan.vllm.recorded import replay
+    from ..plan.vllm.summary import write
+
+    check_flags(args, "vllm")
+    given = [flag for dest, flag in RECORDED.items() if getattr(args, dest, None) not in (None, False, [])]
+    if args.model not in (None, "default"):
+        given.append("--model")
+    if given:
+        raise UsageError(f"{', '.join(given)} {'comes' if len(given) == 1 else 'come'} from the record with --replay")
+    overrides = {key: getattr(args, dest) for key, dest in (("sim_requests", "requests"),
+                                                            ("replications", "replications"), ("seed", "seed"))
+                 if getattr(args, dest) is not None}
+    out = Path(args.out)
+    try:
+        rec, result = replay(args.replay, out, overrides, log=log)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    path = write(result, out, serve=rec.serve, servers=rec.servers)
+    for note in rec.notes:
+        print(f"note: {note}")
+    for name, o in result.pools.items():
+        print(f"{name}:\n  recorded: {rec.decisions[name]}\n  today:    {o.decision.sentence}\n"
+              f"  speculative_config: {out / f'{name}.speculative_config.json'}")
+        for cand, why in o.skipped.items():
+            print(f"  {cand} left out: {why}")
     print(f"report: {path}")
     return 0
 

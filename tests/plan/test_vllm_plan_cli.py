@@ -56,3 +56,32 @@ def test_plan_then_review_on_the_command_line(pools, tmp_path, capsys):
     code = main(["review", "--engine", "vllm", str(out), "--requests", "8"])
     text = capsys.readouterr().out
     assert code == 0 and "| chat | **keep** |" in text
+    again = tmp_path / "again"  # the same plan made again from its record, with no server
+    code = main(["plan", "--engine", "vllm", "--replay", str(out), "--out", str(again)])
+    printed = capsys.readouterr().out
+    decided = "speculate with ngram (K = 3)"
+    assert code == 0 and f"recorded: {decided}" in printed and f"today:    {decided}" in printed
+    assert json.loads((again / "plan.json").read_text())["simulation"] == json.loads(
+        (out / "plan.json").read_text())["simulation"] == {"levels": 3, "sim_requests": 50, "replications": 1,
+                                                            "seed": 0, "gap": 0.012, "schedules": False}
+    assert (again / "chat.speculative_config.json").read_text() == (out / "chat.speculative_config.json").read_text()
+    assert main(["plan", "--engine", "vllm", "--replay", str(out), "--replications", "2", "--out",
+                 str(tmp_path / "more")]) == 0
+    assert "note: replications 2 (recorded: 1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--pools", "p.toml"], "--pools comes from the record with --replay"),
+    (["--serve", SERVE, "--max-batch", "8"], "--serve, --max-batch come from the record with --replay"),
+    (["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"], "--model comes from the record with --replay"),
+    (["--memory-gb", "1"], "--memory-gb does not apply to --engine vllm"),
+])
+def test_a_replay_refuses_what_its_record_decides(tmp_path, capsys, extra, message):
+    code = main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--out", str(tmp_path / "o"), *extra])
+    assert code == 2 and message in capsys.readouterr().err
+    assert main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "not a folder that specdec plan --engine vllm wrote" in capsys.readouterr().err
+    assert main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "the replay would overwrite the recorded plan" in capsys.readouterr().err
+    assert main(["plan", "--memory-gb", "1", "--replay", str(tmp_path)]) == 2
+    assert "--replay does not apply to --engine specdec" in capsys.readouterr().err

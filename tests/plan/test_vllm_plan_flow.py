@@ -121,7 +121,7 @@ def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(
     out by name, not simulated from steps that were not theirs."""
     import shutil
 
-    from specdec.plan.vllm.run_plan import RecordedSource
+    from specdec.plan.vllm.recorded import RecordedSource
 
     out, result, pools = scheduled
     cands = parse_candidates("off,ngram:2,ngram:4,suffix:4", {})
@@ -150,22 +150,28 @@ def test_a_recorded_plan_replayed_without_servers_predicts_and_decides_the_same(
         RecordedSource(moved)
 
 
-def test_replan_makes_a_recorded_plan_again_and_refuses_to_write_over_it(scheduled, tmp_path, capsys):
-    from benchmarks.vllm import replan
+def test_a_replay_takes_its_settings_from_the_record_and_names_what_it_could_not(scheduled, tmp_path):
+    """The record's simulation settings are replayed as recorded; a record written before they were
+    (plan.json without ``simulation``) is simulated with the defaults, and the replay says so."""
+    import shutil
+
+    from specdec.plan.vllm.recorded import load_replay, replay
 
     out, result, _ = scheduled
-    replan.main([str(out), "--out", str(tmp_path / "again")])
-    printed = capsys.readouterr().out
-    decided = result.pools["copy"].decision.sentence
-    assert f"recorded: {decided}\ntoday:    {decided}" in printed
-    assert json.loads((tmp_path / "again" / "copy.speculative_config.json").read_text()) == \
-        result.pools["copy"].decision.config
-    with pytest.raises(SystemExit):
-        replan.main([str(out), "--out", str(out)])
-    assert "would overwrite its record" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        replan.main([str(tmp_path), "--out", str(tmp_path / "x")])
-    assert "not a folder that specdec plan --engine vllm wrote" in capsys.readouterr().err
+    rec, again = replay(out, tmp_path / "again", log=lambda m: None)
+    assert rec.notes == [] and (rec.settings.sim_requests, rec.settings.replications, rec.settings.levels) == (60, 1, 3)
+    assert rec.decisions["copy"] == result.pools["copy"].decision.sentence == again.pools["copy"].decision.sentence
+    old = tmp_path / "old"
+    shutil.copytree(out, old, ignore=shutil.ignore_patterns("logs"))
+    record = json.loads((old / "plan.json").read_text())
+    del record["simulation"]
+    (old / "plan.json").write_text(json.dumps(record))
+    rec = load_replay(old, {"seed": 3})
+    assert rec.settings.levels == 3 and rec.settings.replications == 3 and rec.settings.seed == 3
+    assert rec.notes[0].startswith("the record holds no simulation settings") and "replications 3" in rec.notes[0]
+    assert rec.notes[1] == "seed 3 (recorded: not recorded)"
+    with pytest.raises(ValueError, match="only in sim_requests, replications, seed; got levels"):
+        load_replay(out, {"levels": 4})
 
 
 def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):

@@ -6,7 +6,8 @@ ready ``speculative_config`` and a review record. One module per job: :mod:`.poo
 file), :mod:`.candidates`, :mod:`.launcher`, :mod:`.stream` (the SSE client),
 :mod:`.server_metrics`, :mod:`.measure`, :mod:`.engine_trace` and :mod:`.calibrate` (a run into
 simulator inputs), :mod:`.schedule`, :mod:`.kv_budget`, :mod:`.predict`, :mod:`.decide`,
-:mod:`.run_plan`, :mod:`.summary`, :mod:`.record` and :mod:`.recheck`. The guide is docs/deploying.md.
+:mod:`.run_plan`, :mod:`.recorded` (a plan made again from its record), :mod:`.summary`, :mod:`.record`
+and :mod:`.recheck`. The guide is docs/deploying.md.
 """
 
 from .candidates import Candidate, parse_candidates

@@ -10,8 +10,8 @@ pool the schedule of its best static family that vLLM serves, and the cost-gated
 derived (:mod:`.schedule`) and measured each on its own server the same way, the burst running
 every range of the table: a server that dies there is left out like one that dies measuring, and
 the K = 0 tax is read from its steps and off's; then prediction (:mod:`.predict`), memory
-(:mod:`.kv_budget`) and the decision (:mod:`.decide`). A :class:`RecordedSource` serves a recorded
-plan's runs in place of servers: the same plan replayed by today's code.
+(:mod:`.kv_budget`) and the decision (:mod:`.decide`). :mod:`.recorded` serves a recorded plan's runs
+in place of servers: the same plan made again by today's code.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import json
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
 from .pool_spec import VllmPool
 from .predict import Engine, StepModels, predict, rates_for
 from .schedule import Gain, derive, family_basis, measured_scale, no_draft_tax, pays_up_to, schedule_candidate
+
+
+SIMULATION = ("levels", "sim_requests", "replications", "seed", "gap", "schedules")  # PlanSettings' a plan records
 
 
 @dataclasses.dataclass
@@ -61,6 +64,19 @@ class PlanSettings:
                         ("replications", self.replications)):
             if v < 1:
                 raise ValueError(f"{name} is too small: {getattr(self, name)}")
+
+
+class Source(Protocol):
+    """Where each candidate's runs come from: :class:`ServerSource` (servers) or
+    :class:`~.recorded.RecordedSource` (a recorded plan)."""
+
+    def cannot_serve(self, candidate: Candidate, pool: str) -> str | None:
+        """Why a derived schedule will not be measured (None: it will)."""
+
+    def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
+                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun | None]]:
+        """``cand``'s run and burst on each pool (each kept under ``out/runs/``); ServerRefused,
+        ServerDied, MeasurementError or TimeoutError when it cannot be had."""
 
 
 class ServerSource:
@@ -92,10 +108,10 @@ class ServerSource:
                     f"{pool.rates[1]:g} req/s)")
                 runs[pool.name] = measure_pool(server, cand.name, pool, seed=settings.seed,
                                                timeout=settings.request_timeout, expect_k=cand.k)
-                _keep(out, cand, pool.name, runs[pool.name])
+                keep_run(out, cand, pool.name, runs[pool.name])
                 log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
                 bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
-                _keep(out, cand, pool.name, bursts[pool.name], "__burst")
+                keep_run(out, cand, pool.name, bursts[pool.name], "__burst")
         return runs, bursts
 
     @contextlib.contextmanager
@@ -153,60 +169,13 @@ def _exact(run: PoolRun, off: PoolRun, pool: VllmPool) -> bool | None:
     return all(a.token_ids == b.token_ids for a, b in zip(run.streams, off.streams))
 
 
-class RecordedSource:
-    """A recorded plan's runs (``plan.json`` and ``runs/`` in ``plan_dir``) served again in place of
-    servers: the plan replayed by today's code on the steps it measured, so a change to the fit or the
-    decision is judged without measuring. A candidate is served only as the record served it on that
-    pool: a derived schedule whose table differs from the recorded one is left out with that reason."""
-
-    def __init__(self, plan_dir: str | Path):
-        self.plan_dir = Path(plan_dir)
-        try:
-            record = json.loads((self.plan_dir / "plan.json").read_text())
-            self.configs = {(pool, name): config for pool, o in record["pools"].items()
-                            for name, config in o["candidates"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{self.plan_dir}: not a folder that specdec plan --engine vllm wrote ({exc})") from None
-
-    def cannot_serve(self, candidate: Candidate, pool: str) -> str | None:
-        if (pool, candidate.name) not in self.configs or not run_file(self.plan_dir, candidate.name, pool).is_file():
-            return "derived but not measured: the recorded plan has no run of it"
-        recorded = self.configs[(pool, candidate.name)]
-        if recorded != candidate.config:
-            return (f"derived but not measured: the recorded plan served {json.dumps(recorded)}, not "
-                    f"{json.dumps(candidate.config)}")
-        return None
-
-    def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
-                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun | None]]:
-        """The recorded run and burst of ``cand`` on each pool (copied under ``out/runs/``; None for a plan
-        recorded without bursts); ServerRefused naming what the record lacks for a candidate it did not
-        serve so."""
-        runs: dict[str, PoolRun] = {}
-        bursts: dict[str, PoolRun | None] = {}
-        for pool in pools:
-            why = self.cannot_serve(cand, pool.name)
-            if why is not None:
-                raise ServerRefused(cand.name, why.replace("derived but not measured: ", "replaying: "))
-            runs[pool.name] = PoolRun.from_dict(json.loads(run_file(self.plan_dir, cand.name, pool.name).read_text()))
-            _keep(out, cand, pool.name, runs[pool.name])
-            burst = run_file(self.plan_dir, cand.name, pool.name, "__burst")
-            if burst.is_file():
-                bursts[pool.name] = PoolRun.from_dict(json.loads(burst.read_text()))
-                _keep(out, cand, pool.name, bursts[pool.name], "__burst")
-            else:
-                bursts[pool.name] = None
-            log(f"  {cand.name}: pool {pool.name}, the recorded run{' and burst' if burst.is_file() else ''}")
-        return runs, bursts
-
-
 def run_file(plan_dir: Path, candidate: str, pool: str, kind: str = "") -> Path:
     """Where a plan keeps ``candidate``'s run on ``pool``: ``runs/<candidate>__<pool><kind>.json``
     (``:`` written ``-``; ``kind``: ``""`` or ``"__burst"``)."""
     return Path(plan_dir) / "runs" / f"{candidate.replace(':', '-')}__{pool}{kind}.json"
 
 
-def _keep(out: Path, cand: Candidate, pool: str, run: PoolRun, kind: str = "") -> None:
+def keep_run(out: Path, cand: Candidate, pool: str, run: PoolRun, kind: str = "") -> None:
     """``run`` written to its :func:`run_file` under ``out``."""
     path = run_file(out, cand.name, pool, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -278,7 +247,7 @@ def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[s
             for name, cand in cands.items()}
 
 
-def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: ServerSource | RecordedSource,
+def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Source,
               out: str | Path, log: Callable[[str], None] = print) -> PlanResult:
     """Run the plan (module docstring), writing each run under ``out/runs/`` as it finishes; RuntimeError
     when off could not be measured."""
@@ -309,7 +278,7 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Ser
 
 def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
                all_bursts: Mapping[str, Mapping[str, PoolRun | None]], settings: PlanSettings,
-               source: ServerSource | RecordedSource,
+               source: Source,
                out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
     t = settings.thresholds
     cands = {c.name: c for c in settings.candidates if c.name in all_runs}

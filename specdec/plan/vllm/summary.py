@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .candidates import BOUND
 from .decide import describe
-from .run_plan import PlanResult, PoolOutcome
+from .run_plan import SIMULATION, PlanResult, PoolOutcome
 from .record import PoolRecord, make_record, model_fingerprint
 from .schedule import gain_table_markdown
 
@@ -130,7 +130,8 @@ def write(result: PlanResult, out: str | Path, *, serve: str | None, servers: di
         lines += [f"- `{n}`: {why}" for n, why in result.failed.items()]
         lines.append("")
     plan_json = {"vllm_version": result.vllm_version, "refused": result.refused, "failed": result.failed,
-                 "engine": vars(s.engine), "thresholds": vars(s.thresholds), "pools": {}}
+                 "engine": vars(s.engine), "thresholds": vars(s.thresholds),
+                 "simulation": {k: getattr(s, k) for k in SIMULATION}, "pools": {}}
     records = {}
     for name, o in result.pools.items():
         png = f"goodput_{name}.png"
