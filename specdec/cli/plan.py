@@ -154,8 +154,8 @@ def imported_acceptance(items: list[str], specs: list[str], max_budget: int) -> 
     return out
 
 
-DEFAULTS = {"requests": 200, "replications": 2, "seed": 0, "tolerance": 0.15}  # None in the parser: --replay tells
-# a flag given from one left out
+# The parser leaves these None so that --replay tells a flag given from one left out.
+DEFAULTS = {"requests": 200, "replications": 2, "seed": 0, "tolerance": 0.15}
 
 
 def run_plan(args) -> int:
