@@ -79,6 +79,9 @@ def test_plan_then_review_on_the_command_line(pools, tmp_path, capsys):
 def test_a_replay_refuses_what_its_record_decides(tmp_path, capsys, extra, message):
     code = main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--out", str(tmp_path / "o"), *extra])
     assert code == 2 and message in capsys.readouterr().err
+
+
+def test_a_replay_needs_a_plan_folder_and_another_to_write(tmp_path, capsys):
     assert main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "not a folder that specdec plan --engine vllm wrote" in capsys.readouterr().err
     assert main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--out", str(tmp_path)]) == 2
