@@ -398,3 +398,33 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     with pytest.raises(SystemExit):
         repredict.main(["--steps", str(tmp_path / "measured")])
     assert "has no plan/runs/ folder" in capsys.readouterr().err
+
+
+def test_burst_repeat_counts_the_decode_steps_of_large_batches_only():
+    """Twelve requests decode in lockstep at 0.1 s a step; two of them end two steps early, so the
+    last two steps run ten rows: counted at >= 12 rows they are not."""
+    from pathlib import Path
+
+    from benchmarks.vllm import burst_repeat
+    from specdec.plan.vllm.measure import PoolRun
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "data" / "vllm_plan" / "run_off.json").read_text())
+    base = d["streams"][0]
+    streams = [{**base, "index": i, "sent": 0.0, "chunk_times": [0.1 * (k + 1) for k in range(n)],
+                "chunk_tokens": [1] * n, "token_ids": base["token_ids"][:n], "completion_tokens": n}
+               for i, n in enumerate([8] * 10 + [6] * 2)]
+    run = PoolRun.from_dict({**d, "streams": streams, "categories": ["x"] * 12, "arrivals": [0.0] * 12})
+    assert burst_repeat.big_steps(run, 12, 0.012) == pytest.approx([0.1] * 5)
+    assert burst_repeat.big_steps(run, 10, 0.012) == pytest.approx([0.1] * 7)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--configs", "custom_class:4,off"], "--configs must start with off"),
+    (["--burst", "8", "--rows", "12"], "--burst at least --rows"),
+])
+def test_burst_repeat_refuses_bad_input_before_any_server(argv, message, capsys):
+    from benchmarks.vllm import burst_repeat
+
+    with pytest.raises(SystemExit):
+        burst_repeat.main(argv)
+    assert message in capsys.readouterr().err

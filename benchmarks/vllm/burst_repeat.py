@@ -1,0 +1,109 @@
+"""How much of a plan's big-batch step cost is one burst's noise and how much the server's: the
+question behind the interactive answer moving between plans (docs/vllm-plan-runs.md, "The
+interactive pool planned from the command line").
+
+A plan measures each candidate's steps at the batch sizes an overload runs with one burst on one
+server. Here, for each configuration, ``--servers`` fresh servers, each warmed as the plan warms
+it (one measurement of the pool) and then sent ``--bursts`` bursts of ``--burst`` requests at once.
+Per burst: the mean decode step (seconds) at ``--rows`` running requests or more. Per configuration:
+the spread of bursts on one server, of the servers' means, and each server's mean against off's on
+the server started beside it (the ratio the plan's overload rule reads, through the simulator).
+
+    .venv-vllm/bin/python -m benchmarks.vllm.burst_repeat --configs off,custom_class:4 --servers 2 --bursts 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.vllm.plan_goodput import ROOT, SHARED_PROMPTS, pool_text, serve_command, server_env, split
+
+
+def big_steps(run, rows: int, gap: float) -> list[float]:
+    """A burst's decode step times (s) at ``rows`` running requests or more."""
+    from specdec.plan.vllm.calibrate import decode_steps
+
+    return [sec for size, steps in decode_steps(run, gap).items() if size >= rows for sec, _ in steps]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default="off,custom_class:4", help="METHOD[:K] list; off first")
+    ap.add_argument("--pool", default="interactive", choices=("interactive", "bulk"))
+    ap.add_argument("--servers", type=int, default=2)
+    ap.add_argument("--bursts", type=int, default=3)
+    ap.add_argument("--burst", type=int, default=16, help="requests at once (the plan sends max_num_seqs)")
+    ap.add_argument("--rows", type=int, default=12, help="the smallest batch size counted")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-burst-repeat")
+    ap.add_argument("--prompts", type=Path, default=SHARED_PROMPTS)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--max-batched-tokens", type=int, default=2048)
+    ap.add_argument("--kv-bytes", type=int, default=1 << 30)
+    ap.add_argument("--slo-ttft", type=float, default=10.0)
+    ap.add_argument("--slo-tpot", type=float, default=0.3)
+    ap.add_argument("--bulk-ttft", type=float, default=30.0)
+    ap.add_argument("--bulk-tpot", type=float, default=1.0)
+    ap.add_argument("--rates-interactive", type=lambda t: [float(x) for x in t.split(",")], default=[0.316, 1.0])
+    ap.add_argument("--rates-bulk", type=lambda t: [float(x) for x in t.split(",")], default=[0.25, 3.0])
+    ap.add_argument("--plan-requests", type=int, default=16)
+    ap.add_argument("--plan-requests-bulk", type=int, default=10)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.set_defaults(measure_requests=0, measure_requests_bulk=0, bulk_heldout=None)  # pool_text: no held-out prompts
+    args = ap.parse_args(argv)
+    if min(args.servers, args.bursts) < 1 or args.burst < args.rows:
+        ap.error("--servers and --bursts must be >= 1 and --burst at least --rows")
+
+    from specdec.integrations.vllm.checkpoint import vllm_ready
+    from specdec.models import DEFAULT_NAME, cache_dir
+    from specdec.plan.vllm.calibrate import DEFAULT_GAP
+    from specdec.plan.vllm.candidates import parse_candidates
+    from specdec.plan.vllm.launcher import ServeCommand
+    from specdec.plan.vllm.measure import measure_burst, measure_pool
+    from specdec.plan.vllm.pool_spec import parse_pool_file
+    from specdec.plan.vllm.run_plan import ServerSource
+
+    cands = parse_candidates(args.configs, {})
+    if cands[0].method != "off":
+        ap.error("--configs must start with off: each server is compared with off's beside it")
+    pools = parse_pool_file(pool_text(args, args.prompts.resolve()), "burst_repeat pools")
+    pool, _ = split(pools[args.pool], args.plan_requests if args.pool == "interactive" else args.plan_requests_bulk)
+    command = ServeCommand(serve_command(args, vllm_ready(cache_dir() / DEFAULT_NAME)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    source = ServerSource(args.out / "logs", command=command, env=server_env(), start_timeout=900)
+    means: dict[str, list[list[float]]] = {c.name: [] for c in cands}
+    for s in range(args.servers):  # off's server and each other's in turn, so a pair shares the machine's hour
+        for cand in cands:
+            with source.server(cand, tag=str(s)) as server:
+                measure_pool(server, cand.name, pool, seed=s, timeout=300.0, expect_k=cand.k)
+                per = []
+                for b in range(args.bursts):
+                    steps = big_steps(measure_burst(server, cand.name, pool, args.burst, timeout=300.0), args.rows,
+                                      DEFAULT_GAP)
+                    per.append(statistics.fmean(steps) if steps else float("nan"))
+                    print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {cand.name} server {s} "
+                          f"burst {b}: {len(steps)} steps at >= {args.rows} rows, mean {per[-1] * 1e3:.1f} ms",
+                          flush=True)
+                means[cand.name].append(per)
+    (args.out / "burst_repeat.json").write_text(json.dumps(means, indent=1))
+    print(f"\nMean decode step (ms) at >= {args.rows} running requests, bursts of {args.burst}, pool {args.pool}:\n")
+    print("| configuration | server | bursts | within the server (max/min) | / off's on that server |")
+    print("|---|---:|---|---:|---:|")
+    off = [statistics.fmean(p) for p in means[cands[0].name]]
+    for name, servers in means.items():
+        for s, per in enumerate(servers):
+            mean = statistics.fmean(per)
+            print(f"| {name} | {s} | {', '.join(f'{x * 1e3:.1f}' for x in per)} | {max(per) / min(per):.3f} | "
+                  f"{mean / off[s]:.3f} |")
+    for name, servers in means.items():
+        m = [statistics.fmean(p) for p in servers]
+        print(f"\n{name}: servers' means {', '.join(f'{x * 1e3:.1f}' for x in m)} ms "
+              f"(max/min {max(m) / min(m):.3f})")
+
+
+if __name__ == "__main__":
+    main()
