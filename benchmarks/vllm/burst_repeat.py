@@ -21,7 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.vllm.plan_goodput import ROOT, SHARED_PROMPTS, pool_text, serve_command, server_env, split
+from benchmarks.vllm import plan_goodput as pg
+from benchmarks.vllm.plan_goodput import ROOT
 
 
 def big_steps(run, rows: int, gap: float) -> list[float]:
@@ -40,21 +41,9 @@ def main(argv=None):
     ap.add_argument("--burst", type=int, default=16, help="requests at once (the plan sends max_num_seqs)")
     ap.add_argument("--rows", type=int, default=12, help="the smallest batch size counted")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-burst-repeat")
-    ap.add_argument("--prompts", type=Path, default=SHARED_PROMPTS)
-    ap.add_argument("--max-num-seqs", type=int, default=16)
-    ap.add_argument("--max-batched-tokens", type=int, default=2048)
-    ap.add_argument("--kv-bytes", type=int, default=1 << 30)
-    ap.add_argument("--slo-ttft", type=float, default=10.0)
-    ap.add_argument("--slo-tpot", type=float, default=0.3)
-    ap.add_argument("--bulk-ttft", type=float, default=30.0)
-    ap.add_argument("--bulk-tpot", type=float, default=1.0)
-    ap.add_argument("--rates-interactive", type=lambda t: [float(x) for x in t.split(",")], default=[0.316, 1.0])
-    ap.add_argument("--rates-bulk", type=lambda t: [float(x) for x in t.split(",")], default=[0.25, 3.0])
-    ap.add_argument("--plan-requests", type=int, default=16)
-    ap.add_argument("--plan-requests-bulk", type=int, default=10)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.set_defaults(measure_requests=0, measure_requests_bulk=0, bulk_heldout=None)  # pool_text: no held-out prompts
     args = ap.parse_args(argv)
+    # plan_goodput's pools, objectives and server settings; the warm-up ramps as the recent plans' did
+    g = pg.main_parser().parse_args(["--rates-interactive", "0.316,1"])
     if min(args.servers, args.bursts) < 1 or args.burst < args.rows:
         ap.error("--servers and --bursts must be >= 1 and --burst at least --rows")
 
@@ -70,11 +59,11 @@ def main(argv=None):
     cands = parse_candidates(args.configs, {})
     if cands[0].method != "off":
         ap.error("--configs must start with off: each server is compared with off's beside it")
-    pools = parse_pool_file(pool_text(args, args.prompts.resolve()), "burst_repeat pools")
-    pool, _ = split(pools[args.pool], args.plan_requests if args.pool == "interactive" else args.plan_requests_bulk)
-    command = ServeCommand(serve_command(args, vllm_ready(cache_dir() / DEFAULT_NAME)))
+    pools = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "burst_repeat pools")
+    pool, _ = pg.split(pools[args.pool], g.plan_requests if args.pool == "interactive" else g.plan_requests_bulk)
+    command = ServeCommand(pg.serve_command(g, vllm_ready(cache_dir() / DEFAULT_NAME)))
     args.out.mkdir(parents=True, exist_ok=True)
-    source = ServerSource(args.out / "logs", command=command, env=server_env(), start_timeout=900)
+    source = ServerSource(args.out / "logs", command=command, env=pg.server_env(), start_timeout=900)
     means: dict[str, list[list[float]]] = {c.name: [] for c in cands}
     for s in range(args.servers):  # off's server and each other's in turn, so a pair shares the machine's hour
         for cand in cands:
