@@ -4,7 +4,7 @@ Reads a ``plan_goodput.py`` output folder (``plan/plan.json``, the plan's ``plan
 bursts, the measured runs in ``measured/``, and ``plan_goodput.json`` for which candidate each
 configuration was) and predicts every measured run twice from the same recorded steps: from the
 ramp's fit alone, and with each burst's decode steps in the fit (:func:`~specdec.plan.vllm.
-calibrate.with_burst`), a table in both from its family's fit as the plan predicts it
+calibrate.with_bursts`), a table in both from its family's fit as the plan predicts it
 (:func:`~specdec.plan.vllm.run_plan.model_of`). Nothing is measured; each row is one measured run,
 with how many of its requests lie within 10% of an objective (:func:`~specdec.plan.goodput.
 near_objective`): each can cross it on a step-time error that size, so a run's error is read
@@ -43,17 +43,17 @@ def _load(path: Path):
 
 def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
     """``{candidate: StepModels}`` for every candidate the plan measured on ``pool``."""
-    from specdec.plan.vllm.calibrate import calibrate, with_burst
-    from specdec.plan.vllm.run_plan import model_of, run_file, table_basis
+    from specdec.plan.vllm.calibrate import calibrate, with_bursts
+    from specdec.plan.vllm.run_plan import burst_files, model_of, run_file, table_basis
     from specdec.plan.vllm.schedule import family_basis
 
     cals = {}
     for name, cand in cands.items():
-        ramp, burst = run_file(plan_dir, name, pool), run_file(plan_dir, name, pool, "__burst")
+        ramp = run_file(plan_dir, name, pool)
         if not ramp.exists():
             continue
-        cals[name] = with_burst(calibrate(_load(ramp)), _load(burst) if burst.exists() else None,
-                                fit=burst_fit and cand.schedule is None)
+        cals[name] = with_bursts(calibrate(_load(ramp)), [_load(b) for b in burst_files(plan_dir, name, pool)],
+                                 fit=burst_fit and cand.schedule is None)
     basis = {}
     for name, cand in cands.items():
         if cand.schedule is None or name not in cals:
@@ -67,17 +67,17 @@ def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
 def burst_steps(plan_dir: Path) -> list[dict]:
     """One row per recorded burst of an off or static candidate and batch size it ran at least 3
     times: the measured median decode step and the ramp's and the ramp-plus-burst fit's (seconds)."""
-    from specdec.plan.vllm.calibrate import DEFAULT_GAP, calibrate, decode_steps, with_burst
+    from specdec.plan.vllm.calibrate import DEFAULT_GAP, calibrate, decode_steps, with_bursts
     from specdec.plan.vllm.schedule import mean_context, step_seconds
 
     rows = []
-    for path in sorted((plan_dir / "runs").glob("*__burst.json")):
+    for path in sorted((plan_dir / "runs").glob("*__burst*.json")):
         name, pool = path.stem.split("__")[:2]
         if name.endswith("-sched"):  # a table drafts at some sizes only: one fit cannot say which
             continue
         burst = _load(path)
         ramp = calibrate(_load(path.with_name(f"{name}__{pool}.json")))
-        both = with_burst(ramp, burst)
+        both = with_bursts(ramp, [burst])
         context = mean_context(ramp)
         for size, steps in decode_steps(burst, DEFAULT_GAP).items():
             if len(steps) >= 3:

@@ -26,13 +26,15 @@ SPECDEC_ONLY = {"proposer_list": "--proposer", "proposer_csv": "--proposers", "m
 VLLM_ONLY = {"serve": "--serve", "server": "--server", "server_env": "--server-env", "candidates": "--candidates",
              "draft_model": "--draft-model", "eagle_head": "--eagle-head", "eagle3_head": "--eagle3-head",
              "mtp": "--mtp", "levels": "--levels", "no_schedules": "--no-schedules", "gap": "--gap",
-             "start_timeout": "--start-timeout", "request_timeout": "--request-timeout", "replay": "--replay"}
+             "start_timeout": "--start-timeout", "request_timeout": "--request-timeout", "replay": "--replay",
+             "bursts": "--bursts"}
 # what a replayed plan takes from its record: given with --replay, refused
 RECORDED = {"pools": "--pools", "serve": "--serve", "server": "--server", "server_env": "--server-env",
             "candidates": "--candidates", "draft_model": "--draft-model", "eagle_head": "--eagle-head",
             "eagle3_head": "--eagle3-head", "mtp": "--mtp", "levels": "--levels", "no_schedules": "--no-schedules",
             "gap": "--gap", "start_timeout": "--start-timeout", "request_timeout": "--request-timeout",
-            "max_batch": "--max-batch", "max_batched_tokens": "--max-batched-tokens", "tolerance": "--tolerance"}
+            "max_batch": "--max-batch", "max_batched_tokens": "--max-batched-tokens", "tolerance": "--tolerance",
+            "bursts": "--bursts"}
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -74,6 +76,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mtp", action="store_true", default=None,
                    help="engine vllm: also try the target's own MTP layers (mtp:1, mtp:2)")
     p.add_argument("--levels", type=positive_int, default=None, help="engine vllm: load levels per pool (default 6)")
+    p.add_argument("--bursts", type=positive_int, default=None,
+                   help="engine vllm: full batches sent after each candidate's measurement (default 2; two or more "
+                        "measure how far one burst's steps vary, which a loss at an overload must exceed to count)")
     p.add_argument("--no-schedules", action="store_true", default=None,
                    help="engine vllm: do not derive and measure num_speculative_tokens_per_batch_size schedules")
     p.add_argument("--replay", default=None, metavar="PLAN_DIR",
@@ -151,6 +156,7 @@ def run_plan(args) -> int:
                             sim_requests=args.requests, replications=args.replications, seed=args.seed,
                             gap=args.gap or 0.012, start_timeout=args.start_timeout or 900.0,
                             request_timeout=args.request_timeout or 300.0, schedules=not args.no_schedules,
+                            bursts=args.bursts or PlanSettings.bursts,
                             target=_target(args, command), dtype=command.option("--dtype") if command else None)
     if settings.levels < 2:
         raise UsageError("--levels must be >= 2")

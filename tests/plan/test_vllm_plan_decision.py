@@ -169,19 +169,19 @@ def test_a_step_the_client_read_in_two_groups_is_timed_as_one_step_of_every_row(
     assert decode_steps(run(0.02), 0.012) == once
 
 
-def test_a_burst_adds_step_times_at_the_lesser_tokens_per_row_and_its_decode_steps_to_the_fit():
+def test_bursts_add_step_times_at_the_lesser_tokens_per_row_and_their_decode_steps_to_the_fit():
     """A burst repeats the ramp's prompts, so a drafter that caches earlier responses accepts more there,
     and a load-gated drafter drafts less at its full batch than in the ramp: its steps join
     ``per_batch`` with their times and the lesser of the two means of tokens per row, its decode
     steps (none with a prefill) join the step-cost fit, and the acceptance stays the ramp's; a table
-    (``fit=False``) keeps its ramp's fit."""
-    from specdec.plan.vllm.calibrate import decode_steps, with_burst
+    (``fit=False``) keeps its ramp's fit. Two bursts add both."""
+    from specdec.plan.vllm.calibrate import decode_steps, with_bursts
     from specdec.plan.vllm.engine_trace import Stream, trace_samples
 
     ngram = _run("run_ngram3.json")
     cal = calibrate(ngram)
-    assert with_burst(cal, None) is cal
-    got = with_burst(cal, ngram)  # the run itself as its own burst: every step counted twice
+    assert with_bursts(cal, []) is cal
+    got = with_bursts(cal, [ngram])  # the run itself as its own burst: every step counted twice
     steps = decode_steps(ngram, 0.012)
     ramp = 1.0 + cal.accepted_per_row_step
     lesser = 0
@@ -199,8 +199,11 @@ def test_a_burst_adds_step_times_at_the_lesser_tokens_per_row_and_its_decode_ste
     assert 0 < got.cost.meta["burst_steps"] == decode < every  # the steps with a prefill are left out
     assert len(got.cost.samples) == len(cal.cost.samples) + decode and got.cost.meta["candidate"] == "ngram:3"
     assert got.cost.meta["by_time"]  # the refit weighs the steps as the ramp's fit did
-    table = with_burst(cal, ngram, fit=False)
+    table = with_bursts(cal, [ngram], fit=False)
     assert table.cost is cal.cost and table.per_batch == got.per_batch
+    two = with_bursts(cal, [ngram, ngram])
+    assert two.cost.meta["burst_steps"] == 2 * decode and len(two.cost.samples) == len(cal.cost.samples) + 2 * decode
+    assert all(len(two.per_batch[rows]) == len(cal.per_batch[rows]) + 2 * len(steps[rows]) for rows in steps)
 
 
 def test_measured_steps_outweigh_the_model_where_many_were_seen():
@@ -354,6 +357,30 @@ def test_a_drafter_that_deepens_an_overload_loses_there_though_its_gain_there_wo
             for n, r in preds.items()}  # every load overloaded: the loss alone decides
     a = decide("p", "latency", cands, only, {}, {}, {}, Thresholds(), 16).assessments["suffix:2"]
     assert a.counted and not a.eligible and a.gain == 0.0 and "deepens the overload" in a.why_not
+
+
+def test_a_loss_at_an_overload_counts_only_beyond_what_the_bursts_can_tell_from_noise():
+    """The 2026-12-06 15:35 plan refused the cost gate for its interactive pool on 0.89x off's output
+    tokens/s at 1 req/s (34.3 against 38.4), a load neither keeps up with and whose steps come from one
+    burst each; burst_repeat.py then measured one burst's full-batch step 10-20% apart on one server.
+    With the bursts' spread measured (here a floor of 12%), that loss is within the noise and the
+    candidate is judged by the loads it keeps up with; a loss beyond the floor still refuses it, and
+    the sentence says what the floor was."""
+    cands = {n: Candidate(n, m, k) for n, m, k in (("off", "off", 0), ("custom_class:4", "custom_class", 4))}
+    over = (True, True, False)
+    preds = {"off": _rows([0.0913, 0.287, 0.0476], 0.050, over, [5.4, 18.3, 38.4]),
+             "custom_class:4": _rows([0.0913, 0.286, 0.0224], 0.040, over, [5.4, 18.4, 34.3])}
+    refused = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(), 16)
+    assert refused.config is None and "deepens the overload" in refused.assessments["custom_class:4"].why_not
+    noisy = decide("p", "latency", cands, preds, {}, {}, {}, Thresholds(), 16, overload_floor=0.12)
+    a = noisy.assessments["custom_class:4"]
+    assert noisy.chosen.name == "custom_class:4" and a.eligible, noisy.sentence
+    assert a.worst_vs_off == pytest.approx(0.286 / 0.287) and a.overloaded == (4.0,)  # the overload not counted
+    deeper = dict(preds, **{"custom_class:4": _rows([0.0913, 0.286, 0.0224], 0.040, over, [5.4, 18.4, 32.0])})
+    d = decide("p", "latency", cands, deeper, {}, {}, {}, Thresholds(), 16, overload_floor=0.12)
+    assert d.config is None and d.assessments["custom_class:4"].why_not == (
+        "it serves 17% fewer output tokens/s at 4 req/s, where neither it nor off keeps up: it deepens the overload "
+        "(losses up to 12% there are within its bursts' noise)")
 
 
 def test_at_an_overload_the_score_ratio_is_not_read_as_a_loss_where_the_tokens_served_are_off_s():

@@ -81,6 +81,11 @@ def test_the_plan_decides_every_pool_and_writes_a_config_vllm_takes(planned):
             assert all(r["lo"] <= r["score"] <= r["hi"] for r in rows)
     report = (out / "report.md").read_text()
     assert "## Pool `copy`" in report and "--speculative-config '" in report
+    recorded = json.loads((out / "plan.json").read_text())["pools"]
+    for name, o in result.pools.items():  # two bursts per candidate by default: the overload's noise measured
+        assert o.noise.bursts == 2 and o.noise.dof >= 1 and recorded[name]["overload_noise"] == vars(o.noise)
+        assert (out / "runs" / f"off__{name}__burst2.json").is_file()
+    assert report.count("Overload: one burst's full-batch steps varied by") == len(result.pools)
 
 
 def test_a_method_the_build_refuses_is_reported_with_vllms_own_reason(planned):

@@ -2,7 +2,7 @@
 (prompt, output length, category), step costs (steps rebuilt from chunk times by
 :mod:`.engine_trace` and fitted by :class:`StepCostModel`), acceptance from vLLM's counters, and per
 batch size the decode-only steps :mod:`.schedule` reads; a burst after it adds the batch sizes
-its arrivals did not reach (:func:`with_burst`). Decode row-steps are counted from chunks
+its arrivals did not reach (:func:`with_bursts`). Decode row-steps are counted from chunks
 and from usage minus accepted drafts; a chunk may merge two steps' output and vLLM counts drafts
 accepted past ``max_tokens``, so each undercounts and the larger is kept."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from typing import Sequence
 
 from ...estimate.acceptance import AcceptanceDist
 from ...estimate.step_cost import StepCostModel
@@ -142,30 +143,34 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)
 
 
-def with_burst(cal: Calibration, burst: PoolRun | None, *, gap: float = DEFAULT_GAP, fit: bool = True) -> Calibration:
-    """``cal`` with what ``burst`` (:func:`~.measure.measure_burst`, run on the same server after the
-    measurement) adds: its decode step times in ``per_batch``, and with ``fit`` its decode steps in
-    the step-cost fit, their drafting read from the burst's own counters; unchanged without a burst.
+def with_bursts(cal: Calibration, bursts: Sequence[PoolRun], *, gap: float = DEFAULT_GAP,
+                fit: bool = True) -> Calibration:
+    """``cal`` with what ``bursts`` (:func:`~.measure.measure_burst`, each run on the same server after
+    the measurement) add: their decode step times in ``per_batch``, and with ``fit`` their decode
+    steps in the step-cost fit, each burst's drafting read from its own counters; unchanged without
+    a burst.
 
-    A ramp kept under the pool's knee fits step costs at a few rows; the burst's steps are where an
+    A ramp kept under the pool's knee fits step costs at a few rows; the bursts' steps are where an
     overload is predicted (docs/vllm-plan-runs.md measures the difference). Steps in which a prompt
-    arrived are not fitted, and the acceptance stays the measurement's: the burst repeats the
+    arrived are not fitted, and the acceptance stays the measurement's: a burst repeats the
     measurement's prompts, so the prefix cache shortens its prefills and a drafter that caches
     earlier responses (suffix decoding) accepts more there. So each burst step of ``B`` rows carries
-    the lesser of the burst's mean tokens per row at ``B`` (too high where responses are cached) and
+    the lesser of its burst's mean tokens per row at ``B`` (too high where responses are cached) and
     ``cal``'s mean per decode row-step (too high for a drafter that drafts less under load, as the
     cost gate does). ``fit=False`` for a batch-size table, which drafts at some sizes only, which
     one mean from its counters cannot place."""
-    if burst is None:
+    if not bursts:
         return cal
     ramp = 1.0 + cal.accepted_per_row_step
     per_batch = {rows: list(steps) for rows, steps in cal.per_batch.items()}
-    for rows, steps in decode_steps(burst, gap).items():
-        tokens = min(ramp, statistics.fmean(t for _, t in steps))
-        per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
+    extra = []
+    for burst in bursts:
+        for rows, steps in decode_steps(burst, gap).items():
+            tokens = min(ramp, statistics.fmean(t for _, t in steps))
+            per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
+        if fit:
+            extra += run_samples(burst, gap, decode_only=True)
     cost = cal.cost
-    if fit:
-        extra = run_samples(burst, gap, decode_only=True)
-        if extra:
-            cost = fit_trace(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})
+    if extra:
+        cost = fit_trace(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})
     return dataclasses.replace(cal, cost=cost, per_batch=dict(sorted(per_batch.items())))

@@ -12,9 +12,10 @@ instrument, not a capacity one). Two kinds of load are read apart:
   not the configuration, so a gain there is no reason to speculate (the remedy is capacity or
   admission control: speculation is a latency instrument, not a capacity one). A drafter that serves
   the overload slower than off deepens it, at a load the pool's own range says it sees, so there a
-  loss beyond ``max_loss`` in output tokens/s served counts (the rate the queue is worked off at,
-  not the score, whose ratio at an overload swings with the draw of arrivals). A load one of the two
-  sustains counts both ways.
+  loss in output tokens/s served counts (the rate the queue is worked off at, not the score, whose
+  ratio at an overload swings with the draw of arrivals) when it exceeds both ``max_loss`` and the
+  ``overload_floor`` the plan's bursts can tell from noise (:mod:`.burst_noise`): the overload's
+  steps come from those bursts alone. A load one of the two sustains counts both ways.
 * **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
   the objective): a ratio of two near-zero scores there is noise.
 
@@ -89,9 +90,10 @@ class Decision:
 
 
 def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: Thresholds, objective: str,
-           exact: bool) -> Assessment:
+           exact: bool, overload_floor: float = 0.0) -> Assessment:
     """``rows``, ``off``: predicted rows (:func:`~.predict.predict`'s, ``sustained`` included) at the same
-    rates; ``best``: the best score at each rate; ``objective``: the pool's, a key of :data:`~.pool_spec.OBJECTIVES`."""
+    rates; ``best``: the best score at each rate; ``objective``: the pool's, a key of :data:`~.pool_spec.OBJECTIVES`;
+    ``overload_floor``: the loss at an overload the measurement can tell from noise (module docstring)."""
     unit = OBJECTIVES[objective]
     over = [i for i, (r, o) in enumerate(zip(rows, off)) if not (r["sustained"] or o["sustained"])]
     key = ["throughput_tok_s" if i in over else "score" for i in range(len(rows))]  # what a loss is read from
@@ -101,7 +103,8 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     peak = max(o["score"] for o in off)
     served = [i for i, o in enumerate(off) if o["score"] >= t.collapsed * peak]
     live = [i for i in served if i not in over]  # counted both ways
-    deepened = [i for i in over if ratio_off[i] < 1.0 - t.max_loss]  # an overload it serves slower
+    bar = max(t.max_loss, overload_floor)
+    deepened = [i for i in over if ratio_off[i] < 1.0 - bar]  # an overload it serves slower, beyond the noise
     overloaded = tuple(rows[i]["rate"] for i in over)
     if not live and not deepened:  # nothing to compare: ratios of 0 so that any ranking of candidates puts it last
         return Assessment(name, 0.0, 0.0, 0.0, 0.0, rows[0]["rate"], rows[0]["rate"], False,
@@ -116,8 +119,9 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     if not exact:
         why = "its greedy outputs differed from off's"
     elif worst < 1.0 - t.max_loss and i_loss in deepened:
+        beyond = f" (losses up to {bar:.0%} there are within its bursts' noise)" if overload_floor > t.max_loss else ""
         why = (f"it serves {1 - worst:.0%} fewer output tokens/s at {rows[i_loss]['rate']:.3g} req/s, where neither "
-               "it nor off keeps up: it deepens the overload")
+               f"it nor off keeps up: it deepens the overload{beyond}")
     elif worst < 1.0 - t.max_loss:
         why = f"it loses {1 - worst:.0%} {unit} at {rows[i_loss]['rate']:.3g} req/s"
     elif gain < t.min_gain and objective == "throughput":
@@ -133,10 +137,10 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
 
 def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predictions: Mapping[str, list[dict]],
            cals: Mapping[str, Calibration], exact: Mapping[str, bool], latency_bound_below: Mapping[str, int],
-           t: Thresholds, max_rows: int | None = None) -> Decision:
+           t: Thresholds, max_rows: int | None = None, overload_floor: float = 0.0) -> Decision:
     """The decision for one pool (module docstring). ``predictions`` must hold "off" and share its rates;
     ``latency_bound_below[name]``: the batch size up to which the candidate's drafts pay; ``max_rows``:
-    the server's ``max_num_seqs``."""
+    the server's ``max_num_seqs``; ``overload_floor``: :func:`assess`'s."""
     if "off" not in predictions:
         raise ValueError(f"pool {pool!r}: off was not measured, so nothing can be decided")
     rates = [r["rate"] for r in predictions["off"]]
@@ -148,7 +152,7 @@ def decide(pool: str, objective: str, candidates: Mapping[str, Candidate], predi
     unit = OBJECTIVES[objective]
     best = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(rates))]
     off = predictions["off"]
-    found = {name: assess(name, rows, off, best, t, objective, exact.get(name, True))
+    found = {name: assess(name, rows, off, best, t, objective, exact.get(name, True), overload_floor)
              for name, rows in predictions.items() if name != "off"}
     eligible = [a for a in found.values() if a.eligible]
     if not eligible:

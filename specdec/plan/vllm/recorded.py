@@ -24,7 +24,7 @@ from .measure import PoolRun
 from .pool_spec import VllmPool, pool_from_description
 from .predict import Engine
 from .recheck import candidate_of
-from .run_plan import SIMULATION, PlanResult, PlanSettings, keep_run, plan_vllm, run_file
+from .run_plan import SIMULATION, PlanResult, PlanSettings, burst_files, burst_kind, keep_run, plan_vllm, run_file
 
 OVERRIDABLE = ("sim_requests", "replications", "seed")  # what a replay may simulate otherwise than the record
 
@@ -52,23 +52,23 @@ class RecordedSource:
         return None
 
     def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
-                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun | None]]:
-        """The recorded run and burst of ``cand`` on each pool (copied under ``out/runs/``; None for a plan
-        recorded without bursts); ServerRefused naming what the record lacks for a candidate it did not
-        serve so."""
+                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, list[PoolRun]]]:
+        """The recorded run and bursts of ``cand`` on each pool (copied under ``out/runs/``; no bursts
+        for a plan recorded without them); ServerRefused naming what the record lacks for a candidate
+        it did not serve so."""
         runs: dict[str, PoolRun] = {}
-        bursts: dict[str, PoolRun | None] = {}
+        bursts: dict[str, list[PoolRun]] = {}
         for pool in pools:
             why = self.cannot_serve(cand, pool.name)
             if why is not None:
                 raise ServerRefused(cand.name, why.replace("derived but not measured: ", "replaying: "))
             runs[pool.name] = PoolRun.from_dict(json.loads(run_file(self.plan_dir, cand.name, pool.name).read_text()))
             keep_run(out, cand, pool.name, runs[pool.name])
-            burst = run_file(self.plan_dir, cand.name, pool.name, "__burst")
-            bursts[pool.name] = PoolRun.from_dict(json.loads(burst.read_text())) if burst.is_file() else None
-            if bursts[pool.name] is not None:
-                keep_run(out, cand, pool.name, bursts[pool.name], "__burst")
-            log(f"  {cand.name}: pool {pool.name}, the recorded run{' and burst' if burst.is_file() else ''}")
+            bursts[pool.name] = [PoolRun.from_dict(json.loads(path.read_text()))
+                                 for path in burst_files(self.plan_dir, cand.name, pool.name)]
+            for i, burst in enumerate(bursts[pool.name]):
+                keep_run(out, cand, pool.name, burst, burst_kind(i))
+            log(f"  {cand.name}: pool {pool.name}, the recorded run and {len(bursts[pool.name])} burst(s)")
         return runs, bursts
 
 

@@ -3,15 +3,16 @@ schedules, predict goodput against load, and decide per pool (every input checke
 first server starts).
 
 Steps: one server per static candidate, each pool measured (:mod:`.measure`), then sent a full
-batch at once (:func:`~.measure.measure_burst`: the batch sizes past the pool's arrivals, whose
-decode step times join the calibration, :mod:`.calibrate`); a refused or dead server recorded
-with its reason and left out (off must measure); on greedy pools outputs compared with off's; per
-pool the schedule of its best static family that vLLM serves, and the cost-gated drafter's table,
-derived (:mod:`.schedule`) and measured each on its own server the same way, the burst running
-every range of the table: a server that dies there is left out like one that dies measuring, and
-the K = 0 tax is read from its steps and off's; then prediction (:mod:`.predict`), memory
-(:mod:`.kv_budget`) and the decision (:mod:`.decide`). :mod:`.recorded` serves a recorded plan's runs
-in place of servers: the same plan made again by today's code.
+batch at once, ``bursts`` times (:func:`~.measure.measure_burst`: the batch sizes past the pool's
+arrivals, whose decode step times join the calibration, :mod:`.calibrate`, and whose spread from
+burst to burst says what loss at an overload the plan can tell from noise, :mod:`.burst_noise`); a
+refused or dead server recorded with its reason and left out (off must measure); on greedy pools
+outputs compared with off's; per pool the schedule of its best static family that vLLM serves, and
+the cost-gated drafter's table, derived (:mod:`.schedule`) and measured each on its own server the
+same way, the bursts running every range of the table: a server that dies there is left out like
+one that dies measuring, and the K = 0 tax is read from its steps and off's; then prediction
+(:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`). :mod:`.recorded`
+serves a recorded plan's runs in place of servers: the same plan made again by today's code.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..goodput import SLO
-from .calibrate import DEFAULT_GAP, Calibration, calibrate, with_burst
+from .burst_noise import BurstNoise, burst_noise, full_rows
+from .calibrate import DEFAULT_GAP, Calibration, calibrate, with_bursts
 from .candidates import SCHEDULABLE, Candidate
 from .decide import Decision, Thresholds, assess, decide, preference
 from .launcher import ServeCommand, Server, ServerDied, ServerRefused
@@ -54,6 +56,7 @@ class PlanSettings:
     start_timeout: float = 900.0
     request_timeout: float = 300.0
     schedules: bool = True
+    bursts: int = 2  # full batches sent after each measurement (2+: the overload's noise is measured)
     target: str | None = None  # the served model's folder (fingerprints, memory prediction)
     dtype: str | None = None
 
@@ -61,7 +64,7 @@ class PlanSettings:
         if not any(c.method == "off" for c in self.candidates):
             raise ValueError("the candidates must include off: every decision is relative to it")
         for name, v in (("levels", self.levels - 1), ("sim_requests", self.sim_requests),
-                        ("replications", self.replications)):
+                        ("replications", self.replications), ("bursts", self.bursts)):
             if v < 1:
                 raise ValueError(f"{name} is too small: {getattr(self, name)}")
 
@@ -74,8 +77,8 @@ class Source(Protocol):
         """Why a derived schedule will not be measured (None: it will)."""
 
     def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
-                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun | None]]:
-        """``cand``'s run and burst on each pool (each kept under ``out/runs/``); ServerRefused,
+                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, list[PoolRun]]]:
+        """``cand``'s run and bursts on each pool (each kept under ``out/runs/``); ServerRefused,
         ServerDied, MeasurementError or TimeoutError when it cannot be had."""
 
 
@@ -96,12 +99,12 @@ class ServerSource:
         return "derived but not measured: no server for it (--server gives URLs only)"
 
     def measure(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
-                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, PoolRun]]:
-        """Each pool's run on ``cand``'s server, and each pool's burst of ``max_num_seqs`` requests after
-        it, each written under ``out/runs/`` as it finishes."""
+                log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, list[PoolRun]]]:
+        """Each pool's run on ``cand``'s server, and after it ``settings.bursts`` bursts of
+        ``max_num_seqs`` requests each, every one written under ``out/runs/`` as it finishes."""
         burst = settings.engine.max_num_seqs
         runs: dict[str, PoolRun] = {}
-        bursts: dict[str, PoolRun] = {}
+        bursts: dict[str, list[PoolRun]] = {}
         with self.server(cand, tag) as server:
             for pool in pools:
                 log(f"  {cand.name}: pool {pool.name} ({len(pool.prompts)} requests, {pool.rates[0]:g} to "
@@ -109,9 +112,13 @@ class ServerSource:
                 runs[pool.name] = measure_pool(server, cand.name, pool, seed=settings.seed,
                                                timeout=settings.request_timeout, expect_k=cand.k)
                 keep_run(out, cand, pool.name, runs[pool.name])
-                log(f"  {cand.name}: pool {pool.name}, a burst of {burst} requests at once")
-                bursts[pool.name] = measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout)
-                keep_run(out, cand, pool.name, bursts[pool.name], "__burst")
+                bursts[pool.name] = []
+                for i in range(settings.bursts):
+                    log(f"  {cand.name}: pool {pool.name}, burst {i + 1} of {settings.bursts}: {burst} requests "
+                        "at once")
+                    bursts[pool.name].append(measure_burst(server, cand.name, pool, burst,
+                                                           timeout=settings.request_timeout))
+                    keep_run(out, cand, pool.name, bursts[pool.name][-1], burst_kind(i))
         return runs, bursts
 
     @contextlib.contextmanager
@@ -148,6 +155,7 @@ class PoolOutcome:
     exact: dict[str, bool | None]
     gains: dict[str, list[Gain]]
     memory: dict[str, dict]
+    noise: BurstNoise  # what a loss at an overload must exceed to count
     decision: Decision
     skipped: dict[str, str]
     models: dict[str, StepModels]  # what each prediction was made with
@@ -171,8 +179,21 @@ def _exact(run: PoolRun, off: PoolRun, pool: VllmPool) -> bool | None:
 
 def run_file(plan_dir: Path, candidate: str, pool: str, kind: str = "") -> Path:
     """Where a plan keeps ``candidate``'s run on ``pool``: ``runs/<candidate>__<pool><kind>.json``
-    (``:`` written ``-``; ``kind``: ``""`` or ``"__burst"``)."""
+    (``:`` written ``-``; ``kind``: ``""`` or a :func:`burst_kind`)."""
     return Path(plan_dir) / "runs" / f"{candidate.replace(':', '-')}__{pool}{kind}.json"
+
+
+def burst_kind(i: int) -> str:
+    """The :func:`run_file` kind of the ``i``-th burst (from 0): ``__burst``, ``__burst2``, ..."""
+    return "__burst" if i == 0 else f"__burst{i + 1}"
+
+
+def burst_files(plan_dir: Path, candidate: str, pool: str) -> list[Path]:
+    """The bursts a plan in ``plan_dir`` kept of ``candidate`` on ``pool``, in the order they ran."""
+    out = []
+    while (path := run_file(plan_dir, candidate, pool, burst_kind(len(out)))).is_file():
+        out.append(path)
+    return out
 
 
 def keep_run(out: Path, cand: Candidate, pool: str, run: PoolRun, kind: str = "") -> None:
@@ -254,7 +275,7 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Sou
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, PoolRun]] = {}
-    bursts: dict[str, dict[str, PoolRun | None]] = {}
+    bursts: dict[str, dict[str, list[PoolRun]]] = {}
     refused, failed = {}, {}
     for cand in settings.candidates:
         log(f"candidate {cand.name}: {json.dumps(cand.config)}")
@@ -277,7 +298,7 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Sou
 
 
 def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
-               all_bursts: Mapping[str, Mapping[str, PoolRun | None]], settings: PlanSettings,
+               all_bursts: Mapping[str, Mapping[str, Sequence[PoolRun]]], settings: PlanSettings,
                source: Source,
                out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
     t = settings.thresholds
@@ -287,14 +308,19 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
     cals: dict[str, Calibration] = {}
     for name in list(cands):
         try:
-            cals[name] = with_burst(calibrate(runs[name], gap=settings.gap), all_bursts[name][pool.name],
-                                    gap=settings.gap)
+            cals[name] = with_bursts(calibrate(runs[name], gap=settings.gap), all_bursts[name][pool.name],
+                                     gap=settings.gap)
         except (MeasurementError, ValueError) as exc:
             if name == "off":
                 raise RuntimeError(f"pool {pool.name!r}: off's measurement cannot be used: {exc}") from None
             skipped[name] = str(exc)
             del cands[name], runs[name]
     exact = {name: _exact(runs[name], runs["off"], pool) for name in cands}
+    noise = burst_noise({name: all_bursts[name][pool.name] for name in cands}, cals,
+                        full_rows(settings.engine.max_num_seqs), settings.gap)
+    if noise.dof:
+        log(f"pool {pool.name}: one burst's full-batch steps vary by {noise.sigma:.1%} ({noise.dof} degrees of "
+            f"freedom); a loss at an overload counts beyond {max(t.max_loss, noise.floor):.1%}")
     rates = rates_for(*pool.rates, settings.levels)
     models = {name: model_of(name, cals, {}) for name in cands}
     predictions = _predict_all(pool, cands, cals, runs, rates, settings, models)
@@ -310,7 +336,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
     # asserts a fixed K), the next family's, so a pool keeps a measured schedule wherever one runs.
     # The cost gate's table is measured beside it: specdec's drafter applies it on any vLLM build.
     measured_one = False
-    for cand, basis in (_schedules(pool, cands, cals, predictions, exact, settings, gains)
+    for cand, basis in (_schedules(pool, cands, cals, predictions, exact, settings, gains, noise.floor)
                         if settings.schedules else []):
         if measured_one and cand.method != "custom_class":
             continue
@@ -329,7 +355,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
             skipped[cand.name] = str(exc)
             failed[cand.name] = str(exc)
             continue
-        cal = with_burst(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap, fit=False)
+        cal = with_bursts(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap, fit=False)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
         schedule_basis[cand.name] = table_basis(cand, basis, cal, cals["off"])
@@ -340,24 +366,26 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
         if cand.method == "custom_class":
             break
     decision = decide(pool.name, pool.objective, cands, predictions, cals,
-                      {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs)
+                      {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs,
+                      overload_floor=noise.floor)
     log(f"pool {pool.name}: {decision.sentence}")
     return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
-                       _memory(cals["off"], runs, cands, settings), decision, skipped, models)
+                       _memory(cals["off"], runs, cands, settings), noise, decision, skipped, models)
 
 
 def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
                predictions: Mapping[str, list[dict]], exact: Mapping[str, bool | None], settings: PlanSettings,
-               gains: dict[str, list[Gain]]) -> list[tuple[Candidate, Calibration]]:
+               gains: dict[str, list[Gain]], overload_floor: float) -> list[tuple[Candidate, Calibration]]:
     """One schedule per method family, best family first (ranked by its best exact static candidate),
     each with the basis it is predicted from (:func:`~.schedule.family_basis`); families whose
     schedule would add nothing (every batch size at one K) are left out. ``gains`` receives each
-    family's per-batch-size gain table."""
+    family's per-batch-size gain table; ``overload_floor``: :func:`~.decide.assess`'s."""
     t = settings.thresholds
     off = predictions["off"]
     best_at = [max(rows[i]["score"] for rows in predictions.values()) for i in range(len(off))]
     static = [n for n, c in cands.items() if c.method in SCHEDULABLE and c.schedule is None and exact[n] is not False]
-    ranked = sorted((assess(n, predictions[n], off, best_at, t, pool.objective, True) for n in static),
+    ranked = sorted((assess(n, predictions[n], off, best_at, t, pool.objective, True, overload_floor)
+                     for n in static),
                     key=lambda a: preference(a, cands[a.name], pool.objective, t), reverse=True)
     out = []
     for family_name in dict.fromkeys(cands[a.name].family for a in ranked):

@@ -10,7 +10,7 @@ throughout, is not proposed. A table is written from measured batch sizes only: 
 measured takes the K of the next larger measured size (the gain does not rise with the batch
 size, so a K that pays there pays below it), and past the largest measured size nothing drafts;
 the fit alone extrapolates there, and a table is not written on an extrapolation. The measured
-sizes are the pool's arrivals' and a burst's (:func:`~.calibrate.with_burst`), which reaches the
+sizes are the pool's arrivals' and a burst's (:func:`~.calibrate.with_bursts`), which reaches the
 full batch.
 docs/deploying.md ("Schedules") explains it for users, with the measurements behind the rule.
 """

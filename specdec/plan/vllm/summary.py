@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 from .candidates import BOUND
-from .decide import describe
+from .decide import Thresholds, describe
 from .run_plan import SIMULATION, PlanResult, PoolOutcome
 from .record import PoolRecord, make_record, model_fingerprint
 from .schedule import gain_table_markdown
@@ -41,7 +41,7 @@ def plot_pool(o: PoolOutcome, path: Path) -> None:
     plt.close(fig)
 
 
-def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
+def _pool_markdown(o: PoolOutcome, png: str, t: Thresholds) -> list[str]:
     p, d = o.pool, o.decision
     cfg = d.config
     lines = [f"## Pool `{p.name}` ({p.objective}: TTFT <= {p.ttft_s:g} s, TPOT <= {p.tpot_s * 1e3:g} ms; "
@@ -76,6 +76,7 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
             continue
         lines.append(f"- `{a.name}`: worst {a.worst_vs_off:.2f}x off, best {a.gain:+.1%} at {a.gain_rate:.3g} req/s, "
                      f"median TPOT {-a.tpot_gain:+.0%} at best{over}; {verdict}")
+    lines += ["", _noise_line(o, t.max_loss)]
     lines += ["", "Memory (KV blocks the server allocated; requests of the pool's mean length that fit at once):", "",
               "| candidate | KV blocks (predicted) | admitted | given up to the drafter | after max_num_seqs |",
               "|---|---:|---:|---:|---:|"]
@@ -85,7 +86,7 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
                      f"{m['effective_given_up']} |")
     for family, table in o.gains.items():
         lines += ["", f"Gain of `{family}` over off per batch size (output tokens/s ratio, blended (measured / "
-                  f"model, steps measured)); the schedule keeps K > 0 where the best is at least {1 + margin:.2f} "
+                  f"model, steps measured)); the schedule keeps K > 0 where the best is at least {1 + t.margin:.2f} "
                   "and was measured (a size not measured takes the next larger measured size's K; none past the "
                   "largest):",
                   ""] + gain_table_markdown(table)
@@ -99,6 +100,17 @@ def _pool_markdown(o: PoolOutcome, png: str, margin: float) -> list[str]:
     if o.skipped:
         lines += ["", "Not used on this pool:", ""] + [f"- `{n}`: {why}" for n, why in o.skipped.items()]
     return lines + [""]
+
+
+def _noise_line(o: PoolOutcome, bar: float) -> str:
+    """What a loss at an overload had to exceed (``bar``: ``max_loss``), and why (:mod:`.burst_noise`)."""
+    n = o.noise
+    if not n.dof:
+        return (f"Overload: {n.bursts} burst(s) per candidate, so how far one burst's full-batch steps vary was not "
+                f"measured; a loss in output tokens/s where neither keeps up counted beyond {bar:.0%}.")
+    return (f"Overload: one burst's full-batch steps varied by {n.sigma:.1%} (log spread over {n.bursts} bursts per "
+            f"candidate, {n.dof} degrees of freedom), so a loss in output tokens/s where neither keeps up counted "
+            f"beyond {max(bar, n.floor):.0%}.")
 
 
 def pool_record(o: PoolOutcome) -> PoolRecord:
@@ -136,7 +148,7 @@ def write(result: PlanResult, out: str | Path, *, serve: str | None, servers: di
     for name, o in result.pools.items():
         png = f"goodput_{name}.png"
         plot_pool(o, out / png)
-        lines += _pool_markdown(o, png, s.thresholds.margin)
+        lines += _pool_markdown(o, png, s.thresholds)
         (out / f"{name}.speculative_config.json").write_text(json.dumps(o.decision.config, indent=1) + "\n")
         records[name] = pool_record(o)
         plan_json["pools"][name] = {
@@ -147,7 +159,8 @@ def write(result: PlanResult, out: str | Path, *, serve: str | None, servers: di
             "acceptance": {n: {"per_draft": c.accepted_per_draft, "per_row_step": c.accepted_per_row_step}
                            for n, c in o.cals.items()},
             "cost": {n: c.cost.to_dict() for n, c in o.cals.items()},
-            "gains": {f: [vars(g) for g in table] for f, table in o.gains.items()}, "skipped": o.skipped}
+            "gains": {f: [vars(g) for g in table] for f, table in o.gains.items()}, "skipped": o.skipped,
+            "overload_noise": vars(o.noise)}
     lines += ["## Review", "", "Run `specdec review --engine vllm " + str(out) + "` (with the same `--serve` or "
               "`--server`) after every model or vLLM release, or when a pool's traffic moves. It flags draft models "
               "and heads bound to an older checkpoint before measuring anything, re-measures a short sample, and "

@@ -1,0 +1,85 @@
+"""How far one burst's step times can be trusted at the overload: the loss there a plan can tell
+from noise.
+
+At a load neither a candidate nor off keeps up with, the plan compares the output tokens/s each
+serves, and those come from the steps at a full batch, which only the bursts after each
+measurement reach (:func:`~.measure.measure_burst`). Bursts of the same requests on one server do
+not take the same time: docs/vllm-plan-runs.md ("The overload's step costs, burst by burst and
+server by server") measured off's mean full-batch step 10-20% apart from burst to burst on a
+loaded CPU. So the plan sends ``n`` bursts per candidate and measures that spread itself.
+
+For each burst, ``x`` is the mean over its decode steps at ``min_rows`` rows or more of
+``log(measured seconds / the candidate's step-cost fit)``; the fit carries the burst's own drafting
+(its counters), so a burst that drafted more is not read as noise. ``sigma`` is the pooled
+within-candidate standard deviation of ``x`` (every candidate with two or more such bursts), and the
+smallest loss the bursts tell apart at one-sided 5% is
+
+    floor = 1 - exp(-z * sigma * sqrt(2 / n)),   z = 1.645
+
+(the difference of two candidates' means of ``n`` bursts each). A loss at an overload counts only
+beyond ``max(max_loss, floor)`` (:func:`~.decide.assess`). With one burst per candidate nothing is
+measured and the floor is 0: the rule reads the overload as before, from one burst.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .calibrate import DEFAULT_GAP, Calibration, run_samples
+from .measure import PoolRun
+
+Z_ONE_SIDED_5 = 1.645
+MIN_STEPS = 3  # full-batch decode steps a burst needs to give a mean
+FULL_SHARE = 0.75  # a step of at least this share of max_num_seqs rows counts as the full batch
+
+
+@dataclasses.dataclass(frozen=True)
+class BurstNoise:
+    """``sigma``: one burst's full-batch log step-time spread; ``dof``: its pooled degrees of freedom
+    (0: not measured, ``sigma`` 0); ``bursts``: per candidate; ``floor``: the module docstring's."""
+
+    sigma: float
+    dof: int
+    bursts: int
+    floor: float
+
+    @classmethod
+    def of(cls, sigma: float, dof: int, bursts: int) -> "BurstNoise":
+        if dof < 1 or bursts < 2:
+            return cls(0.0, 0, bursts, 0.0)
+        return cls(sigma, dof, bursts, 1.0 - math.exp(-Z_ONE_SIDED_5 * sigma * math.sqrt(2.0 / bursts)))
+
+
+def full_rows(max_num_seqs: int) -> int:
+    """The fewest rows a step needs to count as a full batch."""
+    return max(1, math.ceil(FULL_SHARE * max_num_seqs))
+
+
+def burst_residual(burst: PoolRun, cal: Calibration, min_rows: int, gap: float = DEFAULT_GAP) -> float | None:
+    """Mean ``log(seconds / cal.cost's prediction)`` over ``burst``'s decode steps of ``min_rows`` rows
+    or more (None: fewer than :data:`MIN_STEPS` such steps)."""
+    w = cal.cost.weights
+    logs = [math.log(s.seconds / float(s.work() @ w)) for s in run_samples(burst, gap, decode_only=True)
+            if s.work()[1] >= min_rows - 1e-9 and float(s.work() @ w) > 0]
+    return float(np.mean(logs)) if len(logs) >= MIN_STEPS else None
+
+
+def burst_noise(bursts: Mapping[str, Sequence[PoolRun]], cals: Mapping[str, Calibration], min_rows: int,
+                gap: float = DEFAULT_GAP) -> BurstNoise:
+    """The pooled spread of ``bursts[name]``' full-batch residuals against ``cals[name]`` (module
+    docstring); candidates without a calibration or with fewer than two usable bursts add nothing.
+    ``bursts`` per candidate is the most any candidate had."""
+    n = max((len(b) for b in bursts.values()), default=0)
+    ss, dof = 0.0, 0
+    for name, runs in bursts.items():
+        if name not in cals:
+            continue
+        xs = [x for x in (burst_residual(b, cals[name], min_rows, gap) for b in runs) if x is not None]
+        if len(xs) >= 2:
+            ss += float(np.sum((np.asarray(xs) - np.mean(xs)) ** 2))
+            dof += len(xs) - 1
+    return BurstNoise.of(math.sqrt(ss / dof) if dof else 0.0, dof, n)
