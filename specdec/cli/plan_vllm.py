@@ -31,7 +31,7 @@ VLLM_ONLY = {"serve": "--serve", "server": "--server", "server_env": "--server-e
 # what a replayed plan takes from its record: given with --replay, refused
 RECORDED = {"pools": "--pools", "serve": "--serve", "server": "--server", "server_env": "--server-env",
             "candidates": "--candidates", "draft_model": "--draft-model", "eagle_head": "--eagle-head",
-            "eagle3_head": "--eagle3-head", "mtp": "--mtp", "levels": "--levels", "no_schedules": "--no-schedules",
+            "eagle3_head": "--eagle3-head", "mtp": "--mtp", "no_schedules": "--no-schedules",
             "gap": "--gap", "start_timeout": "--start-timeout", "request_timeout": "--request-timeout",
             "max_batch": "--max-batch", "max_batched_tokens": "--max-batched-tokens", "tolerance": "--tolerance",
             "bursts": "--bursts"}
@@ -84,7 +84,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay", default=None, metavar="PLAN_DIR",
                    help="engine vllm: make a recorded plan again from the runs it measured, with no server "
                         "(specdec.plan.vllm.recorded): pools, candidates, engine and thresholds come from the "
-                        "record; --requests, --replications and --seed may differ from it")
+                        "record; --levels, --requests, --replications and --seed may differ from it")
 
 
 def check_flags(args, engine: str) -> None:
@@ -180,7 +180,9 @@ def run_replay(args) -> int:
         given.append("--model")
     if given:
         raise UsageError(f"{', '.join(given)} {'comes' if len(given) == 1 else 'come'} from the record with --replay")
-    overrides = {key: getattr(args, dest) for key, dest in (("sim_requests", "requests"),
+    if args.levels is not None and args.levels < 2:
+        raise UsageError("--levels must be >= 2")
+    overrides = {key: getattr(args, dest) for key, dest in (("levels", "levels"), ("sim_requests", "requests"),
                                                             ("replications", "replications"), ("seed", "seed"))
                  if getattr(args, dest) is not None}
     out = Path(args.out)

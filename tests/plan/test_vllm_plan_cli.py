@@ -68,9 +68,11 @@ def test_plan_then_review_on_the_command_line(pools, tmp_path, capsys):
         (out / "plan.json").read_text())["simulation"] == {"levels": 3, "sim_requests": 50, "replications": 1,
                                                             "seed": 0, "gap": 0.012, "schedules": False}
     assert (again / "chat.speculative_config.json").read_text() == (out / "chat.speculative_config.json").read_text()
-    assert main(["plan", "--engine", "vllm", "--replay", str(out), "--replications", "2", "--out",
+    assert main(["plan", "--engine", "vllm", "--replay", str(out), "--replications", "2", "--levels", "4", "--out",
                  str(tmp_path / "more")]) == 0
-    assert "note: replications 2 (recorded: 1)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "note: replications 2 (recorded: 1)" in printed and "note: levels 4 (recorded: 3)" in printed
+    assert len(json.loads((tmp_path / "more" / "plan.json").read_text())["pools"]["chat"]["rates"]) == 4
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -175,8 +175,10 @@ def test_a_replay_takes_its_settings_from_the_record_and_names_what_it_could_not
     assert rec.settings.levels == 3 and rec.settings.replications == 3 and rec.settings.seed == 3
     assert rec.notes[0].startswith("the record holds no simulation settings") and "replications 3" in rec.notes[0]
     assert rec.notes[1] == "seed 3 (recorded: not recorded)"
-    with pytest.raises(ValueError, match="only in sim_requests, replications, seed; got levels"):
-        load_replay(out, {"levels": 4})
+    with pytest.raises(ValueError, match="only in levels, sim_requests, replications, seed; got gap"):
+        load_replay(out, {"gap": 0.02})
+    wider = load_replay(out, {"levels": 5})  # the recorded runs simulated at more loads: no server needed
+    assert wider.settings.levels == 5 and wider.notes == ["levels 5 (recorded: 3)"]
 
 
 def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):

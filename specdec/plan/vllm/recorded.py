@@ -26,7 +26,7 @@ from .predict import Engine
 from .recheck import candidate_of
 from .run_plan import SIMULATION, PlanResult, PlanSettings, burst_files, burst_kind, keep_run, plan_vllm, run_file
 
-OVERRIDABLE = ("sim_requests", "replications", "seed")  # what a replay may simulate otherwise than the record
+OVERRIDABLE = ("levels", "sim_requests", "replications", "seed")  # what a replay may simulate otherwise than the record
 
 
 class RecordedSource:
