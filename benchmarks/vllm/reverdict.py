@@ -4,8 +4,10 @@
 "planned" is only a label on the rounds: when a new plan answers with another configuration that
 those rounds served, its goal (at least ``plan_goodput.GOAL`` x every other configuration, run by
 run, ``plan_goodput.verdict``'s exact one-sided signed-rank tests) can be read from them with
-nothing served again. ``--pool`` also joins the rounds of every folder at the same load (each
-folder's own arrivals; only the configurations every such folder served).
+nothing served again. ``--pool`` also joins the rounds of every folder at the same load that served
+the planned configuration with the same ``speculative_config`` (a name such as
+``custom_class:sched`` is one table in one folder and another in the next), against the
+configurations all of them served alike (each folder's rounds on their own arrivals).
 
     python -m benchmarks.vllm.reverdict --planned ngram:4 \
         benchmarks/results/vllm-rounds-0316-s410 benchmarks/results/vllm-rounds-r11i-0316
@@ -38,11 +40,14 @@ def verdicts(folders: list[Path], planned: str, pool: bool = False) -> list[str]
         raise ValueError(f"no folder among {[str(f) for f in folders]} served {planned!r}")
     lines = [f"- {f} at {rate:.3g} req/s: {pg.verdict(here, planned)}" for f, rate, here in found]
     if pool:
-        for rate in sorted({rate for _, rate, _ in found}):
-            sets = [here for _, r, here in found if r == rate]
+        groups: dict[tuple[float, str], list[dict]] = {}
+        for _, rate, here in found:  # only rounds of the same planned configuration join
+            groups.setdefault((rate, json.dumps(here[planned].get("speculative_config"))), []).append(here)
+        for (rate, _), sets in sorted(groups.items()):
             if len(sets) < 2:
                 continue
-            common = set.intersection(*(set(h) for h in sets))
+            common = {n for n in set.intersection(*(set(h) for h in sets))
+                      if all(h[n].get("speculative_config") == sets[0][n].get("speculative_config") for h in sets)}
             joined: dict = {}
             for here in sets:
                 joined = pooled({n: here[n] for n in common}, joined)
