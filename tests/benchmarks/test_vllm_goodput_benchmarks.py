@@ -326,6 +326,9 @@ def test_a_recorded_plan_is_decided_again_by_the_current_rule(tmp_path, capsys):
     recorded, d = redecide.redecide(plan)["interactive"]
     assert recorded == "speculate with suffix (K = 2)" and d.config is None
     assert "it serves 14% fewer output tokens/s at 1 req/s, where neither it nor off keeps up" in d.sentence
+    plan["pools"]["interactive"]["overload_noise"] = {"sigma": 0.1, "dof": 6, "bursts": 2, "floor": 0.15}
+    assert redecide.redecide(plan)["interactive"][1].chosen.name == "suffix:2"  # the record's floor: within noise
+    assert redecide.redecide(plan, 0.0)["interactive"][1].config is None  # the floor given: as with one burst
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({k: v for k, v in plan.items() if k != "engine"}))
     with pytest.raises(SystemExit):
