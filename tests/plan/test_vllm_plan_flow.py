@@ -290,6 +290,7 @@ def test_the_review_record_holds_what_each_decision_rested_on(planned):
     for name, p in rec["pools"].items():
         assert p["config"] == result.pools[name].decision.config and p["bound_to"] == "nothing"
         assert p["accepted_per_draft"] > 0.5 and abs(sum(p["mix"].values()) - 1) < 1e-9
+        assert p["overload_floor"] == result.pools[name].noise.floor  # the review reads an overload as the plan did
 
 
 def test_a_record_written_before_step_times_were_kept_still_loads(planned, tmp_path):
@@ -364,6 +365,27 @@ def test_review_turns_off_a_setting_that_no_longer_pays(planned, tmp_path):
     for v in verdicts:
         assert v.verdict == "turn off" and v.config is None, (v.verdict, v.reasons, v.measured)
         assert "no longer pays" in v.reasons[0]
+
+
+def test_review_reads_an_overload_with_the_floor_its_plan_measured(planned, tmp_path, monkeypatch):
+    """The review judges its sample with the plan's thresholds and the loss at an overload the plan's
+    bursts could tell from noise (recorded per pool); a record written before it was kept reads 0."""
+    from specdec.plan.vllm import recheck
+
+    out, _, pools = planned
+    rec = load_record(out)
+    floors = []
+    real = recheck.assess
+    monkeypatch.setattr(recheck, "assess", lambda *a: floors.append(a[7]) or real(*a))
+    chosen = {p["candidate"]: p["config"] for p in rec["pools"].values()}
+    for p, floor in zip(rec["pools"].values(), (0.11, None)):
+        if floor is None:
+            del p["overload_floor"]
+        else:
+            p["overload_floor"] = floor
+    _review_against(rec, pools, {"off": FakeServer(None)} | {n: FakeServer(cfg) for n, cfg in chosen.items()},
+                    tmp_path, requests=8)
+    assert floors == [0.11, 0.0]
 
 
 def test_review_replans_a_schedule_whose_engine_now_dies_at_a_range_the_sample_never_reaches(planned, tmp_path):

@@ -3,9 +3,10 @@
 First the record's fingerprints are compared with the files: a pool whose draft model or heads are
 bound to a checkpoint (or tokenizer) that changed is turned off at once, unmeasured. Then a short
 sample of each remaining speculating pool is measured on off and on its configuration with the
-plan's thresholds. *Turn off* when it no longer meets them or its greedy outputs differ; *re-plan*
-when it still pays but what the plan rested on moved beyond the recorded tolerance; *keep*
-otherwise. A pool planned off is re-planned when its target, vLLM or mix moved.
+plan's thresholds (and the loss at an overload its bursts could tell from noise, as recorded).
+*Turn off* when it no longer meets them or its greedy outputs differ; *re-plan* when it still pays
+but what the plan rested on moved beyond the recorded tolerance; *keep* otherwise. A pool planned
+off is re-planned when its target, vLLM or mix moved.
 
 Off is measured on every pool the review does not turn off or already re-plan, planned off
 included, because its decode steps say how fast the engine runs: where the hardware, the serve
@@ -223,7 +224,7 @@ def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, of
                              pool.objective, seed=seed)
     best = [max(a["score"], b["score"]) for a, b in zip(on, off)]
     exact = (not pool.sampling.greedy) or all(a.token_ids == b.token_ids for a, b in zip(run.streams, off_run.streams))
-    a = assess(cand.name, on, off, best, t, pool.objective, exact)
+    a = assess(cand.name, on, off, best, t, pool.objective, exact, p.get("overload_floor", 0.0))
     measured = {"accepted_per_draft": cal_on.accepted_per_draft, "planned_accepted_per_draft": p["accepted_per_draft"],
                 "worst_vs_off": a.worst_vs_off, "gain": a.gain, "tpot_gain": a.tpot_gain, "exact": exact}
     if not a.eligible:

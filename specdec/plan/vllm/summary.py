@@ -118,7 +118,8 @@ def pool_record(o: PoolOutcome) -> PoolRecord:
     cal = o.cals[c.name]
     return PoolRecord(c.config, c.name, BOUND[c.method], c.artifact, model_fingerprint(c.artifact),
                       cal.accepted_per_draft, cal.accepted_per_row_step, o.pool.mix, o.pool.describe(),
-                      o.decision.sentence, {str(rows): s for rows, s in o.cals["off"].step_seconds().items()})
+                      o.decision.sentence, {str(rows): s for rows, s in o.cals["off"].step_seconds().items()},
+                      o.noise.floor)
 
 
 def write(result: PlanResult, out: str | Path, *, serve: str | None, servers: dict | None) -> Path:
