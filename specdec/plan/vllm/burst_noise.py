@@ -1,12 +1,9 @@
-"""How far one burst's step times can be trusted at the overload: the loss there a plan can tell
-from noise.
+"""The loss at an overload a plan can tell from noise, measured from its bursts.
 
-At a load neither a candidate nor off keeps up with, the plan compares the output tokens/s each
-serves, and those come from the steps at a full batch, which only the bursts after each
-measurement reach (:func:`~.measure.measure_burst`). Bursts of the same requests on one server do
-not take the same time: docs/vllm-plan-runs.md ("The overload's step costs, burst by burst and
-server by server") measured off's mean full-batch step 10-20% apart from burst to burst on a
-loaded CPU. So the plan sends ``n`` bursts per candidate and measures that spread itself.
+Where neither a candidate nor off keeps up, the plan compares the output tokens/s each serves,
+which come from full-batch steps only the bursts reach (:func:`~.measure.measure_burst`), and
+bursts of the same requests on one server do not take the same time (docs/deploying.md). So the
+plan sends ``n`` bursts per candidate and measures the spread.
 
 For each burst, ``x`` is the mean over its decode steps at ``min_rows`` rows or more of
 ``log(measured seconds / the candidate's step-cost fit)``; the fit carries the burst's own drafting

@@ -106,8 +106,9 @@ def _noise_line(o: PoolOutcome, bar: float) -> str:
     """What a loss at an overload had to exceed (``bar``: ``max_loss``), and why (:mod:`.burst_noise`)."""
     n = o.noise
     if not n.dof:
-        return (f"Overload: {n.bursts} burst(s) per candidate, so how far one burst's full-batch steps vary was not "
-                f"measured; a loss in output tokens/s where neither keeps up counted beyond {bar:.0%}.")
+        why = "one burst per candidate" if n.bursts < 2 else "no candidate's bursts ran three full-batch steps each"
+        return (f"Overload: {why}, so how far one burst's full-batch steps vary was not measured; a loss in output "
+                f"tokens/s where neither keeps up counted beyond {bar:.0%}.")
     return (f"Overload: one burst's full-batch steps varied by {n.sigma:.1%} (log spread over {n.bursts} bursts per "
             f"candidate, {n.dof} degrees of freedom), so a loss in output tokens/s where neither keeps up counted "
             f"beyond {max(bar, n.floor):.0%}.")
