@@ -10,6 +10,12 @@ the spread of bursts on one server, of the servers' means, and each server's mea
 the server started beside it (the ratio the plan's overload rule reads, through the simulator).
 
     .venv-vllm/bin/python -m benchmarks.vllm.burst_repeat --configs off,custom_class:4 --servers 2 --bursts 3
+
+``--recorded PLAN_DIR`` reads a plan's own recorded bursts instead, with no server (:func:`recorded`):
+per candidate and burst the mean full-batch step, tokens per row and output tokens/s, against off's
+mean on the same plan.
+
+    python -m benchmarks.vllm.burst_repeat --recorded benchmarks/results/vllm-cli-plan-inter2
 """
 
 from __future__ import annotations
@@ -32,8 +38,42 @@ def big_steps(run, rows: int, gap: float) -> list[float]:
     return [sec for size, steps in decode_steps(run, gap).items() if size >= rows for sec, _ in steps]
 
 
+def recorded(plan_dir: Path, rows: int, gap: float) -> list[dict]:
+    """One row per pool, candidate and recorded burst of a plan (``plan.json`` and ``runs/``): its
+    decode steps at ``rows`` running requests or more, their mean ``step`` (s), mean tokens per
+    row, output ``tok_s`` over them, and ``vs_off``: that over the mean of off's bursts' on the pool.
+    ValueError for a folder with no plan.json or no burst of off."""
+    from specdec.plan.vllm.calibrate import decode_steps
+    from specdec.plan.vllm.measure import PoolRun
+    from specdec.plan.vllm.run_plan import burst_files
+
+    try:
+        pools = json.loads((plan_dir / "plan.json").read_text())["pools"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{plan_dir}: not a plan folder ({exc})") from None
+    out = []
+    for pool, o in pools.items():
+        here = []
+        for name in o["candidates"]:
+            for i, path in enumerate(burst_files(plan_dir, name, pool)):
+                got = [(size, sec, tok) for size, steps in decode_steps(PoolRun.from_dict(json.loads(
+                    path.read_text())), gap).items() if size >= rows for sec, tok in steps]
+                if got:
+                    here.append({"pool": pool, "candidate": name, "burst": i + 1, "steps": len(got),
+                                 "step": statistics.fmean(sec for _, sec, _ in got),
+                                 "tokens_per_row": statistics.fmean(tok for *_, tok in got),
+                                 "tok_s": sum(size * tok for size, _, tok in got) / sum(sec for _, sec, _ in got)})
+        off = [r["tok_s"] for r in here if r["candidate"] == "off"]
+        if not off:
+            raise ValueError(f"{plan_dir}: pool {pool!r} has no burst of off with a step at >= {rows} rows")
+        out += [{**r, "vs_off": r["tok_s"] / statistics.fmean(off)} for r in here]
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recorded", type=Path, default=None, metavar="PLAN_DIR",
+                    help="read a plan's recorded bursts instead of serving (no server)")
     ap.add_argument("--configs", default="off,custom_class:4", help="METHOD[:K] list; off first")
     ap.add_argument("--pool", default="interactive", choices=("interactive", "bulk"))
     ap.add_argument("--servers", type=int, default=2)
@@ -42,6 +82,20 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=12, help="the smallest batch size counted")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-burst-repeat")
     args = ap.parse_args(argv)
+    if args.recorded is not None:
+        from specdec.plan.vllm.calibrate import DEFAULT_GAP
+
+        try:
+            rows = recorded(args.recorded, args.rows, DEFAULT_GAP)
+        except ValueError as exc:
+            ap.error(str(exc))
+        print(f"| pool | candidate | burst | steps at >= {args.rows} rows | mean step (ms) | tokens per row | "
+              "output tokens/s | / off's |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['pool']} | {r['candidate']} | {r['burst']} | {r['steps']} | {r['step'] * 1e3:.1f} | "
+                  f"{r['tokens_per_row']:.2f} | {r['tok_s']:.1f} | {r['vs_off']:.2f} |")
+        return
     # plan_goodput's pools, objectives and server settings; the warm-up ramps as the recent plans' did
     g = pg.main_parser().parse_args(["--rates-interactive", "0.316,1"])
     if min(args.servers, args.bursts) < 1 or args.burst < args.rows:

@@ -431,3 +431,41 @@ def test_burst_repeat_refuses_bad_input_before_any_server(argv, message, capsys)
     with pytest.raises(SystemExit):
         burst_repeat.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_burst_repeat_reads_a_plans_recorded_bursts_against_offs(tmp_path, capsys):
+    """A plan folder whose off ran two bursts (the recorded run, and the same 10% slower) and ngram one:
+    each burst's full-batch tokens/s against the mean of off's, with no server."""
+    from pathlib import Path
+
+    from benchmarks.vllm import burst_repeat
+
+    data = Path(__file__).resolve().parents[1] / "data" / "vllm_plan"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    slow = json.loads((data / "run_off.json").read_text())
+    for s in slow["streams"]:
+        s["chunk_times"] = [t + 0.1 * (t - s["sent"]) for t in s["chunk_times"]]
+    (runs / "off__p__burst.json").write_text((data / "run_off.json").read_text())
+    (runs / "off__p__burst2.json").write_text(json.dumps(slow))
+    (runs / "ngram-3__p__burst.json").write_text((data / "run_ngram3.json").read_text())
+    (tmp_path / "plan.json").write_text(json.dumps({"pools": {"p": {"candidates": {"off": None, "ngram:3": {}}}}}))
+    rows = burst_repeat.recorded(tmp_path, 2, 0.012)
+    assert [(r["candidate"], r["burst"]) for r in rows] == [("off", 1), ("off", 2), ("ngram:3", 1)]
+    off1, off2 = rows[0], rows[1]
+    assert off2["step"] > off1["step"] and off2["tok_s"] < off1["tok_s"]
+    assert (off1["vs_off"] + off2["vs_off"]) / 2 == pytest.approx(1.0, abs=0.01)
+    assert rows[2]["vs_off"] == pytest.approx(rows[2]["tok_s"] / ((off1["tok_s"] + off2["tok_s"]) / 2))
+    burst_repeat.main(["--recorded", str(tmp_path), "--rows", "2"])
+    assert "| p | ngram:3 | 1 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        burst_repeat.main(["--recorded", str(tmp_path / "none")])
+    assert "not a plan folder" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no burst of off"):
+        burst_repeat.recorded(tmp_path, 99, 0.012)
+
+
+def test_redecide_refuses_a_floor_that_is_not_a_share(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        redecide.main([str(tmp_path / "plan.json"), "--overload-floor", "1.5"])
+    assert "--overload-floor must be in [0, 1), got 1.5" in capsys.readouterr().err

@@ -94,3 +94,21 @@ def test_a_replay_needs_a_plan_folder_and_another_to_write(tmp_path, capsys):
     assert "the replay would overwrite the recorded plan" in capsys.readouterr().err
     assert main(["plan", "--memory-gb", "1", "--replay", str(tmp_path)]) == 2
     assert "--replay does not apply to --engine specdec" in capsys.readouterr().err
+    assert main(["plan", "--engine", "vllm", "--replay", str(tmp_path), "--levels", "1", "--out",
+                 str(tmp_path / "o")]) == 2
+    assert "--levels must be >= 2" in capsys.readouterr().err
+
+
+def test_a_plan_needs_at_least_one_burst(pools, tmp_path, capsys):
+    """--bursts 0 is refused by the parser, and PlanSettings refuses it by name, before any server."""
+    from specdec.plan.vllm.candidates import parse_candidates
+    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.run_plan import PlanSettings
+
+    with pytest.raises(SystemExit):
+        main(["plan", "--engine", "vllm", "--pools", str(pools), "--serve", SERVE, "--bursts", "0",
+              "--out", str(tmp_path)])
+    assert "--bursts" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="bursts is too small: 0"):
+        PlanSettings(parse_candidates("off", {}), Engine(8, 2048), bursts=0)
+    assert not (tmp_path / "logs").exists()
