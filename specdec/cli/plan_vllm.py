@@ -27,14 +27,14 @@ VLLM_ONLY = {"serve": "--serve", "server": "--server", "server_env": "--server-e
              "draft_model": "--draft-model", "eagle_head": "--eagle-head", "eagle3_head": "--eagle3-head",
              "mtp": "--mtp", "levels": "--levels", "no_schedules": "--no-schedules", "gap": "--gap",
              "start_timeout": "--start-timeout", "request_timeout": "--request-timeout", "replay": "--replay",
-             "bursts": "--bursts"}
+             "bursts": "--bursts", "no_drift_check": "--no-drift-check"}
 # what a replayed plan takes from its record: given with --replay, refused
 RECORDED = {"pools": "--pools", "serve": "--serve", "server": "--server", "server_env": "--server-env",
             "candidates": "--candidates", "draft_model": "--draft-model", "eagle_head": "--eagle-head",
             "eagle3_head": "--eagle3-head", "mtp": "--mtp", "no_schedules": "--no-schedules",
             "gap": "--gap", "start_timeout": "--start-timeout", "request_timeout": "--request-timeout",
             "max_batch": "--max-batch", "max_batched_tokens": "--max-batched-tokens", "tolerance": "--tolerance",
-            "bursts": "--bursts"}
+            "bursts": "--bursts", "no_drift_check": "--no-drift-check"}
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -79,6 +79,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bursts", type=positive_int, default=None,
                    help="engine vllm: full batches sent after each candidate's measurement (default 2; two or more "
                         "measure how far one burst's steps vary, which a loss at an overload must exceed to count)")
+    p.add_argument("--no-drift-check", action="store_true", default=None,
+                   help="engine vllm: do not start off's server again after the last candidate to see whether the "
+                        "machine kept its speed (by default its drift widens every band; specdec.plan.vllm.drift)")
     p.add_argument("--no-schedules", action="store_true", default=None,
                    help="engine vllm: do not derive and measure num_speculative_tokens_per_batch_size schedules")
     p.add_argument("--replay", default=None, metavar="PLAN_DIR",
@@ -156,7 +159,7 @@ def run_plan(args) -> int:
                             sim_requests=args.requests, replications=args.replications, seed=args.seed,
                             gap=args.gap or 0.012, start_timeout=args.start_timeout or 900.0,
                             request_timeout=args.request_timeout or 300.0, schedules=not args.no_schedules,
-                            bursts=args.bursts or PlanSettings.bursts,
+                            bursts=args.bursts or PlanSettings.bursts, drift_check=not args.no_drift_check,
                             target=_target(args, command), dtype=command.option("--dtype") if command else None)
     if settings.levels < 2:
         raise UsageError("--levels must be >= 2")

@@ -36,8 +36,11 @@ import threading
 import time
 
 
+BASE_S, ROW_S = 0.006, 0.0015  # a step's fixed time and its time per running request
+
+
 class FakeEngine:
-    def __init__(self, config: dict | None, *, base_s: float = 0.006, row_s: float = 0.0015, draft_cost: float = 0.2,
+    def __init__(self, config: dict | None, *, base_s: float = BASE_S, row_s: float = ROW_S, draft_cost: float = 0.2,
                  spec_s: float = 0.0005, alpha: float = 0.7, max_num_seqs: int = 8, num_blocks: int = 512,
                  block_size: int = 128, die_after: int | None = None, corrupt: bool = False, vocab: int = 1000,
                  die_on_k_change: bool = False):
@@ -245,7 +248,19 @@ def main(argv=None) -> int:
     ap.add_argument("--alpha", type=float, default=0.7)
     ap.add_argument("--alpha-for", action="append", default=[], help="METHOD=A: acceptance rate for METHOD")
     ap.add_argument("--draft-cost", type=float, default=0.2, help="a drafted token's share of a row's step cost")
+    ap.add_argument("--launches", default=None, help="FILE: count this server's start in FILE (one line per start)")
+    ap.add_argument("--slow-from", default=None, help="N=F: from the N-th start counted in --launches on, every step "
+                    "takes F times as long (a machine that slows down during a plan)")
     args = ap.parse_args(argv)
+    scale = 1.0
+    if args.launches:
+        with open(args.launches, "a+") as f:
+            f.write("start\n")
+            f.seek(0)
+            starts = len(f.read().splitlines())
+        if args.slow_from:
+            n, _, factor = args.slow_from.partition("=")
+            scale = float(factor) if starts >= int(n) else 1.0
     config = None if args.speculative_config is None else json.loads(args.speculative_config)
     method = "off" if config is None else config["method"]
     for item in args.refuse:
@@ -257,7 +272,7 @@ def main(argv=None) -> int:
     die_on_k_change = method in args.die_scheduled and bool(config.get("num_speculative_tokens_per_batch_size"))
     alpha = {m: float(a) for m, _, a in (d.partition("=") for d in args.alpha_for)}.get(method, args.alpha)
     engine = FakeEngine(config, die_after=die, alpha=alpha, draft_cost=args.draft_cost,
-                        die_on_k_change=die_on_k_change)
+                        die_on_k_change=die_on_k_change, base_s=BASE_S * scale, row_s=ROW_S * scale)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(engine))
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

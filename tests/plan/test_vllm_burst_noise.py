@@ -60,14 +60,21 @@ def test_more_bursts_lower_the_floor_and_a_full_batch_is_three_quarters_of_max_n
     assert [full_rows(n) for n in (1, 4, 16, 256)] == [1, 3, 12, 192]
 
 
-def test_the_report_says_what_the_overload_was_read_against_and_why():
+def outcome(noise: BurstNoise, drift=None):
+    """What the report's lines read of a pool's outcome."""
     from types import SimpleNamespace
 
+    from specdec.plan.vllm.drift import NOT_MEASURED
+
+    drift = drift or NOT_MEASURED
+    return SimpleNamespace(noise=noise, drift=drift, overload_floor=drift.floor(noise))
+
+
+def test_the_report_says_what_the_overload_was_read_against_and_why():
     from specdec.plan.vllm.summary import _noise_line
 
-    line = _noise_line(SimpleNamespace(noise=BurstNoise.of(0.044, 5, 2)), 0.02)
-    assert "varied by 4.4%" in line and "5 degrees of freedom" in line and "beyond 7%" in line
-    assert "one burst per candidate" in _noise_line(SimpleNamespace(noise=BurstNoise.of(0.0, 0, 1)), 0.02)
-    assert "no candidate's bursts ran three full-batch steps" in _noise_line(
-        SimpleNamespace(noise=BurstNoise.of(0.0, 0, 2)), 0.02)
-    assert "beyond 2%" in _noise_line(SimpleNamespace(noise=BurstNoise.of(0.005, 5, 4)), 0.02)  # max_loss is larger
+    line = _noise_line(outcome(BurstNoise.of(0.044, 5, 2)), 0.02)
+    assert "varied by 4.4%" in line and "5 degrees of freedom" in line and "beyond 7%." in line
+    assert "one burst per candidate" in _noise_line(outcome(BurstNoise.of(0.0, 0, 1)), 0.02)
+    assert "no candidate's bursts ran three full-batch steps" in _noise_line(outcome(BurstNoise.of(0.0, 0, 2)), 0.02)
+    assert "beyond 2%" in _noise_line(outcome(BurstNoise.of(0.005, 5, 4)), 0.02)  # max_loss is larger

@@ -380,7 +380,7 @@ def test_a_loss_at_an_overload_counts_only_beyond_what_the_bursts_can_tell_from_
     d = decide("p", "latency", cands, deeper, {}, {}, {}, Thresholds(), 16, overload_floor=0.12)
     assert d.config is None and d.assessments["custom_class:4"].why_not == (
         "it serves 17% fewer output tokens/s at 4 req/s, where neither it nor off keeps up: it deepens the overload "
-        "(losses up to 12% there are within its bursts' noise)")
+        "(losses up to 12% there are within the measurement's noise)")
 
 
 def test_at_an_overload_the_score_ratio_is_not_read_as_a_loss_where_the_tokens_served_are_off_s():

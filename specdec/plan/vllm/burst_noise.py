@@ -1,21 +1,12 @@
 """The loss at an overload a plan can tell from noise, measured from its bursts.
 
-Where neither a candidate nor off keeps up, the plan compares the output tokens/s each serves,
-which come from full-batch steps only the bursts reach (:func:`~.measure.measure_burst`), and
-bursts of the same requests on one server do not take the same time (docs/deploying.md). So the
-plan sends ``n`` bursts per candidate and measures the spread.
-
-For each burst, ``x`` is the mean over its decode steps at ``min_rows`` rows or more of
-``log(measured seconds / the candidate's step-cost fit)``; the fit carries the burst's own drafting
-(its counters), so a burst that drafted more is not read as noise. ``sigma`` is the pooled
-within-candidate standard deviation of ``x`` (every candidate with two or more such bursts), and the
-smallest loss the bursts tell apart at one-sided 5% is
-
-    floor = 1 - exp(-z * sigma * sqrt(2 / n)),   z = 1.645
-
-(the difference of two candidates' means of ``n`` bursts each). A loss at an overload counts only
-beyond ``max(max_loss, floor)`` (:func:`~.decide.assess`). With one burst per candidate nothing is
-measured and the floor is 0: the rule reads the overload as before, from one burst.
+Where neither a candidate nor off keeps up, the plan compares output tokens/s, which come from the
+full-batch steps only the bursts reach (:func:`~.measure.measure_burst`); bursts of the same requests
+on one server do not take the same time, so each candidate gets ``n`` and the spread is measured.
+Per burst, ``x`` = mean ``log(measured seconds / the candidate's fit)`` over its decode steps of
+``min_rows`` rows or more (the fit carries the burst's own drafting). ``sigma``: the pooled
+within-candidate spread of ``x``; ``floor = 1 - exp(-1.645 sigma sqrt(2 / n))``, the smallest loss
+two candidates' means tell apart at one-sided 5% (:func:`~.decide.assess`). One burst each: floor 0.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ instrument, not a capacity one). Two kinds of load are read apart:
   the overload slower than off deepens it, at a load the pool's own range says it sees, so there a
   loss in output tokens/s served counts (the rate the queue is worked off at, not the score, whose
   ratio at an overload swings with the draw of arrivals) when it exceeds both ``max_loss`` and the
-  ``overload_floor`` the plan's bursts can tell from noise (:mod:`.burst_noise`): the overload's
-  steps come from those bursts alone. A load one of the two sustains counts both ways.
+  ``overload_floor`` the plan can tell from noise (its bursts, :mod:`.burst_noise`, and the machine's
+  drift, :mod:`.drift`): the overload's steps come from those bursts alone. A load one of the two
+  sustains counts both ways.
 * **past collapse**: off keeps less than ``collapsed`` of its best score (almost no request meets
   the objective): a ratio of two near-zero scores there is noise.
 
@@ -119,7 +120,8 @@ def assess(name: str, rows: list[dict], off: list[dict], best: list[float], t: T
     if not exact:
         why = "its greedy outputs differed from off's"
     elif worst < 1.0 - t.max_loss and i_loss in deepened:
-        beyond = f" (losses up to {bar:.0%} there are within its bursts' noise)" if overload_floor > t.max_loss else ""
+        beyond = (f" (losses up to {bar:.0%} there are within the measurement's noise)"
+                  if overload_floor > t.max_loss else "")
         why = (f"it serves {1 - worst:.0%} fewer output tokens/s at {rows[i_loss]['rate']:.3g} req/s, where neither "
                f"it nor off keeps up: it deepens the overload{beyond}")
     elif worst < 1.0 - t.max_loss:

@@ -91,7 +91,7 @@ class PoolRecord:
     pool: dict[str, Any]
     sentence: str
     off_steps: dict[str, float] | None = None  # off's median decode step (s) by running requests, as planned
-    overload_floor: float = 0.0  # the loss at an overload the plan's bursts could tell from noise (.burst_noise)
+    overload_floor: float = 0.0  # the loss at an overload the plan could tell from noise and drift (.drift)
 
 
 def make_record(*, vllm_version: str, target: str | None, pools: Mapping[str, PoolRecord], thresholds: Mapping,

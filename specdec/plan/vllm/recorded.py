@@ -24,7 +24,8 @@ from .measure import PoolRun
 from .pool_spec import VllmPool, pool_from_description
 from .predict import Engine
 from .recheck import candidate_of
-from .run_plan import SIMULATION, PlanResult, PlanSettings, burst_files, burst_kind, keep_run, plan_vllm, run_file
+from .run_plan import (SIMULATION, PlanResult, PlanSettings, burst_files, burst_kind, drift_kind, keep_run, plan_vllm,
+                       run_file)
 
 OVERRIDABLE = ("levels", "sim_requests", "replications", "seed")  # what a replay may simulate otherwise than the record
 
@@ -70,6 +71,17 @@ class RecordedSource:
                 keep_run(out, cand, pool.name, burst, burst_kind(i))
             log(f"  {cand.name}: pool {pool.name}, the recorded run and {len(bursts[pool.name])} burst(s)")
         return runs, bursts
+
+    def measure_again(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
+                      log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
+        """The recorded drift check's bursts (none for a plan recorded before it or without it)."""
+        again = {}
+        for pool in pools:
+            again[pool.name] = [PoolRun.from_dict(json.loads(path.read_text()))
+                                for path in burst_files(self.plan_dir, cand.name, pool.name, drift_kind)]
+            for i, burst in enumerate(again[pool.name]):
+                keep_run(out, cand, pool.name, burst, drift_kind(i))
+        return again
 
 
 @dataclasses.dataclass

@@ -1,18 +1,14 @@
 """``specdec plan --engine vllm``: measure each candidate on each pool, derive the batch-size
-schedules, predict goodput against load, and decide per pool (every input checked before the
-first server starts).
+schedules, predict goodput against load, and decide per pool (inputs checked before any server).
 
-Steps: one server per static candidate, each pool measured (:mod:`.measure`), then sent a full
-batch at once, ``bursts`` times (:func:`~.measure.measure_burst`: the batch sizes past the pool's
-arrivals, whose decode step times join the calibration, :mod:`.calibrate`, and whose spread from
-burst to burst says what loss at an overload the plan can tell from noise, :mod:`.burst_noise`); a
-refused or dead server recorded with its reason and left out (off must measure); on greedy pools
-outputs compared with off's; per pool the schedule of its best static family that vLLM serves, and
-the cost-gated drafter's table, derived (:mod:`.schedule`) and measured each on its own server the
-same way, the bursts running every range of the table: a server that dies there is left out like
-one that dies measuring, and the K = 0 tax is read from its steps and off's; then prediction
-(:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`). :mod:`.recorded`
-serves a recorded plan's runs in place of servers: the same plan made again by today's code.
+Steps: one server per static candidate: each pool measured (:mod:`.measure`), then ``bursts`` full
+batches (:func:`~.measure.measure_burst`: steps past the pool's arrivals for :mod:`.calibrate`, and
+their spread, :mod:`.burst_noise`); a refused or dead server is recorded with its reason and left
+out (off must measure); greedy outputs compared with off's. Per pool the best served family's
+schedule and the cost-gated drafter's table (:mod:`.schedule`), each measured the same way on its
+own server (the K = 0 tax read from its steps and off's). Then off's bursts again (:mod:`.drift`),
+prediction (:mod:`.predict`), memory (:mod:`.kv_budget`) and the decision (:mod:`.decide`).
+:mod:`.recorded` serves a recorded plan's runs in place of servers.
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ from .burst_noise import BurstNoise, burst_noise, full_rows
 from .calibrate import DEFAULT_GAP, Calibration, calibrate, with_bursts
 from .candidates import SCHEDULABLE, Candidate
 from .decide import Decision, Thresholds, assess, decide, preference
+from .drift import NOT_MEASURED, Drift, drift
 from .launcher import ServeCommand, Server, ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_burst, measure_pool
 from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
@@ -57,6 +54,7 @@ class PlanSettings:
     request_timeout: float = 300.0
     schedules: bool = True
     bursts: int = 2  # full batches sent after each measurement (2+: the overload's noise is measured)
+    drift_check: bool = True  # off's bursts again after the last candidate (.drift)
     target: str | None = None  # the served model's folder (fingerprints, memory prediction)
     dtype: str | None = None
 
@@ -81,6 +79,11 @@ class Source(Protocol):
         """``cand``'s run and bursts on each pool (each kept under ``out/runs/``); ServerRefused,
         ServerDied, MeasurementError or TimeoutError when it cannot be had."""
 
+    def measure_again(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
+                      log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
+        """``cand``'s bursts alone on each pool, once more (the drift check, kept as :func:`drift_kind`
+        runs); empty lists where there are none (a record from before the check)."""
+
 
 class ServerSource:
     """Where each candidate's server comes from: launched from the user's command, or at a given URL."""
@@ -102,7 +105,6 @@ class ServerSource:
                 log: Callable[[str], None], tag: str = "") -> tuple[dict[str, PoolRun], dict[str, list[PoolRun]]]:
         """Each pool's run on ``cand``'s server, and after it ``settings.bursts`` bursts of
         ``max_num_seqs`` requests each, every one written under ``out/runs/`` as it finishes."""
-        burst = settings.engine.max_num_seqs
         runs: dict[str, PoolRun] = {}
         bursts: dict[str, list[PoolRun]] = {}
         with self.server(cand, tag) as server:
@@ -112,14 +114,26 @@ class ServerSource:
                 runs[pool.name] = measure_pool(server, cand.name, pool, seed=settings.seed,
                                                timeout=settings.request_timeout, expect_k=cand.k)
                 keep_run(out, cand, pool.name, runs[pool.name])
-                bursts[pool.name] = []
-                for i in range(settings.bursts):
-                    log(f"  {cand.name}: pool {pool.name}, burst {i + 1} of {settings.bursts}: {burst} requests "
-                        "at once")
-                    bursts[pool.name].append(measure_burst(server, cand.name, pool, burst,
-                                                           timeout=settings.request_timeout))
-                    keep_run(out, cand, pool.name, bursts[pool.name][-1], burst_kind(i))
+                bursts[pool.name] = self._bursts(server, cand, pool, settings, out, log, burst_kind)
         return runs, bursts
+
+    def measure_again(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
+                      log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
+        """``settings.bursts`` bursts on each pool on a fresh server of ``cand`` (the drift check)."""
+        with self.server(cand, "again") as server:
+            return {pool.name: self._bursts(server, cand, pool, settings, out, log, drift_kind) for pool in pools}
+
+    @staticmethod
+    def _bursts(server: Server, cand: Candidate, pool: VllmPool, settings: PlanSettings, out: Path,
+                log: Callable[[str], None], kind: Callable[[int], str]) -> list[PoolRun]:
+        """``settings.bursts`` bursts of ``max_num_seqs`` requests, each kept as ``kind(i)`` as it finishes."""
+        burst = settings.engine.max_num_seqs
+        runs = []
+        for i in range(settings.bursts):
+            log(f"  {cand.name}: pool {pool.name}, {kind(i).strip('_')} of {settings.bursts}: {burst} requests at once")
+            runs.append(measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout))
+            keep_run(out, cand, pool.name, runs[-1], kind(i))
+        return runs
 
     @contextlib.contextmanager
     def server(self, candidate: Candidate, tag: str = "") -> Iterator[Server]:
@@ -156,9 +170,16 @@ class PoolOutcome:
     gains: dict[str, list[Gain]]
     memory: dict[str, dict]
     noise: BurstNoise  # what a loss at an overload must exceed to count
-    decision: Decision
+    decision: Decision | None  # None until decided, after the drift check (plan_vllm)
     skipped: dict[str, str]
     models: dict[str, StepModels]  # what each prediction was made with
+    bound: dict[str, int]  # per candidate: the most running requests it drafts at (.decide)
+    drift: Drift = NOT_MEASURED  # whether the machine kept its speed while the plan measured
+
+    @property
+    def overload_floor(self) -> float:
+        """The loss at an overload that counts (:meth:`~.drift.Drift.floor`)."""
+        return self.drift.floor(self.noise)
 
 
 @dataclasses.dataclass
@@ -188,10 +209,16 @@ def burst_kind(i: int) -> str:
     return "__burst" if i == 0 else f"__burst{i + 1}"
 
 
-def burst_files(plan_dir: Path, candidate: str, pool: str) -> list[Path]:
-    """The bursts a plan in ``plan_dir`` kept of ``candidate`` on ``pool``, in the order they ran."""
+def drift_kind(i: int) -> str:
+    """The :func:`run_file` kind of the drift check's ``i``-th burst: ``__drift``, ``__drift2``, ..."""
+    return "__drift" if i == 0 else f"__drift{i + 1}"
+
+
+def burst_files(plan_dir: Path, candidate: str, pool: str, kind: Callable[[int], str] = burst_kind) -> list[Path]:
+    """The bursts (``kind``: :func:`burst_kind` or :func:`drift_kind`) a plan in ``plan_dir`` kept of
+    ``candidate`` on ``pool``, in the order they ran."""
     out = []
-    while (path := run_file(plan_dir, candidate, pool, burst_kind(len(out)))).is_file():
+    while (path := run_file(plan_dir, candidate, pool, kind(len(out)))).is_file():
         out.append(path)
     return out
 
@@ -258,13 +285,16 @@ def model_of(name: str, cals: Mapping[str, Calibration],
 
 def _predict_all(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],
                  runs: Mapping[str, PoolRun], rates: list[float], settings: PlanSettings,
-                 models: Mapping[str, StepModels]) -> dict[str, list[dict]]:
-    """Every candidate on the pool's requests as off served them (one workload for all), at ``rates``."""
+                 models: Mapping[str, StepModels], drift: Drift | None) -> dict[str, list[dict]]:
+    """Every candidate on the pool's requests as off served them (one workload for all), at ``rates``;
+    the band is the cost fit's widened by ``drift`` (None: no band, the scores alone, a third of the
+    simulation: what ranks the schedules before the drift check)."""
     slo = SLO(pool.ttft_s, pool.tpot_s)
     kw = dict(n_requests=settings.sim_requests, replications=settings.replications, seed=settings.seed)
     return {name: predict(cand, models[name].cost, models[name].acceptance, cals["off"].items,
                           runs[name].cache.tokens, settings.engine, rates, slo, pool.objective,
-                          band=models[name].cost.error_band(), no_draft=models[name].no_draft, **kw)
+                          band=0.0 if drift is None else drift.band(models[name].cost.error_band()),
+                          no_draft=models[name].no_draft, **kw)
             for name, cand in cands.items()}
 
 
@@ -291,13 +321,47 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Sou
             raise RuntimeError(f"off could not be measured, so nothing can be decided: "
                                f"{refused.get(cand.name) or failed.get(cand.name)}")
     version = next((r.vllm_version for by_pool in runs.values() for r in by_pool.values() if r.vllm_version), "")
+    measured = {pool.name: _measure_pool(pool, runs, bursts, settings, source, out, log, failed)
+                for pool in pools.values()}
+    again = _measure_again(pools, settings, source, out, log)
     outcomes = {}
-    for pool in pools.values():
-        outcomes[pool.name] = _plan_pool(pool, runs, bursts, settings, source, out, log, failed)
+    for name, o in measured.items():
+        o.drift = drift(bursts["off"][name], again.get(name, []), o.cals["off"],
+                        full_rows(settings.engine.max_num_seqs), o.noise, settings.gap)
+        outcomes[name] = _decide_pool(o, settings, log)
     return PlanResult(outcomes, refused, failed, version, settings)
 
 
-def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
+def _measure_again(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Source, out: Path,
+                   log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
+    """Off's drift-check bursts per pool (:mod:`.drift`); none when the check is off or cannot run
+    (said in the log: the plan then decides without it)."""
+    if not settings.drift_check:
+        return {}
+    off = next(c for c in settings.candidates if c.method == "off")
+    log("off again, its bursts only: did the machine keep its speed?")
+    try:
+        return source.measure_again(off, list(pools.values()), settings, out, log)
+    except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
+        log(f"  the drift check failed, so drift is not measured: {exc}")
+        return {}
+
+
+def _decide_pool(o: PoolOutcome, settings: PlanSettings, log: Callable[[str], None]) -> PoolOutcome:
+    """``o``'s predictions with their bands (widened by ``o.drift``) and its decision."""
+    d = o.drift
+    if d.shift is not None:
+        log(f"pool {o.pool.name}: off's full-batch step at the end of the plan took {d.factor:.3f}x its time at "
+            f"the start ({'beyond' if d.told else 'within'} the bursts' noise)")
+    o.predictions = _predict_all(o.pool, o.candidates, o.cals, o.runs, o.rates, settings, o.models, d)
+    o.decision = decide(o.pool.name, o.pool.objective, o.candidates, o.predictions, o.cals,
+                        {k: v is not False for k, v in o.exact.items()}, o.bound, settings.thresholds,
+                        settings.engine.max_num_seqs, overload_floor=o.overload_floor)
+    log(f"pool {o.pool.name}: {o.decision.sentence}")
+    return o
+
+
+def _measure_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
                all_bursts: Mapping[str, Mapping[str, Sequence[PoolRun]]], settings: PlanSettings,
                source: Source,
                out: Path, log: Callable[[str], None], failed: dict[str, str]) -> PoolOutcome:
@@ -323,7 +387,7 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
             f"freedom); a loss at an overload counts beyond {max(t.max_loss, noise.floor):.1%}")
     rates = rates_for(*pool.rates, settings.levels)
     models = {name: model_of(name, cals, {}) for name in cands}
-    predictions = _predict_all(pool, cands, cals, runs, rates, settings, models)
+    predictions = _predict_all(pool, cands, cals, runs, rates, settings, models, None)
     gains: dict[str, list[Gain]] = {}
     bound: dict[str, int] = {}
     for name, c in cands.items():
@@ -361,16 +425,12 @@ def _plan_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
         schedule_basis[cand.name] = table_basis(cand, basis, cal, cals["off"])
         models[cand.name] = model_of(cand.name, cals, schedule_basis)
         bound[cand.name] = max((e[1] for e in cand.schedule if e[2] > 0), default=0)
-        predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models))
+        predictions.update(_predict_all(pool, {cand.name: cand}, cals, runs, rates, settings, models, None))
         measured_one = True
         if cand.method == "custom_class":
             break
-    decision = decide(pool.name, pool.objective, cands, predictions, cals,
-                      {k: v is not False for k, v in exact.items()}, bound, t, settings.engine.max_num_seqs,
-                      overload_floor=noise.floor)
-    log(f"pool {pool.name}: {decision.sentence}")
     return PoolOutcome(pool, rates, cands, cals, runs, predictions, exact, gains,
-                       _memory(cals["off"], runs, cands, settings), noise, decision, skipped, models)
+                       _memory(cals["off"], runs, cands, settings), noise, None, skipped, models, bound)
 
 
 def _schedules(pool: VllmPool, cands: Mapping[str, Candidate], cals: Mapping[str, Calibration],

@@ -64,7 +64,8 @@ def _pool_markdown(o: PoolOutcome, png: str, t: Thresholds) -> list[str]:
         lines.append(f"| {name} | {cells} | {ex} | {acc} | {cal.cost.mean_rel_error:.0%} "
                      f"({cal.cost.loo_rel_error:.0%}) |")
     lines += ["", "In brackets: the band (acceptance seeds, and every step slower and faster by the cost fit's "
-              "leave-one-out error). Where it is wide, the load is near the knee and only a measurement settles it. "
+              "leave-one-out error, widened by the drift below). "
+              "Where it is wide, the load is near the knee and only a measurement settles it. "
               "‡: the configuration does not keep up (a queue that grows with every request).",
               "", "Assessment against off (the rule is in `specdec/plan/vllm/decide.py`):", ""]
     for a in d.assessments.values():
@@ -76,7 +77,7 @@ def _pool_markdown(o: PoolOutcome, png: str, t: Thresholds) -> list[str]:
             continue
         lines.append(f"- `{a.name}`: worst {a.worst_vs_off:.2f}x off, best {a.gain:+.1%} at {a.gain_rate:.3g} req/s, "
                      f"median TPOT {-a.tpot_gain:+.0%} at best{over}; {verdict}")
-    lines += ["", _noise_line(o, t.max_loss)]
+    lines += ["", _noise_line(o, t.max_loss), "", _drift_line(o)]
     lines += ["", "Memory (KV blocks the server allocated; requests of the pool's mean length that fit at once):", "",
               "| candidate | KV blocks (predicted) | admitted | given up to the drafter | after max_num_seqs |",
               "|---|---:|---:|---:|---:|"]
@@ -111,7 +112,19 @@ def _noise_line(o: PoolOutcome, bar: float) -> str:
                 f"tokens/s where neither keeps up counted beyond {bar:.0%}.")
     return (f"Overload: one burst's full-batch steps varied by {n.sigma:.1%} (log spread over {n.bursts} bursts per "
             f"candidate, {n.dof} degrees of freedom), so a loss in output tokens/s where neither keeps up counted "
-            f"beyond {max(bar, n.floor):.0%}.")
+            f"beyond {max(bar, o.overload_floor):.0%}{' with the drift below' if o.drift.told else ''}.")
+
+
+def _drift_line(o: PoolOutcome) -> str:
+    """Whether the machine kept its speed while the plan measured (:mod:`.drift`)."""
+    d = o.drift
+    if d.shift is None:
+        return ("Drift: not measured (off's server was not run again after the last candidate), so the bands "
+                "assume the machine kept its speed throughout.")
+    noise = ("its bursts' noise was not measured" if d.se is None else
+             f"{'beyond' if d.told else 'within'} the bursts' noise, standard error {d.se:.1%}")
+    return (f"Drift: off's full-batch step took {d.factor:.3f}x its first bursts' time when run again after the last "
+            f"candidate ({d.bursts} bursts; {noise}); every band is widened by it.")
 
 
 def pool_record(o: PoolOutcome) -> PoolRecord:
@@ -120,7 +133,7 @@ def pool_record(o: PoolOutcome) -> PoolRecord:
     return PoolRecord(c.config, c.name, BOUND[c.method], c.artifact, model_fingerprint(c.artifact),
                       cal.accepted_per_draft, cal.accepted_per_row_step, o.pool.mix, o.pool.describe(),
                       o.decision.sentence, {str(rows): s for rows, s in o.cals["off"].step_seconds().items()},
-                      o.noise.floor)
+                      o.overload_floor)
 
 
 def write(result: PlanResult, out: str | Path, *, serve: str | None, servers: dict | None) -> Path:
@@ -162,7 +175,7 @@ def write(result: PlanResult, out: str | Path, *, serve: str | None, servers: di
                            for n, c in o.cals.items()},
             "cost": {n: c.cost.to_dict() for n, c in o.cals.items()},
             "gains": {f: [vars(g) for g in table] for f, table in o.gains.items()}, "skipped": o.skipped,
-            "overload_noise": vars(o.noise)}
+            "overload_noise": vars(o.noise), "drift": vars(o.drift)}
     lines += ["## Review", "", "Run `specdec review --engine vllm " + str(out) + "` (with the same `--serve` or "
               "`--server`) after every model or vLLM release, or when a pool's traffic moves. It flags draft models "
               "and heads bound to an older checkpoint before measuring anything, re-measures a short sample, and "
