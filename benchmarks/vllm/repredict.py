@@ -88,6 +88,20 @@ def burst_steps(plan_dir: Path) -> list[dict]:
     return rows
 
 
+def plan_dir(out: Path) -> Path:
+    """The plan folder of ``out``: a ``plan_goodput.py`` folder's ``plan/``, or ``out`` itself when it is
+    a plan (``specdec plan --engine vllm --out``)."""
+    return out / "plan" if (out / "plan" / "plan.json").is_file() else out
+
+
+def drift_of(pool_record: dict):
+    """The drift a plan measured on a pool (:class:`~specdec.plan.vllm.drift.Drift`; not measured in a
+    plan recorded before the check): predictions here widen their band by it, as the plan's do."""
+    from specdec.plan.vllm.drift import NOT_MEASURED, Drift
+
+    return Drift(**pool_record["drift"]) if "drift" in pool_record else NOT_MEASURED
+
+
 def _plan_runs(out: Path, runs: Path | None):
     """``(Engine, [(pool, its plan record, {name: Candidate}, its runs as found)])`` for every pool of
     ``out``'s plan with a measured run (``out/measured``, or ``runs``' ``schedule_tax.py`` runs) of a
@@ -95,7 +109,7 @@ def _plan_runs(out: Path, runs: Path | None):
     from specdec.plan.vllm.predict import Engine
     from specdec.plan.vllm.recheck import candidate_of
 
-    plan = json.loads((out / "plan" / "plan.json").read_text())
+    plan = json.loads((plan_dir(out) / "plan.json").read_text())
     found = _measured(out, plan["pools"]) if runs is None else _served(runs)
     pools = []
     for pool, o in plan["pools"].items():
@@ -110,8 +124,9 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
     """Per measured run (as :func:`repredict` finds them): its steps' measured seconds with and
     without a prompt finishing in them (``prefill_s``, ``decode_s``), the plan's fit (with the bursts)
     and the run's own fit (:func:`~specdec.plan.vllm.calibrate.calibrate`) as predicted / measured
-    totals of each, and the run predicted from its own calibration (``own_predicted``): whether a miss
-    lies in what the plan measured or in how the steps were fitted."""
+    totals of each, and the run predicted from its own calibration (``own_predicted``, with its median
+    TTFT and TPOT beside the measured ones, ``own_*`` and ``measured_*``): whether a miss lies in what
+    the plan measured, in how the steps were fitted, or in the simulated schedule."""
     from specdec.plan.goodput import SLO
     from specdec.plan.vllm.calibrate import calibrate, run_samples
     from specdec.plan.vllm.predict import predict_run, score_run
@@ -119,7 +134,7 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
     engine, pools = _plan_runs(out, runs)
     rows = []
     for pool, o, cands, here in pools:
-        planned = models(out / "plan", pool, cands, True)
+        planned = models(plan_dir(out), pool, cands, True)
         slo, objective = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"]), o["pool"]["objective"]
         for _, label, rate, rep, name, run in here:
             steps = run_samples(run)
@@ -127,10 +142,13 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
             parts = {"decode": [s for s in steps if (s.terms, s.seconds) in decode],
                      "prefill": [s for s in steps if (s.terms, s.seconds) not in decode]}
             own = calibrate(run)
+            measured = score_run(run, slo, objective)
+            predicted = predict_run(cands[name], own.cost, own.acceptance, run, run.cache.tokens, engine, slo,
+                                    objective, band=0.0)
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
-                   "measured": score_run(run, slo, objective)["score"],
-                   "own_predicted": predict_run(cands[name], own.cost, own.acceptance, run, run.cache.tokens,
-                                                engine, slo, objective, band=0.0)["score"]}
+                   "measured": measured["score"], "own_predicted": predicted["score"],
+                   **{f"{who}_{k}": d[k] for who, d in (("measured", measured), ("own", predicted))
+                      for k in ("ttft_p50", "tpot_p50")}}
             for part, ss in parts.items():
                 seconds = sum(s.seconds for s in ss)
                 row[f"{part}_s"] = seconds
@@ -169,7 +187,8 @@ def _served(runs: Path) -> list[tuple]:
 def repredict(out: Path, runs: Path | None = None) -> list[dict]:
     """One row per measured run (``out/measured``, or with ``runs`` the runs of that ``schedule_tax.py``
     folder, on the same pools and prompts): pool, configuration, rate, measured score, both
-    predictions from ``out``'s plan with their bands (``<fit>_band``: ``(lo, hi)``), its ``requests`` and
+    predictions from ``out``'s plan with their bands (``<fit>_band``: ``(lo, hi)``, widened by the plan's
+    drift, :func:`drift_of`), its ``requests`` and
     those ``near`` an objective. A run of a
     configuration the plan did not measure on its pool (``schedule_tax``'s own table) is left out."""
     from specdec.plan.goodput import SLO, near_objective
@@ -178,8 +197,8 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
     engine, pools = _plan_runs(out, runs)
     rows = []
     for pool, o, cands, here in pools:
-        by_fit = {fit: models(out / "plan", pool, cands, fit) for fit in (False, True)}
-        slo = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"])
+        by_fit = {fit: models(plan_dir(out), pool, cands, fit) for fit in (False, True)}
+        slo, drift = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"]), drift_of(o)
         for _, label, rate, rep, name, run in here:
             cand = cands[name]
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
@@ -188,7 +207,7 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
             for fit, ms in by_fit.items():
                 m = ms[name]
                 got = predict_run(cand, m.cost, m.acceptance, run, run.cache.tokens, engine, slo,
-                                  o["pool"]["objective"], no_draft=m.no_draft)
+                                  o["pool"]["objective"], no_draft=m.no_draft, band=drift.band(m.cost.error_band()))
                 key = "burst_fit" if fit else "ramp_fit"
                 row[key], row[f"{key}_band"] = got["score"], (got["lo"], got["hi"])
             rows.append(row)
@@ -197,7 +216,8 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path, help="a plan_goodput.py --out folder holding measured/")
+    ap.add_argument("out", type=Path, help="a plan_goodput.py --out folder holding measured/, or with --runs a plan "
+                    "folder (specdec plan --engine vllm --out)")
     ap.add_argument("--steps", action="store_true", help="the bursts' decode steps against both fits")
     ap.add_argument("--time-split", action="store_true",
                     help="each run's prefill and decode time against the plan's fit and its own (time_split)")
@@ -218,13 +238,15 @@ def main(argv=None):
     if args.runs is None and not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
     if args.time_split:
-        print("| pool | configuration | rate | run | measured | its own fit predicts | seconds with a prompt / "
-              "without | plan's fit: prefill, decode | own fit: prefill, decode |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| pool | configuration | rate | run | measured | its own fit predicts | TTFT p50 (s): measured, "
+              "own fit | TPOT p50 (s): measured, own fit | seconds with a prompt / without | plan's fit: prefill, "
+              "decode | own fit: prefill, decode |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in time_split(args.out, args.runs):
             print(f"| {r['pool']} | {r['config']} | {r['rate']:.3g} | {r['run']} | {r['measured']:.3g} | "
-                  f"{r['own_predicted']:.3g} | {r['prefill_s']:.1f} / {r['decode_s']:.1f} | "
-                  f"{r['plan_prefill']:.2f}x, {r['plan_decode']:.2f}x | "
+                  f"{r['own_predicted']:.3g} | {r['measured_ttft_p50']:.2f}, {r['own_ttft_p50']:.2f} | "
+                  f"{r['measured_tpot_p50']:.3f}, {r['own_tpot_p50']:.3f} | "
+                  f"{r['prefill_s']:.1f} / {r['decode_s']:.1f} | {r['plan_prefill']:.2f}x, {r['plan_decode']:.2f}x | "
                   f"{r['own_prefill']:.2f}x, {r['own_decode']:.2f}x |")
         return
     rows = repredict(args.out, args.runs)

@@ -377,6 +377,7 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     split = repredict.time_split(tmp_path)
     assert sorted(r["config"] for r in split) == ["ngram-3", "off"]
     assert all(r["prefill_s"] > 0 and r["decode_s"] > 0 and r["own_predicted"] > 0 for r in split)
+    assert all(r[f"{w}_{k}"] > 0 for r in split for w in ("measured", "own") for k in ("ttft_p50", "tpot_p50"))
     assert all(0.5 < r[f"{f}_{p}"] < 2 for r in split for f in ("plan", "own") for p in ("prefill", "decode"))
     repredict.main([str(tmp_path), "--time-split"])
     assert "| copy | off | 1 | 0 |" in capsys.readouterr().out
@@ -392,6 +393,17 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     with pytest.raises(SystemExit):
         repredict.main([str(tmp_path), "--runs", str(tmp_path / "measured")])
     assert "has no runs/ folder" in capsys.readouterr().err
+    by_config = lambda rs: sorted(rs, key=lambda r: r["config"])  # noqa: E731
+    direct = repredict.repredict(tmp_path / "plan", tmp_path / "tax")  # a plan folder itself (specdec plan --out)
+    assert [r["ramp_fit_band"] for r in by_config(direct)] == [r["ramp_fit_band"] for r in by_config(served)]
+    record = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    record["pools"]["copy"]["drift"] = {"shift": 0.3, "se": 0.02, "bursts": 2}  # the machine ran 1.35x slower
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(record))
+    wider = repredict.repredict(tmp_path / "plan", tmp_path / "tax")
+    for a, b in zip(by_config(wider), by_config(served)):  # the same prediction, its band widened by the drift
+        assert a["ramp_fit"] == b["ramp_fit"]
+        assert a["ramp_fit_band"][0] <= b["ramp_fit_band"][0] and a["ramp_fit_band"][1] >= b["ramp_fit_band"][1]
+    assert any(a["ramp_fit_band"] != b["ramp_fit_band"] for a, b in zip(by_config(wider), by_config(served)))
     steps = repredict.burst_steps(tmp_path / "plan")
     assert {r["candidate"] for r in steps} == {"off", "ngram-3"}
     assert all(r["measured"] > 0 and r["ramp_fit"] > 0 and r["burst_fit"] > 0 for r in steps)

@@ -130,7 +130,8 @@ class ServerSource:
         burst = settings.engine.max_num_seqs
         runs = []
         for i in range(settings.bursts):
-            log(f"  {cand.name}: pool {pool.name}, {kind(i).strip('_')} of {settings.bursts}: {burst} requests at once")
+            log(f"  {cand.name}: pool {pool.name}, {kind(0).strip('_')} {i + 1} of {settings.bursts}: {burst} "
+                "requests at once")
             runs.append(measure_burst(server, cand.name, pool, burst, timeout=settings.request_timeout))
             keep_run(out, cand, pool.name, runs[-1], kind(i))
         return runs
