@@ -12,8 +12,8 @@ the server started beside it (the ratio the plan's overload rule reads, through 
     .venv-vllm/bin/python -m benchmarks.vllm.burst_repeat --configs off,custom_class:4 --servers 2 --bursts 3
 
 ``--recorded PLAN_DIR`` reads a plan's own recorded bursts instead, with no server (:func:`recorded`):
-per candidate and burst the mean full-batch step, tokens per row and output tokens/s, against off's
-mean on the same plan.
+per candidate and burst (off's drift check's too) the mean full-batch step, tokens per row and output
+tokens/s, against off's mean on the same plan.
 
     python -m benchmarks.vllm.burst_repeat --recorded benchmarks/results/vllm-cli-plan-inter2
 """
@@ -41,11 +41,12 @@ def big_steps(run, rows: int, gap: float) -> list[float]:
 def recorded(plan_dir: Path, rows: int, gap: float) -> list[dict]:
     """One row per pool, candidate and recorded burst of a plan (``plan.json`` and ``runs/``): its
     decode steps at ``rows`` running requests or more, their mean ``step`` (s), mean tokens per
-    row, output ``tok_s`` over them, and ``vs_off``: that over the mean of off's bursts' on the pool.
+    row, output ``tok_s`` over them, and ``vs_off``: that over the mean of off's bursts' on the pool;
+    off's drift check's bursts (:mod:`specdec.plan.vllm.drift`), where recorded, as ``off, again``.
     ValueError for a folder with no plan.json or no burst of off."""
     from specdec.plan.vllm.calibrate import decode_steps
     from specdec.plan.vllm.measure import PoolRun
-    from specdec.plan.vllm.run_plan import burst_files
+    from specdec.plan.vllm.run_plan import burst_files, burst_kind, drift_kind
 
     try:
         pools = json.loads((plan_dir / "plan.json").read_text())["pools"]
@@ -54,12 +55,13 @@ def recorded(plan_dir: Path, rows: int, gap: float) -> list[dict]:
     out = []
     for pool, o in pools.items():
         here = []
-        for name in o["candidates"]:
-            for i, path in enumerate(burst_files(plan_dir, name, pool)):
+        kinds = [(name, name, burst_kind) for name in o["candidates"]] + [("off", "off, again", drift_kind)]
+        for name, label, kind in kinds:
+            for i, path in enumerate(burst_files(plan_dir, name, pool, kind)):
                 got = [(size, sec, tok) for size, steps in decode_steps(PoolRun.from_dict(json.loads(
                     path.read_text())), gap).items() if size >= rows for sec, tok in steps]
                 if got:
-                    here.append({"pool": pool, "candidate": name, "burst": i + 1, "steps": len(got),
+                    here.append({"pool": pool, "candidate": label, "burst": i + 1, "steps": len(got),
                                  "step": statistics.fmean(sec for _, sec, _ in got),
                                  "tokens_per_row": statistics.fmean(tok for *_, tok in got),
                                  "tok_s": sum(size * tok for size, _, tok in got) / sum(sec for _, sec, _ in got)})

@@ -125,8 +125,9 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
     without a prompt finishing in them (``prefill_s``, ``decode_s``), the plan's fit (with the bursts)
     and the run's own fit (:func:`~specdec.plan.vllm.calibrate.calibrate`) as predicted / measured
     totals of each, and the run predicted from its own calibration (``own_predicted``, with its median
-    TTFT and TPOT beside the measured ones, ``own_*`` and ``measured_*``): whether a miss lies in what
-    the plan measured, in how the steps were fitted, or in the simulated schedule."""
+    TTFT and TPOT beside the measured ones, ``own_*`` and ``measured_*``), and again with that fit
+    scaled by ``own_total`` (the run's measured seconds over the fit's, every step) to ``own_rescaled``:
+    whether a miss lies in what the plan measured, in how the steps were fitted, or in the schedule."""
     from specdec.plan.goodput import SLO
     from specdec.plan.vllm.calibrate import calibrate, run_samples
     from specdec.plan.vllm.predict import predict_run, score_run
@@ -145,8 +146,12 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
             measured = score_run(run, slo, objective)
             predicted = predict_run(cands[name], own.cost, own.acceptance, run, run.cache.tokens, engine, slo,
                                     objective, band=0.0)
+            total = sum(s.seconds for s in steps) / sum(float(s.work() @ own.cost.weights) for s in steps)
+            rescaled = predict_run(cands[name], own.cost.scaled(total), own.acceptance, run, run.cache.tokens,
+                                   engine, slo, objective, band=0.0)
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
                    "measured": measured["score"], "own_predicted": predicted["score"],
+                   "own_total": total, "own_rescaled": rescaled["score"],
                    **{f"{who}_{k}": d[k] for who, d in (("measured", measured), ("own", predicted))
                       for k in ("ttft_p50", "tpot_p50")}}
             for part, ss in parts.items():
@@ -238,13 +243,14 @@ def main(argv=None):
     if args.runs is None and not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
     if args.time_split:
-        print("| pool | configuration | rate | run | measured | its own fit predicts | TTFT p50 (s): measured, "
-              "own fit | TPOT p50 (s): measured, own fit | seconds with a prompt / without | plan's fit: prefill, "
-              "decode | own fit: prefill, decode |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| pool | configuration | rate | run | measured | its own fit predicts | scaled to its total | "
+              "TTFT p50 (s): measured, own fit | TPOT p50 (s): measured, own fit | seconds with a prompt / without | "
+              "plan's fit: prefill, decode | own fit: prefill, decode |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in time_split(args.out, args.runs):
             print(f"| {r['pool']} | {r['config']} | {r['rate']:.3g} | {r['run']} | {r['measured']:.3g} | "
-                  f"{r['own_predicted']:.3g} | {r['measured_ttft_p50']:.2f}, {r['own_ttft_p50']:.2f} | "
+                  f"{r['own_predicted']:.3g} | {r['own_rescaled']:.3g} (x{r['own_total']:.3f}) | "
+                  f"{r['measured_ttft_p50']:.2f}, {r['own_ttft_p50']:.2f} | "
                   f"{r['measured_tpot_p50']:.3f}, {r['own_tpot_p50']:.3f} | "
                   f"{r['prefill_s']:.1f} / {r['decode_s']:.1f} | {r['plan_prefill']:.2f}x, {r['plan_decode']:.2f}x | "
                   f"{r['own_prefill']:.2f}x, {r['own_decode']:.2f}x |")

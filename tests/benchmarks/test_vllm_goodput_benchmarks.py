@@ -378,6 +378,7 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     assert sorted(r["config"] for r in split) == ["ngram-3", "off"]
     assert all(r["prefill_s"] > 0 and r["decode_s"] > 0 and r["own_predicted"] > 0 for r in split)
     assert all(r[f"{w}_{k}"] > 0 for r in split for w in ("measured", "own") for k in ("ttft_p50", "tpot_p50"))
+    assert all(0.8 < r["own_total"] < 1.25 and r["own_rescaled"] > 0 for r in split)
     assert all(0.5 < r[f"{f}_{p}"] < 2 for r in split for f in ("plan", "own") for p in ("prefill", "decode"))
     repredict.main([str(tmp_path), "--time-split"])
     assert "| copy | off | 1 | 0 |" in capsys.readouterr().out
@@ -470,6 +471,10 @@ def test_burst_repeat_reads_a_plans_recorded_bursts_against_offs(tmp_path, capsy
     assert rows[2]["vs_off"] == pytest.approx(rows[2]["tok_s"] / ((off1["tok_s"] + off2["tok_s"]) / 2))
     burst_repeat.main(["--recorded", str(tmp_path), "--rows", "2"])
     assert "| p | ngram:3 | 1 |" in capsys.readouterr().out
+    (runs / "off__p__drift.json").write_text(json.dumps(slow))  # off's drift check: read, not counted as off's
+    again = burst_repeat.recorded(tmp_path, 2, 0.012)
+    assert [(r["candidate"], r["burst"]) for r in again[3:]] == [("off, again", 1)]
+    assert again[3]["step"] == pytest.approx(off2["step"]) and again[2]["vs_off"] == pytest.approx(rows[2]["vs_off"])
     with pytest.raises(SystemExit):
         burst_repeat.main(["--recorded", str(tmp_path / "none")])
     assert "not a plan folder" in capsys.readouterr().err

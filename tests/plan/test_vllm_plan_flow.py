@@ -215,6 +215,15 @@ def test_a_machine_that_slows_while_the_plan_measures_is_caught_by_off_run_again
                           RecordedSource(tmp_path / "plan"), tmp_path / "unchecked", log=lambda m: None).pools["copy"]
     assert unchecked.drift.shift is None and unchecked.overload_floor == unchecked.noise.floor
 
+    class CheckDies(RecordedSource):
+        def measure_again(self, *args):
+            raise ServerDied("off's server exited with 1 before it was ready")
+
+    died = plan_vllm(pools, _settings(cands, schedules=False), CheckDies(tmp_path / "plan"), tmp_path / "died",
+                     log=lambda m: None)
+    assert died.failed == {"off, again": "the drift check: off's server exited with 1 before it was ready"}
+    assert died.pools["copy"].drift.shift is None and died.pools["copy"].decision is not None
+
 
 def test_a_tables_steps_without_drafts_are_priced_at_offs_times_the_measured_tax(tmp_path):
     """Drafts that cost a row's step per token pay at small batches only, so the table has a K = 0

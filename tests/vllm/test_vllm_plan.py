@@ -64,6 +64,8 @@ def test_a_short_plan_writes_a_config_vllm_starts_with_and_serves_exactly(tiny_c
     o = result.pools["copy"]
     assert o.exact["ngram:3"] is True, "ngram's greedy outputs differed from off's in the plan's own runs"
     assert o.runs["ngram:3"].counters.drafts > 0 and o.runs["off"].cache.num_blocks == 512
+    # off's server again after the last candidate: its full batches read against its first (the drift check)
+    assert o.drift.shift is not None and (out / "runs" / "off__copy__drift2.json").is_file(), o.drift
 
     config = json.loads((out / "copy.speculative_config.json").read_text())
     ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}

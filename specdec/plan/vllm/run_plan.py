@@ -119,7 +119,8 @@ class ServerSource:
 
     def measure_again(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
                       log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
-        """``settings.bursts`` bursts on each pool on a fresh server of ``cand`` (the drift check)."""
+        """``settings.bursts`` bursts on each pool on ``cand``'s server once more (the drift check; a
+        fresh server when launched here, the same one at a given URL)."""
         with self.server(cand, "again") as server:
             return {pool.name: self._bursts(server, cand, pool, settings, out, log, drift_kind) for pool in pools}
 
@@ -324,7 +325,7 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Sou
     version = next((r.vllm_version for by_pool in runs.values() for r in by_pool.values() if r.vllm_version), "")
     measured = {pool.name: _measure_pool(pool, runs, bursts, settings, source, out, log, failed)
                 for pool in pools.values()}
-    again = _measure_again(pools, settings, source, out, log)
+    again = _measure_again(pools, settings, source, out, log, failed)
     outcomes = {}
     for name, o in measured.items():
         o.drift = drift(bursts["off"][name], again.get(name, []), o.cals["off"],
@@ -334,9 +335,9 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Sou
 
 
 def _measure_again(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Source, out: Path,
-                   log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
+                   log: Callable[[str], None], failed: dict[str, str]) -> dict[str, list[PoolRun]]:
     """Off's drift-check bursts per pool (:mod:`.drift`); none when the check is off or cannot run
-    (said in the log: the plan then decides without it)."""
+    (then ``failed["off, again"]`` says why, and the plan decides without it)."""
     if not settings.drift_check:
         return {}
     off = next(c for c in settings.candidates if c.method == "off")
@@ -344,6 +345,7 @@ def _measure_again(pools: Mapping[str, VllmPool], settings: PlanSettings, source
     try:
         return source.measure_again(off, list(pools.values()), settings, out, log)
     except (ServerRefused, ServerDied, MeasurementError, TimeoutError) as exc:
+        failed["off, again"] = f"the drift check: {exc}"
         log(f"  the drift check failed, so drift is not measured: {exc}")
         return {}
 

@@ -119,8 +119,8 @@ def _drift_line(o: PoolOutcome) -> str:
     """Whether the machine kept its speed while the plan measured (:mod:`.drift`)."""
     d = o.drift
     if d.shift is None:
-        return ("Drift: not measured (off's server was not run again after the last candidate), so the bands "
-                "assume the machine kept its speed throughout.")
+        return ("Drift: not measured (the check was left out or failed, or its bursts ran too few full-batch "
+                "steps), so the bands assume the machine kept its speed throughout.")
     noise = ("its bursts' noise was not measured" if d.se is None else
              f"{'beyond' if d.told else 'within'} the bursts' noise, standard error {d.se:.1%}")
     return (f"Drift: off's full-batch step took {d.factor:.3f}x its first bursts' time when run again after the last "
