@@ -49,9 +49,11 @@ def test_plan_then_review_on_the_command_line(pools, tmp_path, capsys):
     out = tmp_path / "plan"
     code = main(["plan", "--engine", "vllm", "--pools", str(pools), "--serve", SERVE, "--max-batch", "8",
                  "--max-batched-tokens", "2048", "--candidates", "off,ngram:3", "--no-schedules", "--levels", "3",
-                 "--requests", "50", "--replications", "1", "--bursts", "3", "--out", str(out)])
+                 "--requests", "50", "--replications", "1", "--bursts", "3", "--no-drift-check", "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "chat: speculate with ngram (K = 3)" in printed
+    assert not list((out / "runs").glob("*__drift*.json"))  # off was not started again
+    assert json.loads((out / "plan.json").read_text())["pools"]["chat"]["drift"]["shift"] is None
     assert sorted(p.name for p in (out / "runs").glob("ngram-3__chat__burst*.json")) == [
         "ngram-3__chat__burst.json", "ngram-3__chat__burst2.json", "ngram-3__chat__burst3.json"]
     assert json.loads((out / "plan.json").read_text())["pools"]["chat"]["overload_noise"]["bursts"] == 3
@@ -80,6 +82,7 @@ def test_plan_then_review_on_the_command_line(pools, tmp_path, capsys):
     (["--serve", SERVE, "--max-batch", "8"], "--serve, --max-batch come from the record with --replay"),
     (["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"], "--model comes from the record with --replay"),
     (["--bursts", "3"], "--bursts comes from the record with --replay"),
+    (["--no-drift-check"], "--no-drift-check comes from the record with --replay"),
     (["--memory-gb", "1"], "--memory-gb does not apply to --engine vllm"),
 ])
 def test_a_replay_refuses_what_its_record_decides(tmp_path, capsys, extra, message):
