@@ -334,7 +334,7 @@ def test_the_review_record_holds_what_each_decision_rested_on(planned):
     for name, p in rec["pools"].items():
         assert p["config"] == result.pools[name].decision.config and p["bound_to"] == "nothing"
         assert p["accepted_per_draft"] > 0.5 and abs(sum(p["mix"].values()) - 1) < 1e-9
-        assert p["overload_floor"] == result.pools[name].noise.floor  # the review reads an overload as the plan did
+        assert p["overload_floor"] == result.pools[name].overload_floor  # the review reads an overload as the plan did
 
 
 def test_a_record_written_before_step_times_were_kept_still_loads(planned, tmp_path):
