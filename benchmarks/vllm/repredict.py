@@ -238,6 +238,8 @@ def main(argv=None):
             print(f"| {r['pool']} | {r['candidate']} | {r['rows']} | {r['measured'] * 1e3:.0f} | "
                   f"{r['ramp_fit'] * 1e3:.0f} | {r['burst_fit'] * 1e3:.0f} |")
         return
+    if not (plan_dir(args.out) / "plan.json").is_file():
+        ap.error(f"{args.out} holds no plan (plan.json, or plan/plan.json as plan_goodput.py writes it)")
     if args.runs is not None and not (args.runs / "runs").is_dir():
         ap.error(f"--runs {args.runs} has no runs/ folder (schedule_tax.py writes its runs there)")
     if args.runs is None and not (args.out / "measured").is_dir():

@@ -405,6 +405,9 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
         assert a["ramp_fit"] == b["ramp_fit"]
         assert a["ramp_fit_band"][0] <= b["ramp_fit_band"][0] and a["ramp_fit_band"][1] >= b["ramp_fit_band"][1]
     assert any(a["ramp_fit_band"] != b["ramp_fit_band"] for a, b in zip(by_config(wider), by_config(served)))
+    with pytest.raises(SystemExit):  # a folder that is no plan, named before anything is read
+        repredict.main([str(tmp_path / "tax"), "--runs", str(tmp_path / "tax")])
+    assert "holds no plan (plan.json" in capsys.readouterr().err
     steps = repredict.burst_steps(tmp_path / "plan")
     assert {r["candidate"] for r in steps} == {"off", "ngram-3"}
     assert all(r["measured"] > 0 and r["ramp_fit"] > 0 and r["burst_fit"] > 0 for r in steps)

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .burst_noise import Z_ONE_SIDED_5, BurstNoise, burst_residual
+from .burst_noise import BurstNoise, burst_residual
 from .calibrate import DEFAULT_GAP, Calibration
 from .measure import PoolRun
 
@@ -49,10 +49,8 @@ class Drift:
 
     def floor(self, noise: BurstNoise) -> float:
         """The loss at an overload that counts: ``noise.floor``, widened by a told shift."""
-        if not self.told:
-            return noise.floor
-        spread = Z_ONE_SIDED_5 * noise.sigma * math.sqrt(2.0 / noise.bursts) if noise.dof else 0.0
-        return 1.0 - math.exp(-(spread + abs(self.shift)))
+        # noise.floor = 1 - exp(-spread), so adding |shift| to the spread multiplies 1 - floor by exp(-|shift|)
+        return 1.0 - (1.0 - noise.floor) * math.exp(-abs(self.shift)) if self.told else noise.floor
 
 
 NOT_MEASURED = Drift(None, None, 0)

@@ -65,23 +65,22 @@ class RecordedSource:
                 raise ServerRefused(cand.name, why.replace("derived but not measured: ", "replaying: "))
             runs[pool.name] = PoolRun.from_dict(json.loads(run_file(self.plan_dir, cand.name, pool.name).read_text()))
             keep_run(out, cand, pool.name, runs[pool.name])
-            bursts[pool.name] = [PoolRun.from_dict(json.loads(path.read_text()))
-                                 for path in burst_files(self.plan_dir, cand.name, pool.name)]
-            for i, burst in enumerate(bursts[pool.name]):
-                keep_run(out, cand, pool.name, burst, burst_kind(i))
+            bursts[pool.name] = self._bursts(cand, pool.name, out, burst_kind)
             log(f"  {cand.name}: pool {pool.name}, the recorded run and {len(bursts[pool.name])} burst(s)")
         return runs, bursts
 
     def measure_again(self, cand: Candidate, pools: Sequence[VllmPool], settings: PlanSettings, out: Path,
                       log: Callable[[str], None]) -> dict[str, list[PoolRun]]:
         """The recorded drift check's bursts (none for a plan recorded before it or without it)."""
-        again = {}
-        for pool in pools:
-            again[pool.name] = [PoolRun.from_dict(json.loads(path.read_text()))
-                                for path in burst_files(self.plan_dir, cand.name, pool.name, drift_kind)]
-            for i, burst in enumerate(again[pool.name]):
-                keep_run(out, cand, pool.name, burst, drift_kind(i))
-        return again
+        return {pool.name: self._bursts(cand, pool.name, out, drift_kind) for pool in pools}
+
+    def _bursts(self, cand: Candidate, pool: str, out: Path, kind: Callable[[int], str]) -> list[PoolRun]:
+        """The recorded bursts of ``kind`` of ``cand`` on ``pool``, each copied under ``out/runs/``."""
+        bursts = [PoolRun.from_dict(json.loads(path.read_text()))
+                  for path in burst_files(self.plan_dir, cand.name, pool, kind)]
+        for i, burst in enumerate(bursts):
+            keep_run(out, cand, pool, burst, kind(i))
+        return bursts
 
 
 @dataclasses.dataclass
