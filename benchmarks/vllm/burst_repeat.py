@@ -5,9 +5,11 @@ interactive pool planned from the command line").
 A plan measures each candidate's steps at the batch sizes an overload runs with one burst on one
 server. Here, for each configuration, ``--servers`` fresh servers, each warmed as the plan warms
 it (one measurement of the pool) and then sent ``--bursts`` bursts of ``--burst`` requests at once.
-Per burst: the mean decode step (seconds) at ``--rows`` running requests or more. Per configuration:
-the spread of bursts on one server, of the servers' means, and each server's mean against off's on
-the server started beside it (the ratio the plan's overload rule reads, through the simulator).
+Per burst: the mean decode step (seconds), tokens per row and output tokens/s at ``--rows`` running
+requests or more. Per configuration: the spread of bursts on one server, of the servers' means, and
+each server's tokens/s against off's on the server started beside it (the ratio the plan's overload
+rule reads, through the simulator): a drafter whose gate drafts at full batch on one server and not
+on the next shows here.
 
     .venv-vllm/bin/python -m benchmarks.vllm.burst_repeat --configs off,custom_class:4 --servers 2 --bursts 3
 
@@ -31,20 +33,24 @@ from benchmarks.vllm import plan_goodput as pg
 from benchmarks.vllm.plan_goodput import ROOT
 
 
-def big_steps(run, rows: int, gap: float) -> list[float]:
-    """A burst's decode step times (s) at ``rows`` running requests or more."""
+def summary(run, rows: int, gap: float) -> dict | None:
+    """A burst's decode steps at ``rows`` running requests or more: their count ``steps``, mean ``step``
+    (s), mean ``tokens_per_row`` and output ``tok_s`` over them; None when it ran no such step."""
     from specdec.plan.vllm.calibrate import decode_steps
 
-    return [sec for size, steps in decode_steps(run, gap).items() if size >= rows for sec, _ in steps]
+    got = [(size, sec, tok) for size, steps in decode_steps(run, gap).items() if size >= rows for sec, tok in steps]
+    if not got:
+        return None
+    return {"steps": len(got), "step": statistics.fmean(sec for _, sec, _ in got),
+            "tokens_per_row": statistics.fmean(tok for *_, tok in got),
+            "tok_s": sum(size * tok for size, _, tok in got) / sum(sec for _, sec, _ in got)}
 
 
 def recorded(plan_dir: Path, rows: int, gap: float) -> list[dict]:
     """One row per pool, candidate and recorded burst of a plan (``plan.json`` and ``runs/``): its
-    decode steps at ``rows`` running requests or more, their mean ``step`` (s), mean tokens per
-    row, output ``tok_s`` over them, and ``vs_off``: that over the mean of off's bursts' on the pool;
-    off's drift check's bursts (:mod:`specdec.plan.vllm.drift`), where recorded, as ``off, again``.
-    ValueError for a folder with no plan.json or no burst of off."""
-    from specdec.plan.vllm.calibrate import decode_steps
+    :func:`summary` and ``vs_off``: its tok/s over the mean of off's bursts' on the pool; off's drift
+    check's bursts (:mod:`specdec.plan.vllm.drift`), where recorded, as ``off, again``. ValueError for a
+    folder with no plan.json or no burst of off."""
     from specdec.plan.vllm.measure import PoolRun
     from specdec.plan.vllm.run_plan import burst_files, burst_kind, drift_kind
 
@@ -58,13 +64,9 @@ def recorded(plan_dir: Path, rows: int, gap: float) -> list[dict]:
         kinds = [(name, name, burst_kind) for name in o["candidates"]] + [("off", "off, again", drift_kind)]
         for name, label, kind in kinds:
             for i, path in enumerate(burst_files(plan_dir, name, pool, kind)):
-                got = [(size, sec, tok) for size, steps in decode_steps(PoolRun.from_dict(json.loads(
-                    path.read_text())), gap).items() if size >= rows for sec, tok in steps]
+                got = summary(PoolRun.from_dict(json.loads(path.read_text())), rows, gap)
                 if got:
-                    here.append({"pool": pool, "candidate": label, "burst": i + 1, "steps": len(got),
-                                 "step": statistics.fmean(sec for _, sec, _ in got),
-                                 "tokens_per_row": statistics.fmean(tok for *_, tok in got),
-                                 "tok_s": sum(size * tok for size, _, tok in got) / sum(sec for _, sec, _ in got)})
+                    here.append({"pool": pool, "candidate": label, "burst": i + 1, **got})
         off = [r["tok_s"] for r in here if r["candidate"] == "off"]
         if not off:
             raise ValueError(f"{plan_dir}: pool {pool!r} has no burst of off with a step at >= {rows} rows")
@@ -120,33 +122,35 @@ def main(argv=None):
     command = ServeCommand(pg.serve_command(g, vllm_ready(cache_dir() / DEFAULT_NAME)))
     args.out.mkdir(parents=True, exist_ok=True)
     source = ServerSource(args.out / "logs", command=command, env=pg.server_env(), start_timeout=900)
-    means: dict[str, list[list[float]]] = {c.name: [] for c in cands}
+    nan = {"steps": 0, "step": float("nan"), "tokens_per_row": float("nan"), "tok_s": float("nan")}
+    bursts: dict[str, list[list[dict]]] = {c.name: [] for c in cands}
     for s in range(args.servers):  # off's server and each other's in turn, so a pair shares the machine's hour
         for cand in cands:
             with source.server(cand, tag=str(s)) as server:
                 measure_pool(server, cand.name, pool, seed=s, timeout=300.0, expect_k=cand.k)
                 per = []
                 for b in range(args.bursts):
-                    steps = big_steps(measure_burst(server, cand.name, pool, args.burst, timeout=300.0), args.rows,
-                                      DEFAULT_GAP)
-                    per.append(statistics.fmean(steps) if steps else float("nan"))
+                    run = measure_burst(server, cand.name, pool, args.burst, timeout=300.0)
+                    per.append(summary(run, args.rows, DEFAULT_GAP) or nan)
                     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {cand.name} server {s} "
-                          f"burst {b}: {len(steps)} steps at >= {args.rows} rows, mean {per[-1] * 1e3:.1f} ms",
-                          flush=True)
-                means[cand.name].append(per)
-    (args.out / "burst_repeat.json").write_text(json.dumps(means, indent=1))
-    print(f"\nMean decode step (ms) at >= {args.rows} running requests, bursts of {args.burst}, pool {args.pool}:\n")
-    print("| configuration | server | bursts | within the server (max/min) | / off's on that server |")
-    print("|---|---:|---|---:|---:|")
-    off = [statistics.fmean(p) for p in means[cands[0].name]]
-    for name, servers in means.items():
+                          f"burst {b}: {per[-1]['steps']} steps at >= {args.rows} rows, mean "
+                          f"{per[-1]['step'] * 1e3:.1f} ms, {per[-1]['tokens_per_row']:.2f} tokens a row", flush=True)
+                bursts[cand.name].append(per)
+    (args.out / "burst_repeat.json").write_text(json.dumps(bursts, indent=1))
+    print(f"\nDecode steps at >= {args.rows} running requests, bursts of {args.burst}, pool {args.pool}:\n")
+    print("| configuration | server | mean step per burst (ms) | within the server (max/min) | tokens per row | "
+          "output tok/s / off's on that server |")
+    print("|---|---:|---|---:|---:|---:|")
+    mean = lambda per, key: statistics.fmean(b[key] for b in per)  # noqa: E731
+    off = [mean(per, "tok_s") for per in bursts[cands[0].name]]
+    for name, servers in bursts.items():
         for s, per in enumerate(servers):
-            mean = statistics.fmean(per)
-            print(f"| {name} | {s} | {', '.join(f'{x * 1e3:.1f}' for x in per)} | {max(per) / min(per):.3f} | "
-                  f"{mean / off[s]:.3f} |")
-    for name, servers in means.items():
-        m = [statistics.fmean(p) for p in servers]
-        print(f"\n{name}: servers' means {', '.join(f'{x * 1e3:.1f}' for x in m)} ms "
+            steps = [b["step"] for b in per]
+            print(f"| {name} | {s} | {', '.join(f'{x * 1e3:.1f}' for x in steps)} | {max(steps) / min(steps):.3f} | "
+                  f"{mean(per, 'tokens_per_row'):.2f} | {mean(per, 'tok_s') / off[s]:.3f} |")
+    for name, servers in bursts.items():
+        m = [mean(per, "step") for per in servers]
+        print(f"\n{name}: servers' mean steps {', '.join(f'{x * 1e3:.1f}' for x in m)} ms "
               f"(max/min {max(m) / min(m):.3f})")
 
 

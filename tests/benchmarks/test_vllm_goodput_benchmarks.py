@@ -433,8 +433,11 @@ def test_burst_repeat_counts_the_decode_steps_of_large_batches_only():
                 "chunk_tokens": [1] * n, "token_ids": base["token_ids"][:n], "completion_tokens": n}
                for i, n in enumerate([8] * 10 + [6] * 2)]
     run = PoolRun.from_dict({**d, "streams": streams, "categories": ["x"] * 12, "arrivals": [0.0] * 12})
-    assert burst_repeat.big_steps(run, 12, 0.012) == pytest.approx([0.1] * 5)
-    assert burst_repeat.big_steps(run, 10, 0.012) == pytest.approx([0.1] * 7)
+    at12, at10 = burst_repeat.summary(run, 12, 0.012), burst_repeat.summary(run, 10, 0.012)
+    assert (at12["steps"], at10["steps"]) == (5, 7) and (at12["step"], at10["step"]) == pytest.approx((0.1, 0.1))
+    assert at12["tokens_per_row"] == 1.0 and at12["tok_s"] == pytest.approx(120.0)
+    assert at10["tok_s"] == pytest.approx((5 * 12 + 2 * 10) / 0.7)
+    assert burst_repeat.summary(run, 13, 0.012) is None
 
 
 @pytest.mark.parametrize("argv, message", [
