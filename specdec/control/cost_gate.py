@@ -4,25 +4,20 @@ Whether a drafted token pays depends on the engine that verifies it, so a thresh
 elsewhere is wrong there. A drafter called once per step sees the wall time between calls (one
 step), the rows, and each row's drafted and accepted tokens. :class:`CostGate` fits
 
-    step_seconds ~ a + b * rows + e * prefill_rows + d * [any drafts] + (c + g * rows) * drafted_tokens
+    step_seconds ~ a + b * rows + e * prefill_rows + d * [any drafts] + c * drafted_tokens
 
 by exponentially weighted non-negative least squares (:mod:`specdec.estimate.fit`), tracks per
 depth ``i`` the share of rows whose chain reaches it (``f_i``) and the chance a token there is
 accepted (``q_i``), and picks the budget ``j`` maximising
 
-    rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + [j>0] (d + (c + g rows) rows sum_{i<=j} f_i))
-
-A drafted token's cost grows with the batch it rides (``g``): verifying a few extra tokens is nearly
-free while the step is bound by reading weights and costs a row's share once it is bound by
-compute, so a per-token cost learned at small batches, where drafting pays, must not price a full
-batch's drafts.
+    rate(j) = rows * (1 + sum_{i<=j} f_i q_i) / (a + b rows + [j>0] (d + c rows sum_{i<=j} f_i))
 
 ``j = 0`` is plain decoding, so under the fit it never does worse than off. Prefill is fitted (so
 it biases no other weight) but left out of the rate: a request's prefill costs the same whether the
 steps around it draft or not, and fewer decode steps do not make less of it, so pricing drafts
 against a step padded with prefill would make them look cheaper than they are.
 
-A token of acceptance probability ``p`` raises the rate only if ``p > (c + g rows) * rate(j)``: that bar is
+A token of acceptance probability ``p`` raises the rate only if ``p > c * rate(j)``: that bar is
 the decision's floor. Warm-up, exploration and the outlier rule are described in docs/vllm.md
 ("The cost gate").
 
@@ -43,9 +38,9 @@ import numpy as np
 from ..estimate.fit import nonnegative_lstsq_gram
 from .interface import BatchView, Decision, Outcome
 
-# features of one step: intercept, rows, prefill rows, any drafts, drafted tokens, drafted tokens x rows
-_NFEAT = 6
-_A, _B, _E, _D, _C, _G = range(_NFEAT)
+# features of one step: intercept, rows, prefill rows, any drafts, drafted tokens
+_NFEAT = 5
+_A, _B, _E, _D, _C = range(_NFEAT)
 _PREFILL_WEIGHT = 0.2  # weight of a step that carried prefill work, against 1 for a decode-only step
 
 
@@ -132,7 +127,7 @@ class CostGate:
             return
         total = int(drafted.sum())
         x = np.zeros(_NFEAT)
-        x[:] = 1.0, float(rows), float(prefill), float(total > 0), float(total), float(total * rows)
+        x[[_A, _B, _E, _D, _C]] = 1.0, float(rows), float(prefill), float(total > 0), float(total)
         if self._is_outlier(seconds, x):
             return
         self._recent.append(seconds / (rows + total))
@@ -167,7 +162,7 @@ class CostGate:
 
     # ------------------------------------------------------------------ estimates
     def _coefficients(self) -> np.ndarray | None:
-        """All six weights ``[a, b, e, d, c, g]`` (>= 0), None until trusted or while they predict nothing."""
+        """All five weights ``[a, b, e, d, c]`` (>= 0), None until trusted or while they predict nothing."""
         if self._fitted < self.min_fitted or self._plain < 2 or self._drafting < 2:
             return None
         if self._stale:
@@ -176,9 +171,9 @@ class CostGate:
         return self._theta if self._theta[_A] + self._theta[_B] > 0 else None
 
     def coefficients(self) -> np.ndarray | None:
-        """``[a, b, d, c, g]`` of the decode-step fit (seconds, each >= 0), None until trusted."""
+        """``[a, b, d, c]`` of the decode-step fit (seconds, each >= 0), None until trusted."""
         theta = self._coefficients()
-        return None if theta is None else theta[[_A, _B, _D, _C, _G]]
+        return None if theta is None else theta[[_A, _B, _D, _C]]
 
     def prefill_seconds(self) -> float | None:
         """``e``: the fit's seconds per prefilling row of a step, None until trusted."""
@@ -203,19 +198,16 @@ class CostGate:
         drafted = np.concatenate([[0.0], np.cumsum(f)])               # [k + 1] tokens per row
         gained = np.concatenate([[0.0], np.cumsum(f * q)])            # [k + 1] accepted per row
         base = theta[_A] + theta[_B] * rows
-        per_token = theta[_C] + theta[_G] * rows
-        seconds = base + (drafted > 0) * (theta[_D] + per_token * rows * drafted)
+        seconds = base + (drafted > 0) * (theta[_D] + theta[_C] * rows * drafted)
         return rows * (1.0 + gained) / seconds
 
     def _floor(self, rows: int, budget: int) -> float:
         """The acceptance probability below which one more drafted token lowers the predicted rate
-        at ``budget``: ``(c + g rows) * rate(budget)`` (0 until the fit is trusted, and for budget 0)."""
+        at ``budget``: ``c * rate(budget)`` (0 until the fit is trusted, and for budget 0)."""
         theta = self._coefficients() if budget > 0 else None
         if theta is None:
             return 0.0
-        rows = max(1, rows)
-        per_token = theta[_C] + theta[_G] * rows
-        return float(min(1.0, per_token * self._rates(theta, rows)[min(budget, self.k)]))
+        return float(min(1.0, theta[_C] * self._rates(theta, max(1, rows))[min(budget, self.k)]))
 
     # ------------------------------------------------------------------ deciding
     def decide(self, batch: BatchView) -> Decision:

@@ -155,7 +155,7 @@ def test_a_slower_engine_is_followed_after_max_outliers_steps():
     slow = GapEngine(costly=False)
     slow.a, slow.b = 0.6, 0.02
     slow.run(gate, 1500)
-    a, b, *_ = gate.coefficients()
+    a, b, _, _ = gate.coefficients()
     assert a + 8 * b == pytest.approx(0.6 + 8 * 0.02, rel=0.15) and gate.outliers <= 8
 
 

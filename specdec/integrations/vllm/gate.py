@@ -113,7 +113,7 @@ class GatedDrafting:
         if self.log_every and self._steps % self.log_every == 0:
             rate = "n/a" if s.accept_rate is None else f"{s.accept_rate:.3f}"
             fit = self.cost.coefficients() if self.cost is not None else None
-            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f g %.5f s, floor %.3f" % (*fit, s.floor)
+            fit = "" if fit is None else ", step fit a %.4f b %.4f d %.4f c %.4f s, floor %.3f" % (*fit, s.floor)
             calls = s.steps_drafting + s.steps_gated - 1  # propose_seconds holds the calls before this one
             logger.info("specdec drafter: %d steps drafting, %d gated off, %d drafted, %d accepted (%.3f), "
                         "gate acceptance %s, propose %.1f us/step, last: %s%s", s.steps_drafting, s.steps_gated,
