@@ -22,7 +22,8 @@ by reading weights verifies a few more tokens nearly free; one bound by compute 
 for each), so learned where drafting pays, at small batches, it can price a full batch's drafts too
 cheaply (and the plain step with them). What the steps measured overrules it: a budget whose decode
 steps at about this batch size emitted fewer tokens per second than plain decoding's did is not
-chosen (:meth:`CostGate._measured`); exploration keeps both measured.
+chosen (:meth:`CostGate._measured`). Where plain decoding has not been measured at that batch size
+it is, every other step, until it has been ``min_measured`` times; exploration keeps both current.
 
 A token of acceptance probability ``p`` raises the rate only if ``p > c * rate(j)``: that bar is
 the decision's floor. Warm-up, exploration and the outlier rule are described in docs/vllm.md
@@ -112,7 +113,7 @@ class CostGate:
         self._steps = 0
         self._cycle = 0
         self._seen = np.zeros(k + 1)  # [k + 1] step at which each budget was last used
-        self._tally = np.zeros((0, k + 1, 3))  # [rows, k + 1, (tokens, seconds, steps)] decode steps, decayed
+        self._tally = np.zeros((0, k + 1, 3))  # [rows, k + 1, (tokens, seconds, steps)] decode steps
         self._depth = np.arange(1, k + 1)[:, None]  # [k, 1] draft depths 1..k
         self.last_reason = "warming up"
 
@@ -155,10 +156,12 @@ class CostGate:
             self._count(rows, min(budget, self.k), float(rows + accepted.sum()), seconds)
 
     def _count(self, rows: int, budget: int, tokens: float, seconds: float) -> None:
-        """Tally one decode step run at ``budget`` with ``rows`` rows (all tallies decay)."""
+        """Tally one decode step run at ``budget`` with ``rows`` rows: its tokens and seconds join that
+        batch size's (decayed by its steps only, so a batch size left for a while keeps what it
+        measured), and its count."""
         if rows >= len(self._tally):
             self._tally = np.concatenate([self._tally, np.zeros((rows + 1 - len(self._tally), self.k + 1, 3))])
-        self._tally *= self.decay
+        self._tally[rows, :, :2] *= self.decay
         self._tally[rows, budget] += tokens, seconds, 1.0
 
     def _is_outlier(self, seconds: float, x: np.ndarray) -> bool:
@@ -258,6 +261,9 @@ class CostGate:
         j = int(np.argmax(np.where(measured < 1.0, -np.inf, rates)))
         veto = "" if j == int(np.argmax(rates)) else (
             f"; budget {int(np.argmax(rates))} measured {measured[int(np.argmax(rates))]:.2f}x plain here")
+        if j > 0 and self._near(rows)[0, 2] < self.min_measured and self._steps - self._seen[0] >= 2:
+            # plain decoding unmeasured at this batch size: measure it (every other step) before drafting on
+            return self._use(0, f"measuring plain decoding at {rows} rows")
         # Explore plain decoding and the neighbouring budgets, each less often the worse it is
         # predicted to be: a budget at 1/r of the best rate waits explore_every * r^2 steps (at most 16x).
         due = []
@@ -272,16 +278,18 @@ class CostGate:
         return self._use(j, f"budget {j} at {rows} rows: {rates[j]:.1f} vs plain {rates[0]:.1f} tok/s predicted"
                             + veto)
 
+    def _near(self, rows: int) -> np.ndarray:
+        """``[k + 1, 3]`` the tallies of the decode steps at about ``rows`` (within rows/8)."""
+        lo, hi = rows - rows // 8, min(rows + rows // 8, len(self._tally) - 1)
+        return self._tally[lo: hi + 1].sum(0) if lo <= hi else np.zeros((self.k + 1, 3))
+
     def _measured(self, rows: int, top: int) -> np.ndarray:
         """``[top + 1]`` each budget's measured tokens/s over plain decoding's, both from their own
         decode steps at about ``rows`` (within rows/8); NaN where either has fewer than
         ``min_measured`` such steps (and at budget 0). Measured, not fitted: where the fit is wrong
         about drafts it is wrong about the plain step too, so only plain steps are plain's measure."""
-        lo, hi = rows - rows // 8, min(rows + rows // 8, len(self._tally) - 1)
+        tokens, seconds, n = self._near(rows)[: top + 1].T                # [top + 1] each
         out = np.full(top + 1, np.nan)
-        if lo > hi:
-            return out
-        tokens, seconds, n = self._tally[lo: hi + 1, : top + 1].sum(0).T   # [top + 1] each
         if n[0] < self.min_measured:
             return out
         enough = (n >= self.min_measured) & (seconds > 0)
