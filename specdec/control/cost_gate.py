@@ -17,14 +17,6 @@ it biases no other weight) but left out of the rate: a request's prefill costs t
 steps around it draft or not, and fewer decode steps do not make less of it, so pricing drafts
 against a step padded with prefill would make them look cheaper than they are.
 
-The fit is linear in drafted tokens, while their cost per token grows with the batch (a step bound
-by reading weights verifies a few more tokens nearly free; one bound by compute pays a row's share
-for each), so learned where drafting pays, at small batches, it can price a full batch's drafts too
-cheaply (and the plain step with them). What the steps measured overrules it: a budget whose decode
-steps at about this batch size emitted fewer tokens per second than plain decoding's did is not
-chosen (:meth:`CostGate._measured`). Where plain decoding has not been measured at that batch size
-it is, every other step, until it has been ``min_measured`` times; exploration keeps both current.
-
 A token of acceptance probability ``p`` raises the rate only if ``p > c * rate(j)``: that bar is
 the decision's floor. Warm-up, exploration and the outlier rule are described in docs/vllm.md
 ("The cost gate").
@@ -66,14 +58,12 @@ class CostGate:
         outlier_ratio / max_outliers: a step slower than ``outlier_ratio`` x its prediction (an idle
             gap between calls) is not fitted, unless more than ``max_outliers`` came in a row.
             Steps with prefill rows are fitted at a fifth of the weight.
-        min_measured: decode steps a budget and plain decoding each need at about the running batch
-            size (within 1/8) before the budget's measured tokens/s can veto it (:meth:`_measured`).
     """
 
     unit = "tokens"
 
     def __init__(self, k: int, *, decay: float = 0.995, explore_every: int = 32, min_fitted: int = 32,
-                 prior_steps: float = 2.0, outlier_ratio: float = 8.0, max_outliers: int = 8, min_measured: int = 4):
+                 prior_steps: float = 2.0, outlier_ratio: float = 8.0, max_outliers: int = 8):
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"CostGate k must be an int >= 1, got {k!r}")
         if not 0.0 < decay <= 1.0:
@@ -87,9 +77,7 @@ class CostGate:
                              f"{max_outliers!r}")
         self.k, self.decay, self.explore_every = k, decay, explore_every
         self.min_fitted, self.prior_steps = min_fitted, prior_steps
-        if not isinstance(min_measured, int) or min_measured < 1:
-            raise ValueError(f"CostGate min_measured must be an int >= 1, got {min_measured!r}")
-        self.outlier_ratio, self.max_outliers, self.min_measured = float(outlier_ratio), max_outliers, min_measured
+        self.outlier_ratio, self.max_outliers = float(outlier_ratio), max_outliers
         self.reset()
 
     @property
@@ -113,7 +101,6 @@ class CostGate:
         self._steps = 0
         self._cycle = 0
         self._seen = np.zeros(k + 1)  # [k + 1] step at which each budget was last used
-        self._tally = np.zeros((0, k + 1, 3))  # [rows, k + 1, (tokens, seconds, steps)] decode steps
         self._depth = np.arange(1, k + 1)[:, None]  # [k, 1] draft depths 1..k
         self.last_reason = "warming up"
 
@@ -152,17 +139,6 @@ class CostGate:
         self._plain += total == 0
         self._drafting += total > 0
         self._stale = True
-        if prefill == 0:
-            self._count(rows, min(budget, self.k), float(rows + accepted.sum()), seconds)
-
-    def _count(self, rows: int, budget: int, tokens: float, seconds: float) -> None:
-        """Tally one decode step run at ``budget`` with ``rows`` rows: its tokens and seconds join that
-        batch size's (decayed by its steps only, so a batch size left for a while keeps what it
-        measured), and its count."""
-        if rows >= len(self._tally):
-            self._tally = np.concatenate([self._tally, np.zeros((rows + 1 - len(self._tally), self.k + 1, 3))])
-        self._tally[rows, :, :2] *= self.decay
-        self._tally[rows, budget] += tokens, seconds, 1.0
 
     def _is_outlier(self, seconds: float, x: np.ndarray) -> bool:
         """Whether to set this step aside: far slower than predicted, and not the (max_outliers + 1)-th in a row."""
@@ -257,13 +233,7 @@ class CostGate:
             self._cycle = self._cycle % self.k + 1
             j = min(self._cycle, top)
             return self._use(j, f"warming up: budget {j}")
-        measured = self._measured(rows, top)
-        j = int(np.argmax(np.where(measured < 1.0, -np.inf, rates)))
-        veto = "" if j == int(np.argmax(rates)) else (
-            f"; budget {int(np.argmax(rates))} measured {measured[int(np.argmax(rates))]:.2f}x plain here")
-        if j > 0 and self._near(rows)[0, 2] < self.min_measured and self._steps - self._seen[0] >= 2:
-            # plain decoding unmeasured at this batch size: measure it (every other step) before drafting on
-            return self._use(0, f"measuring plain decoding at {rows} rows")
+        j = int(np.argmax(rates))
         # Explore plain decoding and the neighbouring budgets, each less often the worse it is
         # predicted to be: a budget at 1/r of the best rate waits explore_every * r^2 steps (at most 16x).
         due = []
@@ -275,27 +245,7 @@ class CostGate:
         if due:
             e = max(due)[1]
             return self._use(e, f"exploring budget {e} ({rates[e]:.1f} vs best {rates[j]:.1f} tok/s predicted)")
-        return self._use(j, f"budget {j} at {rows} rows: {rates[j]:.1f} vs plain {rates[0]:.1f} tok/s predicted"
-                            + veto)
-
-    def _near(self, rows: int) -> np.ndarray:
-        """``[k + 1, 3]`` the tallies of the decode steps at about ``rows`` (within rows/8)."""
-        lo, hi = rows - rows // 8, min(rows + rows // 8, len(self._tally) - 1)
-        return self._tally[lo: hi + 1].sum(0) if lo <= hi else np.zeros((self.k + 1, 3))
-
-    def _measured(self, rows: int, top: int) -> np.ndarray:
-        """``[top + 1]`` each budget's measured tokens/s over plain decoding's, both from their own
-        decode steps at about ``rows`` (within rows/8); NaN where either has fewer than
-        ``min_measured`` such steps (and at budget 0). Measured, not fitted: where the fit is wrong
-        about drafts it is wrong about the plain step too, so only plain steps are plain's measure."""
-        tokens, seconds, n = self._near(rows)[: top + 1].T                # [top + 1] each
-        out = np.full(top + 1, np.nan)
-        if n[0] < self.min_measured:
-            return out
-        enough = (n >= self.min_measured) & (seconds > 0)
-        enough[0] = False
-        out[enough] = tokens[enough] / seconds[enough] / (tokens[0] / seconds[0])
-        return out
+        return self._use(j, f"budget {j} at {rows} rows: {rates[j]:.1f} vs plain {rates[0]:.1f} tok/s predicted")
 
     def _use(self, j: int, reason: str) -> int:
         self._seen[j] = self._steps
