@@ -143,22 +143,23 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
             parts = {"decode": [s for s in steps if (s.terms, s.seconds) in decode],
                      "prefill": [s for s in steps if (s.terms, s.seconds) not in decode]}
             own = calibrate(run)
+            seconds = {part: sum(s.seconds for s in ss) for part, ss in parts.items()}
+            fitted = {(fit, part): sum(float(s.work() @ w) for s in ss) for part, ss in parts.items()
+                      for fit, w in (("plan", planned[name].cost.weights), ("own", own.cost.weights))}
+            total = sum(seconds.values()) / (fitted["own", "prefill"] + fitted["own", "decode"])
             measured = score_run(run, slo, objective)
             predicted = predict_run(cands[name], own.cost, own.acceptance, run, run.cache.tokens, engine, slo,
                                     objective, band=0.0)
-            total = sum(s.seconds for s in steps) / sum(float(s.work() @ own.cost.weights) for s in steps)
             rescaled = predict_run(cands[name], own.cost.scaled(total), own.acceptance, run, run.cache.tokens,
                                    engine, slo, objective, band=0.0)
             row = {"pool": pool, "config": label, "rate": float(rate), "run": int(rep),
                    "measured": measured["score"], "own_predicted": predicted["score"],
                    "own_total": total, "own_rescaled": rescaled["score"],
                    **{f"{who}_{k}": d[k] for who, d in (("measured", measured), ("own", predicted))
-                      for k in ("ttft_p50", "tpot_p50")}}
-            for part, ss in parts.items():
-                seconds = sum(s.seconds for s in ss)
-                row[f"{part}_s"] = seconds
-                for fit, w in (("plan", planned[name].cost.weights), ("own", own.cost.weights)):
-                    row[f"{fit}_{part}"] = sum(float(s.work() @ w) for s in ss) / seconds if seconds else float("nan")
+                      for k in ("ttft_p50", "tpot_p50")},
+                   **{f"{part}_s": sec for part, sec in seconds.items()},
+                   **{f"{fit}_{part}": fitted[fit, part] / seconds[part] if seconds[part] else float("nan")
+                      for fit, part in fitted}}
             rows.append(row)
     return rows
 
