@@ -6,7 +6,8 @@ step), the rows, and each row's drafted and accepted tokens. :class:`CostGate` f
 
     step_seconds ~ a + b * rows + e * prefill_rows + d * [any drafts] + c * drafted_tokens
 
-by exponentially weighted non-negative least squares (:mod:`specdec.estimate.fit`), tracks per
+by exponentially weighted non-negative least squares in relative error (step times span 10x and
+more, noise grows with them: in absolute error the longest steps outvote the rest), tracks per
 depth ``i`` the share of rows whose chain reaches it (``f_i``) and the chance a token there is
 accepted (``q_i``), and picks the budget ``j`` maximising
 
@@ -17,9 +18,8 @@ it biases no other weight) but left out of the rate: a request's prefill costs t
 steps around it draft or not, and fewer decode steps do not make less of it, so pricing drafts
 against a step padded with prefill would make them look cheaper than they are.
 
-A token of acceptance probability ``p`` raises the rate only if ``p > c * rate(j)``: that bar is
-the decision's floor. Warm-up, exploration and the outlier rule are described in docs/vllm.md
-("The cost gate").
+A token of acceptance probability ``p`` raises the rate only if ``p > c * rate(j)``: the floor.
+Warm-up, exploration and the outlier rule: docs/vllm.md ("The cost gate").
 
 A :class:`~specdec.control.interface.DraftController` in chain tokens, one per drafter::
 
@@ -56,8 +56,8 @@ class CostGate:
             then three steps in four are plain and the fourth cycles through budgets 1..k.
         prior_steps: pseudo-observations (of 0.5) behind each depth's acceptance.
         outlier_ratio / max_outliers: a step slower than ``outlier_ratio`` x its prediction (an idle
-            gap between calls) is not fitted, unless more than ``max_outliers`` came in a row.
-            Steps with prefill rows are fitted at a fifth of the weight.
+            gap between calls) is not fitted; the (``max_outliers`` + 1)-th in a row restarts the fit.
+            Each step weighs 1 / seconds^2 (relative error); steps with prefill rows a fifth of that.
     """
 
     unit = "tokens"
@@ -87,13 +87,7 @@ class CostGate:
     def reset(self) -> None:
         """Forget the fit and the acceptance evidence (a new engine, or a new run)."""
         k = self.k
-        self._xtx = np.zeros((_NFEAT, _NFEAT))
-        self._xty = np.zeros(_NFEAT)
-        self._fitted = self._plain = self._drafting = 0
-        self._theta: np.ndarray | None = None  # the fit, recomputed after each fitted step
-        self._stale = False
-        self._recent: deque[float] = deque(maxlen=32)  # seconds per verified token of recent fitted steps
-        self._outliers = 0      # steps set aside in a row
+        self._restart_fit()
         self.outliers = 0       # steps set aside in all
         self._reach = np.zeros(k)   # [k] decayed count of rows whose chain reached depth i+1
         self._rows = np.zeros(k)    # [k] decayed count of rows offered a budget >= i+1
@@ -103,6 +97,16 @@ class CostGate:
         self._seen = np.zeros(k + 1)  # [k + 1] step at which each budget was last used
         self._depth = np.arange(1, k + 1)[:, None]  # [k, 1] draft depths 1..k
         self.last_reason = "warming up"
+
+    def _restart_fit(self) -> None:
+        """Forget the step-cost fit alone (the engine changed; acceptance is the drafter's and stays)."""
+        self._xtx = np.zeros((_NFEAT, _NFEAT))
+        self._xty = np.zeros(_NFEAT)
+        self._fitted = self._plain = self._drafting = 0
+        self._theta: np.ndarray | None = None  # the fit, recomputed after each fitted step
+        self._stale = False
+        self._recent: deque[float] = deque(maxlen=32)  # seconds per verified token of recent fitted steps
+        self._outliers = 0      # steps set aside in a row
 
     # ------------------------------------------------------------------ learning
     def observe(self, outcome: Outcome) -> None:
@@ -131,8 +135,9 @@ class CostGate:
         if self._is_outlier(seconds, x):
             return
         self._recent.append(seconds / (rows + total))
-        # A prefill's cost varies with its prompt, so such steps are noisier: they count a fifth.
-        w = 1.0 if prefill == 0 else _PREFILL_WEIGHT
+        # Relative error: each step weighs 1 / seconds^2. A prefill's cost varies with its prompt, so
+        # such steps are noisier still: they count a fifth of that.
+        w = (1.0 if prefill == 0 else _PREFILL_WEIGHT) / seconds ** 2
         self._xtx = self._xtx * self.decay + w * np.outer(x, x)
         self._xty = self._xty * self.decay + w * x * seconds
         self._fitted += 1
@@ -154,7 +159,10 @@ class CostGate:
         if seconds <= self.outlier_ratio * expected:
             self._outliers = 0
             return False
-        if self._outliers >= self.max_outliers:  # slow for too long: the engine changed; fit until it settles
+        if self._outliers >= self.max_outliers:
+            # Slow for too long: the engine changed. Its old steps would outweigh the new ones for
+            # hundreds of steps (a step weighs 1 / seconds^2), so the fit starts over from this one.
+            self._restart_fit()
             return False
         self._outliers += 1
         self.outliers += 1
