@@ -13,7 +13,9 @@ the checkout on ``PYTHONPATH`` and reports, per trace:
   step, predicted before the step is observed (median, mean), and its mean in milliseconds;
 * what a drafting step costs against the plain one (2 drafted tokens a row) at 1, 4 and 16 rows, by
   the fit at the trace's end and by the **reference**: one relative-error fit of all the trace's
-  fitted decode-only steps, with no forgetting (what the gate would believe with all the evidence).
+  fitted decode-only steps, with no forgetting (what the gate would believe with all the evidence);
+* the share of steps of 12 rows or more at which the replayed fit (with the acceptance it learned
+  from the trace) would choose a budget above 0.
 
 The replayed gate's own decisions are not replayed (they are the recorded ones): this measures the
 fit, not the policy. Two checkouts replay the same traces side by side: run it twice, each with its
@@ -40,6 +42,7 @@ from specdec.integrations.vllm.drafter import CostGatedSuffixDrafter
 TRACE_ENV = "SPECDEC_GATE_TRACE"
 DRAFTER = "benchmarks.vllm.gate_trace.TracedDrafter"
 RATIO_ROWS = (1, 4, 16)
+FULL_ROWS = 12  # a step of this many rows or more is a full batch (of 16)
 
 
 class TracedDrafter(CostGatedSuffixDrafter):
@@ -110,9 +113,11 @@ def replay(trace: list[dict], k: int = 4) -> dict:
     from specdec.control.cost_gate import CostGate
 
     gate = CostGate(k)
-    rel, ms = [], []
+    rel, ms, full = [], [], []
     for o in trace:
         theta = gate.coefficients()
+        if theta is not None and len(o["drafted"]) >= FULL_ROWS:
+            full.append(int(np.argmax(gate.rates(len(o["drafted"])))) > 0)
         if theta is not None and _decode_step(o):
             err = abs(float(_x(o) @ theta) - o["seconds"])
             rel.append(err / o["seconds"])
@@ -121,13 +126,14 @@ def replay(trace: list[dict], k: int = 4) -> dict:
     end, ref = gate.coefficients(), reference(trace)
     return {"steps": len(trace), "predicted": len(rel), "median_rel": statistics.median(rel),
             "mean_rel": statistics.fmean(rel), "mean_ms": statistics.fmean(ms), "end": end.tolist(),
+            "drafts_full": statistics.fmean(full) if full else float("nan"),
             "reference": ref.tolist(), "ratio": [drafting_ratio(end, r) for r in RATIO_ROWS],
             "ratio_reference": [drafting_ratio(ref, r) for r in RATIO_ROWS]}
 
 
-def collect(out: Path, servers: int, bursts: int) -> list[Path]:
-    """``servers`` fresh servers running :class:`TracedDrafter`, each measured on the interactive pool
-    and sent ``bursts`` bursts of 16 (as a plan measures a candidate); one trace file per server."""
+def collect(out: Path, servers: int, bursts: int, pool_name: str = "interactive") -> list[Path]:
+    """``servers`` fresh servers running :class:`TracedDrafter`, each measured on ``pool_name`` (plan_goodput's
+    pools) and sent ``bursts`` bursts of 16 (as a plan measures a candidate); one trace file per server."""
     from benchmarks.vllm import plan_goodput as pg
     from specdec.integrations.vllm.checkpoint import vllm_ready
     from specdec.models import DEFAULT_NAME, cache_dir
@@ -137,7 +143,7 @@ def collect(out: Path, servers: int, bursts: int) -> list[Path]:
 
     g = pg.main_parser().parse_args(["--rates-interactive", "0.316,1"])
     pools = parse_pool_file(pg.pool_text(g, g.prompts.resolve()), "gate_trace pools")
-    pool, _ = pg.split(pools["interactive"], g.plan_requests)
+    pool, _ = pg.split(pools[pool_name], g.plan_requests if pool_name == "interactive" else g.plan_requests_bulk)
     command = ServeCommand(pg.serve_command(g, vllm_ready(cache_dir() / DEFAULT_NAME)))
     config = {"method": "custom_class", "num_speculative_tokens": 4, "model": DRAFTER}
     out.mkdir(parents=True, exist_ok=True)
@@ -167,23 +173,24 @@ def main(argv=None):
     ap.add_argument("--replay", type=Path, default=None, metavar="DIR", help="replay DIR's trace*.jsonl (no server)")
     ap.add_argument("--servers", type=int, default=3)
     ap.add_argument("--bursts", type=int, default=2)
+    ap.add_argument("--pool", default="interactive", choices=("interactive", "bulk"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm-gate-trace")
     args = ap.parse_args(argv)
     if args.replay is None and min(args.servers, args.bursts) < 1:
         ap.error("--servers and --bursts must be >= 1")
     paths = (sorted(args.replay.glob("trace*.jsonl")) if args.replay is not None
-             else collect(args.out, args.servers, args.bursts))
+             else collect(args.out, args.servers, args.bursts, args.pool))
     if not paths:
         ap.error(f"{args.replay}: no trace*.jsonl there")
     rows = ", ".join(str(r) for r in RATIO_ROWS)
     print(f"| trace | steps | predicted | one step ahead: median, mean error | mean (ms) | drafting / plain at "
-          f"{rows} rows: end of trace | reference |")
-    print("|---|---:|---:|---|---:|---|---|")
+          f"{rows} rows: end of trace | reference | the fit drafts at >= {FULL_ROWS} rows |")
+    print("|---|---:|---:|---|---:|---|---|---:|")
     for path in paths:
         r = replay(load(path))
         fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)  # noqa: E731
         print(f"| {path.name} | {r['steps']} | {r['predicted']} | {r['median_rel']:.3f}, {r['mean_rel']:.3f} | "
-              f"{r['mean_ms']:.1f} | {fmt(r['ratio'])} | {fmt(r['ratio_reference'])} |")
+              f"{r['mean_ms']:.1f} | {fmt(r['ratio'])} | {fmt(r['ratio_reference'])} | {r['drafts_full']:.0%} |")
 
 
 if __name__ == "__main__":
