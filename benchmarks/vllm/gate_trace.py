@@ -38,11 +38,12 @@ from pathlib import Path
 import numpy as np
 
 from specdec.integrations.vllm.drafter import CostGatedSuffixDrafter
+from specdec.plan.vllm.burst_noise import full_rows
 
 TRACE_ENV = "SPECDEC_GATE_TRACE"
 DRAFTER = "benchmarks.vllm.gate_trace.TracedDrafter"
 RATIO_ROWS = (1, 4, 16)
-FULL_ROWS = 12  # a step of this many rows or more is a full batch (of 16)
+FULL_ROWS = full_rows(16)  # a full batch of plan_goodput's max_num_seqs, as a plan counts one
 
 
 class TracedDrafter(CostGatedSuffixDrafter):
