@@ -56,3 +56,11 @@ def test_the_traced_drafter_writes_each_observation_its_gate_gets(tmp_path, monk
     assert lines[1]["drafted"] == [2, 0, 1] and lines[1]["accepted"] == [1, 0, 1] and lines[1]["prefill"] == 1
     f, _ = d.gating.cost.depth_acceptance()
     assert f[0] == pytest.approx(0.6)  # the gate itself observed them: depth 1 reached by 2 of 3 rows once
+
+
+def test_bad_arguments_are_refused_before_any_server(tmp_path, capsys):
+    for argv, why in ((["--servers", "0"], "--servers and --bursts must be >= 1"),
+                      (["--replay", str(tmp_path)], "no trace*.jsonl there")):
+        with pytest.raises(SystemExit):
+            gate_trace.main(argv)
+        assert why in capsys.readouterr().err
