@@ -510,7 +510,7 @@ def main(argv=None):
     from specdec.plan.vllm.launcher import ServeCommand
     from specdec.plan.vllm.run_plan import PlanSettings, ServerSource, plan_vllm
     from specdec.plan.vllm.pool_spec import parse_pool_file
-    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.engine_trace import Engine
     from specdec.plan.vllm.summary import write
 
     pools = parse_pool_file(pool_text(args, args.prompts.resolve()), "plan_goodput pools")

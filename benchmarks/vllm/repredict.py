@@ -41,8 +41,9 @@ def _load(path: Path):
     return PoolRun.from_dict(json.loads(path.read_text()))
 
 
-def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
-    """``{candidate: StepModels}`` for every candidate the plan measured on ``pool``."""
+def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool, engine) -> dict:
+    """``{candidate: StepModels}`` for every candidate the plan measured on ``pool`` (``engine``: the
+    plan's server limits)."""
     from specdec.plan.vllm.calibrate import calibrate, with_bursts
     from specdec.plan.vllm.run_plan import burst_files, model_of, run_file, table_basis
     from specdec.plan.vllm.schedule import family_basis
@@ -52,8 +53,9 @@ def models(plan_dir: Path, pool: str, cands: dict, burst_fit: bool) -> dict:
         ramp = run_file(plan_dir, name, pool)
         if not ramp.exists():
             continue
-        cals[name] = with_bursts(calibrate(_load(ramp)), [_load(b) for b in burst_files(plan_dir, name, pool)],
-                                 fit=burst_fit and cand.schedule is None)
+        cals[name] = with_bursts(calibrate(_load(ramp), engine=engine),
+                                 [_load(b) for b in burst_files(plan_dir, name, pool)],
+                                 fit=burst_fit and cand.schedule is None, engine=engine)
     basis = {}
     for name, cand in cands.items():
         if cand.schedule is None or name not in cals:
@@ -68,18 +70,20 @@ def burst_steps(plan_dir: Path) -> list[dict]:
     """One row per recorded burst of an off or static candidate and batch size it ran at least 3
     times: the measured median decode step and the ramp's and the ramp-plus-burst fit's (seconds)."""
     from specdec.plan.vllm.calibrate import DEFAULT_GAP, calibrate, decode_steps, with_bursts
+    from specdec.plan.vllm.engine_trace import Engine
     from specdec.plan.vllm.schedule import mean_context, step_seconds
 
+    engine = Engine(**json.loads((plan_dir / "plan.json").read_text())["engine"])
     rows = []
     for path in sorted((plan_dir / "runs").glob("*__burst*.json")):
         name, pool = path.stem.split("__")[:2]
         if name.endswith("-sched"):  # a table drafts at some sizes only: one fit cannot say which
             continue
         burst = _load(path)
-        ramp = calibrate(_load(path.with_name(f"{name}__{pool}.json")))
-        both = with_bursts(ramp, [burst])
+        ramp = calibrate(_load(path.with_name(f"{name}__{pool}.json")), engine=engine)
+        both = with_bursts(ramp, [burst], engine=engine)
         context = mean_context(ramp)
-        for size, steps in decode_steps(burst, DEFAULT_GAP).items():
+        for size, steps in decode_steps(burst, DEFAULT_GAP, engine).items():
             if len(steps) >= 3:
                 rows.append({"pool": pool, "candidate": name, "rows": size,
                              "measured": statistics.median(s for s, _ in steps),
@@ -106,7 +110,7 @@ def _plan_runs(out: Path, runs: Path | None):
     """``(Engine, [(pool, its plan record, {name: Candidate}, its runs as found)])`` for every pool of
     ``out``'s plan with a measured run (``out/measured``, or ``runs``' ``schedule_tax.py`` runs) of a
     candidate it planned."""
-    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.engine_trace import Engine
     from specdec.plan.vllm.recheck import candidate_of
 
     plan = json.loads((plan_dir(out) / "plan.json").read_text())
@@ -135,14 +139,14 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
     engine, pools = _plan_runs(out, runs)
     rows = []
     for pool, o, cands, here in pools:
-        planned = models(plan_dir(out), pool, cands, True)
+        planned = models(plan_dir(out), pool, cands, True, engine)
         slo, objective = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"]), o["pool"]["objective"]
         for _, label, rate, rep, name, run in here:
-            steps = run_samples(run)
-            decode = {(s.terms, s.seconds) for s in run_samples(run, decode_only=True)}
+            steps = run_samples(run, engine=engine)
+            decode = {(s.terms, s.seconds) for s in run_samples(run, decode_only=True, engine=engine)}
             parts = {"decode": [s for s in steps if (s.terms, s.seconds) in decode],
                      "prefill": [s for s in steps if (s.terms, s.seconds) not in decode]}
-            own = calibrate(run)
+            own = calibrate(run, engine=engine)
             seconds = {part: sum(s.seconds for s in ss) for part, ss in parts.items()}
             fitted = {(fit, part): sum(float(s.work() @ w) for s in ss) for part, ss in parts.items()
                       for fit, w in (("plan", planned[name].cost.weights), ("own", own.cost.weights))}
@@ -203,7 +207,7 @@ def repredict(out: Path, runs: Path | None = None) -> list[dict]:
     engine, pools = _plan_runs(out, runs)
     rows = []
     for pool, o, cands, here in pools:
-        by_fit = {fit: models(plan_dir(out), pool, cands, fit) for fit in (False, True)}
+        by_fit = {fit: models(plan_dir(out), pool, cands, fit, engine) for fit in (False, True)}
         slo, drift = SLO(o["pool"]["ttft_s"], o["pool"]["tpot_s"]), drift_of(o)
         for _, label, rate, rep, name, run in here:
             cand = cands[name]

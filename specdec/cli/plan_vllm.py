@@ -119,7 +119,7 @@ def _source(args, log_dir: Path, recorded_serve: str | None = None):
 
 
 def _engine_facts(args, command):
-    from ..plan.vllm.predict import Engine
+    from ..plan.vllm.engine_trace import Engine
 
     seqs = args.max_batch or (command and command.option("--max-num-seqs", "--max_num_seqs"))
     tokens = args.max_batched_tokens or (command and command.option("--max-num-batched-tokens",

@@ -125,6 +125,67 @@ def test_steps_rebuilt_from_client_streams_recover_the_engine_cost():
         assert fit.packed_step_time(pieces) == pytest.approx(truth.packed_step_time(pieces), rel=0.05)
 
 
+def fake_chunking_engine(arrivals, prompt_lens, output_len, cost, engine):
+    """vLLM V1's scheduler seen from the client: each step the decode rows take a token each of
+    ``engine.max_batched_tokens``, then prompts that arrived by the step's start take what is left,
+    first come first served, a new one only while fewer than ``max_num_seqs`` run. Returns the
+    streams and, per step (each streams a chunk here), the prompt pieces it computed."""
+    from specdec.plan.vllm.engine_trace import Stream
+
+    n = len(arrivals)
+    t, nxt, queue, running, truth = 0.0, 0, [], [], []
+    done, chunks = [0] * n, [[] for _ in range(n)]
+    while nxt < n or queue or running:
+        if not queue and not running:
+            t = max(t, arrivals[nxt])
+        while nxt < n and arrivals[nxt] <= t:
+            queue.append(nxt)
+            nxt += 1
+        left, seqs, step = engine.max_batched_tokens - len(running), len(running) + sum(done[i] > 0 for i in queue), []
+        for i in queue:
+            if left <= 0 or (not done[i] and seqs >= engine.max_num_seqs):
+                break
+            take = min(prompt_lens[i] - done[i], left)
+            seqs += not done[i]
+            step.append((i, take, done[i]))
+            done[i] += take
+            left -= take
+        decode = [(1, prompt_lens[i] + len(chunks[i])) for i in running]
+        t += cost.packed_step_time(decode + [(m, c) for _, m, c in step])
+        completed = [i for i in queue if done[i] == prompt_lens[i]]
+        assert running or completed, "a step that streams nothing cannot be seen; keep prompts under the budget"
+        for i in running + completed:
+            chunks[i].append(t)
+        truth.append(step)
+        queue = [i for i in queue if done[i] < prompt_lens[i]]
+        running = [i for i in running + completed if len(chunks[i]) < output_len]
+    return [Stream(a, p, c) for a, p, c in zip(arrivals, prompt_lens, chunks)], truth
+
+
+def test_prompt_chunks_are_placed_in_the_steps_that_computed_them():
+    """A chunking scheduler computes a long prompt over several steps, but the client sees the prompt
+    only where its first token streams. Placed by replaying the scheduler, every chunk lands in its
+    own step and the fit recovers the engine; placed whole in the first token's step (no limits
+    given), the steps that carried hidden chunks look slow and the others fast, and the fit misses."""
+    from specdec.plan.vllm.engine_trace import Engine, engine_steps, fit_trace, prefill_chunks, trace_samples
+
+    truth_cost = StepCostModel(np.array([0.030, 0.002, 0.0015, 2e-6, 0.0, 0.0]))
+    engine = Engine(max_num_seqs=8, max_batched_tokens=1024)
+    rng = np.random.default_rng(5)
+    prompts = rng.integers(50, 1000, 60).tolist()
+    streams, truth = fake_chunking_engine(np.cumsum(rng.exponential(0.3, 60)), prompts, 24, truth_cost, engine)
+    steps, at, _ = engine_steps(streams, gap=0.005)
+    assert [sorted(p) for p in prefill_chunks(streams, steps, at, engine)] == [sorted(p) for p in truth]
+    cut = sum(1 for step in truth for i, m, c in step if c + m < prompts[i])
+    assert cut > 5  # prompts were computed in pieces
+    placed = fit_trace(trace_samples(streams, gap=0.005, engine=engine))
+    whole = fit_trace(trace_samples(streams, gap=0.005))
+    probes = ([(1, 600)] * 6 + [(900, 0)], [(1, 300)] * 3 + [(400, 500)], [(1, 400)] * 8)
+    for pieces in probes:
+        assert placed.packed_step_time(pieces) == pytest.approx(truth_cost.packed_step_time(pieces), rel=0.03)
+    assert max(abs(whole.packed_step_time(p) / truth_cost.packed_step_time(p) - 1) for p in probes) > 0.1
+
+
 def test_a_trace_is_fitted_by_time_so_one_fast_prefill_does_not_hide_the_others():
     """A served trace: 400 decode steps and 40 prefills (a prompt's step costs 2.8 ms a token), one of
     them at a quarter of its work (a prompt whose prefix the engine had cached). Weighing each step

@@ -105,7 +105,7 @@ def test_a_replay_needs_a_plan_folder_and_another_to_write(tmp_path, capsys):
 def test_a_plan_needs_at_least_one_burst(pools, tmp_path, capsys):
     """--bursts 0 is refused by the parser, and PlanSettings refuses it by name, before any server."""
     from specdec.plan.vllm.candidates import parse_candidates
-    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.engine_trace import Engine
     from specdec.plan.vllm.run_plan import PlanSettings
 
     with pytest.raises(SystemExit):

@@ -16,7 +16,8 @@ from specdec.plan.vllm.calibrate import Calibration, calibrate, row_steps_of
 from specdec.plan.vllm.candidates import COST_GATED_DRAFTER, Candidate, default_candidates, parse_candidates
 from specdec.plan.vllm.decide import Thresholds, decide
 from specdec.plan.vllm.measure import PoolRun, ramp_arrivals
-from specdec.plan.vllm.predict import Engine, predict_calibrated, rates_for
+from specdec.plan.vllm.engine_trace import Engine
+from specdec.plan.vllm.predict import predict_calibrated, rates_for
 from specdec.plan.vllm.schedule import SchedulePolicy, derive, family_basis, pays_up_to
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_plan"

@@ -19,7 +19,7 @@ from specdec.plan.vllm.launcher import ServeCommand, Server, ServerDied
 from specdec.plan.vllm.measure import measure_pool
 from specdec.plan.vllm.run_plan import PlanSettings, ServerSource, plan_vllm
 from specdec.plan.vllm.pool_spec import parse_pool_file
-from specdec.plan.vllm.predict import Engine
+from specdec.plan.vllm.engine_trace import Engine
 from specdec.plan.vllm.record import load_record
 from specdec.plan.vllm.summary import write
 from specdec.plan.vllm.recheck import review_vllm, write_review

@@ -40,7 +40,7 @@ def test_a_short_plan_writes_a_config_vllm_starts_with_and_serves_exactly(tiny_c
     from specdec.plan.vllm.measure import PoolRun
     from specdec.plan.vllm.run_plan import PlanSettings, ServerSource, plan_vllm
     from specdec.plan.vllm.pool_spec import load_pool_file
-    from specdec.plan.vllm.predict import Engine
+    from specdec.plan.vllm.engine_trace import Engine
     from specdec.plan.vllm.summary import write
 
     pool_file = tmp_path / "pools.toml"

@@ -15,7 +15,7 @@ from .decide import Thresholds
 from .launcher import ServeCommand
 from .run_plan import PlanSettings, ServerSource, plan_vllm
 from .pool_spec import load_pool_file, parse_pool_file
-from .predict import Engine
+from .engine_trace import Engine
 from .summary import write as write_report
 from .recheck import review_vllm, write_review
 

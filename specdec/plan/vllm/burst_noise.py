@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .calibrate import DEFAULT_GAP, Calibration, run_samples
+from .engine_trace import Engine
 from .measure import PoolRun
 
 Z_ONE_SIDED_5 = 1.645
@@ -47,17 +48,18 @@ def full_rows(max_num_seqs: int) -> int:
     return max(1, math.ceil(FULL_SHARE * max_num_seqs))
 
 
-def burst_residual(burst: PoolRun, cal: Calibration, min_rows: int, gap: float = DEFAULT_GAP) -> float | None:
-    """Mean ``log(seconds / cal.cost's prediction)`` over ``burst``'s decode steps of ``min_rows`` rows
-    or more (None: fewer than :data:`MIN_STEPS` such steps)."""
+def burst_residual(burst: PoolRun, cal: Calibration, min_rows: int, gap: float = DEFAULT_GAP,
+                   engine: Engine | None = None) -> float | None:
+    """Mean ``log(seconds / cal.cost's prediction)`` over ``burst``'s decode steps of ``min_rows`` rows or
+    more (None: fewer than :data:`MIN_STEPS` such steps)."""
     w = cal.cost.weights
-    logs = [math.log(s.seconds / float(s.work() @ w)) for s in run_samples(burst, gap, decode_only=True)
+    logs = [math.log(s.seconds / float(s.work() @ w)) for s in run_samples(burst, gap, decode_only=True, engine=engine)
             if s.work()[1] >= min_rows - 1e-9 and float(s.work() @ w) > 0]
     return float(np.mean(logs)) if len(logs) >= MIN_STEPS else None
 
 
 def burst_noise(bursts: Mapping[str, Sequence[PoolRun]], cals: Mapping[str, Calibration], min_rows: int,
-                gap: float = DEFAULT_GAP) -> BurstNoise:
+                gap: float = DEFAULT_GAP, engine: Engine | None = None) -> BurstNoise:
     """The pooled spread of ``bursts[name]``' full-batch residuals against ``cals[name]`` (module
     docstring); candidates without a calibration or with fewer than two usable bursts add nothing.
     ``bursts`` per candidate is the most any candidate had."""
@@ -66,7 +68,7 @@ def burst_noise(bursts: Mapping[str, Sequence[PoolRun]], cals: Mapping[str, Cali
     for name, runs in bursts.items():
         if name not in cals:
             continue
-        xs = [x for x in (burst_residual(b, cals[name], min_rows, gap) for b in runs) if x is not None]
+        xs = [x for x in (burst_residual(b, cals[name], min_rows, gap, engine) for b in runs) if x is not None]
         if len(xs) >= 2:
             ss += float(np.sum((np.asarray(xs) - np.mean(xs)) ** 2))
             dof += len(xs) - 1

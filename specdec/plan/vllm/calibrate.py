@@ -14,7 +14,8 @@ from typing import Sequence
 
 from ...estimate.acceptance import AcceptanceDist
 from ...estimate.step_cost import StepCostModel
-from .engine_trace import Stream, acceptance_from_counters, engine_steps, fit_trace, trace_samples
+from .engine_trace import (Engine, Stream, acceptance_from_counters, engine_steps, fit_trace, prefill_chunks,
+                           trace_samples)
 from ..workload import WorkloadItem
 from .measure import MeasurementError, PoolRun
 
@@ -67,16 +68,19 @@ def row_steps_of(run: PoolRun) -> int:
     return max(1, int(round(max(by_chunks, by_tokens))))
 
 
-def decode_steps(run: PoolRun, gap: float) -> dict[int, list[tuple[float, float]]]:
-    """``{rows: [(seconds, tokens per row)]}``: the :func:`~.engine_trace.engine_steps` in which no
-    prompt finished, each timed from the step before it while a request was in the system throughout
-    (its ``untimed`` steps left out)."""
+def decode_steps(run: PoolRun, gap: float, engine: Engine | None = None) -> dict[int, list[tuple[float, float]]]:
+    """``{rows: [(seconds, tokens per row)]}``: the :func:`~.engine_trace.engine_steps` that computed no
+    prompt (:func:`~.engine_trace.prefill_chunks`), each timed from the step before it while a request
+    was in the system throughout (its ``untimed`` steps left out)."""
     streams = run.streams
-    steps, at, untimed = engine_steps([Stream(s.sent, s.prompt_tokens or 1, s.chunk_times) for s in streams], gap)
+    trace = [Stream(s.sent, s.prompt_tokens or 1, s.chunk_times) for s in streams]
+    steps, at, untimed = engine_steps(trace, gap)
+    _, share, length = _drafting(run)
+    chunks = prefill_chunks(trace, steps, at, engine, 1.0 + share * length)
     out: dict[int, list[tuple[float, float]]] = {}
     for k in range(1, len(steps)):
         step = steps[k]
-        if k in untimed or any(j == 0 for _, j in step):
+        if k in untimed or chunks[k]:
             continue
         busy = any(s.sent <= at[k - 1] and s.chunk_times[-1] >= at[k] for s in streams)
         if not busy:
@@ -99,23 +103,25 @@ def _drafting(run: PoolRun) -> tuple[int, float, float]:
     return rows, drafts / rows, tokens / drafts
 
 
-def _samples(run: PoolRun, gap: float, share: float, length: float, *, decode_only: bool = False) -> list:
+def _samples(run: PoolRun, gap: float, share: float, length: float, engine: Engine | None, *,
+             decode_only: bool = False) -> list:
     """The run's engine steps as step-cost samples (:func:`~.engine_trace.trace_samples`)."""
     streams = [Stream(s.sent, int(s.prompt_tokens or 1), s.chunk_times) for s in run.streams]
     return trace_samples(streams, gap=gap, draft_share=share, draft_len=length, decode_only=decode_only,
-                         tokens_per_chunk=[s.tokens / len(s.chunk_times) for s in run.streams])
+                         tokens_per_chunk=[s.tokens / len(s.chunk_times) for s in run.streams], engine=engine)
 
 
-def run_samples(run: PoolRun, gap: float = DEFAULT_GAP, *, decode_only: bool = False) -> list:
+def run_samples(run: PoolRun, gap: float = DEFAULT_GAP, *, decode_only: bool = False,
+                engine: Engine | None = None) -> list:
     """The run's engine steps as step-cost samples, each decode row drafting as the run's own counters
-    say (``decode_only``: the steps in which no prompt finished)."""
+    say (``decode_only``: the steps that computed no prompt; ``engine``: see :func:`~.engine_trace.prefill_chunks`)."""
     _, share, length = _drafting(run)
-    return _samples(run, gap, share, length, decode_only=decode_only)
+    return _samples(run, gap, share, length, engine, decode_only=decode_only)
 
 
-def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
-    """The simulator's inputs from one measured run. MeasurementError for a stream without usage counts,
-    or too few engine steps to fit step costs."""
+def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP, engine: Engine | None = None) -> Calibration:
+    """The simulator's inputs from one measured run on a server with ``engine``'s limits. MeasurementError
+    for a stream without usage counts, or too few engine steps to fit step costs."""
     missing = [i for i, s in enumerate(run.streams) if not s.prompt_tokens]
     if missing:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: the server sent no prompt token count for "
@@ -134,25 +140,25 @@ def calibrate(run: PoolRun, *, gap: float = DEFAULT_GAP) -> Calibration:
     elif c.speculating:  # a speculating server that never drafted: every row-step accepted nothing
         acceptance = AcceptanceDist([float(rows)] + [0.0] * len(c.per_pos), name=f"{run.candidate}/{run.pool}",
                                     drafted=[float(rows)] + [0.0] * len(c.per_pos))
-    samples = _samples(run, gap, share, length)
+    samples = _samples(run, gap, share, length, engine)
     if len(samples) < 7:
         raise MeasurementError(f"{run.candidate} on pool {run.pool!r}: only {len(samples)} engine steps could be "
                                "timed (the step-cost fit needs 7); send more requests per pool")
     cost = fit_trace(samples, meta={"candidate": run.candidate, "pool": run.pool, "engine": "vllm",
                                     "vllm_version": run.vllm_version, "load_average": list(run.load_average)})
-    return Calibration(items, cost, acceptance, decode_steps(run, gap), rows, c.drafts, c.draft_tokens)
+    return Calibration(items, cost, acceptance, decode_steps(run, gap, engine), rows, c.drafts, c.draft_tokens)
 
 
 def with_bursts(cal: Calibration, bursts: Sequence[PoolRun], *, gap: float = DEFAULT_GAP,
-                fit: bool = True) -> Calibration:
+                fit: bool = True, engine: Engine | None = None) -> Calibration:
     """``cal`` with what ``bursts`` (:func:`~.measure.measure_burst`, each run on the same server after
     the measurement) add: their decode step times in ``per_batch``, and with ``fit`` their decode
     steps in the step-cost fit, each burst's drafting read from its own counters; unchanged without
     a burst.
 
     A ramp kept under the pool's knee fits step costs at a few rows; the bursts' steps are where an
-    overload is predicted (docs/vllm-plan-runs.md measures the difference). Steps in which a prompt
-    arrived are not fitted, and the acceptance stays the measurement's: a burst repeats the
+    overload is predicted (docs/vllm-plan-runs.md measures the difference). Steps that computed a
+    prompt are not fitted, and the acceptance stays the measurement's: a burst repeats the
     measurement's prompts, so the prefix cache shortens its prefills and a drafter that caches
     earlier responses (suffix decoding) accepts more there. So each burst step of ``B`` rows carries
     the lesser of its burst's mean tokens per row at ``B`` (too high where responses are cached) and
@@ -165,11 +171,11 @@ def with_bursts(cal: Calibration, bursts: Sequence[PoolRun], *, gap: float = DEF
     per_batch = {rows: list(steps) for rows, steps in cal.per_batch.items()}
     extra = []
     for burst in bursts:
-        for rows, steps in decode_steps(burst, gap).items():
+        for rows, steps in decode_steps(burst, gap, engine).items():
             tokens = min(ramp, statistics.fmean(t for _, t in steps))
             per_batch.setdefault(rows, []).extend((seconds, tokens) for seconds, _ in steps)
         if fit:
-            extra += run_samples(burst, gap, decode_only=True)
+            extra += run_samples(burst, gap, decode_only=True, engine=engine)
     cost = cal.cost
     if extra:
         cost = fit_trace(list(cal.cost.samples) + extra, meta={**cal.cost.meta, "burst_steps": len(extra)})

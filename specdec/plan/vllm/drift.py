@@ -19,6 +19,7 @@ import numpy as np
 
 from .burst_noise import BurstNoise, burst_residual
 from .calibrate import DEFAULT_GAP, Calibration
+from .engine_trace import Engine
 from .measure import PoolRun
 
 Z_TWO_SIDED_5 = 1.96
@@ -57,11 +58,11 @@ NOT_MEASURED = Drift(None, None, 0)
 
 
 def drift(first: Sequence[PoolRun], last: Sequence[PoolRun], cal: Calibration, min_rows: int, noise: BurstNoise,
-          gap: float = DEFAULT_GAP) -> Drift:
+          gap: float = DEFAULT_GAP, engine: Engine | None = None) -> Drift:
     """Off's ``last`` bursts against its ``first`` ones, both read against ``cal`` (off's fit, which
     holds ``first``); :data:`NOT_MEASURED` when either side has no burst with enough full-batch
     steps (:func:`~.burst_noise.burst_residual`)."""
-    xs, ys = ([x for x in (burst_residual(b, cal, min_rows, gap) for b in runs) if x is not None]
+    xs, ys = ([x for x in (burst_residual(b, cal, min_rows, gap, engine) for b in runs) if x is not None]
               for runs in (first, last))
     if not xs or not ys:
         return NOT_MEASURED

@@ -9,6 +9,7 @@ the HTTP side is in benchmarks/vllm/plan_vs_measured.py.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import numpy as np
@@ -139,22 +140,74 @@ def engine_steps(streams: Sequence[Stream], gap: float) -> tuple[list[list[tuple
     return merged, merged_at, late | {k - 1 for k in late}
 
 
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """The server settings every candidate shares (from the serve command or the user)."""
+
+    max_num_seqs: int
+    max_batched_tokens: int
+
+    def __post_init__(self):
+        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+            raise ValueError(f"max_num_seqs and max_batched_tokens must be >= 1, got {self}")
+
+
+def prefill_chunks(streams: Sequence[Stream], steps: Sequence[Sequence[tuple[int, int]]], at: Sequence[float],
+                   engine: Engine | None, row_tokens: float = 1.0) -> list[list[tuple[int, int, int]]]:
+    """Per step of :func:`engine_steps`, the prompt pieces it computed: ``[(stream, new tokens, tokens
+    of that prompt computed before)]``. The client sees a prompt only where its first token streams,
+    but a chunking scheduler may have computed most of it in earlier steps. Without ``engine``: whole
+    there. With it vLLM V1's scheduler is replayed: decode rows take ``row_tokens`` each of
+    ``max_batched_tokens``, then prompts sent before the step began take the rest first come first
+    served (a new one while under ``max_num_seqs``), cut only where the budget runs out (one that fit
+    yet did not finish had not reached the engine); a prompt finishes where its first token streams."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in steps]
+    first = {i: k for k, step in enumerate(steps) for i, j in step if j == 0}
+    if engine is None:
+        for i, k in first.items():
+            out[k].append((i, streams[i].prompt_len, 0))
+        return out
+    order = sorted(first, key=lambda i: (streams[i].sent, i))
+    done = dict.fromkeys(first, 0)
+    for k, step in enumerate(steps):
+        decoding = sum(1 for _, j in step if j > 0)
+        left = engine.max_batched_tokens - row_tokens * decoding
+        for i in order:
+            if first[i] == k:
+                out[k].append((i, streams[i].prompt_len - done[i], done[i]))
+                left -= streams[i].prompt_len - done[i]
+        running = decoding + sum(1 for i in order if first[i] > k and done[i] > 0) + len(out[k])
+        for i in order:
+            if k == 0 or streams[i].sent > at[k - 1] or left < 1:
+                break
+            if first[i] <= k:
+                continue
+            if (not done[i] and running >= engine.max_num_seqs) or streams[i].prompt_len - done[i] <= left:
+                break  # not admitted yet; or not in the engine yet, which would have completed the prompt here
+            running += not done[i]
+            out[k].append((i, int(left), done[i]))
+            done[i] += int(left)
+            left -= int(left)
+    return out
+
+
 def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share: float = 0.0,
                   draft_len: float = 0.0, tokens_per_chunk: Sequence[float] | None = None,
-                  decode_only: bool = False) -> list[StepSample]:
+                  decode_only: bool = False, engine: Engine | None = None) -> list[StepSample]:
     """Cost samples of an engine's steps reconstructed from the client's ``streams``.
 
     Args:
         gap: the largest spread of one step's chunk times at the client (seconds).
         draft_share: drafts / decode row-steps of the run; ``draft_len``: drafted tokens / drafts.
         tokens_per_chunk: per stream, mean tokens a chunk carried (default 1).
-        decode_only: leave out every step in which a request's first chunk arrived (its prefill).
+        decode_only: leave out every step that computed part of a prompt.
+        engine: the server's limits, which place prompt chunks (:func:`prefill_chunks`).
 
     Returns:
-        One :class:`StepSample` per step of :func:`engine_steps` preceded by a busy step (its
-        ``untimed`` steps left out), and one per prefill of a request
-        sent into an empty system. A decode row costs ``(1 - s) x`` a one-token row plus ``s x`` a
-        ``1 + draft_len``-token row; a first chunk adds its prompt as a piece of that step.
+        One :class:`StepSample` per step of :func:`engine_steps` preceded by a busy step (its ``untimed``
+        steps left out), and one per prefill of a request sent into an empty system. A decode row costs
+        ``(1 - s) x`` a one-token row plus ``s x`` a ``1 + draft_len``-token row; a prompt chunk is a
+        piece (an interval with no decode row holds as many steps as its chunks need).
     """
     if not 0.0 <= draft_share <= 1.0 or draft_len < 0 or (draft_share > 0 and draft_len < 1):
         raise ValueError(f"need draft_share in [0, 1] and draft_len >= 1 when drafting, got {draft_share}, {draft_len}")
@@ -165,9 +218,10 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
         if len(s.chunk_times) < 1 or s.chunk_times[0] < s.sent:
             raise ValueError("every stream needs a first chunk at or after its send time")
     steps, at, skip = engine_steps(streams, gap)  # on relative error one near-zero interval would outweigh all others
+    chunks = prefill_chunks(streams, steps, at, engine, 1.0 + draft_share * draft_len)
     out: list[StepSample] = []
     for k, step in enumerate(steps):
-        if k in skip or (decode_only and any(j == 0 for _, j in step)):
+        if k in skip or (decode_only and chunks[k]):
             continue
         if k > 0 and _busy_between(streams, at[k - 1], at[k]):
             seconds = at[k] - at[k - 1]
@@ -176,17 +230,18 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
             seconds = s.chunk_times[0] - s.sent
         else:
             continue  # the step after an idle gap: its start is not seen
-        pieces, weights = [], []
+        pieces = [(float(n), float(c)) for _, n, c in chunks[k]]
+        weights = [1.0] * len(pieces)
         for i, j in step:
-            s = streams[i]
             if j == 0:
-                pieces.append((s.prompt_len, 0.0))
-                weights.append(1.0)
                 continue
-            ctx = s.prompt_len + j * tpc[i]
+            ctx = streams[i].prompt_len + j * tpc[i]
             pieces += [(1, ctx), (1 + draft_len, ctx)] if draft_share > 0 else [(1, ctx)]
             weights += [1.0 - draft_share, draft_share] if draft_share > 0 else [1.0]
-        out.append(StepSample(tuple(packed_features(pieces, weights).tolist()), seconds))
+        terms = packed_features(pieces, weights)
+        if engine is not None and len(pieces) == len(chunks[k]):
+            terms[0] = max(1.0, math.ceil(sum(n for _, n, _ in chunks[k]) / engine.max_batched_tokens))
+        out.append(StepSample(tuple(terms.tolist()), seconds))
     return out
 
 

@@ -9,7 +9,6 @@ tokens/s (``throughput`` pools). The band spans ``replications`` seeds, each als
 
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -22,19 +21,8 @@ from ..workload import SimRequest, WorkloadItem, make_requests, poisson_arrivals
 from ...estimate.step_cost import StepCostModel
 from .calibrate import Calibration
 from .candidates import Candidate
+from .engine_trace import Engine
 from .schedule import SchedulePolicy
-
-
-@dataclasses.dataclass(frozen=True)
-class Engine:
-    """The server settings every candidate shares (from the serve command or the user)."""
-
-    max_num_seqs: int
-    max_batched_tokens: int
-
-    def __post_init__(self):
-        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
-            raise ValueError(f"max_num_seqs and max_batched_tokens must be >= 1, got {self}")
 
 
 class StepModels(NamedTuple):

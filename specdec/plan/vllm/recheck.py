@@ -33,7 +33,8 @@ from .launcher import ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_burst, measure_pool
 from .run_plan import ServerSource
 from .pool_spec import VllmPool
-from .predict import Engine, predict_calibrated, rates_for
+from .engine_trace import Engine
+from .predict import predict_calibrated, rates_for
 from .record import model_fingerprint, tokenizer_fingerprint
 
 
@@ -175,7 +176,7 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
         log(f"measuring off on {', '.join(timed)}")
         off_runs = _measure(source, Candidate("off", "off"), [pools[n] for n in timed], requests, seed, timeout)
         version = next(iter(off_runs.values())).vllm_version
-    cal_offs = {n: calibrate(run, gap=gap) for n, run in off_runs.items()}
+    cal_offs = {n: calibrate(run, gap=gap, engine=engine) for n, run in off_runs.items()}
     slower, unseen = engine_speed(record, cal_offs, t.speed)
     notes += unseen
     for name, why in slower.items():
@@ -215,7 +216,7 @@ def review_vllm(record: dict, pools: Mapping[str, VllmPool], source: ServerSourc
 
 def _judge(name: str, p: dict, pool: VllmPool, cand: Candidate, run: PoolRun, off_run: PoolRun, cal_off: Calibration,
            engine: Engine, t: Thresholds, levels: int, seed: int, gap: float, moved: list[str]) -> PoolVerdict:
-    cal_on = calibrate(run, gap=gap)
+    cal_on = calibrate(run, gap=gap, engine=engine)
     rates = rates_for(*pool.rates, levels)
     slo = SLO(pool.ttft_s, pool.tpot_s)
     on = predict_calibrated(cand, dataclasses.replace(cal_on, items=cal_off.items), run.cache.tokens, engine, rates,

@@ -22,7 +22,7 @@ from .decide import Thresholds
 from .launcher import ServeCommand, ServerRefused
 from .measure import PoolRun
 from .pool_spec import VllmPool, pool_from_description
-from .predict import Engine
+from .engine_trace import Engine
 from .recheck import candidate_of
 from .run_plan import (SIMULATION, PlanResult, PlanSettings, burst_files, burst_kind, drift_kind, keep_run, plan_vllm,
                        run_file)

@@ -31,7 +31,8 @@ from .launcher import ServeCommand, Server, ServerDied, ServerRefused
 from .measure import MeasurementError, PoolRun, measure_burst, measure_pool
 from .kv_budget import admitted, predict_blocks, read_config, weight_bytes
 from .pool_spec import VllmPool
-from .predict import Engine, StepModels, predict, rates_for
+from .engine_trace import Engine
+from .predict import StepModels, predict, rates_for
 from .schedule import Gain, derive, family_basis, measured_scale, no_draft_tax, pays_up_to, schedule_candidate
 
 
@@ -329,7 +330,7 @@ def plan_vllm(pools: Mapping[str, VllmPool], settings: PlanSettings, source: Sou
     outcomes = {}
     for name, o in measured.items():
         o.drift = drift(bursts["off"][name], again.get(name, []), o.cals["off"],
-                        full_rows(settings.engine.max_num_seqs), o.noise, settings.gap)
+                        full_rows(settings.engine.max_num_seqs), o.noise, settings.gap, settings.engine)
         outcomes[name] = _decide_pool(o, settings, log)
     return PlanResult(outcomes, refused, failed, version, settings)
 
@@ -375,8 +376,8 @@ def _measure_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
     cals: dict[str, Calibration] = {}
     for name in list(cands):
         try:
-            cals[name] = with_bursts(calibrate(runs[name], gap=settings.gap), all_bursts[name][pool.name],
-                                     gap=settings.gap)
+            cals[name] = with_bursts(calibrate(runs[name], gap=settings.gap, engine=settings.engine),
+                                     all_bursts[name][pool.name], gap=settings.gap, engine=settings.engine)
         except (MeasurementError, ValueError) as exc:
             if name == "off":
                 raise RuntimeError(f"pool {pool.name!r}: off's measurement cannot be used: {exc}") from None
@@ -384,7 +385,7 @@ def _measure_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
             del cands[name], runs[name]
     exact = {name: _exact(runs[name], runs["off"], pool) for name in cands}
     noise = burst_noise({name: all_bursts[name][pool.name] for name in cands}, cals,
-                        full_rows(settings.engine.max_num_seqs), settings.gap)
+                        full_rows(settings.engine.max_num_seqs), settings.gap, settings.engine)
     if noise.dof:
         log(f"pool {pool.name}: one burst's full-batch steps vary by {noise.sigma:.1%} ({noise.dof} degrees of "
             f"freedom); a loss at an overload counts beyond {max(t.max_loss, noise.floor):.1%}")
@@ -422,7 +423,8 @@ def _measure_pool(pool: VllmPool, all_runs: Mapping[str, Mapping[str, PoolRun]],
             skipped[cand.name] = str(exc)
             failed[cand.name] = str(exc)
             continue
-        cal = with_bursts(calibrate(run, gap=settings.gap), bursts[pool.name], gap=settings.gap, fit=False)
+        cal = with_bursts(calibrate(run, gap=settings.gap, engine=settings.engine), bursts[pool.name], gap=settings.gap,
+                          fit=False, engine=settings.engine)
         cands[cand.name], runs[cand.name], cals[cand.name] = cand, run, cal
         exact[cand.name] = _exact(run, runs["off"], pool)
         schedule_basis[cand.name] = table_basis(cand, basis, cal, cals["off"])
