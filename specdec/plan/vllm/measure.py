@@ -1,6 +1,6 @@
 """One candidate on one pool: the pool's prompts sent to the candidate's server, from idle to its high rate.
 
-Warm-up prompts first (8 tokens each), then the measured prompts at seeded Poisson arrivals whose
+Warm-up prompts first (:data:`WARMUP_TOKENS` each), then the measured prompts at seeded Poisson arrivals whose
 rate rises linearly from the pool's low rate to its high one (the same for every candidate);
 vLLM's counters are read before and after the measured prompts. A watchdog stops the run when the
 server dies (:class:`~.launcher.ServerDied`); any failed request fails the measurement.
@@ -113,6 +113,9 @@ def read_metrics(server: Server) -> tuple[SpecCounters, CacheInfo]:
 
 
 DEATH_GRACE_S = 5.0  # a dying server closes its sockets before its process is reaped
+# Warm-up tokens a prompt: some 60 steps, past the 32 fitted steps a cost-gated drafter needs before it
+# drafts by its fit, so the measured prompts see what a long-running server does (docs/vllm-plan-runs.md).
+WARMUP_TOKENS = 64
 
 
 def alive_after(server: Server, grace: float) -> bool:
@@ -175,7 +178,7 @@ def measure_pool(server: Server, candidate: str, pool: VllmPool, *, seed: int, t
     model = served_model(server.url)
     version = server_version(server.url)
     warm = run_requests(server, pool, pool.warmup, [0.0] * len(pool.warmup), timeout=timeout, model=model,
-                        max_tokens=8)
+                        max_tokens=WARMUP_TOKENS)
     failed = [r.error for r in warm if not r.ok]
     if failed:
         raise MeasurementError(f"{candidate}: a warm-up request of pool {pool.name!r} failed: {failed[0]}")
