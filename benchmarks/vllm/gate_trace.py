@@ -51,22 +51,19 @@ class TracedDrafter(CostGatedSuffixDrafter):
 
     def __init__(self, vllm_config):
         super().__init__(vllm_config)
-        path = os.environ.get(TRACE_ENV)
-        if not path:
+        self.trace_path = os.environ.get(TRACE_ENV)
+        if not self.trace_path:
             raise ValueError(f"TracedDrafter needs {TRACE_ENV}: the file its gate's observations go to")
-        gate = self.gating.cost
-        observe = gate.observe
+        self.gating.trace = self.write
 
-        def traced(outcome):
-            line = {"drafted": outcome.drafted.tolist(), "accepted": outcome.accepted.tolist(),
-                    "budget": int(outcome.budget), "seconds": outcome.seconds, "fit": bool(outcome.fit),
-                    "offered": None if outcome.offered is None else np.asarray(outcome.offered, bool).tolist(),
-                    "prefill": int(outcome.prefill)}
-            with open(path, "a") as f:
-                f.write(json.dumps(line) + "\n")
-            observe(outcome)
-
-        gate.observe = traced  # this drafter's own gate, for its lifetime
+    def write(self, outcome) -> None:
+        """Append one observation (an :class:`~specdec.control.interface.Outcome`) as a JSON line."""
+        line = {"drafted": outcome.drafted.tolist(), "accepted": outcome.accepted.tolist(),
+                "budget": int(outcome.budget), "seconds": outcome.seconds, "fit": bool(outcome.fit),
+                "offered": None if outcome.offered is None else np.asarray(outcome.offered, bool).tolist(),
+                "prefill": int(outcome.prefill)}
+        with open(self.trace_path, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 def load(path: Path) -> list[dict]:

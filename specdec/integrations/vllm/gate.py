@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from typing import Callable
 
 
 from ...control.batch_schedule import BatchSchedule, Schedule
@@ -71,6 +72,7 @@ class GatedDrafting:
         self._steps = 0
         self._last_call: float | None = None
         self._budget = self._verified_budget = 0  # budget of this call / of the drafts just verified
+        self.trace: Callable[[Outcome], None] | None = None  # sees each step's outcome first (gate_trace.py)
 
     def observe(self, drafted, accepted, *, fit: bool = True, now: float | None = None, offered=None,
                 prefill: int = 0) -> None:
@@ -82,6 +84,8 @@ class GatedDrafting:
         seconds = None if self._last_call is None else now - self._last_call
         outcome = Outcome.of(drafted, accepted, budget=self._verified_budget, seconds=seconds, fit=fit,
                              offered=offered, prefill=prefill)
+        if self.trace is not None:
+            self.trace(outcome)
         self.controller.observe(outcome)
         self.stats.drafted += int(outcome.drafted.sum())
         self.stats.accepted += int(outcome.accepted.sum())
