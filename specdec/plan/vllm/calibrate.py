@@ -14,8 +14,8 @@ from typing import Sequence
 
 from ...estimate.acceptance import AcceptanceDist
 from ...estimate.step_cost import StepCostModel
-from .engine_trace import (Engine, Stream, acceptance_from_counters, engine_steps, fit_trace, prefill_chunks,
-                           trace_samples)
+from .engine_trace import (Engine, Stream, acceptance_from_counters, busy_between, engine_steps, fit_trace,
+                           prefill_chunks, trace_samples)
 from ..workload import WorkloadItem
 from .measure import MeasurementError, PoolRun
 
@@ -80,10 +80,7 @@ def decode_steps(run: PoolRun, gap: float, engine: Engine | None = None) -> dict
     out: dict[int, list[tuple[float, float]]] = {}
     for k in range(1, len(steps)):
         step = steps[k]
-        if k in untimed or chunks[k]:
-            continue
-        busy = any(s.sent <= at[k - 1] and s.chunk_times[-1] >= at[k] for s in streams)
-        if not busy:
+        if k in untimed or chunks[k] or not busy_between(trace, at[k - 1], at[k]):
             continue
         tokens = sum(streams[i].chunk_tokens[j] for i, j in step) / len(step)
         out.setdefault(len(step), []).append((at[k] - at[k - 1], tokens))

@@ -223,7 +223,7 @@ def trace_samples(streams: Sequence[Stream], *, gap: float = 0.012, draft_share:
     for k, step in enumerate(steps):
         if k in skip or (decode_only and chunks[k]):
             continue
-        if k > 0 and _busy_between(streams, at[k - 1], at[k]):
+        if k > 0 and busy_between(streams, at[k - 1], at[k]):
             seconds = at[k] - at[k - 1]
         elif len(step) == 1 and step[0][1] == 0 and _alone(streams, step[0][0]):
             s = streams[step[0][0]]
@@ -254,7 +254,7 @@ def fit_trace(samples: Sequence[Sample | StepSample], meta: dict | None = None) 
     return StepCostModel.fit(samples, meta, by_time=True)
 
 
-def _busy_between(streams: Sequence[Stream], t0: float, t1: float) -> bool:
+def busy_between(streams: Sequence[Stream], t0: float, t1: float) -> bool:
     """Some request was in the system from ``t0`` to ``t1``: sent by ``t0`` and not done before ``t1``."""
     return any(s.sent <= t0 and s.chunk_times[-1] >= t1 for s in streams)
 
