@@ -22,6 +22,12 @@ decode step at each batch size it ran (at least 3 steps) beside both fits' step 
 finishing in them, each total as the plan's fit and the run's own fit predict it, and what the
 run's own calibration predicts its score to be (:func:`time_split`).
 
+``--acceptance`` prints instead each ramp's accepted tokens per decode row-step and per drafting
+one (:func:`ramp_acceptance`).
+
+``--prefill-residuals`` prints instead the runs' prefill steps against their own fits, grouped by
+prompts a step and by the run's first 45 s (:func:`prefill_residuals`).
+
 ``--runs`` predicts instead the runs a ``schedule_tax.py`` served at another load (same pool, prompts
 and server settings) from this folder's plan: a load the benchmark did not measure, checked
 without planning again.
@@ -168,6 +174,53 @@ def time_split(out: Path, runs: Path | None = None) -> list[dict]:
     return rows
 
 
+def prefill_residuals(out: Path, runs: Path | None = None, early_s: float = 45.0) -> list[dict]:
+    """Per group of the measured runs' prefill steps (each step read with the plan's server limits and
+    predicted by its own run's fit): by prompts computed in the step (1, 2, 3, 4+) and by whether it
+    ended in the run's first ``early_s`` seconds, the steps, and measured / predicted seconds in total.
+    Padded prefills would put the multi-prompt groups above 1; a fresh server's slow start, the early one."""
+    from specdec.plan.vllm.calibrate import calibrate
+    from specdec.plan.vllm.engine_trace import Stream, busy_between, engine_steps, prefill_chunks
+
+    engine, pools = _plan_runs(out, runs)
+    groups: dict[str, list[float]] = {}
+    for _, _, _, here in pools:
+        for *_, run in here:
+            w = calibrate(run, engine=engine).cost
+            trace = [Stream(r.sent, int(r.prompt_tokens), r.chunk_times) for r in run.streams]
+            steps, at, untimed = engine_steps(trace, 0.012)
+            chunks = prefill_chunks(trace, steps, at, engine)
+            for k in range(1, len(steps)):
+                if k in untimed or not chunks[k] or not busy_between(trace, at[k - 1], at[k]):
+                    continue
+                pieces = [(1, trace[i].prompt_len + j) for i, j in steps[k] if j > 0]
+                pieces += [(m, c) for _, m, c in chunks[k]]
+                for key in (f"{min(len(chunks[k]), 4)}{'+' if len(chunks[k]) >= 4 else ''} prompt(s)",
+                            "first %.0f s" % early_s if at[k] - trace[0].sent < early_s else "later"):
+                    g = groups.setdefault(key, [0, 0.0, 0.0])
+                    g[0] += 1
+                    g[1] += at[k] - at[k - 1]
+                    g[2] += w.packed_step_time(pieces)
+    return [{"group": key, "steps": n, "ratio": y / p} for key, (n, y, p) in sorted(groups.items())]
+
+
+def ramp_acceptance(plan: Path) -> list[dict]:
+    """Per ramp of a plan folder's ``runs/`` (bursts and drift checks left out): decode row-steps, those
+    with a draft, and accepted tokens per row-step and per drafting row-step, as the plan calibrates them."""
+    from specdec.plan.vllm.calibrate import calibrate
+    from specdec.plan.vllm.engine_trace import Engine
+
+    engine = Engine(**json.loads((plan / "plan.json").read_text())["engine"])
+    rows = []
+    for path in sorted((plan / "runs").glob("*__*.json")):
+        if path.stem.count("__") != 1:
+            continue
+        cal = calibrate(_load(path), engine=engine)
+        rows.append({"run": path.stem, "row_steps": cal.row_steps, "drafts": cal.drafts,
+                     "per_row_step": cal.accepted_per_row_step, "per_draft": cal.accepted_per_draft})
+    return rows
+
+
 def _measured(out: Path, pools) -> list[tuple]:
     """``(pool, label, rate, run index, candidate, PoolRun)`` of every run in ``out/measured``, the
     candidate read from ``plan_goodput.json``'s labels."""
@@ -231,6 +284,10 @@ def main(argv=None):
     ap.add_argument("--steps", action="store_true", help="the bursts' decode steps against both fits")
     ap.add_argument("--time-split", action="store_true",
                     help="each run's prefill and decode time against the plan's fit and its own (time_split)")
+    ap.add_argument("--prefill-residuals", action="store_true",
+                    help="the runs' prefill steps, measured / their own fit, by prompts a step and early or late")
+    ap.add_argument("--acceptance", action="store_true",
+                    help="each ramp of the plan: accepted tokens per decode row-step and per drafting one")
     ap.add_argument("--runs", type=Path, default=None,
                     help="a schedule_tax.py --out folder: predict its runs from OUT's plan instead of OUT's own")
     args = ap.parse_args(argv)
@@ -245,10 +302,23 @@ def main(argv=None):
         return
     if not (plan_dir(args.out) / "plan.json").is_file():
         ap.error(f"{args.out} holds no plan (plan.json, or plan/plan.json as plan_goodput.py writes it)")
+    if args.acceptance:
+        print("| ramp | decode row-steps | drafting | accepted / row-step | accepted / drafting row-step |")
+        print("|---|---:|---:|---:|---:|")
+        for r in ramp_acceptance(plan_dir(args.out)):
+            print(f"| {r['run']} | {r['row_steps']} | {r['drafts']:.0f} | {r['per_row_step']:.3f} | "
+                  f"{r['per_draft']:.3f} |")
+        return
     if args.runs is not None and not (args.runs / "runs").is_dir():
         ap.error(f"--runs {args.runs} has no runs/ folder (schedule_tax.py writes its runs there)")
     if args.runs is None and not (args.out / "measured").is_dir():
         ap.error(f"{args.out} has no measured/ folder (plan_goodput.py writes it since 2fcd0d0)")
+    if args.prefill_residuals:
+        print("| prefill steps | steps | measured / own fit, in total |")
+        print("|---|---:|---:|")
+        for r in prefill_residuals(args.out, args.runs):
+            print(f"| {r['group']} | {r['steps']} | {r['ratio']:.3f} |")
+        return
     if args.time_split:
         print("| pool | configuration | rate | run | measured | its own fit predicts | scaled to its total | "
               "TTFT p50 (s): measured, own fit | TPOT p50 (s): measured, own fit | seconds with a prompt / without | "

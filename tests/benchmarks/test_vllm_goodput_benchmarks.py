@@ -382,6 +382,15 @@ def test_a_recorded_benchmark_is_predicted_again_with_and_without_the_bursts_in_
     assert all(0.5 < r[f"{f}_{p}"] < 2 for r in split for f in ("plan", "own") for p in ("prefill", "decode"))
     repredict.main([str(tmp_path), "--time-split"])
     assert "| copy | off | 1 | 0 |" in capsys.readouterr().out
+    groups = {r["group"]: r for r in repredict.prefill_residuals(tmp_path)}
+    early = sum(groups[g]["steps"] for g in groups if g.startswith("first") or g == "later")
+    assert early == sum(groups[g]["steps"] for g in groups if "prompt" in g) > 0  # each step in one group of each
+    assert all(0.5 < r["ratio"] < 2 for r in groups.values())
+    repredict.main([str(tmp_path), "--prefill-residuals"])
+    assert "| prefill steps | steps |" in capsys.readouterr().out
+    ramps = {r["run"].split("__")[0]: r for r in repredict.ramp_acceptance(tmp_path / "plan")}
+    assert ramps["off"]["per_row_step"] == 0.0 and ramps["off"]["drafts"] == 0
+    assert 0 < ramps["ngram-3"]["per_row_step"] < ramps["ngram-3"]["per_draft"]
     tax = tmp_path / "tax" / "runs"  # a schedule_tax.py folder at another load, and a table the plan never ran
     tax.mkdir(parents=True)
     for name, src in (("off", "run_off.json"), ("ngram-3", "run_ngram3.json")):
